@@ -1,0 +1,1 @@
+"""Sub-command families of the punchline CLI (one module each)."""

@@ -1,0 +1,14 @@
+"""`punchline` sub-commands: puns (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    del sub
+
+
+def _unused(args: argparse.Namespace) -> int:
+    return 0

@@ -1,0 +1,97 @@
+"""One rooted exception tree for the whole project.
+
+Driver exceptions (redis, boto3, openai, anthropic, ray) are converted into these at the
+boundary, so callers above the boundary handle *our* failures and never a driver's.
+"""
+
+from __future__ import annotations
+
+
+class PunchlineError(Exception):
+    """Root of every error punchline raises on purpose."""
+
+
+# --- input ------------------------------------------------------------------------------------
+
+
+class InputError(PunchlineError):
+    """Bad user input: names the file, the record and the field so it can be fixed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        record: str | int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.file = file
+        self.record = record
+        self.field = field
+        self.detail = message
+        where = []
+        if file is not None:
+            where.append(f"file {file}")
+        if record is not None:
+            where.append(f"record {record}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class ConfigError(InputError):
+    """A run configuration that cannot be decoded or is inconsistent."""
+
+
+# --- infrastructure ---------------------------------------------------------------------------
+
+
+class InfraError(PunchlineError):
+    """A service we depend on (Redis, the store, Ray) misbehaved."""
+
+
+class LedgerUnavailable(InfraError):
+    """Redis cannot be reached: no provider call may be made (fail closed)."""
+
+
+class StoreError(InfraError):
+    """The checkpoint store (local folder or S3) failed."""
+
+
+class LeaseLost(PunchlineError):
+    """A worker tried to commit a unit whose lease another worker has taken over."""
+
+
+# --- providers ------------------------------------------------------------------------------
+
+
+class ProviderError(PunchlineError):
+    """A provider call failed; ``retryable`` says whether backing off may help."""
+
+    retryable = False
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after_s: float | None = None
+    ) -> None:
+        self.status = status
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class RetryableProviderError(ProviderError):
+    """429, 5xx, timeouts, connection errors and malformed bodies."""
+
+    retryable = True
+
+
+class FatalProviderError(ProviderError):
+    """400/401/403/404: retrying cannot help; the unit fails at once."""
+
+
+class CacheMiss(PunchlineError):
+    """Offline mode found no cached response for a request (names the request)."""
+
+
+class BudgetExceeded(PunchlineError):
+    """Scheduling one more unit would exceed ``--max-cost-usd``."""

@@ -1,0 +1,51 @@
+"""The checkpoint store interface: shard outputs, manifests and cached responses.
+
+Two backends implement it (``data/stores/local.py`` and ``data/stores/s3.py``); both pass the
+same contract tests. Keys are ``/``-separated relative paths. ``put(..., if_absent=True)`` is the
+commit primitive: exactly one writer wins, so a shard committed twice (by a worker whose lease
+expired and the one that took over) keeps the first, byte-identical, copy.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+
+
+class Store(abc.ABC):
+    """A flat key -> bytes namespace under a root (a folder or an S3 prefix)."""
+
+    url: str
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        """Write ``data`` at ``key``; readers see old or new, never half.
+
+        With ``if_absent`` the write happens only if nothing is there yet; returns whether it wrote.
+        """
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """The bytes at ``key``, or None if absent."""
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys under ``prefix`` (a folder-like prefix ending in ``/`` or empty), sorted."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; absent keys are fine."""
+
+
+def open_store(url: str) -> Store:
+    """``s3://bucket/prefix`` gives the S3 backend; anything else is a local folder."""
+    if url.startswith("s3://"):
+        from data.stores.s3 import S3Settings, S3Store
+
+        return S3Store.from_url(url, S3Settings.from_env())
+    from data.stores.local import LocalStore
+
+    return LocalStore(url)
