@@ -40,9 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"punchline: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            "punchline: interrupted; everything committed so far is kept (re-run to resume)", file=sys.stderr
-        )
+        print("punchline: interrupted; everything committed so far is kept (re-run to resume)", file=sys.stderr)
         return 130
     return int(code or 0)
 

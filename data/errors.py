@@ -71,9 +71,7 @@ class ProviderError(PunchlineError):
 
     retryable = False
 
-    def __init__(
-        self, message: str, *, status: int | None = None, retry_after_s: float | None = None
-    ) -> None:
+    def __init__(self, message: str, *, status: int | None = None, retry_after_s: float | None = None) -> None:
         self.status = status
         self.retry_after_s = retry_after_s
         super().__init__(message)

@@ -48,7 +48,7 @@ def decode_file(path: str | os.PathLike[str], type_: type[T] | Any) -> T:
 
 def decode_bytes(raw: bytes, type_: type[T] | Any, *, source: str) -> T:
     try:
-        return msgspec.json.decode(raw, type=type_)  # type: ignore[no-any-return]
+        return msgspec.json.decode(raw, type=type_)
     except msgspec.ValidationError as exc:
         message = str(exc)
         match = _PATH_RE.search(message)
