@@ -1,0 +1,57 @@
+"""Stage 3 (completion collection): the exact provider requests upstream made, and their aggregation.
+
+The request builders are the single source of truth for cache keys: the pipeline, ``plan`` and
+``import-legacy`` all call them, so a legacy checkpoint lands under the key a run will look up.
+"""
+
+from __future__ import annotations
+
+from workers.provider import Message, ProviderRequest
+
+SYSTEM_PROMPT = (
+    "You are completing a text. Output only the single next word "
+    "that best continues the text. Output ONLY that one word, "
+    "nothing else \u2014 no punctuation, no explanation."
+)
+SAMPLE_TEMPERATURE = 0.8
+SAMPLES_PER_MODEL = 20
+MAX_TOKENS = 5
+STOP = ("\n",)
+
+
+def truncate_before_blank(sentence: str) -> str:
+    """The prompt of a joke: the sentence up to the blank, trailing whitespace removed."""
+    return sentence[: sentence.index("___")].rstrip()
+
+
+def _messages(prompt: str) -> tuple[Message, ...]:
+    return (Message("system", SYSTEM_PROMPT), Message("user", prompt))
+
+
+def sample_request(
+    provider: str, model_id: str, prompt: str, *, n: int = SAMPLES_PER_MODEL, sample_slot: int = 0
+) -> ProviderRequest:
+    """The sampled call: ``n`` completions at temperature 0.8 in one request."""
+    return ProviderRequest(
+        provider=provider,
+        model=model_id,
+        messages=_messages(prompt),
+        temperature=SAMPLE_TEMPERATURE,
+        max_tokens=MAX_TOKENS,
+        n=n,
+        stop=STOP,
+        sample_slot=sample_slot,
+    )
+
+
+def greedy_request(provider: str, model_id: str, prompt: str) -> ProviderRequest:
+    """The greedy call: one completion at temperature 0."""
+    return ProviderRequest(
+        provider=provider,
+        model=model_id,
+        messages=_messages(prompt),
+        temperature=0.0,
+        max_tokens=MAX_TOKENS,
+        n=1,
+        stop=STOP,
+    )
