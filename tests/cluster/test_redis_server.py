@@ -1,0 +1,114 @@
+"""The embedded Redis is a real server with durable AOF, and outages become LedgerUnavailable."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from cluster.redis_server import (
+    EmbeddedRedis,
+    RedisSettings,
+    connect,
+    find_redis_server,
+    redact_url,
+    redis_errors,
+)
+from data.errors import ConfigError, LedgerUnavailable
+
+
+def test_settings_from_env_and_dsn() -> None:
+    assert RedisSettings.from_env({}).url == "redis://127.0.0.1:6379/0"
+    got = RedisSettings.from_env({"PUNCHLINE_REDIS_URL": "redis://:hunter2@db.internal:6380/3"})
+    assert got.url == "redis://:hunter2@db.internal:6380/3"
+    assert "hunter2" not in repr(got) and "hunter2" not in str(got)
+    assert "db.internal:6380" in repr(got)
+    with pytest.raises(ConfigError):
+        RedisSettings.from_dsn("http://example.com")
+
+
+def test_redact_url() -> None:
+    assert redact_url("redis://user:pw@h:1/0") == "redis://user:***@h:1/0"
+    assert redact_url("redis://h:1/0") == "redis://h:1/0"
+
+
+def test_binary_found() -> None:
+    assert Path(find_redis_server()).name == "redis-server"
+
+
+def test_shared_server_is_durable_aof(redis_client: redis.Redis) -> None:
+    config = redis_client.config_get("*")
+    assert config["appendonly"] == "yes"
+    assert config["appendfsync"] == "always"
+    assert config["save"] == ""
+    assert redis_client.set("k", b"v")
+    assert redis_client.get("k") == b"v"
+
+
+def test_flushall_between_tests_part1(redis_client: redis.Redis) -> None:
+    redis_client.set("leftover", 1)
+    assert redis_client.dbsize() == 1
+
+
+def test_flushall_between_tests_part2(redis_client: redis.Redis) -> None:
+    assert redis_client.get("leftover") is None
+
+
+def test_kill_9_then_restart_reloads_aof(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path / "redis")
+    t0 = time.monotonic()
+    server.start()
+    started_s = time.monotonic() - t0
+    url = server.url
+    client = server.client()
+    for i in range(50):
+        client.set(f"unit:{i}", f"done-{i}")
+    client.hset("h", mapping={"a": "1", "b": "2"})
+    client.close()
+    server.kill()
+    assert not server.running()
+    with pytest.raises(LedgerUnavailable), redis_errors("probe"):
+        connect(RedisSettings(url=url, retries=0, connect_timeout_s=0.5)).ping()
+
+    server.start()
+    assert server.url == url  # same port after restart: URLs handed out stay valid
+    client = server.client(decode_responses=True)
+    assert client.get("unit:0") == "done-0"
+    assert client.get("unit:49") == "done-49"
+    assert client.hgetall("h") == {"a": "1", "b": "2"}
+    assert (tmp_path / "redis").is_dir()
+    client.close()
+    server.stop()
+    assert not server.running()
+    assert started_s < 5, f"redis-server took {started_s:.2f}s to start"
+
+
+def test_unix_socket_and_context_manager(tmp_path: Path) -> None:
+    with EmbeddedRedis(tmp_path, unix_socket=True) as server:
+        assert server.url.startswith("unix://")
+        client = server.client()
+        assert client.ping()
+        client.set("x", "1")
+        assert client.get("x") == b"1"
+        client.close()
+        pid = server.pid
+    assert pid is not None and not server.running()
+
+
+def test_redis_errors_decorator_converts_only_outages(redis_client: redis.Redis) -> None:
+    @redis_errors("ledger")
+    def wrong_type() -> None:
+        redis_client.set("s", "x")
+        redis_client.lpush("s", "y")  # WRONGTYPE: a bug, not an outage
+
+    with pytest.raises(redis.exceptions.ResponseError):
+        wrong_type()
+
+
+def test_started_port_conflict_is_reported(tmp_path: Path, redis_server: EmbeddedRedis) -> None:
+    clash = EmbeddedRedis(tmp_path, port=redis_server.port, startup_timeout_s=5)
+    with pytest.raises(LedgerUnavailable, match="did not start"):
+        clash.start()
+    assert not clash.running()
