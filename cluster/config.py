@@ -1,0 +1,164 @@
+"""Run configuration: a TOML file decoded into msgspec Structs.
+
+Unknown or missing keys are errors that name the file and the key path, so a typo in a 100-node
+submission fails on the laptop before anything is scheduled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from data.errors import ConfigError
+from workers.provider import ProviderSettings
+
+SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
+
+
+class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """How the engine runs: sharding, leases and budget. Every field has a safe default."""
+
+    pipeline: Literal["puns", "humor"]
+    name: str = ""
+    shard_size: int = 8
+    lease_ms: int = 30_000
+    workers_per_node: int = 2
+    worker_cpus: float = 0.25
+    max_cost_usd: float | None = None
+    offline: bool = False
+    store: str | None = None
+    redis_url: str | None = None
+    ray_address: str | None = None
+
+
+class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: str
+    models: list[str]
+    samples: int = 20
+
+
+class ClassifySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: str
+    model: str
+    batch_size: int = 10
+
+
+class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pairs: int = 50
+    seed: int = 42
+
+
+class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: str
+    models: list[str]
+
+
+class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate."""
+
+    jokes: str
+    collect: CollectSettings
+    classify: ClassifySettings | None = None
+    cloze: ClozeSettings | None = None
+    evaluate: EvaluateSettings | None = None
+
+
+class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: str
+    model: str
+
+
+class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The Humor (MERA) workflow: generate -> score (exact match) -> judge."""
+
+    data: str
+    provider: str
+    models: list[str]
+    shots: str | None = None
+    k_shot: int = 0
+    max_tokens: int = 64
+    judge: JudgeSettings | None = None
+
+
+class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    run: RunSettings
+    providers: dict[str, ProviderSettings]
+    puns: PunsSettings | None = None
+    humor: HumorSettings | None = None
+    source: str = ""  # the file it was read from (filled by load_config)
+
+    def provider(self, name: str) -> ProviderSettings:
+        try:
+            return self.providers[name]
+        except KeyError:
+            raise ConfigError(
+                f"unknown provider {name!r}; configured: {sorted(self.providers)}", file=self.source, field="provider"
+            ) from None
+
+
+_PATH_RE = re.compile(r"at `\$(?P<path>[^`]*)`")
+
+
+def load_config(path: str | os.PathLike[str]) -> RunConfig:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config: {exc.strerror}", file=str(p)) from None
+    try:
+        cfg = msgspec.toml.decode(raw, type=RunConfig)
+    except msgspec.ValidationError as exc:
+        msg = str(exc)
+        m = _PATH_RE.search(msg)
+        key = m.group("path").lstrip(".") if m else None
+        raise ConfigError(_PATH_RE.sub("", msg).strip(" -"), file=str(p), field=key or None) from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"malformed TOML: {exc}", file=str(p)) from None
+    cfg.source = str(p)
+    _check(cfg)
+    return cfg
+
+
+def _check(cfg: RunConfig) -> None:
+    section = getattr(cfg, cfg.run.pipeline)
+    if section is None:
+        raise ConfigError(
+            f"run.pipeline is {cfg.run.pipeline!r} but there is no [{cfg.run.pipeline}] table", file=cfg.source
+        )
+    if cfg.run.shard_size < 1:
+        raise ConfigError("must be >= 1", file=cfg.source, field="run.shard_size")
+    if cfg.run.lease_ms < 1000:
+        raise ConfigError(
+            "must be >= 1000 (a lease shorter than a provider call expires mid-call)",
+            file=cfg.source,
+            field="run.lease_ms",
+        )
+    names: list[tuple[str, str]] = []
+    if cfg.puns:
+        names.append(("puns.collect.provider", cfg.puns.collect.provider))
+        if cfg.puns.classify:
+            names.append(("puns.classify.provider", cfg.puns.classify.provider))
+        if cfg.puns.evaluate:
+            names.append(("puns.evaluate.provider", cfg.puns.evaluate.provider))
+    if cfg.humor:
+        names.append(("humor.provider", cfg.humor.provider))
+        if cfg.humor.judge:
+            names.append(("humor.judge.provider", cfg.humor.judge.provider))
+    for field, name in names:
+        if name not in cfg.providers:
+            raise ConfigError(
+                f"unknown provider {name!r}; configured: {sorted(cfg.providers)}", file=cfg.source, field=field
+            )
+
+
+def resolve_path(cfg: RunConfig, value: str) -> Path:
+    """Relative data paths in a config are relative to the working directory, then to the config file."""
+    p = Path(value)
+    if p.is_absolute() or p.exists():
+        return p
+    alt = Path(cfg.source).parent / p
+    return alt if alt.exists() else p
