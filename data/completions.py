@@ -6,6 +6,10 @@ The request builders are the single source of truth for cache keys: the pipeline
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+
+from data.schemas import Aggregated, ModelCompletions, PunEntry, RawCompletionEntry
 from workers.provider import Message, ProviderRequest
 
 SYSTEM_PROMPT = (
@@ -54,4 +58,39 @@ def greedy_request(provider: str, model_id: str, prompt: str) -> ProviderRequest
         max_tokens=MAX_TOKENS,
         n=1,
         stop=STOP,
+    )
+
+
+# --- aggregation (stage 3 checkpoint) ------------------------------------------------------------
+
+
+def aggregate(models: Mapping[str, ModelCompletions]) -> Aggregated:
+    """Counts over every model's samples, most common first, as upstream's ``Counter.most_common()``.
+
+    Ties keep first-seen order (models in mapping order, samples in order); empty greedy words are
+    not counted; ``total_samples`` is the sum of the word counts.
+    """
+    words: Counter[str] = Counter()
+    greedy: Counter[str] = Counter()
+    for completions in models.values():
+        if completions.greedy:
+            greedy[completions.greedy] += 1
+        words.update(completions.samples)
+    return Aggregated(
+        word_counts=dict(words.most_common()),
+        greedy_counts=dict(greedy.most_common()),
+        total_samples=sum(words.values()),
+    )
+
+
+def build_raw_entry(joke: PunEntry, models: Mapping[str, ModelCompletions]) -> RawCompletionEntry:
+    """One joke's stage 3 record from its per-model completions (models in the order they were run)."""
+    return RawCompletionEntry(
+        index=joke.index,
+        sentence=joke.sentence,
+        prompt=truncate_before_blank(joke.sentence),
+        existing_straight=list(joke.straight),
+        existing_punny=list(joke.punny),
+        models=dict(models),
+        aggregated=aggregate(models),
     )
