@@ -1,0 +1,117 @@
+import pytest
+
+from data.humor.parser import ParsedAnswer, parse_answer, parse_class, parse_letter
+from data.humor.schema import CLASSES
+
+OK_CASES = [
+    # canonical two-line format
+    ("ОТВЕТ ирония\nРЕШЕНИЕ Б", "ирония", "Б"),
+    ("ОТВЕТ эллипсис\nРЕШЕНИЕ Г", "эллипсис", "Г"),
+    # colon / dash / em dash, any case of markers
+    ("ОТВЕТ: ирония\nРЕШЕНИЕ: Б", "ирония", "Б"),
+    ("Ответ - каламбур\nРешение - А", "каламбур", "А"),
+    ("ответ — оксюморон\nрешение — в", "оксюморон", "В"),
+    ("ОТВЕТ:игра слов\nРЕШЕНИЕ:Г", "игра слов", "Г"),
+    # markdown bold and quotes
+    ("**ОТВЕТ:** «логика абсурда»\n**РЕШЕНИЕ:** Б", "логика абсурда", "Б"),
+    ('**ОТВЕТ**: "обман ожиданий"\n**РЕШЕНИЕ**: **В**', "обман ожиданий", "В"),
+    ("ОТВЕТ “секрет Полишинеля”\nРЕШЕНИЕ 'А'", "секрет Полишинеля", "А"),
+    # class in other case, trailing punctuation, ё, hyphen
+    ("ОТВЕТ Капитан Очевидность.\nРЕШЕНИЕ Г.", "капитан Очевидность", "Г"),
+    ("ОТВЕТ капитан очевидность\nРЕШЕНИЕ Б", "капитан Очевидность", "Б"),
+    ("ОТВЕТ КАПИТАН-ОЧЕВИДНОСТЬ!\nРЕШЕНИЕ Б", "капитан Очевидность", "Б"),
+    ("ОТВЕТ секрет полишинеля;\nРЕШЕНИЕ В)", "секрет Полишинеля", "В"),
+    ("ОТВЕТ Не анекдот\nРЕШЕНИЕ (А)", "не анекдот", "А"),
+    ("ОТВЕТ Остроумный ответ\nРЕШЕНИЕ Б", "остроумный ответ", "Б"),
+    ("ОТВЕТ игра паттернов\nРЕШЕНИЕ б", "игра паттернов", "Б"),
+    ("ОТВЕТ обман ожиданий\nРЕШЕНИЕ г", "обман ожиданий", "Г"),
+    ("ОТВЕТ Логика Абсурда\nРЕШЕНИЕ а", "логика абсурда", "А"),
+    # Latin look-alike letters
+    ("ОТВЕТ ирония\nРЕШЕНИЕ A", "ирония", "А"),
+    ("ОТВЕТ ирония\nРЕШЕНИЕ B", "ирония", "В"),
+    ("ОТВЕТ ирония\nРЕШЕНИЕ a", "ирония", "А"),
+    # one line
+    ("ОТВЕТ ирония РЕШЕНИЕ Б", "ирония", "Б"),
+    ("ОТВЕТ: остроумный ответ; РЕШЕНИЕ: Г", "остроумный ответ", "Г"),
+    ("ОТВЕТ остроумный ответ РЕШЕНИЕ В", "остроумный ответ", "В"),
+    ("ОТВЕТ: ирония, Б", "ирония", "Б"),
+    # extra text before and after
+    (
+        "Давайте разберём текст. Здесь важна концовка.\n\nОТВЕТ ирония\nРЕШЕНИЕ Б\n\nПояснение: текст Б тоже ироничен.",
+        "ирония",
+        "Б",
+    ),
+    ("Формат: ОТВЕТ <класс>, РЕШЕНИЕ <буква>.\nОТВЕТ эллипсис\nРЕШЕНИЕ Г", "эллипсис", "Г"),
+    ("ОТВЕТ: ирония\nРЕШЕНИЕ: Б\nМоё решение основано на том, что это не остроумный ответ.", "ирония", "Б"),
+    # value on the next line
+    ("ОТВЕТ:\nкаламбур\nРЕШЕНИЕ:\nВ", "каламбур", "В"),
+    # class named inside more words
+    ("ОТВЕТ: класс «ирония»\nРЕШЕНИЕ: вариант Б", "ирония", "Б"),
+    ("ОТВЕТ: игра слов (обыгрывается омонимия)\nРЕШЕНИЕ: текст Г", "игра слов", "Г"),
+    ("ОТВЕТ: это оксюморон, а не ирония\nРЕШЕНИЕ: в тексте Б", "оксюморон", "Б"),
+    ("ОТВЕТ ирония\nРЕШЕНИЕ Б — потому что там тоже ирония", "ирония", "Б"),
+    # no markers, reference-shaped
+    ("ирония,Б", "ирония", "Б"),
+    ("  Капитан Очевидность, в ", "капитан Очевидность", "В"),
+]
+
+
+@pytest.mark.parametrize(("text", "cls", "letter"), OK_CASES)
+def test_parses(text: str, cls: str, letter: str) -> None:
+    parsed = parse_answer(text)
+    assert parsed == ParsedAnswer(cls, letter)
+    assert parsed.as_output() == f"{cls},{letter}"
+
+
+FAIL_CASES = [
+    ("", None, None),
+    ("   \n  ", None, None),
+    ("Не знаю.", None, None),
+    ("ОТВЕТ: не знаю\nРЕШЕНИЕ: не уверен", None, None),
+    ("ОТВЕТ сарказм\nРЕШЕНИЕ Б", None, "Б"),  # not one of the 12 classes
+    ("ОТВЕТ ирония\nРЕШЕНИЕ Д", "ирония", None),  # not a valid letter
+    ("ОТВЕТ ирония\nРЕШЕНИЕ C", "ирония", None),  # Latin C is not read as В
+    ("ОТВЕТ ирония\nРЕШЕНИЕ D", "ирония", None),
+    ("ОТВЕТ ирония\nРЕШЕНИЕ b", "ирония", None),  # Latin lower b looks like nothing
+    ("ОТВЕТ ирония", "ирония", None),  # no solution
+    ("РЕШЕНИЕ Б", None, "Б"),  # no class
+    ("ОТВЕТ: ирония или каламбур\nРЕШЕНИЕ: А или Б", None, None),  # ambiguous both
+    ("ОТВЕТ: не ирония\nРЕШЕНИЕ: А", None, "А"),  # negated class
+    ("ОТВЕТ ирония\nРЕШЕНИЕ в тексте", "ирония", None),  # preposition, not a letter
+    ("ирония", None, None),
+    ("ирония, Д", None, None),
+]
+
+
+@pytest.mark.parametrize(("text", "cls", "letter"), FAIL_CASES)
+def test_partial_or_unparsed(text: str, cls: str | None, letter: str | None) -> None:
+    parsed = parse_answer(text)
+    assert parsed == ParsedAnswer(cls, letter)
+    assert parsed.as_output() is None
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_every_class_round_trips_in_many_spellings(cls: str) -> None:
+    for spelling in (cls, cls.upper(), cls.lower(), f"«{cls}»", f'"{cls}".', f"**{cls.title()}**"):
+        assert parse_class(spelling) == cls, spelling
+        assert parse_answer(f"ОТВЕТ: {spelling}\nРЕШЕНИЕ: Г").as_output() == f"{cls},Г"
+
+
+def test_yo_variant() -> None:
+    # no canonical class has ё, but models write ё in words that have е and vice versa
+    assert parse_class("оксюморон") == "оксюморон"
+    assert parse_class("ОБМАН ОЖИДАНИЙ") == "обман ожиданий"
+    assert parse_class("обман ожиданий") == parse_class("обман ожиданий".replace("е", "ё"))
+
+
+@pytest.mark.parametrize(
+    ("segment", "letter"),
+    [("Б", "Б"), (" : г.", "Г"), ("**B**", "В"), ("буква «Г»", "Г"), ("Б или В", None), ("", None), ("Е", None)],
+)
+def test_parse_letter(segment: str, letter: str | None) -> None:
+    assert parse_letter(segment) == letter
+
+
+def test_last_answer_wins() -> None:
+    text = "ОТВЕТ каламбур\nРЕШЕНИЕ А\nНет, подумав ещё раз:\nОТВЕТ ирония\nРЕШЕНИЕ Б"
+    assert parse_answer(text).as_output() == "ирония,Б"
