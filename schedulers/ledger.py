@@ -185,6 +185,10 @@ class Ledger:
     def release_request(self, grant: Grant) -> None:
         self._call(self._release, keys=[self._req(grant.key)[0]], args=[grant.owner, grant.token])
 
+    def forget_request(self, key: str) -> None:
+        """Drop a done-record whose result the store does not have (the store is the truth)."""
+        self._call(self.r.delete, self._req(key)[2])
+
     def request_done(self, key: str) -> bool:
         return bool(self._call(self.r.exists, self._req(key)[2]))
 
