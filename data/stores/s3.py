@@ -1,0 +1,226 @@
+"""The checkpoint store on S3 (or any S3-compatible server: MinIO, moto, R2...).
+
+``put(..., if_absent=True)`` is a conditional write (``If-None-Match: *``): S3 decides atomically
+which of several concurrent writers wins (the losers get 412). Servers that do not implement
+conditional writes (older MinIO/Ceph) answer 501/NotImplemented; then we fall back to HEAD-then-PUT,
+which has a race window: two writers that both HEAD before either PUTs both "win", and the later
+PUT replaces the earlier. Shard outputs are deterministic for a unit, so that costs a duplicate
+write, not a wrong result, but the ledger (Redis), not the store, must then be the referee.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import boto3
+import botocore.exceptions
+import msgspec
+from botocore.config import Config
+
+from data.errors import ConfigError, StoreError
+from data.store import Store
+from data.stores.local import validate_key, validate_prefix
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
+
+_NOT_IMPLEMENTED = {"NotImplemented", "InvalidArgument", "InvalidRequest"}
+_MISSING = {"404", "NoSuchKey", "NotFound"}
+
+
+class S3Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """How to reach S3. Secrets are never stored here: only the *names* of the environment
+    variables holding them (defaults: the standard AWS ones, which boto3's own chain also reads,
+    together with ~/.aws, SSO and instance/pod roles)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    session_token_env: str = "AWS_SESSION_TOKEN"
+    addressing_style: str = "auto"
+    max_attempts: int = 5
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> S3Settings:
+        """``PUNCHLINE_S3_ENDPOINT_URL`` (else ``AWS_ENDPOINT_URL``), ``AWS_DEFAULT_REGION``
+        (else ``AWS_REGION``), ``PUNCHLINE_S3_ADDRESSING_STYLE`` (auto|path|virtual)."""
+        source = os.environ if env is None else env
+        endpoint = source.get("PUNCHLINE_S3_ENDPOINT_URL") or source.get("AWS_ENDPOINT_URL") or None
+        region = source.get("AWS_DEFAULT_REGION") or source.get("AWS_REGION") or None
+        style = source.get("PUNCHLINE_S3_ADDRESSING_STYLE", "auto") or "auto"
+        if style not in ("auto", "path", "virtual"):
+            raise ConfigError(f"want auto, path or virtual, got {style!r}", field="PUNCHLINE_S3_ADDRESSING_STYLE")
+        return cls(endpoint_url=endpoint, region=region, addressing_style=style)
+
+    def make_client(self) -> S3Client:
+        config = Config(
+            retries={"mode": "standard", "max_attempts": self.max_attempts},
+            connect_timeout=self.connect_timeout_s,
+            read_timeout=self.read_timeout_s,
+            s3={"addressing_style": self.addressing_style},  # type: ignore[typeddict-item]
+        )
+        kwargs: dict[str, Any] = {}
+        key_id = os.environ.get(self.access_key_id_env)
+        secret = os.environ.get(self.secret_access_key_env)
+        if key_id and secret:
+            kwargs = {"aws_access_key_id": key_id, "aws_secret_access_key": secret}
+            token = os.environ.get(self.session_token_env)
+            if token:
+                kwargs["aws_session_token"] = token
+        # else: boto3's default chain (profiles, SSO, IMDS, IRSA/pod identity).
+        session = boto3.session.Session()  # sessions are not thread-safe; clients are
+        try:
+            return session.client(
+                "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config, **kwargs
+            )
+        except (botocore.exceptions.BotoCoreError, ValueError) as exc:
+            raise ConfigError(f"cannot create an S3 client: {exc}") from exc
+
+
+def _code(exc: botocore.exceptions.ClientError) -> tuple[str, int]:
+    error = exc.response.get("Error", {})
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return str(error.get("Code", "")), int(status or 0)
+
+
+class S3Store(Store):
+    """Keys live under ``s3://bucket/prefix/``. Picklable (the client is rebuilt on the other side),
+    so a store can be handed to Ray actors as-is."""
+
+    def __init__(self, bucket: str, prefix: str, settings: S3Settings) -> None:
+        if not bucket:
+            raise ConfigError("S3 store URL needs a bucket: s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.settings = settings
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._client: S3Client | None = None
+        self._lock = threading.Lock()
+        self._conditional_puts = True  # until the server says it cannot do them
+
+    @classmethod
+    def from_url(cls, url: str, settings: S3Settings) -> S3Store:
+        parts = urlsplit(url)
+        if parts.scheme != "s3":
+            raise ConfigError(f"not an s3:// URL: {url!r}")
+        return cls(parts.netloc, parts.path, settings)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url!r}, endpoint={self.settings.endpoint_url!r})"
+
+    def __reduce__(self) -> tuple[type[S3Store], tuple[str, str, S3Settings]]:
+        return (S3Store, (self.bucket, self.prefix, self.settings))
+
+    @property
+    def client(self) -> S3Client:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self.settings.make_client()
+        return self._client
+
+    def _object_key(self, key: str) -> str:
+        validate_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _fail(self, action: str, key: str, exc: Exception) -> StoreError:
+        return StoreError(f"{self.url}: cannot {action} {key!r}: {exc}")
+
+    # -- Store --
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        name = self._object_key(key)
+        body = bytes(data)
+        try:
+            if not if_absent:
+                self.client.put_object(Bucket=self.bucket, Key=name, Body=body)
+                return True
+            if self._conditional_puts:
+                result = self._put_if_none_match(name, body)
+                if result is not None:
+                    return result
+                self._conditional_puts = False
+            # Fallback for servers without conditional writes; racy, see the module docstring.
+            if self._head(name):
+                return False
+            self.client.put_object(Bucket=self.bucket, Key=name, Body=body)
+            return True
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise self._fail("write", key, exc) from exc
+
+    def _put_if_none_match(self, name: str, body: bytes) -> bool | None:
+        """True if we wrote, False if someone was first, None if the server cannot do it."""
+        for _ in range(5):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=name, Body=body, IfNoneMatch="*")
+                return True
+            except botocore.exceptions.ClientError as exc:
+                code, status = _code(exc)
+                if status == 412 or code == "PreconditionFailed":
+                    return False
+                if status == 409 and code == "ConditionalRequestConflict":
+                    continue  # a concurrent conditional write is in flight: ask again
+                if status == 501 or code in _NOT_IMPLEMENTED:
+                    return None
+                raise
+        # Still conflicting after retries: whoever is writing will win, so we did not.
+        return False
+
+    def _head(self, name: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=name)
+            return True
+        except botocore.exceptions.ClientError as exc:
+            code, status = _code(exc)
+            if status == 404 or code in _MISSING:
+                return False
+            raise
+
+    def get(self, key: str) -> bytes | None:
+        name = self._object_key(key)
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=name)
+            return response["Body"].read()
+        except botocore.exceptions.ClientError as exc:
+            code, status = _code(exc)
+            if status == 404 or code in _MISSING:
+                return None
+            raise self._fail("read", key, exc) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._fail("read", key, exc) from exc
+
+    def exists(self, key: str) -> bool:
+        name = self._object_key(key)
+        try:
+            return self._head(name)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise self._fail("check", key, exc) from exc
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys under ``prefix``, sorted (S3 lists in UTF-8 byte order, which is code point order)."""
+        validate_prefix(prefix)
+        root = f"{self.prefix}/" if self.prefix else ""
+        keys: list[str] = []
+        try:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
+                for item in page.get("Contents", []):
+                    keys.append(item["Key"][len(root) :])
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise self._fail("list", prefix, exc) from exc
+        keys.sort()
+        return iter(keys)
+
+    def delete(self, key: str) -> None:
+        name = self._object_key(key)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=name)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise self._fail("delete", key, exc) from exc
