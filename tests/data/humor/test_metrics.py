@@ -1,0 +1,86 @@
+import pytest
+
+from data.errors import InputError
+from data.humor.metrics import UNPARSED, bootstrap_ci, compute_metrics
+from data.humor.schema import CLASSES
+from tests.data.humor.conftest import make_item
+
+
+def _ans(cls: str, letter: str) -> str:
+    return f"ОТВЕТ {cls}\nРЕШЕНИЕ {letter}"
+
+
+ITEMS = [
+    make_item(1, "ирония,Б"),
+    make_item(2, "ирония,А"),
+    make_item(3, "не анекдот,В"),
+    make_item(4, "не анекдот,Г"),
+    make_item(5, "каламбур,Г"),
+]
+PREDICTIONS = {
+    1: _ans("Ирония", "Б"),  # em (robust and MERA: case is normalised)
+    2: _ans("ирония", "В"),  # class right, letter wrong
+    3: "ОТВЕТ: не анекдот\nРЕШЕНИЕ: В",  # em robust only (colon breaks the MERA reading)
+    4: _ans("ирония", "Г"),  # class wrong, letter right
+    # 5 missing: counted as an empty answer
+}
+
+
+def test_hand_computed_metrics() -> None:
+    m, scores = compute_metrics(ITEMS, PREDICTIONS, resamples=200, seed=1)
+    assert [s.em for s in scores] == [1, 0, 1, 0, 0]
+    assert [s.em_mera for s in scores] == [1, 0, 0, 0, 0]
+    assert m.n == 5 and m.n_missing == 1
+    assert m.em == pytest.approx(2 / 5)
+    assert m.em_mera == pytest.approx(1 / 5)
+    assert m.class_accuracy == pytest.approx(3 / 5)
+    assert m.letter_accuracy == pytest.approx(3 / 5)
+    assert m.parse_failure_rate == pytest.approx(1 / 5)
+    assert m.class_parse_failure_rate == pytest.approx(1 / 5)
+    # ирония: support 2, predicted 3 (items 1, 2, 4), correct 2
+    ir = m.per_class["ирония"]
+    assert (ir.support, ir.predicted, ir.correct) == (2, 3, 2)
+    assert ir.precision == pytest.approx(2 / 3) and ir.recall == 1.0
+    assert ir.f1 == pytest.approx(0.8)
+    # не анекдот: support 2, predicted 1, correct 1
+    assert m.not_a_joke_precision == 1.0 and m.not_a_joke_recall == 0.5
+    assert m.per_class["не анекдот"].f1 == pytest.approx(2 / 3)
+    # каламбур: support 1, never predicted -> precision 0, f1 0
+    assert m.per_class["каламбур"].precision == 0.0 and m.per_class["каламбур"].f1 == 0.0
+    assert m.macro_f1 == pytest.approx((0.8 + 2 / 3 + 0.0) / 3)
+    conf = m.confusion
+    assert conf.cols[-1] == UNPARSED and len(conf.counts) == 12 and all(len(r) == 13 for r in conf.counts)
+    ir_i, nj_i, kal_i = (CLASSES.index(c) for c in ("ирония", "не анекдот", "каламбур"))
+    assert conf.counts[ir_i][ir_i] == 2
+    assert conf.counts[nj_i][nj_i] == 1 and conf.counts[nj_i][ir_i] == 1
+    assert conf.counts[kal_i][12] == 1
+    assert sum(map(sum, conf.counts)) == 5
+    assert m.predicted_letters == {"А": 0, "Б": 1, "В": 2, "Г": 1, UNPARSED: 1}
+    assert m.reference_letters == {"А": 1, "Б": 1, "В": 1, "Г": 2}
+    assert m.em_ci95.low <= m.em <= m.em_ci95.high
+    assert 0.0 <= m.em_ci95.low < m.em_ci95.high <= 1.0
+
+
+def test_bootstrap_is_seeded_and_degenerate_cases() -> None:
+    values = [1, 0, 1, 1, 0, 0, 1, 0, 1, 1]
+    assert bootstrap_ci(values, seed=3) == bootstrap_ci(values, seed=3)
+    ci = bootstrap_ci([1] * 20)
+    assert (ci.low, ci.high) == (1.0, 1.0)
+    wide = bootstrap_ci(values, resamples=2000)
+    assert 0.2 < wide.low < 0.6 < wide.high < 0.95
+
+
+def test_unknown_prediction_id_and_unlabeled_item_are_errors() -> None:
+    with pytest.raises(InputError, match="not in the data"):
+        compute_metrics(ITEMS, {99: "x"})
+    with pytest.raises(InputError, match="private") as err:
+        compute_metrics([make_item(7, "")], {7: _ans("ирония", "Б")})
+    assert err.value.record == 7 and err.value.field == "outputs"
+
+
+def test_all_correct() -> None:
+    preds = {item.id: _ans(*item.outputs.split(",")) for item in ITEMS}
+    m, _ = compute_metrics(ITEMS, preds, resamples=50)
+    assert m.em == m.em_mera == m.class_accuracy == m.letter_accuracy == 1.0
+    assert m.parse_failure_rate == 0.0 and m.n_missing == 0
+    assert m.macro_f1 == 1.0
