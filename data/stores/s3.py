@@ -64,7 +64,7 @@ class S3Settings(msgspec.Struct, frozen=True, kw_only=True):
             retries={"mode": "standard", "max_attempts": self.max_attempts},
             connect_timeout=self.connect_timeout_s,
             read_timeout=self.read_timeout_s,
-            s3={"addressing_style": self.addressing_style},  # type: ignore[typeddict-item]
+            s3={"addressing_style": self.addressing_style},  # type: ignore[arg-type]
         )
         kwargs: dict[str, Any] = {}
         key_id = os.environ.get(self.access_key_id_env)
