@@ -1,0 +1,145 @@
+"""The LLM-judge metric: a judge model compares a model's answer with the reference.
+
+Scale: **binary, 0 or 1** (1 = the answer names the same class, allowing minor variations in wording,
+*and* the same letter as the reference). A binary score makes agreement with exact match directly
+comparable (rate and Cohen's kappa). The judge must answer with exactly one line ``SCORE: 0`` or
+``SCORE: 1``; anything else raises :class:`JudgeParseError`, a retryable provider error, so the engine
+asks again. A judgement that still fails after the retries is *missing* (``None``), never 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from data.errors import RetryableProviderError
+from data.humor.prompts import render_prompt
+from data.humor.schema import HumorItem
+from workers.fake.answers import JUDGE_MARKER
+from workers.provider import Message, ProviderRequest
+
+SCORE_MIN = 0.0
+SCORE_MAX = 1.0
+DEFAULT_THRESHOLD = 1.0
+JUDGE_MAX_TOKENS = 16
+
+JUDGE_SYSTEM = (
+    f"{JUDGE_MARKER} Вы — строгий и беспристрастный эксперт, проверяющий ответы на задание по "
+    "классификации юмористических текстов."
+)
+_JUDGE_USER = """{marker}
+Оцените ответ модели на задание ниже, сравнив его с эталонным ответом.
+
+Ответ считается верным (1), если в нём назван тот же класс юмористического эффекта, что и в эталоне
+(допускаются незначительные отличия в написании: регистр, кавычки, «ё»/«е», пунктуация), и выбрана та же
+буква дополнительного текста. Во всех остальных случаях, в том числе если класс или буква не названы или
+названо несколько вариантов, ответ неверный (0).
+
+=== ЗАДАНИЕ ===
+{task}
+=== КОНЕЦ ЗАДАНИЯ ===
+
+Эталонный ответ: {reference}
+
+=== ОТВЕТ МОДЕЛИ ===
+{answer}
+=== КОНЕЦ ОТВЕТА МОДЕЛИ ===
+
+Выведите ровно одну строку в формате
+SCORE: <0 или 1>"""
+
+_SCORE_LINE = re.compile(r"^\s*\**\s*SCORE\s*\**\s*:\s*\**\s*(?P<value>[-+]?\d+(?:\.\d+)?)\s*\**\s*$", re.IGNORECASE)
+_SCORE_WORD = re.compile(r"SCORE\s*:", re.IGNORECASE)
+
+
+class JudgeParseError(RetryableProviderError):
+    """The judge did not return exactly one valid score line; asking again may help."""
+
+
+def judge_request(
+    provider: str, model_id: str, item: HumorItem, answer_text: str, *, max_tokens: int = JUDGE_MAX_TOKENS
+) -> ProviderRequest:
+    """The judge's request (temperature 0) for one item and the evaluated model's raw answer."""
+    user = _JUDGE_USER.format(marker=JUDGE_MARKER, task=render_prompt(item), reference=item.outputs, answer=answer_text)
+    return ProviderRequest(
+        provider=provider,
+        model=model_id,
+        messages=(Message("system", JUDGE_SYSTEM), Message("user", user)),
+        temperature=0.0,
+        max_tokens=max_tokens,
+    )
+
+
+def parse_score(text: str) -> float:
+    """The score of a judge's reply: exactly one ``SCORE: x`` line with ``x`` in [0, 1]."""
+    lines = [line for line in text.splitlines() if _SCORE_WORD.search(line)]
+    if len(lines) != 1:
+        raise JudgeParseError(f"expected exactly one 'SCORE:' line, found {len(lines)}: {text[:200]!r}")
+    m = _SCORE_LINE.match(lines[0])
+    if m is None:
+        raise JudgeParseError(f"malformed score line {lines[0][:100]!r}")
+    value = float(m.group("value"))
+    if not SCORE_MIN <= value <= SCORE_MAX:
+        raise JudgeParseError(f"score {value} outside [{SCORE_MIN}, {SCORE_MAX}]")
+    return value
+
+
+class JudgeStats(msgspec.Struct, kw_only=True):
+    """Judge results and their agreement with the exact match (over items with a judgement)."""
+
+    scale: str = "binary 0/1"
+    threshold: float
+    n_scored: int
+    n_missing: int
+    mean_score: float | None
+    pass_rate: float | None  # share of judged items with score >= threshold
+    agreement_with_em: float | None
+    kappa_with_em: float | None  # None when undefined (both raters constant and equal)
+
+
+def cohen_kappa(a: Sequence[int], b: Sequence[int]) -> float | None:
+    """Cohen's kappa of two binary raters; None when chance agreement is 1 (kappa undefined)."""
+    n = len(a)
+    if n == 0 or n != len(b):
+        return None
+    po = sum(1 for x, y in zip(a, b, strict=True) if x == y) / n
+    pa, pb = sum(a) / n, sum(b) / n
+    pe = pa * pb + (1 - pa) * (1 - pb)
+    if pe >= 1.0:
+        return None
+    return (po - pe) / (1 - pe)
+
+
+def judge_stats(
+    scores: Mapping[int, float | None], em: Mapping[int, int], *, threshold: float = DEFAULT_THRESHOLD
+) -> JudgeStats:
+    """``scores``: item id -> judge score or None (failed after retries); ``em``: item id -> 0/1.
+
+    Ids of ``em`` absent from ``scores`` count as missing judgements.
+    """
+    judged = [(i, s) for i, s in scores.items() if s is not None and i in em]
+    n_missing = sum(1 for i in em if scores.get(i) is None)
+    if not judged:
+        return JudgeStats(
+            threshold=threshold,
+            n_scored=0,
+            n_missing=n_missing,
+            mean_score=None,
+            pass_rate=None,
+            agreement_with_em=None,
+            kappa_with_em=None,
+        )
+    passed = [int(s >= threshold) for _, s in judged]
+    ems = [int(em[i]) for i, _ in judged]
+    n = len(judged)
+    return JudgeStats(
+        threshold=threshold,
+        n_scored=n,
+        n_missing=n_missing,
+        mean_score=sum(s for _, s in judged) / n,
+        pass_rate=sum(passed) / n,
+        agreement_with_em=sum(1 for p, e in zip(passed, ems, strict=True) if p == e) / n,
+        kappa_with_em=cohen_kappa(passed, ems),
+    )

@@ -1,0 +1,80 @@
+"""Rendering Humor prompts from an item's own instruction template, optionally with k shots.
+
+The texts contain braces (and can contain ``{option_a}`` literally), so ``str.format`` is unsafe:
+placeholders are replaced in a single regex pass, and the substituted texts are never re-scanned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from data.errors import InputError
+from data.humor.schema import PLACEHOLDERS, HumorInputs, HumorItem, split_output
+from workers.provider import Message, ProviderRequest
+
+_PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
+SHOT_SEPARATOR = "\n\n"
+#: Enough for the two answer lines plus some chatter; MERA generates greedily.
+ANSWER_MAX_TOKENS = 64
+
+
+def render_instruction(template: str, inputs: HumorInputs) -> str:
+    """``template`` with ``{context}``, ``{main_text}``, ``{option_a}``..``{option_d}`` filled in."""
+    values = {name: str(getattr(inputs, name)) for name in PLACEHOLDERS}
+    return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
+
+
+def missing_placeholders(template: str) -> list[str]:
+    present = set(_PLACEHOLDER_RE.findall(template))
+    return [name for name in PLACEHOLDERS if name not in present]
+
+
+def shot_answer(item: HumorItem) -> str:
+    """A shot's reference answer in the two-line format the instruction asks for."""
+    ref = split_output(item.outputs)
+    if ref is None:
+        raise InputError(f"a shot needs a reference answer, got {item.outputs!r}", record=item.id, field="outputs")
+    cls, letter = ref
+    return f"ОТВЕТ {cls}\nРЕШЕНИЕ {letter}"
+
+
+def render_prompt(item: HumorItem, shots: Sequence[HumorItem] = ()) -> str:
+    """The user prompt: each shot (its prompt, then its answer), then the item's prompt."""
+    parts = [f"{render_instruction(s.instruction, s.inputs)}\n{shot_answer(s)}" for s in shots]
+    parts.append(render_instruction(item.instruction, item.inputs))
+    return SHOT_SEPARATOR.join(parts)
+
+
+def answer_request(
+    provider: str,
+    model_id: str,
+    item: HumorItem,
+    shots: Sequence[HumorItem] = (),
+    *,
+    max_tokens: int = ANSWER_MAX_TOKENS,
+) -> ProviderRequest:
+    """The greedy (temperature 0) request for one item, as MERA generates (``do_sample: false``)."""
+    return ProviderRequest(
+        provider=provider,
+        model=model_id,
+        messages=(Message("user", render_prompt(item, shots)),),
+        temperature=0.0,
+        max_tokens=max_tokens,
+    )
+
+
+def load_official_templates(path: str | os.PathLike[str]) -> list[str]:
+    """The five prompt templates of ``dataset_meta.json`` (``{"prompts": [...]}``)."""
+    p = Path(path)
+    try:
+        meta = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read: {exc}", file=str(p)) from None
+    prompts = meta.get("prompts") if isinstance(meta, dict) else None
+    if not isinstance(prompts, list) or not all(isinstance(x, str) for x in prompts):
+        raise InputError("expected a list of strings", file=str(p), field="prompts")
+    return prompts
