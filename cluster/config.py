@@ -14,6 +14,7 @@ from typing import Literal
 import msgspec
 
 from data.errors import ConfigError
+from workers.fake.server import FakeConfig
 from workers.provider import ProviderSettings
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
@@ -89,6 +90,7 @@ class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     providers: dict[str, ProviderSettings]
     puns: PunsSettings | None = None
     humor: HumorSettings | None = None
+    simulator: FakeConfig | None = None  # knobs of the offline simulated provider (base_url = "simulated")
     source: str = ""  # the file it was read from (filled by load_config)
 
     def provider(self, name: str) -> ProviderSettings:

@@ -201,7 +201,7 @@ class Ledger:
         base = self._stage(run_id, stage)
         pending = list(pending)
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(f"{base}:todo")
+        pipe.delete(f"{base}:todo", f"{base}:failed")
         if pending:
             pipe.sadd(f"{base}:todo", *[str(s) for s in pending])
         pipe.hset(f"{base}:meta", mapping={"shards_total": shards_total, "units_total": units_total})

@@ -1,14 +1,255 @@
-"""`punchline` sub-commands: run (placeholder until its issue lands)."""
+"""``punchline run | status | runs | retry-failed``: running, watching and resuming pipelines."""
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from data.errors import InputError
+from schedulers.ledger import StageCounters
 
 
 def register(sub: Any) -> None:
-    del sub
+    p = sub.add_parser(
+        "run",
+        help="run (or resume) a pipeline from a TOML config",
+        description="Run a pipeline. With no services configured, starts an embedded redis-server, a local Ray "
+        "and stores checkpoints under runs/<run-id>/. An existing --run-id resumes that run: finished stages "
+        "are skipped, committed shards kept, cached answers never paid twice.",
+    )
+    p.add_argument("config", help="run config (TOML), e.g. configs/demo.toml")
+    p.add_argument("--run-id", help="resume this run (or name a new one)")
+    p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
+    p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
+    p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
+    p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
+    p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
+    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
+    p.set_defaults(func=cmd_run)
+
+    s = sub.add_parser(
+        "status",
+        help="progress, cost and failures of a run",
+        description="Per stage: units total / done / leased / failed, provider requests, cache "
+        "hits, tokens, cost, rate and ETA. Live while the run is going, from its record afterwards.",
+    )
+    s.add_argument("run_id")
+    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_status)
+
+    r = sub.add_parser("runs", help="list runs under the runs folder")
+    r.add_argument("--runs-dir", default="runs")
+    r.set_defaults(func=cmd_runs)
+
+    f = sub.add_parser(
+        "retry-failed",
+        help="retry the failed units of a run",
+        description="Drop the shards that hold failed units and resume the run: only those units are called again.",
+    )
+    f.add_argument("run_id")
+    f.add_argument("--runs-dir", default="runs")
+    f.add_argument("--no-progress", action="store_true")
+    f.set_defaults(func=cmd_retry_failed)
 
 
-def _unused(args: argparse.Namespace) -> int:
+class _Bars:
+    """One progress bar per stage, fed from the ledger's counters."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[extra]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, stage: str, c: StageCounters) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=c.units_total, extra="")
+        extra = f"calls {c.provider_requests} cached {c.cache_hits} failed {c.units_failed} ${c.cost_usd:.4f}"
+        self.progress.update(
+            self.tasks[stage], completed=c.units_done + c.units_failed, total=c.units_total, extra=extra
+        )
+
+
+def _run(config: str, opts: Any, no_progress: bool) -> int:
+    from cluster.driver import run
+
+    console = Console(stderr=True)
+    bars = None if no_progress else _Bars(console)
+    if bars:
+        bars.progress.start()
+    try:
+        record = run(config, opts, progress=bars)
+    finally:
+        if bars:
+            bars.progress.stop()
+    out = Console()
+    out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
+    _print_counters(out, record.counters)
+    store = record.services.store_url
+    out.print(f"artifacts in {store}/{record.run_id}/artifacts/:")
+    for name in record.artifacts:
+        out.print(f"  {name}")
+    if record.failures:
+        out.print(
+            f"[red]{sum(len(v) for v in record.failures.values())} failed units[/red]; "
+            f"see `punchline status {record.run_id}`, then `punchline retry-failed {record.run_id}`"
+        )
+        return 1
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cluster.driver import RunOptions
+
+    opts = RunOptions.from_env(
+        run_id=args.run_id,
+        redis_url=args.redis_url,
+        store=args.store,
+        ray_address=args.ray_address,
+        max_cost_usd=args.max_cost_usd,
+        offline=args.offline,
+        runs_dir=args.runs_dir,
+    )
+    return _run(args.config, opts, args.no_progress)
+
+
+def _load_record(runs_dir: str, run_id: str) -> Any:
+    from cluster.driver import RunRecord
+
+    path = Path(runs_dir) / run_id / "run.json"
+    if not path.exists():
+        raise InputError(f"no run {run_id!r} under {runs_dir}/ (see `punchline runs`)", file=str(path))
+    return msgspec.json.decode(path.read_bytes(), type=RunRecord)
+
+
+def _live_counters(record: Any) -> tuple[dict[str, StageCounters], dict[str, int], dict[str, dict[str, str]]] | None:
+    """Counters from the run's Redis if it is still up (a running run), else None."""
+    try:
+        from cluster.redis_server import connect
+        from schedulers.ledger import Ledger
+
+        ledger = Ledger(connect(record.services.redis_url))
+        ledger.ping()
+        counters = {s: ledger.counters(record.run_id, s) for s in record.stages}
+        leased = {s: ledger.leased_shards(record.run_id, s) for s in record.stages}
+        failures = {s: f for s in record.stages if (f := ledger.failures(record.run_id, s))}
+        return counters, leased, failures
+    except Exception:
+        return None
+
+
+def _print_counters(console: Console, counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> None:
+    table = Table(
+        "stage",
+        "units",
+        "done",
+        "leased shards",
+        "failed",
+        "requests",
+        "cache hits",
+        "tokens in/out",
+        "cost $",
+        "rate/s",
+        "ETA",
+    )
+    now = time.time()
+    for stage, c in counters.items():
+        elapsed = max((c.updated_at or now) - (c.started_at or now), 1e-9)
+        rate = c.units_done / elapsed if c.units_done else 0.0
+        left = c.units_total - c.units_done - c.units_failed
+        eta = f"{left / rate:.0f}s" if rate and left > 0 else "-"
+        table.add_row(
+            stage,
+            str(c.units_total),
+            str(c.units_done),
+            str((leased or {}).get(stage, "-")),
+            str(c.units_failed),
+            str(c.provider_requests),
+            str(c.cache_hits),
+            f"{c.input_tokens}/{c.output_tokens}",
+            f"{c.cost_usd:.4f}",
+            f"{rate:.1f}",
+            eta,
+        )
+    console.print(table)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    record = _load_record(args.runs_dir, args.run_id)
+    live = _live_counters(record) if record.state == "running" else None
+    counters, leased, failures = live if live else (record.counters, None, record.failures)
+    if args.json:
+        print(
+            msgspec.json.encode(
+                {
+                    "run_id": record.run_id,
+                    "state": record.state,
+                    "live": live is not None,
+                    "counters": counters,
+                    "failures": failures,
+                }
+            ).decode()
+        )
+        return 0
+    console = Console()
+    console.print(f"run [bold]{record.run_id}[/bold] ({record.pipeline}): {record.state}{' (live)' if live else ''}")
+    _print_counters(console, counters, leased)
+    for stage, fails in failures.items():
+        console.print(f"[red]{len(fails)} failed units in {stage}:[/red]")
+        for uid, reason in sorted(fails.items()):
+            console.print(f"  {uid}: {reason}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from cluster.driver import RunRecord
+
+    root = Path(args.runs_dir)
+    table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
+    for path in sorted(root.glob("*/run.json")):
+        rec = msgspec.json.decode(path.read_bytes(), type=RunRecord)
+        done = sum(c.units_done for c in rec.counters.values())
+        cost = sum(c.cost_usd for c in rec.counters.values())
+        created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at))
+        table.add_row(rec.run_id, rec.pipeline, rec.state, created, str(done), f"{cost:.4f}")
+    Console().print(table)
+    return 0
+
+
+def cmd_retry_failed(args: argparse.Namespace) -> int:
+    from cluster.driver import RunOptions
+    from cluster.pipeline import ShardOutput
+    from data.store import open_store
+
+    record = _load_record(args.runs_dir, args.run_id)
+    store = open_store(record.services.store_url)
+    decoder = msgspec.msgpack.Decoder(ShardOutput)
+    dropped = 0
+    for stage in record.stages:
+        prefix = f"{record.run_id}/stages/{stage}/shards/"
+        for key in list(store.list(prefix)):
+            raw = store.get(key)
+            if raw is not None and any(r.error for r in decoder.decode(raw).results):
+                store.delete(key)
+                dropped += 1
+    for stage in record.stages:  # later stages depend on the retried results
+        if dropped:
+            store.delete(f"{record.run_id}/stages/{stage}/manifest.json")
+    Console(stderr=True).print(f"dropped {dropped} shards with failed units; resuming {record.run_id}")
+    opts = RunOptions.from_env(run_id=record.run_id, runs_dir=args.runs_dir, store=record.services.store_url)
+    return _run(record.config_path, opts, args.no_progress)

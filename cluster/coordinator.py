@@ -1,0 +1,250 @@
+"""The coordinator: turns a stage into shards, keeps a worker on every node until every shard is
+committed, then runs the stage's reduce step.
+
+Elasticity is reconciliation, not events: once a second it compares the nodes Ray reports alive
+with the workers it has, starts workers on nodes that joined, replaces workers that died on nodes
+that are still alive, and forgets those of nodes that left. Their shards come back to the queue
+when their leases expire. Completion is decided by the store (every shard file present), never by
+Redis alone, so a wiped Redis can only cost time, not results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import structlog
+
+from cluster.pipeline import ShardOutput, Stage, StageContext, StagePlan, UnitResult, make_plan
+from data.errors import BudgetExceeded, PunchlineError
+from data.store import Store
+from schedulers.ledger import Ledger, StageCounters
+from workers.shard_worker import WorkerConfig, WorkerReport, shard_key, worker_actor_class
+
+log = structlog.get_logger("punchline.coordinator")
+
+ProgressFn = Callable[[str, StageCounters], None]
+
+
+class _Slot(msgspec.Struct):
+    node_id: str
+    index: int
+    actor: Any = None
+    ref: Any = None
+
+
+class WorkerPool:
+    """Keeps ``per_node`` worker actors on each alive Ray node."""
+
+    def __init__(self, worker_cfg: WorkerConfig, *, per_node: int, cpus: float, stage: str, plan_ref: Any) -> None:
+        import ray
+
+        self.ray = ray
+        self.cfg_bytes = msgspec.msgpack.encode(worker_cfg)
+        self.per_node = per_node
+        self.cpus = cpus
+        self.stage = stage
+        self.plan_ref = plan_ref
+        self.slots: dict[tuple[str, int], _Slot] = {}
+        self.actor_cls = worker_actor_class()
+        self.started = 0
+        self.replaced = 0
+
+    def alive_nodes(self) -> list[str]:
+        return [n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+
+    def _start(self, slot: _Slot) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        strategy = NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False)
+        name = f"w{slot.index}-{slot.node_id[:8]}"
+        slot.actor = self.actor_cls.options(num_cpus=self.cpus, scheduling_strategy=strategy).remote(
+            self.cfg_bytes, name
+        )
+        slot.ref = slot.actor.work.remote(self.stage, self.plan_ref)
+        self.started += 1
+
+    def reconcile(self) -> None:
+        alive = set(self.alive_nodes())
+        for key in [k for k in self.slots if k[0] not in alive]:
+            log.info("node_left", node=key[0][:12])
+            del self.slots[key]
+        for node in alive:
+            for i in range(self.per_node):
+                if (node, i) not in self.slots:
+                    slot = _Slot(node, i)
+                    self.slots[(node, i)] = slot
+                    self._start(slot)
+
+    def poll(self, timeout_s: float) -> list[WorkerReport]:
+        """Collect finished work calls; restart the slots whose actor died."""
+        refs = {s.ref: s for s in self.slots.values() if s.ref is not None}
+        if not refs:
+            time.sleep(timeout_s)
+            return []
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        reports = []
+        for ref in ready:
+            slot = refs[ref]
+            slot.ref = None
+            try:
+                reports.append(msgspec.msgpack.decode(self.ray.get(ref), type=WorkerReport))
+            except Exception as exc:  # the actor died (killed, node lost, OOM): replace it
+                log.warning("worker_died", node=slot.node_id[:12], error=type(exc).__name__)
+                self.replaced += 1
+                del self.slots[(slot.node_id, slot.index)]
+        return reports
+
+    def resume_idle(self) -> None:
+        for slot in self.slots.values():
+            if slot.ref is None and slot.actor is not None:
+                slot.ref = slot.actor.work.remote(self.stage, self.plan_ref)
+
+    def busy(self) -> int:
+        return sum(1 for s in self.slots.values() if s.ref is not None)
+
+    def shutdown(self) -> None:
+        for slot in self.slots.values():
+            if slot.actor is not None:
+                with contextlib.suppress(Exception):  # already gone
+                    self.ray.kill(slot.actor, no_restart=True)
+        self.slots.clear()
+
+
+class Coordinator:
+    def __init__(
+        self,
+        *,
+        ctx: StageContext,
+        ledger: Ledger,
+        worker_cfg: WorkerConfig,
+        shard_size: int,
+        workers_per_node: int,
+        worker_cpus: float,
+        progress: ProgressFn | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.ctx = ctx
+        self.store: Store = ctx.store
+        self.ledger = ledger
+        self.worker_cfg = worker_cfg
+        self.shard_size = shard_size
+        self.workers_per_node = workers_per_node
+        self.worker_cpus = worker_cpus
+        self.progress = progress
+        self.poll_s = poll_s
+
+    def manifest_key(self, stage: str) -> str:
+        return f"{self.ctx.run_id}/stages/{stage}/manifest.json"
+
+    def stage_done(self, stage: str) -> bool:
+        return self.store.exists(self.manifest_key(stage))
+
+    def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
+        """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
+        units = stage.plan(self.ctx)
+        plan = make_plan(stage.name, units, self.shard_size)
+        results = self.execute(plan) if units else {}
+        artifacts = stage.reduce(self.ctx, results)
+        failed = {uid: str(r.error) for uid, r in sorted(results.items()) if r.error is not None}
+        manifest = {
+            "stage": stage.name,
+            "units": len(units),
+            "shards": plan.shard_count(),
+            "failed": len(failed),
+            "artifacts": artifacts,
+        }
+        if not failed:  # a stage with failed units is re-planned on resume / retry-failed
+            self.store.put(self.manifest_key(stage.name), msgspec.json.encode(manifest))
+        return artifacts, failed
+
+    def _missing(self, plan: StagePlan) -> list[int]:
+        prefix = f"{self.ctx.run_id}/stages/{plan.stage}/shards/"
+        present = set(self.store.list(prefix))
+        return [i for i in range(plan.shard_count()) if shard_key(self.ctx.run_id, plan.stage, i) not in present]
+
+    def _init(self, plan: StagePlan, missing: list[int]) -> None:
+        self.ledger.init_stage(
+            self.ctx.run_id,
+            plan.stage,
+            pending=missing,
+            shards_total=plan.shard_count(),
+            units_total=len(plan.units),
+            shards_done=plan.shard_count() - len(missing),
+        )
+
+    def execute(self, plan: StagePlan) -> dict[str, UnitResult]:
+        import ray
+
+        run_id, stage = self.ctx.run_id, plan.stage
+        missing = self._missing(plan)
+        log.info(
+            "stage_start",
+            run_id=run_id,
+            stage=stage,
+            shards=plan.shard_count(),
+            missing=len(missing),
+            units=len(plan.units),
+        )
+        if missing:
+            self._init(plan, missing)
+            pool = WorkerPool(
+                self.worker_cfg,
+                per_node=self.workers_per_node,
+                cpus=self.worker_cpus,
+                stage=stage,
+                plan_ref=ray.put(msgspec.msgpack.encode(plan)),
+            )
+            try:
+                self._drive(plan, pool)
+            finally:
+                pool.shutdown()
+        if self.progress:
+            self.progress(stage, self.ledger.counters(run_id, stage))
+        return self._load(plan)
+
+    def _drive(self, plan: StagePlan, pool: WorkerPool) -> None:
+        run_id, stage = self.ctx.run_id, plan.stage
+        budget_hit = False
+        last_check = 0.0
+        while True:
+            if not budget_hit:
+                pool.reconcile()
+            reports = pool.poll(self.poll_s)
+            for rep in reports:
+                budget_hit |= rep.budget_exhausted
+            if self.progress:
+                self.progress(stage, self.ledger.counters(run_id, stage))
+            now = time.monotonic()
+            if reports or now - last_check > 2.0:
+                last_check = now
+                missing = self._missing(plan)
+                if not missing:
+                    return
+                if not self.ledger.stage_initialized(run_id, stage):
+                    log.warning("stage_state_lost", run_id=run_id, stage=stage, missing=len(missing))
+                    self._init(plan, missing)
+            if budget_hit and pool.busy() == 0:
+                raise BudgetExceeded(
+                    f"stage {stage}: stopped scheduling because the next units would exceed the budget; "
+                    "everything collected so far is kept (resume with a higher --max-cost-usd)"
+                )
+            if not budget_hit:
+                pool.resume_idle()
+
+    def _load(self, plan: StagePlan) -> dict[str, UnitResult]:
+        decoder = msgspec.msgpack.Decoder(ShardOutput)
+        results: dict[str, UnitResult] = {}
+        for i in range(plan.shard_count()):
+            raw = self.store.get(shard_key(self.ctx.run_id, plan.stage, i))
+            if raw is None:
+                raise PunchlineError(f"stage {plan.stage}: shard {i} is missing from {self.store.url}")
+            for r in decoder.decode(raw).results:
+                results[r.unit_id] = r
+        expected = {u.unit_id for u in plan.units}
+        if set(results) != expected:
+            raise PunchlineError(f"stage {plan.stage}: shards do not match the plan (was the config changed?)")
+        return results

@@ -1,0 +1,257 @@
+"""The driver: sets up the services of a run (Redis, Ray, the store, the simulated provider), then
+hands each stage to the coordinator in order.
+
+With nothing configured it is self-contained: an embedded ``redis-server`` whose AOF lives in
+``runs/<run-id>/redis/``, a local Ray, the local store under ``runs/``. Any of these can be pointed
+at a cluster's services by flag, environment or config. Starting a run with an existing id resumes
+it: finished stages are skipped, committed shards are not redone, cached answers are not re-paid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from cluster.config import SIMULATED, RunConfig, load_config
+from cluster.coordinator import Coordinator, ProgressFn
+from cluster.pipeline import Stage, StageContext
+from data.errors import ConfigError
+from data.store import Store, open_store
+from schedulers.ledger import Ledger, StageCounters
+from workers.shard_worker import WorkerConfig
+
+log = structlog.get_logger("punchline.driver")
+
+
+class Services(msgspec.Struct, kw_only=True):
+    """Where a run's services are; recorded in ``runs/<id>/run.json`` so ``status`` can find them."""
+
+    redis_url: str
+    store_url: str
+    ray_address: str | None = None
+    simulator_url: str | None = None
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    run_id: str
+    pipeline: str
+    config_path: str
+    config_toml: str
+    created_at: float
+    services: Services
+    stages: list[str]
+    state: str = "running"  # running | finished | failed | budget
+    finished_at: float | None = None
+    counters: dict[str, StageCounters] = {}
+    artifacts: list[str] = []
+    failures: dict[str, dict[str, str]] = {}
+
+
+class RunOptions(msgspec.Struct, kw_only=True):
+    """Command-line / environment overrides of the config's ``[run]`` table."""
+
+    run_id: str | None = None
+    runs_dir: str = "runs"
+    redis_url: str | None = None
+    store: str | None = None
+    ray_address: str | None = None
+    max_cost_usd: float | None = None
+    offline: bool | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> RunOptions:
+        env = os.environ
+        base = cls(
+            runs_dir=env.get("PUNCHLINE_RUNS_DIR", "runs"),
+            redis_url=env.get("PUNCHLINE_REDIS_URL"),
+            store=env.get("PUNCHLINE_STORE"),
+            ray_address=env.get("PUNCHLINE_RAY_ADDRESS"),
+        )
+        values = {k: v for k, v in overrides.items() if v is not None}
+        return msgspec.structs.replace(base, **values)
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return f"{cfg.run.name or cfg.run.pipeline}-{stamp}-{secrets.token_hex(2)}"
+
+
+def pipeline_stages(cfg: RunConfig) -> list[Stage]:
+    if cfg.run.pipeline == "puns":
+        from cluster.pipelines import puns
+
+        return puns.stages(cfg)
+    from cluster.pipelines import humor
+
+    return humor.stages(cfg)
+
+
+@contextlib.contextmanager
+def _redis(url: str | None, run_dir: Path) -> Iterator[str]:
+    """The run's Redis: the given URL, else the embedded server (reused if a killed driver left it)."""
+    if url:
+        yield url
+        return
+    from cluster.redis_server import EmbeddedRedis, connect
+
+    state = run_dir / "redis" / "server.json"
+    if state.exists():
+        old = msgspec.json.decode(state.read_bytes(), type=dict[str, str])
+        with contextlib.suppress(Exception):
+            client = connect(old["url"])
+            client.ping()
+            log.info("redis_reused", url=old["url"])
+            try:
+                yield old["url"]
+            finally:
+                with contextlib.suppress(Exception):
+                    client.shutdown()
+            return
+    server = EmbeddedRedis(run_dir / "redis")
+    server.start()
+    state.write_bytes(msgspec.json.encode({"url": server.url}))
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def _simulator(cfg: RunConfig) -> Iterator[str | None]:
+    """Start the offline simulated provider if any provider's base_url says ``simulated``."""
+    sim = [n for n, p in cfg.providers.items() if p.base_url == SIMULATED]
+    if not sim:
+        yield None
+        return
+    from workers.fake.server import FakeConfig, FakeProviderServer
+
+    server = FakeProviderServer(cfg.simulator or FakeConfig())
+    server.start()
+    for name in sim:
+        p = cfg.providers[name]
+        base = server.openai_base_url if p.kind == "openai" else server.anthropic_base_url
+        cfg.providers[name] = msgspec.structs.replace(p, base_url=base)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
+    data = msgspec.json.format(msgspec.json.encode(record), indent=2)
+    store.put(f"{record.run_id}/run.json", data)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from data.jsonio import atomic_write_bytes
+
+    atomic_write_bytes(run_dir / "run.json", data)
+
+
+def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = None) -> RunRecord:
+    cfg = load_config(config_path)
+    run_id = opts.run_id or new_run_id(cfg)
+    run_dir = Path(opts.runs_dir) / run_id
+    store_url = opts.store or cfg.run.store or opts.runs_dir
+    store = open_store(store_url)
+    existing = store.get(f"{run_id}/run.json")
+    config_toml = Path(config_path).read_text()
+    if existing is not None:
+        prev = msgspec.json.decode(existing, type=RunRecord)
+        if prev.config_toml != config_toml:
+            raise ConfigError(
+                f"run {run_id} exists with a different config; start a new run id or restore the config "
+                f"({prev.config_path})",
+                file=config_path,
+            )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(ImportError):
+        from cluster.logging import configure_logging
+
+        configure_logging(run_dir, console=False)
+    slog = log.bind(run_id=run_id)
+    max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
+    offline = opts.offline if opts.offline is not None else cfg.run.offline
+    stages = pipeline_stages(cfg)
+    with _redis(opts.redis_url or cfg.run.redis_url, run_dir) as redis_url, _simulator(cfg) as sim_url:
+        from cluster.ray_runtime import RaySettings, ensure_ray
+        from cluster.redis_server import connect
+
+        ray_address = opts.ray_address or cfg.run.ray_address
+        ensure_ray(RaySettings(address=ray_address))
+        services = Services(redis_url=redis_url, store_url=store.url, ray_address=ray_address, simulator_url=sim_url)
+        record = RunRecord(
+            run_id=run_id,
+            pipeline=cfg.run.pipeline,
+            config_path=str(config_path),
+            config_toml=config_toml,
+            created_at=time.time(),
+            services=services,
+            stages=[s.name for s in stages],
+        )
+        if existing is not None:
+            prev = msgspec.json.decode(existing, type=RunRecord)
+            record.created_at = prev.created_at
+        _snapshot(store, run_dir, record)
+        ledger = Ledger(connect(redis_url))
+        worker_cfg = WorkerConfig(
+            run_id=run_id,
+            redis_url=redis_url,
+            store_url=store_url,
+            providers=cfg.providers,
+            lease_ms=cfg.run.lease_ms,
+            offline=offline,
+            max_cost_usd=max_cost,
+            log_path=str((run_dir / "log.jsonl").resolve()),
+        )
+        ctx = StageContext(cfg, run_id, store)
+        coord = Coordinator(
+            ctx=ctx,
+            ledger=ledger,
+            worker_cfg=worker_cfg,
+            shard_size=cfg.run.shard_size,
+            workers_per_node=cfg.run.workers_per_node,
+            worker_cpus=cfg.run.worker_cpus,
+            progress=progress,
+        )
+        slog.info("run_start", stages=record.stages, store=store.url)
+        try:
+            for stage in stages:
+                if coord.stage_done(stage.name):
+                    slog.info("stage_skipped", stage=stage.name, reason="manifest present")
+                    record.artifacts += _manifest_artifacts(store, run_id, stage.name)
+                    continue
+                artifacts, failures = coord.run_stage(stage)
+                record.artifacts += artifacts
+                record.counters[stage.name] = ledger.counters(run_id, stage.name)
+                record.failures.pop(stage.name, None)
+                if failures:
+                    record.failures[stage.name] = failures
+                _snapshot(store, run_dir, record)
+            record.state = "finished" if not record.failures else "failed"
+        except BaseException as exc:
+            from data.errors import BudgetExceeded
+
+            record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
+            raise
+        finally:
+            for name in record.stages:
+                with contextlib.suppress(Exception):
+                    record.counters[name] = ledger.counters(run_id, name)
+            record.finished_at = time.time()
+            with contextlib.suppress(Exception):
+                _snapshot(store, run_dir, record)
+            slog.info("run_end", state=record.state)
+    return record
+
+
+def _manifest_artifacts(store: Store, run_id: str, stage: str) -> list[str]:
+    raw = store.get(f"{run_id}/stages/{stage}/manifest.json")
+    if raw is None:
+        return []
+    return list(msgspec.json.decode(raw, type=dict[str, object]).get("artifacts", []))  # type: ignore[call-overload]

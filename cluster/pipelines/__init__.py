@@ -1,0 +1,1 @@
+"""Pipelines: the stages of each workload, in order."""

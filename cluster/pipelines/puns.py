@@ -1,0 +1,233 @@
+"""The Puns 205 workflow as engine stages: collect -> classify -> rank -> cloze -> evaluate.
+
+Each stage's ``plan`` reads only the config and earlier artifacts; each ``reduce`` is a pure
+function of results, using the same ``data/`` functions as the ``punchline puns`` commands, so an
+engine run and the offline tools produce byte-identical files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from cluster.config import RunConfig, resolve_path
+from cluster.pipeline import Stage, StageContext, UnitResult, UnitSpec
+from data.completions import greedy_request, sample_request, truncate_before_blank
+from data.jsonio import decode_bytes, dumps_upstream
+from data.puns_io import load_puns
+from data.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
+from data.words import extract_word
+
+RAW = "raw_completions.json"
+CLASSIFIED = "classified_completions.json"
+RANKED = "puns_ranked.json"
+TESTS = "contextual_cloze_tests.json"
+RESPONSES = "cloze_responses.json"
+
+
+def _jokes(ctx: StageContext) -> list[PunEntry]:
+    assert ctx.cfg.puns is not None
+    return load_puns(resolve_path(ctx.cfg, ctx.cfg.puns.jokes))
+
+
+class CollectStage:
+    """Stage 3: per joke and model, one greedy call and one call for ``samples`` sampled completions."""
+
+    name = "collect"
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        cfg = ctx.cfg.puns
+        assert cfg is not None
+        settings = ctx.cfg.provider(cfg.collect.provider)
+        units = []
+        for joke in _jokes(ctx):
+            prompt = truncate_before_blank(joke.sentence)
+            for nick in cfg.collect.models:
+                model_id = settings.model_id(nick)
+                base = f"collect/{joke.index:05d}/{nick}"
+                units.append(
+                    UnitSpec(unit_id=f"{base}/greedy", request=greedy_request(cfg.collect.provider, model_id, prompt))
+                )
+                units.append(
+                    UnitSpec(
+                        unit_id=f"{base}/samples",
+                        request=sample_request(cfg.collect.provider, model_id, prompt, n=cfg.collect.samples),
+                    )
+                )
+        return units
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        from data.completions import build_raw_entry
+
+        cfg = ctx.cfg.puns
+        assert cfg is not None
+        raw: RawCompletions = {}
+        for joke in _jokes(ctx):
+            models = {}
+            for nick in cfg.collect.models:
+                base = f"collect/{joke.index:05d}/{nick}"
+                greedy = results[f"{base}/greedy"].response
+                samples = results[f"{base}/samples"].response
+                models[nick] = ModelCompletions(
+                    greedy=extract_word(greedy.texts[0]) if greedy and greedy.texts else "",
+                    samples=[w for t in (samples.texts if samples else []) if (w := extract_word(t))],
+                )
+            raw[str(joke.index)] = build_raw_entry(joke, models)
+        ctx.write_artifact(RAW, dumps_upstream(raw).encode())
+        return [RAW]
+
+
+class ClassifyStage:
+    """Stage 4: unknown candidate words classified by an LLM, ``batch_size`` jokes per call."""
+
+    name = "classify"
+
+    def _raw(self, ctx: StageContext) -> RawCompletions:
+        return decode_bytes(ctx.read_artifact(RAW), RawCompletions, source=ctx.artifact_key(RAW))
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        from data.classify import batches, classify_request
+
+        cfg = ctx.cfg.puns
+        assert cfg is not None and cfg.classify is not None
+        model_id = ctx.cfg.provider(cfg.classify.provider).model_id(cfg.classify.model)
+        units = []
+        for i, batch in enumerate(batches(list(self._raw(ctx).values()), size=cfg.classify.batch_size)):
+            units.append(
+                UnitSpec(
+                    unit_id=f"classify/{i:05d}",
+                    request=classify_request(cfg.classify.provider, model_id, batch),
+                    check="classify_json",
+                )
+            )
+        return units
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        from data.classify import merge, parse_verdicts
+
+        verdicts: dict[str, dict[str, str]] = {}
+        for uid in sorted(results):
+            r = results[uid]
+            if r.response is not None and r.response.texts:
+                verdicts.update(parse_verdicts(r.response.texts[0]))
+        classified: ClassifiedCompletions = {k: merge(e, verdicts) for k, e in self._raw(ctx).items()}
+        ctx.write_artifact(CLASSIFIED, dumps_upstream(classified).encode())
+        return [CLASSIFIED]
+
+
+class RankStage:
+    """Stage 5: tiers from the classified completions (no provider calls)."""
+
+    name = "rank"
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        return []
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        from data.tiers import apply_rankings, rank
+
+        classified = decode_bytes(
+            ctx.read_artifact(CLASSIFIED), ClassifiedCompletions, source=ctx.artifact_key(CLASSIFIED)
+        )
+        ranked = apply_rankings(_jokes(ctx), rank(classified))
+        ctx.write_artifact(RANKED, dumps_upstream(ranked).encode())
+        return [RANKED]
+
+
+class ClozeStage:
+    """Stage 6: the contrastive cloze tests (no provider calls)."""
+
+    name = "cloze"
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        return []
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        from data.cloze import build_tests
+
+        cfg = ctx.cfg.puns
+        assert cfg is not None and cfg.cloze is not None
+        ranked = decode_bytes(ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED))
+        tests = build_tests(ranked, seed=cfg.cloze.seed, pairs=cfg.cloze.pairs, file=ctx.artifact_key(RANKED))
+        ctx.write_artifact(TESTS, dumps_upstream(tests).encode())
+        return [TESTS]
+
+
+class EvaluateStage:
+    """Run the cloze tests against models and report the funny-rate shift per priming context."""
+
+    name = "evaluate"
+
+    def _tests(self, ctx: StageContext) -> list:
+        from data.schemas import ClozeTest
+
+        return decode_bytes(ctx.read_artifact(TESTS), list[ClozeTest], source=ctx.artifact_key(TESTS))
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        from data.cloze_run import cloze_request
+
+        cfg = ctx.cfg.puns
+        assert cfg is not None and cfg.evaluate is not None
+        settings = ctx.cfg.provider(cfg.evaluate.provider)
+        return [
+            UnitSpec(
+                unit_id=f"evaluate/{nick}/{i:05d}",
+                request=cloze_request(cfg.evaluate.provider, settings.model_id(nick), test),
+            )
+            for nick in cfg.evaluate.models
+            for i, test in enumerate(self._tests(ctx))
+        ]
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        from data.cloze_report import build_report, write_report
+        from data.cloze_run import to_response
+        from data.schemas import ClozeModelResponses
+
+        cfg = ctx.cfg.puns
+        assert cfg is not None and cfg.evaluate is not None
+        settings = ctx.cfg.provider(cfg.evaluate.provider)
+        tests = self._tests(ctx)
+        responses = {}
+        for nick in cfg.evaluate.models:
+            per = {}
+            for i, test in enumerate(tests):
+                r = results[f"evaluate/{nick}/{i:05d}"].response
+                per[str(i)] = to_response(test, r.texts[0] if r and r.texts else "")
+            responses[nick] = ClozeModelResponses(model_id=settings.model_id(nick), responses=per)
+        ctx.write_artifact(RESPONSES, dumps_upstream(responses).encode())
+        ranked = decode_bytes(ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED))
+        report = build_report(responses, tests, ranked)
+        names = [RESPONSES]
+        with tempfile.TemporaryDirectory() as tmp:
+            write_report(report, Path(tmp))
+            for f in sorted(Path(tmp).iterdir()):
+                ctx.write_artifact(f"cloze_report/{f.name}", f.read_bytes())
+                names.append(f"cloze_report/{f.name}")
+        return names
+
+
+def stages(cfg: RunConfig) -> list[Stage]:
+    assert cfg.puns is not None
+    out: list[Stage] = [CollectStage()]
+    if cfg.puns.classify is not None:
+        out.append(ClassifyStage())
+        out += [RankStage()]
+        if cfg.puns.cloze is not None:
+            out.append(ClozeStage())
+            if cfg.puns.evaluate is not None:
+                out.append(EvaluateStage())
+    return out
+
+
+def summary(ctx: StageContext) -> dict[str, object]:
+    """Headline figures of a finished run, for the console."""
+    out: dict[str, object] = {}
+    if ctx.store.exists(ctx.artifact_key(RANKED)):
+        ranked = msgspec.json.decode(ctx.read_artifact(RANKED), type=list[PunEntry])
+        tiers: dict[str, int] = {}
+        for p in ranked:
+            tiers[str(p.cloze_tier)] = tiers.get(str(p.cloze_tier), 0) + 1
+        out["tiers"] = tiers
+    return out
