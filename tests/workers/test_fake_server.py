@@ -1,0 +1,230 @@
+"""The fake provider over HTTP: SDK compatibility, determinism, stats, and the answer families."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from data.completions import greedy_request, sample_request, truncate_before_blank
+from data.errors import RetryableProviderError
+from workers.fake import JUDGE_MARKER, FakeProviderServer, fetch_stats, request_wire_key
+from workers.fake.answers import HUMOR_CLASSES, AnswerKnobs, JokeBook, answer, model_size_b
+from workers.provider import Message, ProviderRequest
+from workers.providers import make_provider
+
+M405 = "meta-llama/Meta-Llama-3.1-405B-Instruct-Turbo"
+M3 = "meta-llama/Llama-3.2-3B-Instruct-Turbo"
+TAILOR = "The tailor won his court case because he had an excellent"
+
+
+async def _complete(fake: FakeProviderServer, request: ProviderRequest, kind: str = "openai", **kw: object):
+    provider = make_provider("fake", fake.provider_settings(kind, timeout_s=5, **kw))  # type: ignore[arg-type]
+    try:
+        return await provider.complete(request)
+    finally:
+        await provider.aclose()
+
+
+def test_openai_n_choices_usage_and_determinism(fake: FakeProviderServer) -> None:
+    req = sample_request("fake", M405, TAILOR)
+    first = asyncio.run(_complete(fake, req))
+    second = asyncio.run(_complete(fake, req))
+    assert len(first.texts) == 20
+    assert first.texts == second.texts
+    assert first.input_tokens > 0 and first.output_tokens > 0
+    assert first.model == M405
+    words = {re.sub(r"[^a-z]", "", t.lower()) for t in first.texts}
+    assert words & {"lawyer", "alibi", "attorney", "suit", "memory", "defense"}
+    stats = fake.stats()
+    assert stats.calls == {request_wire_key(req): 2}
+    assert stats.ok == 2 and stats.total_calls == 2
+
+
+def test_split_n_equals_one_n_call_and_slots_differ(fake: FakeProviderServer) -> None:
+    req = sample_request("fake", M405, TAILOR, n=6)
+    whole = asyncio.run(_complete(fake, req))
+    split = asyncio.run(_complete(fake, req, supports_n=False))
+    assert split.texts == whole.texts
+    slot1 = asyncio.run(_complete(fake, sample_request("fake", M405, TAILOR, n=6, sample_slot=1)))
+    assert slot1.texts != whole.texts
+    stats = fake.stats()
+    assert stats.calls[request_wire_key(req, supports_n=False)] == 6
+
+
+def test_greedy_is_stable_and_anthropic_works(fake: FakeProviderServer) -> None:
+    greedy = asyncio.run(_complete(fake, greedy_request("fake", M3, TAILOR)))
+    assert len(greedy.texts) == 1
+    msgs = asyncio.run(_complete(fake, sample_request("fake", "claude-test", TAILOR, n=3), kind="anthropic"))
+    assert len(msgs.texts) == 3 and all(t.strip() for t in msgs.texts)
+    key = request_wire_key(sample_request("fake", "claude-test", TAILOR, n=3), kind="anthropic")
+    assert fake.stats().calls[key] == 3
+
+
+def test_stats_and_reset_over_http(fake: FakeProviderServer) -> None:
+    asyncio.run(_complete(fake, greedy_request("fake", M3, "Hello there my")))
+    stats = fetch_stats(fake.url)
+    assert stats.total_calls == 1 and stats.calls_by_model == {M3: 1}
+    with urllib.request.urlopen(urllib.request.Request(f"{fake.url}/reset", data=b"{}", method="POST")) as r:
+        assert json.loads(r.read()) == {"ok": True}
+    assert fetch_stats(fake.url).total_calls == 0
+
+
+def test_configure_over_http_then_defaults_restored(fake: FakeProviderServer) -> None:
+    body = json.dumps({"status_for_model": {"x": 404}}).encode()
+    req = urllib.request.Request(f"{fake.url}/configure", data=body, method="POST")
+    with urllib.request.urlopen(req) as r:
+        assert json.loads(r.read())["status_for_model"] == {"x": 404}
+    assert fake.config.status_for_model == {"x": 404}
+    fake.restore_defaults()
+    assert fake.config.status_for_model == {}
+
+
+def test_rate_limit_answers_429_with_retry_after(fake: FakeProviderServer) -> None:
+    fake.configure(requests_per_minute=60, rate_limit_burst=2)
+
+    async def burst() -> list[BaseException | None]:
+        provider = make_provider("fake", fake.provider_settings("openai", timeout_s=5))
+        out: list[BaseException | None] = []
+        for i in range(4):
+            try:
+                await provider.complete(greedy_request("fake", M3, f"Prompt number {i} is"))
+                out.append(None)
+            except RetryableProviderError as exc:
+                out.append(exc)
+        await provider.aclose()
+        return out
+
+    results = asyncio.run(burst())
+    assert results[:2] == [None, None]
+    errors = [e for e in results[2:] if e is not None]
+    assert len(errors) == 2
+    assert all(isinstance(e, RetryableProviderError) and e.status == 429 for e in errors)
+    assert all(e.retry_after_s is not None and 0 < e.retry_after_s <= 3 for e in errors)  # type: ignore[attr-defined]
+    assert fake.stats().faults["rate_limited"] == 2
+
+
+def test_faults_are_deterministic_per_key_and_attempt(fake: FakeProviderServer) -> None:
+    fake.configure(error_500_rate=0.5, seed=7)
+
+    async def outcomes() -> list[bool]:
+        provider = make_provider("fake", fake.provider_settings("openai", timeout_s=5))
+        out = []
+        for i in range(12):
+            try:
+                await provider.complete(greedy_request("fake", M3, f"Sentence {i % 4} goes"))
+                out.append(True)
+            except RetryableProviderError:
+                out.append(False)
+        await provider.aclose()
+        return out
+
+    first = asyncio.run(outcomes())
+    fake.reset()
+    second = asyncio.run(outcomes())
+    assert first == second
+    assert 0 < sum(first) < 12
+
+
+# --- answers (pure functions, no HTTP) ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def book(shared_puns: Path) -> JokeBook:
+    return JokeBook.load(str(shared_puns / "puns_205.json"))
+
+
+def test_model_size_parsing() -> None:
+    assert model_size_b(M3) == 3
+    assert model_size_b(M405) == 405
+    assert model_size_b("meta-llama/Llama-3.3-70B-Instruct-Turbo") == 70
+    assert model_size_b("gpt-4o") is None
+
+
+def _funny_rate(book: JokeBook, model: str, context: str = "") -> float:
+    from data.completions import SYSTEM_PROMPT
+
+    knobs = AnswerKnobs(noise_rate=0.0)
+    funny = total = 0
+    for joke in book.jokes[:60]:
+        prompt = truncate_before_blank(joke.sentence)
+        punny = {w.lower() for w in joke.punny}
+        for c in range(10):
+            text = answer(
+                book,
+                knobs,
+                key=f"{model}{prompt}{context}",
+                choice=c,
+                model=model,
+                system=SYSTEM_PROMPT,
+                user=f"{context}{prompt}",
+                temperature=0.8,
+            )
+            funny += text.lower() in punny
+            total += 1
+    return funny / total
+
+
+def test_larger_models_and_punny_context_are_funnier(book: JokeBook) -> None:
+    small, large = _funny_rate(book, M3), _funny_rate(book, M405)
+    assert small < large
+    a, b = book.jokes[100], book.jokes[101]
+    punny_ctx = f"{a.sentence.replace('___', a.punny[0])} {b.sentence.replace('___', b.punny[0])} "
+    assert _funny_rate(book, M3, punny_ctx) > small + 0.2
+
+
+def test_classification_humor_judge_rating_answers(book: JokeBook) -> None:
+    knobs = AnswerKnobs(noise_rate=1.0, format_variant_rate=0.0)
+    prompt = (
+        "For each joke below, classify each candidate word as:\n"
+        "Joke index 0:\n  Sentence: x ___\n  Known straight: ['lawyer']\n  Known punny: ['suit']\n"
+        "  Candidates: ['suit', 'banana']\n\nJoke index 5:\n  Candidates: ['dog']\n"
+    )
+    text = answer(book, knobs, key="k", choice=0, model="claude", system="", user=prompt, temperature=0)
+    assert text.startswith("```")
+    parsed = json.loads(text.strip("`").removeprefix("json"))
+    assert parsed["0"]["suit"] == "funny" and set(parsed["0"]) == {"suit", "banana"}
+    assert parsed["5"]["dog"] in {"straight", "funny", "other"}
+
+    humor = answer(
+        book, knobs, key="h", choice=0, model="m", system="", user="... ОТВЕТ ... РЕШЕНИЕ ...", temperature=0
+    )
+    cls_line, letter_line = humor.split("\n")
+    assert cls_line.removeprefix("ОТВЕТ ") in HUMOR_CLASSES
+    assert letter_line.removeprefix("РЕШЕНИЕ ") in {"А", "Б", "В", "Г"}
+
+    judge = answer(book, knobs, key="j", choice=0, model="m", system=JUDGE_MARKER, user="ОТВЕТ РЕШЕНИЕ", temperature=0)
+    assert re.fullmatch(r"SCORE: [01]", judge)
+
+    rating = answer(
+        book,
+        knobs,
+        key="r",
+        choice=0,
+        model="m",
+        system="",
+        user="Rate as a JSON array:\n1. a\n2. b\n3. c",
+        temperature=0,
+    )
+    assert len(json.loads(rating)) == 3
+
+
+def test_unknown_sentence_and_message_struct(book: JokeBook) -> None:
+    from data.completions import SYSTEM_PROMPT
+
+    text = answer(
+        book,
+        AnswerKnobs(noise_rate=0),
+        key="u",
+        choice=0,
+        model=M3,
+        system=SYSTEM_PROMPT,
+        user="A totally new sentence about",
+        temperature=0.8,
+    )
+    assert text.isalpha()
+    assert Message("user", "x").content == "x"

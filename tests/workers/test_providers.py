@@ -1,0 +1,113 @@
+"""Both SDK providers against the fake server: every failure kind maps to the right error type,
+and the API key never shows up in an error, a repr or a log line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+
+import pytest
+
+from data.completions import greedy_request
+from data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
+from workers.fake import FakeProviderServer
+from workers.provider import ProviderSettings
+from workers.providers import make_provider, parse_retry_after, wire_calls
+
+KINDS = ["openai", "anthropic"]
+MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
+
+
+async def _attempt(fake: FakeProviderServer, kind: str, **settings: object) -> ProviderError | None:
+    provider = make_provider("fake", fake.provider_settings(kind, **settings))  # type: ignore[arg-type]
+    try:
+        await provider.complete(greedy_request("fake", MODEL, "The baker was happy because he kneaded the"))
+    except ProviderError as exc:
+        return exc
+    finally:
+        await provider.aclose()
+    return None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("knobs", "status"),
+    [
+        ({"fail_first_attempts": 1, "fail_status": 429, "fail_retry_after_s": 0.25}, 429),
+        ({"error_500_rate": 1.0}, 500),
+        ({"error_503_rate": 1.0}, 503),
+        ({"truncated_body_rate": 1.0}, None),
+        ({"malformed_rate": 1.0}, None),
+    ],
+)
+def test_retryable_failures(fake: FakeProviderServer, kind: str, knobs: dict, status: int | None) -> None:
+    fake.configure(**knobs)
+    exc = asyncio.run(_attempt(fake, kind, timeout_s=5))
+    assert isinstance(exc, RetryableProviderError), exc
+    assert exc.status == status
+    if status == 429:
+        assert exc.retry_after_s == pytest.approx(0.25)
+    assert fake.stats().total_calls == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hang_past_timeout_is_retryable(fake: FakeProviderServer, kind: str) -> None:
+    fake.configure(hang_rate=1.0, hang_s=5)
+    exc = asyncio.run(_attempt(fake, kind, timeout_s=0.3))
+    assert isinstance(exc, RetryableProviderError) and "timed out" in str(exc)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_fatal_statuses(fake: FakeProviderServer, kind: str, status: int) -> None:
+    fake.configure(status_for_model={MODEL: status})
+    exc = asyncio.run(_attempt(fake, kind, timeout_s=5))
+    assert isinstance(exc, FatalProviderError) and exc.status == status
+    assert f"HTTP {status}" in str(exc) and "fake/" in str(exc)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_api_key_never_leaks(
+    fake: FakeProviderServer, kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "sk-PUNCHLINE-SECRET-0123456789abcdef"
+    monkeypatch.setenv("PUNCHLINE_TEST_KEY", secret)
+    fake.configure(require_api_key="the-right-key")
+    caplog.set_level(logging.DEBUG)
+    provider = make_provider("fake", fake.provider_settings(kind, api_key_env="PUNCHLINE_TEST_KEY", timeout_s=5))  # type: ignore[arg-type]
+
+    async def go() -> ProviderError:
+        try:
+            await provider.complete(greedy_request("fake", MODEL, "The key to the"))
+        except ProviderError as exc:
+            logging.getLogger("punchline.test").exception("provider failed")
+            return exc
+        finally:
+            await provider.aclose()
+        raise AssertionError("no error")
+
+    exc = asyncio.run(go())
+    assert isinstance(exc, FatalProviderError) and exc.status == 401
+    assert fake.stats().faults["unauthorized"] == 1
+    text = "".join(traceback.format_exception(exc)) + repr(exc) + repr(provider) + caplog.text
+    for fragment in (secret, secret[:8], secret[-8:], "0123456789abcdef"):
+        assert fragment not in text
+
+
+def test_missing_key_env_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PUNCHLINE_ABSENT_KEY", raising=False)
+    with pytest.raises(ConfigError, match="PUNCHLINE_ABSENT_KEY"):
+        make_provider("x", ProviderSettings(api_key_env="PUNCHLINE_ABSENT_KEY"))
+
+
+def test_wire_calls_and_retry_after_parsing() -> None:
+    req = greedy_request("p", "m", "x")
+    many = req.__class__(**{**{f: getattr(req, f) for f in req.__struct_fields__}, "n": 5})
+    assert wire_calls(ProviderSettings(), many) == 1
+    assert wire_calls(ProviderSettings(supports_n=False), many) == 5
+    assert wire_calls(ProviderSettings(kind="anthropic"), many) == 5
+    assert parse_retry_after({"retry-after": "2"}) == 2.0
+    assert parse_retry_after({"retry-after-ms": "150", "retry-after": "1"}) == 0.15
+    assert parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+    assert parse_retry_after({}) is None

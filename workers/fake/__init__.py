@@ -1,0 +1,23 @@
+"""The offline simulated provider: a real HTTP server that the OpenAI and Anthropic SDKs accept."""
+
+from workers.fake.answers import JUDGE_MARKER
+from workers.fake.server import (
+    CHOICE_OFFSET_HEADER,
+    FakeConfig,
+    FakeProviderServer,
+    FakeStats,
+    fetch_stats,
+    load_config,
+    request_wire_key,
+)
+
+__all__ = [
+    "CHOICE_OFFSET_HEADER",
+    "JUDGE_MARKER",
+    "FakeConfig",
+    "FakeProviderServer",
+    "FakeStats",
+    "fetch_stats",
+    "load_config",
+    "request_wire_key",
+]

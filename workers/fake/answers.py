@@ -1,0 +1,259 @@
+"""Deterministic answers for the fake provider, derived only from the request content.
+
+Every answer is a pure function of (request key, choice index, seed, model), so a test that replays
+the same requests gets the same texts, and a split ``n`` call gives the same texts as one ``n`` call.
+The fake recognises the prompt families punchline sends:
+
+* pun completion (system prompt = :data:`data.completions.SYSTEM_PROMPT`): one word from the joke's
+  straight or punny list, funnier for larger models and after punny context, sometimes with noise
+  (``"Suit."``, ``" suit, "``) so that word extraction is exercised;
+* candidate classification (``"classify each candidate word"``): a JSON object, sometimes fenced;
+* rating prompts (``"rate"`` + ``"json"``): a JSON array of integer scores;
+* Humor prompts (``ОТВЕТ`` and ``РЕШЕНИЕ``): two lines, with format variants;
+* judge prompts (contain :data:`JUDGE_MARKER`, or ``"оцените"``): ``SCORE: 0|1``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from data.completions import SYSTEM_PROMPT
+
+JUDGE_MARKER = "JUDGE"
+"""Put this string in a judge prompt so the fake answers it with a score line."""
+
+HUMOR_CLASSES: tuple[str, ...] = (
+    "игра слов",
+    "игра паттернов",
+    "секрет Полишинеля",
+    "каламбур",
+    "оксюморон",
+    "логика абсурда",
+    "обман ожиданий",
+    "капитан Очевидность",
+    "эллипсис",
+    "ирония",
+    "остроумный ответ",
+    "не анекдот",
+)
+HUMOR_LETTERS: tuple[str, ...] = ("А", "Б", "В", "Г")
+
+GENERIC_WORDS: tuple[str, ...] = ("time", "way", "day", "friend", "idea", "reason", "problem", "plan", "home", "job")
+
+_SIZE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])")
+_JOKE_BLOCK_RE = re.compile(r"Joke index (\d+):(.*?)(?=Joke index \d+:|\Z)", re.S)
+_CANDIDATES_RE = re.compile(r"Candidates:\s*(\[.*?\])", re.S)
+_KNOWN_RE = re.compile(r"Known (straight|punny):\s*(\[.*?\])", re.S)
+_NUMBERED_RE = re.compile(r"^\s*(\d+)[.):]\s", re.M)
+
+
+class JokeRecord(msgspec.Struct):
+    """The fields of a ``puns_205.json`` entry the fake needs (others are ignored)."""
+
+    index: int
+    sentence: str
+    straight: list[str]
+    punny: list[str]
+
+
+@dataclass
+class JokeBook:
+    """The jokes the fake knows, indexed by their prompt (sentence up to the blank)."""
+
+    jokes: list[JokeRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.by_prompt = {_prompt_of(j.sentence): j for j in self.jokes if "___" in j.sentence}
+        self.by_index = {j.index: j for j in self.jokes}
+
+    @classmethod
+    def load(cls, path: str | list[str] | None) -> JokeBook:
+        """Jokes of one or more puns files (a later file's joke wins on an equal prompt)."""
+        paths = [] if path is None else [path] if isinstance(path, str) else path
+        jokes: list[JokeRecord] = []
+        for p in paths:
+            jokes.extend(msgspec.json.decode(Path(p).read_bytes(), type=list[JokeRecord]))
+        return cls(jokes)
+
+
+def _prompt_of(sentence: str) -> str:
+    return sentence[: sentence.index("___")].rstrip()
+
+
+def model_size_b(model: str) -> float | None:
+    """Parameter count in billions parsed from a model id (``"...-405B-..."`` -> 405)."""
+    sizes = [float(m) for m in _SIZE_RE.findall(model.lower())]
+    return sizes[-1] if sizes else None
+
+
+def base_funny_propensity(model: str, overrides: dict[str, float]) -> float:
+    """Probability of a punny word with neutral context; larger models are funnier."""
+    for pattern, value in overrides.items():
+        if pattern in model:
+            return value
+    size = model_size_b(model) or 8.0
+    return min(0.6, 0.02 + 0.1 * math.log10(max(size, 1.0)))
+
+
+def rng_for(seed: int, key: str, choice: int, salt: str = "") -> random.Random:
+    digest = hashlib.sha256(f"{seed}|{key}|{choice}|{salt}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+@dataclass
+class AnswerKnobs:
+    seed: int = 0
+    noise_rate: float = 0.15
+    format_variant_rate: float = 0.2
+    funny_propensity: dict[str, float] = field(default_factory=dict)
+
+
+def answer(
+    book: JokeBook, knobs: AnswerKnobs, *, key: str, choice: int, model: str, system: str, user: str, temperature: float
+) -> str:
+    """The text of one choice. At temperature 0 every choice of a key is the same (greedy)."""
+    rng = rng_for(knobs.seed, key, 0 if temperature == 0 else choice)
+    text = f"{system}\n{user}"
+    if JUDGE_MARKER in text:
+        return _judge(rng)
+    if "ОТВЕТ" in text and "РЕШЕНИЕ" in text:
+        return _humor(rng, knobs)
+    if "оцените" in text.lower():
+        return _judge(rng)
+    if "classify each candidate word" in text:
+        return _classify(rng, knobs, book, text)
+    if system.strip() == SYSTEM_PROMPT or SYSTEM_PROMPT in text:
+        return _pun_word(rng, knobs, book, model, user, greedy=temperature == 0)
+    lower = text.lower()
+    if "rate" in lower and "json" in lower:
+        return _ratings(rng, text)
+    return rng.choice(GENERIC_WORDS)
+
+
+def _weighted_pick(rng: random.Random, words: list[str]) -> str:
+    """Earlier words (more frequent upstream) are likelier: geometric weights."""
+    weights = [0.5**i for i in range(len(words))]
+    return rng.choices(words, weights=weights, k=1)[0]
+
+
+def _context_bias(book: JokeBook, context: str) -> int:
+    """+1 per filled context sentence completed with a punny word, -1 per straight one."""
+    bias = 0
+    for prompt, joke in book.by_prompt.items():
+        pos = context.find(prompt)
+        if pos < 0:
+            continue
+        rest = context[pos + len(prompt) :].split()
+        if not rest:
+            continue
+        word = re.sub(r"[^a-zA-Z'-]", "", rest[0]).lower()
+        if word in (w.lower() for w in joke.punny):
+            bias += 1
+        elif word in (w.lower() for w in joke.straight):
+            bias -= 1
+    return bias
+
+
+def _find_target(book: JokeBook, user: str) -> tuple[JokeRecord | None, str]:
+    text = user.rstrip()
+    joke = book.by_prompt.get(text)
+    if joke is not None:
+        return joke, ""
+    best: JokeRecord | None = None
+    best_prompt = ""
+    for prompt, candidate in book.by_prompt.items():
+        if text.endswith(prompt) and len(prompt) > len(best_prompt):
+            best, best_prompt = candidate, prompt
+    return best, text[: len(text) - len(best_prompt)] if best else text
+
+
+def _pun_word(rng: random.Random, knobs: AnswerKnobs, book: JokeBook, model: str, user: str, *, greedy: bool) -> str:
+    joke, context = _find_target(book, user)
+    if joke is None or not (joke.straight or joke.punny):
+        word = rng.choice(GENERIC_WORDS)
+    else:
+        p = base_funny_propensity(model, knobs.funny_propensity)
+        bias = _context_bias(book, context) if context else 0
+        if bias > 0:
+            p = min(0.95, p * 2.5 + 0.25)
+        elif bias < 0:
+            p = p * 0.5
+        if greedy:
+            punny = p > 0.5 and bool(joke.punny)
+        else:
+            punny = bool(joke.punny) and (rng.random() < p or not joke.straight)
+        pool = joke.punny if punny else joke.straight
+        word = pool[0] if greedy else _weighted_pick(rng, pool)
+    if rng.random() < knobs.noise_rate:
+        variant = rng.randrange(4)
+        word = (f"{word.capitalize()}.", f" {word}, ", f"{word}!", f'"{word}"')[variant]
+    return word
+
+
+def _classify(rng: random.Random, knobs: AnswerKnobs, book: JokeBook, text: str) -> str:
+    result: dict[str, dict[str, str]] = {}
+    for index_s, block in _JOKE_BLOCK_RE.findall(text):
+        cands = _literal_list(_CANDIDATES_RE.search(block))
+        known = {kind: [w.lower() for w in _literal_list(m)] for kind, m in _iter_known(block)}
+        joke = book.by_index.get(int(index_s))
+        straight = {w.lower() for w in joke.straight} if joke else set(known.get("straight", []))
+        punny = {w.lower() for w in joke.punny} if joke else set(known.get("punny", []))
+        verdicts: dict[str, str] = {}
+        for word in cands:
+            if word.lower() in punny:
+                verdicts[word] = "funny"
+            elif word.lower() in straight:
+                verdicts[word] = "straight"
+            else:
+                r = rng.random()
+                verdicts[word] = "straight" if r < 0.5 else ("other" if r < 0.9 else "funny")
+        result[index_s] = verdicts
+    body = json.dumps(result)
+    if rng.random() < knobs.noise_rate:
+        body = f"```json\n{body}\n```"
+    return body
+
+
+def _iter_known(block: str) -> list[tuple[str, re.Match[str]]]:
+    return [(m.group(1), m) for m in _KNOWN_RE.finditer(block)]
+
+
+def _literal_list(match: re.Match[str] | None) -> list[str]:
+    if match is None:
+        return []
+    try:
+        value = ast.literal_eval(match.group(match.lastindex or 1))
+    except (ValueError, SyntaxError):
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _ratings(rng: random.Random, text: str) -> str:
+    count = max(1, len(set(_NUMBERED_RE.findall(text))))
+    return json.dumps([rng.randint(3, 10) for _ in range(count)])
+
+
+def _humor(rng: random.Random, knobs: AnswerKnobs) -> str:
+    cls = rng.choice(HUMOR_CLASSES)
+    letter = rng.choice(HUMOR_LETTERS)
+    if rng.random() >= knobs.format_variant_rate:
+        return f"ОТВЕТ {cls}\nРЕШЕНИЕ {letter}"
+    variant = rng.randrange(3)
+    if variant == 0:
+        return f"**ОТВЕТ:** {cls}\n**РЕШЕНИЕ:** {letter}"
+    if variant == 1:
+        return f"ответ: {cls.lower()}\nрешение: {letter}"
+    return f"Подумаем.\nОТВЕТ: «{cls}»\nРЕШЕНИЕ: {letter}."
+
+
+def _judge(rng: random.Random) -> str:
+    return f"SCORE: {1 if rng.random() < 0.7 else 0}"

@@ -1,0 +1,101 @@
+"""Anthropic Messages API via ``anthropic.AsyncAnthropic`` (SDK retries off, as for OpenAI).
+
+System messages are joined and passed as ``system=``. The API has no ``n`` and no ``seed``: a
+request with ``n > 1`` becomes ``n`` sequential calls whose texts are concatenated (as for an
+OpenAI-compat provider with ``supports_n = false``), and ``seed`` is not sent. ``temperature``
+travels in ``extra_body`` (SDK 2.x dropped the keyword). Whitespace-only stop sequences (such as
+``"\\n"``) are dropped because the API rejects them; a single-word answer is unaffected.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+
+from data.errors import RetryableProviderError
+from workers.provider import ProviderRequest, ProviderResponse, ProviderSettings
+from workers.providers import CHOICE_OFFSET_HEADER, redact, status_error
+
+
+class AnthropicProvider:
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self._secret = settings.api_key(name)
+        self._client = anthropic.AsyncAnthropic(
+            base_url=settings.base_url,
+            api_key=self._secret,
+            max_retries=0,
+            timeout=settings.timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(name={self.name!r}, base_url={self.settings.base_url!r})"
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def complete(self, request: ProviderRequest) -> ProviderResponse:
+        parts = [await self._call(request, request.sample_slot * request.n + i) for i in range(request.n)]
+        return ProviderResponse(
+            texts=[p.texts[0] for p in parts],
+            input_tokens=sum(p.input_tokens for p in parts),
+            output_tokens=sum(p.output_tokens for p in parts),
+            model=parts[0].model,
+        )
+
+    async def _call(self, request: ProviderRequest, offset: int) -> ProviderResponse:
+        where = f"{self.name}/{request.model}"
+        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"],
+            "max_tokens": request.max_tokens,
+            # SDK 2.x has no ``temperature`` keyword; the Messages API still takes it in the body.
+            "extra_body": {"temperature": request.temperature},
+        }
+        if system:
+            params["system"] = system
+        stop = [s for s in request.stop if s.strip()]
+        if stop:
+            params["stop_sequences"] = stop
+        headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
+        try:
+            resp = await self._client.messages.create(**params, extra_headers=headers)
+        except anthropic.APIStatusError as exc:
+            raise status_error(where, exc.status_code, _message(exc), exc.response.headers, self._secret) from None
+        except anthropic.APITimeoutError:
+            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
+        except anthropic.APIConnectionError as exc:
+            raise RetryableProviderError(f"{where}: connection failed: {_cause(exc, self._secret)}") from None
+        except (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
+            raise RetryableProviderError(f"{where}: malformed response: {_cause(exc, self._secret)}") from None
+        except anthropic.AnthropicError as exc:
+            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
+        blocks = getattr(resp, "content", None)
+        texts = [b.text for b in blocks or [] if getattr(b, "type", None) == "text"]
+        if not texts:
+            raise RetryableProviderError(f"{where}: malformed response: no text content block")
+        usage = getattr(resp, "usage", None)
+        return ProviderResponse(
+            texts=["".join(texts)],
+            input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
+            output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
+            model=str(getattr(resp, "model", "") or ""),
+        )
+
+
+def _message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return exc.message
+
+
+def _cause(exc: BaseException, secret: str) -> str:
+    cause = exc.__cause__ or exc.__context__ or exc
+    return redact(f"{type(cause).__name__}: {cause}", secret)[:200]

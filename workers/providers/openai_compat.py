@@ -1,0 +1,111 @@
+"""OpenAI-compatible chat completions (OpenAI, Together, vLLM, the fake provider) via ``openai.AsyncOpenAI``.
+
+The SDK's own retries are off (``max_retries=0``): retries, backoff and rate limiting belong to
+:mod:`workers.retry` and :mod:`schedulers.rate_limit`, which see every attempt cluster-wide.
+
+When ``settings.supports_n`` is false and ``request.n > 1``, :meth:`complete` makes ``n`` calls with
+the same parameters (``n=1``) one after another and concatenates their texts and token counts; a
+failure of any call fails the whole request (the retry repeats all ``n``). Each call carries the
+choice offset header (``sample_slot * n + i``) so the fake provider returns distinct samples.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from data.errors import RetryableProviderError
+from workers.provider import ProviderRequest, ProviderResponse, ProviderSettings
+from workers.providers import CHOICE_OFFSET_HEADER, redact, status_error
+
+
+class OpenAICompatProvider:
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self._secret = settings.api_key(name)
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=self._secret,
+            max_retries=0,
+            timeout=settings.timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatProvider(name={self.name!r}, base_url={self.settings.base_url!r})"
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def complete(self, request: ProviderRequest) -> ProviderResponse:
+        if request.n > 1 and not self.settings.supports_n:
+            parts = [await self._call(request, 1, request.sample_slot * request.n + i) for i in range(request.n)]
+            return ProviderResponse(
+                texts=[t for p in parts for t in p.texts],
+                input_tokens=sum(p.input_tokens for p in parts),
+                output_tokens=sum(p.output_tokens for p in parts),
+                model=parts[0].model,
+            )
+        return await self._call(request, request.n, request.sample_slot * request.n)
+
+    async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
+        where = f"{self.name}/{request.model}"
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+            "n": n,
+        }
+        if request.stop:
+            params["stop"] = list(request.stop)
+        if request.seed is not None:
+            params["seed"] = request.seed
+        headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
+        try:
+            resp = await self._client.chat.completions.create(**params, extra_headers=headers)
+        except openai.APIStatusError as exc:
+            raise status_error(where, exc.status_code, _message(exc), exc.response.headers, self._secret) from None
+        except openai.APITimeoutError:
+            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
+        except openai.APIConnectionError as exc:
+            raise RetryableProviderError(f"{where}: connection failed: {_cause(exc, self._secret)}") from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
+            raise RetryableProviderError(f"{where}: malformed response: {_cause(exc, self._secret)}") from None
+        except openai.OpenAIError as exc:
+            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
+        return _response(where, resp)
+
+
+def _response(where: str, resp: Any) -> ProviderResponse:
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise RetryableProviderError(f"{where}: malformed response: no choices")
+    try:
+        ordered = sorted(choices, key=lambda c: c.index or 0)
+        texts = [c.message.content or "" for c in ordered]
+    except AttributeError as exc:
+        raise RetryableProviderError(f"{where}: malformed response: {exc}") from None
+    usage = getattr(resp, "usage", None)
+    return ProviderResponse(
+        texts=texts,
+        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        model=str(getattr(resp, "model", "") or ""),
+    )
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return exc.message
+
+
+def _cause(exc: BaseException, secret: str) -> str:
+    cause = exc.__cause__ or exc.__context__ or exc
+    return redact(f"{type(cause).__name__}: {cause}", secret)[:200]
