@@ -44,6 +44,7 @@ class WorkerPool:
 
         self.ray = ray
         self.cfg_bytes = msgspec.msgpack.encode(worker_cfg)
+        self.run_id = worker_cfg.run_id
         self.per_node = per_node
         self.cpus = cpus
         self.stage = stage
@@ -60,12 +61,12 @@ class WorkerPool:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         strategy = NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False)
-        name = f"w{slot.index}-{slot.node_id[:8]}"
-        slot.actor = self.actor_cls.options(num_cpus=self.cpus, scheduling_strategy=strategy).remote(
+        self.started += 1
+        name = f"punchline:{self.run_id}:{self.stage}:{slot.node_id[:12]}:{slot.index}:{self.started}"
+        slot.actor = self.actor_cls.options(name=name, num_cpus=self.cpus, scheduling_strategy=strategy).remote(
             self.cfg_bytes, name
         )
         slot.ref = slot.actor.work.remote(self.stage, self.plan_ref)
-        self.started += 1
 
     def reconcile(self) -> None:
         alive = set(self.alive_nodes())

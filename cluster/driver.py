@@ -137,7 +137,8 @@ def _simulator(cfg: RunConfig) -> Iterator[str | None]:
     for name in sim:
         p = cfg.providers[name]
         base = server.openai_base_url if p.kind == "openai" else server.anthropic_base_url
-        cfg.providers[name] = msgspec.structs.replace(p, base_url=base)
+        # the simulator needs no key: do not demand one from the environment
+        cfg.providers[name] = msgspec.structs.replace(p, base_url=base, api_key_env=None, api_key_file=None)
     try:
         yield server.url
     finally:
@@ -183,7 +184,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
         from cluster.redis_server import connect
 
         ray_address = opts.ray_address or cfg.run.ray_address
-        ensure_ray(RaySettings(address=ray_address))
+        ensure_ray(RaySettings.from_env(**({"address": ray_address} if ray_address else {})))
         services = Services(redis_url=redis_url, store_url=store.url, ray_address=ray_address, simulator_url=sim_url)
         record = RunRecord(
             run_id=run_id,

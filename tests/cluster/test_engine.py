@@ -1,0 +1,80 @@
+"""End-to-end engine behaviour with real Redis, real Ray and the fake provider over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster.driver import RunOptions, run
+from data.store import open_store
+from workers.fake.server import FakeProviderServer
+
+
+def artifact(store_dir: Path, run_id: str, name: str) -> bytes:
+    return (store_dir / run_id / "artifacts" / name).read_bytes()
+
+
+def opts(tmp_path: Path, redis_url: str, run_id: str, store: Path | None = None) -> RunOptions:
+    return RunOptions(run_id=run_id, runs_dir=str(tmp_path / "runs"), redis_url=redis_url,
+                      store=str(store or tmp_path / "store"))
+
+
+@pytest.mark.slow
+def test_collect_and_classify_call_each_request_once_and_cache_across_runs(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    cfg = make_config(jokes=5, classify=True)
+    rec = run(str(cfg), opts(tmp_path, redis_url, "r1"))
+    assert rec.state == "finished", rec.failures
+    stats = fake.stats()
+    # 5 jokes x 2 models x (greedy + samples) + 1 classification batch
+    assert len(stats.calls) == 5 * 2 * 2 + 1
+    assert set(stats.calls.values()) == {1}
+    raw = artifact(tmp_path / "store", "r1", "raw_completions.json")
+    assert b'"total_samples"' in raw
+    assert (tmp_path / "store" / "r1" / "artifacts" / "classified_completions.json").exists()
+    assert rec.counters["collect"].units_done == 20 and rec.counters["collect"].provider_requests == 20
+
+    # A second run of the same config (new id, same store) pays for nothing and writes the same bytes.
+    fake.reset()
+    rec2 = run(str(cfg), opts(tmp_path, redis_url, "r2"))
+    assert rec2.state == "finished"
+    assert fake.stats().total_calls == 0
+    assert rec2.counters["collect"].cache_hits == 20
+    assert artifact(tmp_path / "store", "r2", "raw_completions.json") == raw
+
+
+@pytest.mark.slow
+def test_retried_faults_give_the_same_artifacts(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    cfg = make_config(jokes=4)
+    clean = run(str(cfg), opts(tmp_path, redis_url, "clean", tmp_path / "s1"))
+    assert clean.state == "finished"
+    fake.reset()
+    fake.configure(error_503_rate=0.3, error_500_rate=0.1, malformed_rate=0.1, truncated_body_rate=0.1)
+    faulty = run(str(cfg), opts(tmp_path, redis_url, "faulty", tmp_path / "s2"))
+    assert faulty.state == "finished", faulty.failures
+    assert sum(fake.stats().faults.values()) > 0
+    assert artifact(tmp_path / "s1", "clean", "raw_completions.json") == artifact(
+        tmp_path / "s2", "faulty", "raw_completions.json"
+    )
+
+
+@pytest.mark.slow
+def test_fatal_errors_fail_units_and_the_run_goes_on(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    cfg = make_config(jokes=3)
+    fake.configure(status_for_model={"sim/llama-70b": 404})
+    rec = run(str(cfg), opts(tmp_path, redis_url, "fatal"))
+    assert rec.state == "failed"
+    failed = rec.failures["collect"]
+    assert len(failed) == 3 * 2 and all("/70b/" in uid for uid in failed)
+    assert all("404" in reason for reason in failed.values())
+    # every 404 was tried exactly once
+    assert all(n == 1 for n in fake.stats().calls.values())
+    assert (tmp_path / "store" / "fatal" / "artifacts" / "raw_completions.json").exists()
+    store = open_store(str(tmp_path / "store"))
+    assert not store.exists("fatal/stages/collect/manifest.json")  # the stage is retried on resume
