@@ -1,0 +1,157 @@
+"""Starting or joining Ray, and asking it which nodes are alive.
+
+A run either starts a private local Ray (``address=None``: always a *new* instance, never a
+stray one left by ``ray start`` or by a test) or joins a cluster (``PUNCHLINE_RAY_ADDRESS`` /
+``RAY_ADDRESS``: ``ray://head:10001`` through Ray Client, or ``head:6379`` / ``auto`` from a
+process on a cluster node). Our packages are installed (editable) into the same Python the
+workers run, so they import in workers without shipping code; on a cluster the image must have
+punchline installed the same way (see ``deploy/``).
+
+Ray's own logging is left alone (``configure_logging=False``) and worker output is not copied to
+the driver (``log_to_driver=False``): our processes log JSON lines themselves (cluster/logging.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from data.errors import ConfigError, InfraError
+
+ENV_ADDRESS = ("PUNCHLINE_RAY_ADDRESS", "RAY_ADDRESS")
+NAMESPACE = "punchline"
+# Ray refuses less than ~75 MB; 200 MB keeps a laptop/CI node light. Our payloads are small
+# (msgpack'ed plans and reports); bulk data goes through the store, not the object store.
+DEFAULT_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+
+
+class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
+    """``address=None`` starts a local Ray sized by ``num_cpus``/``object_store_bytes``; the
+    sizing fields are ignored when joining a cluster (the cluster decides)."""
+
+    address: str | None = None
+    num_cpus: int | None = None
+    object_store_bytes: int | None = DEFAULT_OBJECT_STORE_BYTES
+    namespace: str = NAMESPACE
+    env_vars: dict[str, str] = msgspec.field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> RaySettings:
+        """``PUNCHLINE_RAY_ADDRESS`` (else ``RAY_ADDRESS``); ``PUNCHLINE_RAY_NUM_CPUS`` for local."""
+        source = os.environ if env is None else env
+        address = next((source[n].strip() for n in ENV_ADDRESS if source.get(n, "").strip()), None)
+        if address == "local":
+            address = None
+        num_cpus: int | None = None
+        raw = source.get("PUNCHLINE_RAY_NUM_CPUS", "").strip()
+        if raw:
+            try:
+                num_cpus = int(raw)
+            except ValueError:
+                raise ConfigError(f"not an integer: {raw!r}", field="PUNCHLINE_RAY_NUM_CPUS") from None
+            if num_cpus < 1:
+                raise ConfigError(f"must be >= 1, got {num_cpus}", field="PUNCHLINE_RAY_NUM_CPUS")
+        values: dict[str, Any] = {"address": address, "num_cpus": num_cpus}
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def is_local(self) -> bool:
+        return self.address is None
+
+
+def ensure_ray(settings: RaySettings) -> None:
+    """Initialise Ray once per process; a second call (or a caller that already connected) is a no-op.
+
+    ``env_vars`` reach every worker of this job (e.g. ``PUNCHLINE_REDIS_URL``, credentials names);
+    prefer passing configuration explicitly in actor arguments, and use this only for what
+    libraries read from the environment (boto3, provider SDKs).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {
+        "namespace": settings.namespace,
+        "ignore_reinit_error": True,
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": False,
+    }
+    if settings.env_vars:
+        kwargs["runtime_env"] = {"env_vars": dict(settings.env_vars)}
+    if settings.is_local:
+        kwargs["address"] = "local"  # never silently join a cluster someone else started
+        kwargs["num_cpus"] = settings.num_cpus
+        if settings.object_store_bytes is not None:
+            kwargs["object_store_memory"] = settings.object_store_bytes
+    else:
+        kwargs["address"] = settings.address
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, TimeoutError) as exc:
+        raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
+    except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
+        raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+class NodeInfo(msgspec.Struct, frozen=True):
+    """One Ray node as the scheduler sees it."""
+
+    node_id: str
+    address: str
+    cpus: float
+    alive: bool
+    is_head: bool = False
+    object_store_bytes: int = 0
+
+
+def _node_info(raw: dict[str, Any]) -> NodeInfo:
+    resources = raw.get("Resources") or {}
+    labels = raw.get("Labels") or {}
+    return NodeInfo(
+        node_id=str(raw["NodeID"]),
+        address=str(raw.get("NodeManagerAddress", "")),
+        cpus=float(resources.get("CPU", 0.0)),
+        alive=bool(raw.get("Alive", False)),
+        is_head=bool(
+            raw.get("IsHeadNode", False)
+            or "node:__internal_head__" in resources
+            or labels.get("ray.io/node-type") == "head"
+        ),
+        object_store_bytes=int(resources.get("object_store_memory", 0)),
+    )
+
+
+def all_nodes() -> list[NodeInfo]:
+    """Every node Ray has known in this cluster's lifetime, dead ones included."""
+    import ray
+
+    return [_node_info(n) for n in ray.nodes()]
+
+
+def alive_nodes() -> list[NodeInfo]:
+    """Nodes that can take work right now, head first then by id (stable for placement)."""
+    return sorted((n for n in all_nodes() if n.alive), key=lambda n: (not n.is_head, n.node_id))
+
+
+def cluster_cpus() -> float:
+    """CPUs currently in the cluster (alive nodes only)."""
+    return sum(n.cpus for n in alive_nodes())
+
+
+def node_affinity(node_id: str, *, soft: bool = False) -> Any:
+    """A scheduling strategy pinning a task/actor to ``node_id`` (``soft`` lets Ray move it if
+    that node is gone, instead of failing)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)

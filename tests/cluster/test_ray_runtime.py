@@ -1,0 +1,90 @@
+"""Ray starts small, our packages import in workers, and node loss is visible."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+import ray
+
+from cluster.ray_runtime import RaySettings, alive_nodes, all_nodes, cluster_cpus, ensure_ray, node_affinity
+from data.errors import ConfigError
+from tests.fixtures.ray import timings_s
+
+
+def test_settings_from_env() -> None:
+    assert RaySettings.from_env({}).address is None
+    assert RaySettings.from_env({"RAY_ADDRESS": "ray://h:10001"}).address == "ray://h:10001"
+    both = {"RAY_ADDRESS": "ray://a:10001", "PUNCHLINE_RAY_ADDRESS": "ray://b:10001"}
+    assert RaySettings.from_env(both).address == "ray://b:10001"
+    assert RaySettings.from_env({"PUNCHLINE_RAY_ADDRESS": "local"}).is_local
+    assert RaySettings.from_env({"PUNCHLINE_RAY_NUM_CPUS": "3"}).num_cpus == 3
+    with pytest.raises(ConfigError):
+        RaySettings.from_env({"PUNCHLINE_RAY_NUM_CPUS": "many"})
+
+
+@ray.remote
+def _where_is_schemas() -> tuple[str, int]:
+    import data.schemas
+
+    return data.schemas.__file__ or "", os.getpid()
+
+
+def test_local_ray_imports_project_modules(ray_local: RaySettings) -> None:
+    ensure_ray(ray_local)  # second call is a no-op
+    path, pid = ray.get(_where_is_schemas.remote(), timeout=120)
+    assert path.endswith(os.path.join("data", "schemas.py"))
+    assert pid != os.getpid()
+    nodes = alive_nodes()
+    assert len(nodes) == 1 and nodes[0].cpus == 2 and nodes[0].alive
+    assert 0 < nodes[0].object_store_bytes <= 200 * 1024 * 1024
+    assert cluster_cpus() == 2
+    assert ray.get_runtime_context().namespace == "punchline"
+    print(f"\nray local start: {timings_s.get('ray_local_start', float('nan')):.1f}s")
+
+
+@ray.remote(num_cpus=1)
+class _Probe:
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+@pytest.mark.slow
+def test_cluster_place_actors_per_node_and_lose_one(ray_cluster: Any) -> None:
+    nodes = alive_nodes()
+    assert len(nodes) == 3 and sum(n.is_head for n in nodes) == 1
+    assert all(n.cpus == 1 for n in nodes)
+
+    probes = [_Probe.options(scheduling_strategy=node_affinity(n.node_id)).remote() for n in nodes]
+    placed = ray.get([p.node.remote() for p in probes], timeout=120)
+    assert placed == [n.node_id for n in nodes]
+    for p in probes:
+        ray.kill(p)
+
+    victim = next(iter(ray_cluster.worker_nodes))
+    victim_id = victim.node_id
+    ray_cluster.remove_node(victim)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if victim_id not in {n.node_id for n in alive_nodes()}:
+            break
+        time.sleep(0.2)
+    dead = {n.node_id: n for n in all_nodes()}
+    assert dead[victim_id].alive is False
+    assert len(alive_nodes()) == 2
+
+    # Scale back up: a new node joins and takes work.
+    ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    ray_cluster.wait_for_nodes()
+    assert len(alive_nodes()) == 3
+    print(f"\nray cluster (head + 2 workers) start: {timings_s.get('ray_cluster_start', float('nan')):.1f}s")
+
+
+def test_local_ray_is_back_after_cluster(ray_local: RaySettings) -> None:
+    """Runs after the cluster test (file order): ray_local's Ray was restored."""
+    assert ray.is_initialized()
+    path, _ = ray.get(_where_is_schemas.remote(), timeout=120)
+    assert path.endswith("schemas.py")
+    assert len(alive_nodes()) == 1
