@@ -119,9 +119,16 @@ def parse_verdicts(text: str) -> Verdicts:
         raise MalformedVerdicts(f"judge reply is not JSON: {exc}; reply starts {text[:80]!r}") from None
 
 
-def merge(entry: RawCompletionEntry | ClassifiedEntry, verdicts: Mapping[str, WordClass]) -> ClassifiedEntry:
-    """Class of every sampled word: known lists first, then the judge's verdict, else "other"."""
+def merge(
+    entry: RawCompletionEntry | ClassifiedEntry, verdicts: Mapping[str, Mapping[str, WordClass]]
+) -> ClassifiedEntry:
+    """Class of every sampled word: known lists first, then the judge's verdict, else "other".
+
+    ``verdicts`` is what :func:`parse_verdicts` returns (merged over all batches):
+    joke index (as a string) -> word -> class.
+    """
     straight, punny = _known(entry)
+    mine = verdicts.get(str(entry.index), {})
     classes: dict[str, WordClass] = {}
     for word in entry.aggregated.word_counts:
         if word in straight:
@@ -129,7 +136,7 @@ def merge(entry: RawCompletionEntry | ClassifiedEntry, verdicts: Mapping[str, Wo
         elif word in punny:
             classes[word] = "funny"
         else:
-            classes[word] = verdicts.get(word, "other")
+            classes[word] = mine.get(word, "other")
     return ClassifiedEntry(
         index=entry.index,
         sentence=entry.sentence,
@@ -146,4 +153,4 @@ def merge_all(
     raw: Mapping[str, RawCompletionEntry], verdicts: Mapping[str, Mapping[str, WordClass]]
 ) -> dict[str, ClassifiedEntry]:
     """The stage 4 checkpoint: every joke of the stage 3 checkpoint, same keys and order."""
-    return {key: merge(entry, verdicts.get(str(entry.index), {})) for key, entry in raw.items()}
+    return {key: merge(entry, verdicts) for key, entry in raw.items()}

@@ -41,7 +41,7 @@ def test_merge_reproduces_classified_completions(shared_puns: Path) -> None:
     for key, entry in classified.items():
         cands = set(candidates(entry))
         verdicts[key] = {w: c for w, c in entry.classifications.items() if w in cands}
-        assert merge(_as_raw(entry), verdicts[key]) == entry, key
+        assert merge(_as_raw(entry), verdicts) == entry, key
     rebuilt = merge_all({k: _as_raw(e) for k, e in classified.items()}, verdicts)
     assert dumps_upstream(rebuilt).encode() == src.read_bytes()
 
@@ -50,7 +50,7 @@ def test_known_words_win_over_verdicts(shared_puns: Path) -> None:
     entry = load_raw_completions(shared_puns / "raw_completions.json")["0"]
     known = "attorney"
     assert known in entry.aggregated.word_counts and known not in candidates(entry)
-    merged = merge(entry, {known: "funny", "nonexistent": "funny"})
+    merged = merge(entry, {"0": {known: "funny", "nonexistent": "funny"}, "1": {candidates(entry)[0]: "funny"}})
     assert merged.classifications[known] == "straight"
     assert "nonexistent" not in merged.classifications
     assert all(merged.classifications[w] == "other" for w in candidates(entry))

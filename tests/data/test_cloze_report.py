@@ -1,0 +1,111 @@
+"""Cloze scoring arithmetic on a hand-computed example, and the report files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data.cloze_report import build_report, classify_word, score, to_markdown, write_report
+from data.cloze_run import MAX_TOKENS, STOP, cloze_request, to_response
+from data.errors import InputError
+from data.schemas import ClozeModelResponses, ClozeResponse, ClozeTest, PunEntry
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _test(pair: int, kind: str, c: int) -> ClozeTest:
+    return ClozeTest(pair_id=pair, type=kind, prompt=f"ctx {pair} {kind} The target", expected_completion=[],  # type: ignore[arg-type]
+                     contrast_completion=[], joke_a_index=90, joke_b_index=91, joke_c_index=c,
+                     joke_c_sentence="The target ___", joke_a_tier="balanced", joke_b_tier="leaning",
+                     joke_c_tier="straight_dominated", joke_c_balance=0.0)  # fmt: skip
+
+
+PUNS = [
+    PunEntry(index=0, id=0, sentence="The baker ___", straight=["Rest", "fell asleep"], punny=["loafed", "rose up"]),
+    PunEntry(index=1, id=1, sentence="The fish ___", straight=["swam"], punny=["schooled", "swam"]),
+]
+# pairs 0 and 1 target joke 0, pair 2 targets joke 1; tests file order: s0 f0 s1 f1 s2 f2
+TESTS = [_test(p, k, c) for p, c in ((0, 0), (1, 0), (2, 1)) for k in ("straight", "funny")]
+
+
+def _responses(words: list[str], nick: str = "m") -> dict[str, ClozeModelResponses]:
+    return {
+        nick: ClozeModelResponses(
+            model_id=f"org/{nick}",
+            responses={str(i): to_response(TESTS[i], w) for i, w in enumerate(words)},
+        )
+    }
+
+
+def test_classify_word_rules() -> None:
+    straight, punny = PUNS[0].straight, PUNS[0].punny
+    assert classify_word("rest", straight, punny) == "straight"  # case-insensitive
+    assert classify_word("fell", straight, punny) == "straight"  # first word of a phrase
+    assert classify_word("asleep", straight, punny) == "other"  # only the first word counts
+    assert classify_word("rose", straight, punny) == "funny"
+    assert classify_word("", straight, punny) == "other"
+    assert classify_word("swam", PUNS[1].straight, PUNS[1].punny) == "straight"  # straight list first
+
+
+def test_hand_computed_report() -> None:
+    # straight ctx: rest (S), swam (S on joke 1), xyz (O) -> n=3, S=2, F=0, O=1
+    # funny ctx:    loafed (F), Rose. (F), schooled (F)   -> n=3, S=0, F=3, O=0
+    # model two answers only two straight tests: fell (S), schooled (F on joke 1)
+    responses = _responses(["rest", "loafed", "xyz", "Rose.", "swam", "schooled"])
+    responses.update(
+        {"two": ClozeModelResponses(model_id="org/two", responses={
+            "0": to_response(TESTS[0], "fell"), "4": to_response(TESTS[4], "schooled")})}
+    )  # fmt: skip
+    report = build_report(responses, TESTS, PUNS)
+    m = report.models["m"]
+    assert (m.straight.n, m.straight.straight, m.straight.funny, m.straight.other) == (3, 2, 0, 1)
+    assert (m.funny.n, m.funny.straight, m.funny.funny, m.funny.other) == (3, 0, 3, 0)
+    assert (m.straight.p_straight, m.straight.p_other, m.funny.p_funny) == (0.6667, 0.3333, 1.0)
+    assert m.delta_funny_pp == 100.0
+    two = report.models["two"]
+    assert (two.straight.n, two.straight.straight, two.straight.funny) == (2, 1, 1)
+    assert (two.funny.n, two.funny.p_funny) == (0, 0.0)
+    assert two.delta_funny_pp == -50.0
+    md = to_markdown(report)
+    assert "| m | straight | 3 | 2 | 0 | 1 | 66.7% | 0.0% | 33.3% |" in md
+    assert "| two | 50.0% | 0.0% | -50.0 |" in md
+
+
+def test_write_report_files(tmp_path: Path) -> None:
+    report = build_report(_responses(["rest", "loafed", "xyz", "rose", "swam", "schooled"]), TESTS, PUNS)
+    out = tmp_path / "report"
+    paths = write_report(report, out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in paths)
+    data = json.loads((out / "report.json").read_text())
+    assert list(data) == ["models"]
+    assert list(data["models"]["m"]) == ["straight", "funny", "delta_funny_pp"]
+    assert {k: data["models"]["m"]["funny"][k] for k in ("n", "straight", "funny", "other")} == {
+        "n": 3, "straight": 0, "funny": 3, "other": 0}  # fmt: skip
+    assert data["models"]["m"]["delta_funny_pp"] == pytest.approx(100 * (3 / 3 - 0 / 3))
+    assert (out / "report.md").read_text().startswith("| Model | Context |")
+    for name in ("context_effect.png", "funny_shift.png"):
+        blob = (out / name).read_bytes()
+        assert blob.startswith(PNG_MAGIC) and blob.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82")
+        assert len(blob) > 2000
+
+
+def test_mismatched_response_is_an_input_error() -> None:
+    bad = {"m": ClozeModelResponses(model_id="x", responses={
+        "1": ClozeResponse(pair_id=0, type="straight", raw_response="a", extracted_word="a")})}  # fmt: skip
+    with pytest.raises(InputError) as info:
+        score(bad, TESTS, PUNS, file="r.json")
+    assert "model 'm' response '1'" in str(info.value) and info.value.field == "pair_id"
+    with pytest.raises(InputError, match="no test at position '9'"):
+        score({"m": ClozeModelResponses(model_id="x", responses={"9": bad["m"].responses["1"]})}, TESTS, PUNS)
+
+
+def test_cloze_request_and_response() -> None:
+    req = cloze_request("together", "meta-llama/X", TESTS[1])
+    assert req.messages[-1].content == TESTS[1].prompt and req.messages[0].role == "system"
+    assert (req.temperature, req.max_tokens, req.stop, req.n) == (0.0, MAX_TOKENS, STOP, 1)
+    assert req.key() != cloze_request("together", "meta-llama/X", TESTS[0]).key()
+    r = to_response(TESTS[3], "  Schooled!\n")
+    assert (r.pair_id, r.type, r.raw_response, r.extracted_word) == (1, "funny", "Schooled!", "schooled")
+    assert to_response(TESTS[0], None).extracted_word == ""
