@@ -19,6 +19,10 @@ RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 CHOICE_OFFSET_HEADER = "X-Choice-Offset"  # understood by workers.fake.server; ignored by real providers
 
 
+class MalformedResponse(RetryableProviderError):
+    """A 200 whose body has no usable answer (bad JSON, no choices); retried a bounded few times."""
+
+
 def make_provider(name: str, settings: ProviderSettings) -> Provider:
     """The provider of ``settings.kind`` named ``name`` (the ``[providers.<name>]`` table)."""
     if settings.kind == "openai":
@@ -89,6 +93,7 @@ def status_error(
 
 __all__ = [
     "CHOICE_OFFSET_HEADER",
+    "MalformedResponse",
     "make_provider",
     "parse_retry_after",
     "redact",

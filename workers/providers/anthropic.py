@@ -16,7 +16,7 @@ import anthropic
 
 from data.errors import RetryableProviderError
 from workers.provider import ProviderRequest, ProviderResponse, ProviderSettings
-from workers.providers import CHOICE_OFFSET_HEADER, redact, status_error
+from workers.providers import CHOICE_OFFSET_HEADER, MalformedResponse, redact, status_error
 
 
 class AnthropicProvider:
@@ -71,13 +71,13 @@ class AnthropicProvider:
         except anthropic.APIConnectionError as exc:
             raise RetryableProviderError(f"{where}: connection failed: {_cause(exc, self._secret)}") from None
         except (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
-            raise RetryableProviderError(f"{where}: malformed response: {_cause(exc, self._secret)}") from None
+            raise MalformedResponse(f"{where}: malformed response: {_cause(exc, self._secret)}") from None
         except anthropic.AnthropicError as exc:
             raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
         blocks = getattr(resp, "content", None)
         texts = [b.text for b in blocks or [] if getattr(b, "type", None) == "text"]
         if not texts:
-            raise RetryableProviderError(f"{where}: malformed response: no text content block")
+            raise MalformedResponse(f"{where}: malformed response: no text content block")
         usage = getattr(resp, "usage", None)
         return ProviderResponse(
             texts=["".join(texts)],

@@ -18,7 +18,7 @@ import openai
 
 from data.errors import RetryableProviderError
 from workers.provider import ProviderRequest, ProviderResponse, ProviderSettings
-from workers.providers import CHOICE_OFFSET_HEADER, redact, status_error
+from workers.providers import CHOICE_OFFSET_HEADER, MalformedResponse, redact, status_error
 
 
 class OpenAICompatProvider:
@@ -73,7 +73,7 @@ class OpenAICompatProvider:
         except openai.APIConnectionError as exc:
             raise RetryableProviderError(f"{where}: connection failed: {_cause(exc, self._secret)}") from None
         except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
-            raise RetryableProviderError(f"{where}: malformed response: {_cause(exc, self._secret)}") from None
+            raise MalformedResponse(f"{where}: malformed response: {_cause(exc, self._secret)}") from None
         except openai.OpenAIError as exc:
             raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
         return _response(where, resp)
@@ -82,12 +82,12 @@ class OpenAICompatProvider:
 def _response(where: str, resp: Any) -> ProviderResponse:
     choices = getattr(resp, "choices", None)
     if not isinstance(choices, list) or not choices:
-        raise RetryableProviderError(f"{where}: malformed response: no choices")
+        raise MalformedResponse(f"{where}: malformed response: no choices")
     try:
         ordered = sorted(choices, key=lambda c: c.index or 0)
         texts = [c.message.content or "" for c in ordered]
     except AttributeError as exc:
-        raise RetryableProviderError(f"{where}: malformed response: {exc}") from None
+        raise MalformedResponse(f"{where}: malformed response: {exc}") from None
     usage = getattr(resp, "usage", None)
     return ProviderResponse(
         texts=texts,

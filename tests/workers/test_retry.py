@@ -1,0 +1,128 @@
+"""call_with_retries over HTTP against the fake provider: exact call counts for every failure kind."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from data.completions import greedy_request
+from data.errors import FatalProviderError, ProviderError, RetryableProviderError
+from workers.fake import FakeProviderServer
+from workers.provider import ProviderResponse, ProviderSettings
+from workers.providers import MalformedResponse, make_provider
+from workers.retry import AttemptEvent, RetryPolicy, call_with_retries
+
+MODEL = "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo"
+FAST = RetryPolicy(max_retries=3, base_delay_s=0.01, max_delay_s=0.05, max_malformed_retries=2)
+
+
+def _run(
+    fake: FakeProviderServer, policy: RetryPolicy = FAST, kind: str = "openai", timeout_s: float = 5.0
+) -> tuple[ProviderResponse | ProviderError, list[AttemptEvent], float]:
+    events: list[AttemptEvent] = []
+
+    async def go() -> ProviderResponse | ProviderError:
+        provider = make_provider("fake", fake.provider_settings(kind, timeout_s=timeout_s))  # type: ignore[arg-type]
+        try:
+            return await call_with_retries(
+                provider,
+                greedy_request("fake", MODEL, "The dentist liked his job because it was"),
+                policy,
+                on_attempt=events.append,
+            )
+        except ProviderError as exc:
+            return exc
+        finally:
+            await provider.aclose()
+
+    started = time.monotonic()
+    out = asyncio.run(go())
+    return out, events, time.monotonic() - started
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_fail_first_attempts_then_success(fake: FakeProviderServer, kind: str) -> None:
+    fake.configure(fail_first_attempts=2, fail_status=503)
+    out, events, _ = _run(fake, kind=kind)
+    assert isinstance(out, ProviderResponse) and out.texts
+    assert fake.stats().total_calls == 3 and fake.stats().faults["fail_first"] == 2
+    assert [e.error is None for e in events] == [False, False, True]
+    assert [e.status for e in events[:2]] == [503, 503]
+
+
+def test_429_honours_retry_after(fake: FakeProviderServer) -> None:
+    fake.configure(fail_first_attempts=1, fail_status=429, fail_retry_after_s=0.4)
+    out, events, elapsed = _run(fake)
+    assert isinstance(out, ProviderResponse)
+    assert fake.stats().total_calls == 2
+    assert events[0].delay_s >= 0.4 and elapsed >= 0.4
+
+
+@pytest.mark.parametrize(
+    ("knobs", "status"),
+    [({"error_500_rate": 1.0}, 500), ({"error_503_rate": 1.0}, 503), ({"truncated_body_rate": 1.0}, None)],
+)
+def test_exhausted_retries_raise_last_error(fake: FakeProviderServer, knobs: dict, status: int | None) -> None:
+    fake.configure(**knobs)
+    out, events, _ = _run(fake)
+    assert isinstance(out, RetryableProviderError) and out.status == status
+    assert fake.stats().total_calls == FAST.max_retries + 1
+    assert len(events) == 4 and events[-1].delay_s == 0.0
+
+
+def test_hang_past_timeout_is_retried_and_bounded(fake: FakeProviderServer) -> None:
+    fake.configure(hang_rate=1.0, hang_s=1.5)
+    policy = RetryPolicy(max_retries=1, base_delay_s=0.01, max_delay_s=0.01)
+    out, _, elapsed = _run(fake, policy, timeout_s=0.25)
+    assert isinstance(out, RetryableProviderError) and "timed out" in str(out)
+    assert fake.stats().faults["hang"] == 2
+    assert elapsed < 1.5
+
+
+def test_malformed_bodies_have_their_own_bound(fake: FakeProviderServer) -> None:
+    fake.configure(malformed_rate=1.0)
+    policy = RetryPolicy(max_retries=6, base_delay_s=0.01, max_delay_s=0.01, max_malformed_retries=2)
+    out, _, _ = _run(fake, policy)
+    assert isinstance(out, MalformedResponse)
+    assert fake.stats().total_calls == 3
+
+
+@pytest.mark.parametrize("status", [401, 404])
+def test_fatal_errors_raise_at_once(fake: FakeProviderServer, status: int) -> None:
+    fake.configure(status_for_model={MODEL: status})
+    out, events, _ = _run(fake)
+    assert isinstance(out, FatalProviderError) and out.status == status
+    assert fake.stats().total_calls == 1 and len(events) == 1
+
+
+def test_split_requests_retry_until_every_call_succeeds(fake: FakeProviderServer) -> None:
+    """supports_n=false: each of the n calls fails its first attempt, and a retry repeats the calls
+    that succeeded before (1 + 2 + 3 + 3 calls over 4 attempts)."""
+    fake.configure(fail_first_attempts=1)
+    req = greedy_request("fake", MODEL, "Split me into")
+    req = req.__class__(**{**{f: getattr(req, f) for f in req.__struct_fields__}, "n": 3, "temperature": 0.8})
+
+    async def go() -> ProviderResponse:
+        provider = make_provider("fake", fake.provider_settings("openai", supports_n=False, timeout_s=5))
+        try:
+            return await call_with_retries(provider, req, FAST)
+        finally:
+            await provider.aclose()
+
+    out = asyncio.run(go())
+    assert len(out.texts) == 3
+    assert fake.stats().total_calls == 9 and fake.stats().ok == 6
+
+
+def test_backoff_is_bounded_and_jittered() -> None:
+    policy = RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, max_retry_after_s=20.0)
+    rng = random.Random(1)
+    delays = [policy.backoff_s(r, rng=rng) for r in range(10)]
+    assert all(0 <= d <= 8.0 for d in delays) and len(set(delays)) == 10
+    assert policy.backoff_s(0, retry_after_s=50.0, rng=rng) == 20.0
+    fixed = RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, jitter=False)
+    assert [fixed.backoff_s(r) for r in range(5)] == [1.0, 2.0, 4.0, 8.0, 8.0]
+    assert RetryPolicy.from_settings(ProviderSettings(max_retries=9)).max_retries == 9

@@ -1,0 +1,129 @@
+"""Bounded retries of one provider request: exponential backoff with full jitter, honouring Retry-After.
+
+The SDKs' own retries are off, so this is the only retry loop: it sees every attempt, asks the
+cluster-wide rate limiter before each one, and tells the limiter about every 429 so that all workers
+slow down together. Fatal errors (bad request, auth, unknown model) are raised at once; retryable ones
+are retried at most ``max_retries`` times (malformed bodies at most ``max_malformed_retries`` times),
+after which the last error is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable
+from typing import Protocol
+
+import msgspec
+
+from data.errors import FatalProviderError, ProviderError, RetryableProviderError
+from workers.provider import Provider, ProviderRequest, ProviderResponse, ProviderSettings
+from workers.providers import MalformedResponse, wire_calls
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    max_retries: int = 6
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    jitter: bool = True  # full jitter: sleep uniform(0, capped exponential)
+    max_malformed_retries: int = 2
+    max_retry_after_s: float = 120.0  # a longer Retry-After is clipped to this
+
+    @classmethod
+    def from_settings(cls, settings: ProviderSettings, **overrides: float | int | bool) -> RetryPolicy:
+        base = cls(max_retries=settings.max_retries, max_malformed_retries=settings.max_malformed_retries)
+        return msgspec.structs.replace(base, **overrides) if overrides else base
+
+    def backoff_s(self, retry: int, retry_after_s: float | None = None, rng: random.Random | None = None) -> float:
+        """Delay before retry number ``retry`` (0-based); never shorter than the server's Retry-After."""
+        cap = min(self.max_delay_s, self.base_delay_s * (2**retry))
+        delay = (rng or random).uniform(0.0, cap) if self.jitter else cap
+        if retry_after_s is not None:
+            delay = max(delay, min(retry_after_s, self.max_retry_after_s))
+        return delay
+
+
+class AttemptEvent(msgspec.Struct, kw_only=True):
+    """One finished attempt: ``error`` is None on success; ``delay_s`` is the sleep before the next."""
+
+    attempt: int
+    provider: str
+    model: str
+    error: str | None = None
+    status: int | None = None
+    retryable: bool = False
+    delay_s: float = 0.0
+
+
+class RateLimiter(Protocol):
+    async def acquire(self, provider: str, model: str, tokens: int, requests: int = 1) -> None: ...
+
+    async def on_throttled(self, provider: str, model: str) -> None: ...
+
+
+def estimate_tokens(request: ProviderRequest) -> int:
+    """Tokens one request may bill: input (chars / 4) plus ``max_tokens`` per choice."""
+    chars = sum(len(m.content) for m in request.messages)
+    return math.ceil(chars / 4) + request.max_tokens * request.n
+
+
+async def call_with_retries(
+    provider: Provider,
+    request: ProviderRequest,
+    policy: RetryPolicy,
+    *,
+    rate_limiter: RateLimiter | None = None,
+    on_attempt: Callable[[AttemptEvent], None] | None = None,
+    rng: random.Random | None = None,
+) -> ProviderResponse:
+    calls = wire_calls(provider.settings, request)
+    tokens = estimate_tokens(request)
+    malformed = 0
+    retry = 0
+    while True:
+        if rate_limiter is not None:
+            await rate_limiter.acquire(provider.name, request.model, tokens, calls)
+        try:
+            response = await provider.complete(request)
+        except FatalProviderError as exc:
+            _report(on_attempt, retry, provider, request, exc, 0.0)
+            raise
+        except RetryableProviderError as exc:
+            if exc.status == 429 and rate_limiter is not None:
+                await rate_limiter.on_throttled(provider.name, request.model)
+            if isinstance(exc, MalformedResponse):
+                malformed += 1
+            exhausted = retry >= policy.max_retries or malformed > policy.max_malformed_retries
+            delay = 0.0 if exhausted else policy.backoff_s(retry, exc.retry_after_s, rng)
+            _report(on_attempt, retry, provider, request, exc, delay)
+            if exhausted:
+                raise
+            await asyncio.sleep(delay)
+            retry += 1
+            continue
+        _report(on_attempt, retry, provider, request, None, 0.0)
+        return response
+
+
+def _report(
+    on_attempt: Callable[[AttemptEvent], None] | None,
+    attempt: int,
+    provider: Provider,
+    request: ProviderRequest,
+    exc: ProviderError | None,
+    delay_s: float,
+) -> None:
+    if on_attempt is None:
+        return
+    on_attempt(
+        AttemptEvent(
+            attempt=attempt,
+            provider=provider.name,
+            model=request.model,
+            error=None if exc is None else str(exc),
+            status=None if exc is None else exc.status,
+            retryable=bool(exc is not None and exc.retryable),
+            delay_s=delay_s,
+        )
+    )
