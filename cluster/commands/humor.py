@@ -1,14 +1,151 @@
-"""`punchline` sub-commands: humor (placeholder until its issue lands)."""
+"""``punchline humor validate | score | run``: the Humor benchmark (MERA format)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
 
 
 def register(sub: Any) -> None:
-    del sub
+    humor = sub.add_parser(
+        "humor",
+        help="Humor benchmark (MERA): validate data, score answers, run a model",
+        description="The MERA Humor task: classify a joke into one of 12 comic-effect classes and pick the "
+        "additional text (А-Г) of the same class.",
+    )
+    hs = humor.add_subparsers(dest="humor_command", metavar="SUBCOMMAND")
+    hs.required = True
+
+    v = hs.add_parser(
+        "validate",
+        help="check a Humor data file (test.json, shots.json or a parquet split)",
+        description="Counts, items per class, correct-letter distribution (chi-square vs uniform), and errors: "
+        "duplicate ids, missing placeholders, malformed outputs, an option identical to the main text. "
+        "Exit status 1 when there are errors.",
+    )
+    v.add_argument("file", help="MERA JSON (test.json / shots.json) or Hugging Face parquet")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.set_defaults(func=cmd_validate)
+
+    s = hs.add_parser(
+        "score",
+        help="score model answers: EM, official MERA EM, per-class metrics, judge agreement",
+        description="Writes submission.json (the input's shape with outputs filled), report.json, report.md "
+        "and confusion.png into --out.",
+    )
+    s.add_argument("--data", required=True, help="the data file with reference outputs")
+    s.add_argument("--predictions", required=True, help='JSONL: {"id": int, "text": "<raw model answer>"} per line')
+    s.add_argument("--out", required=True, help="output folder")
+    s.add_argument(
+        "--judge-scores",
+        help='JSONL: {"id": int, "score": 0|1|null} or {"id": int, "text": "<judge reply>"} per line',
+    )
+    s.add_argument("--judge-threshold", type=float, default=None, help="judge pass threshold (default 1)")
+    s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
+    s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    s.add_argument("--json", action="store_true", help="print report.json instead of a table")
+    s.set_defaults(func=cmd_score)
+
+    r = hs.add_parser(
+        "run",
+        help="run a model (and optionally a judge) on Humor from a TOML config",
+        description="Collect answers on the engine (resumable), then score them like `humor score`.",
+    )
+    r.add_argument("config", help="run config (TOML)")
+    r.add_argument("rest", nargs=argparse.REMAINDER, help="further options passed to the pipeline")
+    r.set_defaults(func=cmd_run)
 
 
-def _unused(args: argparse.Namespace) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
+    from data.humor.loaders import load_items
+    from data.humor.validate import validate_items
+
+    rep = validate_items(load_items(args.file))
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(rep), indent=2).decode() + "\n")
+        return 0 if rep.ok else 1
+    console = Console()
+    console.print(f"[bold]{args.file}[/bold]: {rep.n} items, {rep.n_labeled} with a reference answer")
+    classes = Table("class", "items", title="items per class (from outputs)")
+    for cls, count in rep.per_class.items():
+        classes.add_row(cls, str(count))
+    console.print(classes)
+    letters = Table(*rep.letters, title="correct letters")
+    letters.add_row(*(str(c) for c in rep.letters.values()))
+    console.print(letters)
+    if rep.chi2 is not None and rep.chi2_p_value is not None:
+        console.print(f"chi-square vs uniform: {rep.chi2:.3f} (3 dof), p = {rep.chi2_p_value:.4f}")
+    if rep.duplicate_ids:
+        console.print(f"[red]duplicate ids:[/red] {rep.duplicate_ids}")
+    if rep.errors or rep.warnings:
+        issues = Table("severity", "#", "id", "field", "message", title="issues")
+        for issue in [*rep.errors, *rep.warnings]:
+            style = "red" if issue.severity == "error" else "yellow"
+            issues.add_row(
+                f"[{style}]{issue.severity}[/{style}]", str(issue.index), str(issue.id), issue.field, issue.message
+            )
+        console.print(issues)
+    console.print(
+        f"[green]OK[/green]: no errors ({len(rep.warnings)} warnings)"
+        if rep.ok
+        else f"[red]{len(rep.errors)} errors[/red], {len(rep.warnings)} warnings"
+    )
+    return 0 if rep.ok else 1
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from data.humor.judge import DEFAULT_THRESHOLD, judge_stats, load_judge_scores
+    from data.humor.loaders import load_humor, load_predictions
+    from data.humor.metrics import compute_metrics
+    from data.humor.report import build_report, write_report
+
+    source = load_humor(args.data)
+    predictions = load_predictions(args.predictions)
+    metrics, scores = compute_metrics(source.data, predictions, resamples=args.bootstrap, seed=args.seed)
+    judge = judge_scores = None
+    if args.judge_scores:
+        judge_scores = load_judge_scores(args.judge_scores)
+        threshold = DEFAULT_THRESHOLD if args.judge_threshold is None else args.judge_threshold
+        judge = judge_stats(judge_scores, {s.id: s.em for s in scores}, threshold=threshold)
+    report = build_report(metrics, scores, judge=judge, judge_scores=judge_scores)
+    paths = write_report(args.out, source, report)
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
+        return 0
+    console = Console()
+    t = Table("metric", "value", title=f"Humor: {metrics.n} items")
+    t.add_row(
+        "EM (robust)", f"{100 * metrics.em:.1f} % [{100 * metrics.em_ci95.low:.1f}, {100 * metrics.em_ci95.high:.1f}]"
+    )
+    t.add_row("EM (official MERA)", f"{100 * metrics.em_mera:.1f} %")
+    t.add_row("class accuracy", f"{100 * metrics.class_accuracy:.1f} %")
+    t.add_row("letter accuracy", f"{100 * metrics.letter_accuracy:.1f} %")
+    t.add_row("parse failures", f"{100 * metrics.parse_failure_rate:.1f} %")
+    t.add_row("missing predictions", str(metrics.n_missing))
+    if judge is not None:
+        t.add_row("judge pass rate", "–" if judge.pass_rate is None else f"{100 * judge.pass_rate:.1f} %")
+        t.add_row("judge missing", str(judge.n_missing))
+        kappa = "–" if judge.kappa_with_em is None else f"{judge.kappa_with_em:.3f}"
+        t.add_row("judge vs EM kappa", kappa)
+    console.print(t)
+    for name in msgspec.structs.asdict(paths).values():
+        console.print(f"wrote {name}")
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        from cluster.pipelines.humor import run_humor  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        print(
+            f"punchline: error: the Humor pipeline is not available ({exc}); "
+            "use `punchline humor score` on collected answers",
+            file=sys.stderr,
+        )
+        return 2
+    return int(run_humor(args) or 0)

@@ -9,12 +9,14 @@ asks again. A judgement that still fails after the retries is *missing* (``None`
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import msgspec
 
-from data.errors import RetryableProviderError
+from data.errors import InputError, RetryableProviderError
 from data.humor.prompts import render_prompt
 from data.humor.schema import HumorItem
 from workers.fake.answers import JUDGE_MARKER
@@ -143,3 +145,47 @@ def judge_stats(
         agreement_with_em=sum(1 for p, e in zip(passed, ems, strict=True) if p == e) / n,
         kappa_with_em=cohen_kappa(passed, ems),
     )
+
+
+class JudgeScoreLine(msgspec.Struct):
+    """One line of a judge-scores JSONL file: a score (``null`` = failed), or the judge's raw text."""
+
+    id: int
+    score: float | None = None
+    text: str | None = None
+
+
+def load_judge_scores(path: str | os.PathLike[str]) -> dict[int, float | None]:
+    """JSONL ``{"id": int, "score": number|null}`` or ``{"id": int, "text": "<judge reply>"}``.
+
+    A raw text that does not parse is a missing judgement (None), as is ``"score": null``; a score
+    outside the scale or a bad line is an :class:`InputError` naming the line.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=str(p)) from None
+    decoder = msgspec.json.Decoder(JudgeScoreLine)
+    out: dict[int, float | None] = {}
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"line {lineno}"
+        try:
+            rec = decoder.decode(line)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise InputError(str(exc), file=str(p), record=where) from None
+        if rec.id in out:
+            raise InputError(f"id {rec.id} repeated", file=str(p), record=where, field="id")
+        score = rec.score
+        if score is None and rec.text is not None:
+            try:
+                score = parse_score(rec.text)
+            except JudgeParseError:
+                score = None
+        if score is not None and not SCORE_MIN <= score <= SCORE_MAX:
+            message = f"score {score} outside [{SCORE_MIN:g}, {SCORE_MAX:g}]"
+            raise InputError(message, file=str(p), record=where, field="score")
+        out[rec.id] = score
+    return out
