@@ -1,0 +1,169 @@
+"""Cost control: every paid call is accounted in Redis, and a new unit starts only if it fits the budget.
+
+A worker *reserves* the estimated cost of a unit before its call and *settles* it afterwards (the
+reservation is replaced by the actual cost). ``reserve`` refuses when spent + reserved + estimate
+would exceed ``max_cost_usd``; units already in flight keep their reservation and finish, so the run
+stops scheduling just before the cap and overshoots it by at most the estimation error of in-flight
+units. All of it is one Lua script per step, so concurrent workers on every node see one budget.
+
+Reservations belong to a holder (one :class:`Budget` object, i.e. one worker) whose liveness expires
+after ``reservation_ttl_s`` without activity, so a worker killed between reserve and settle does not
+leak its reservation forever.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Mapping
+
+import msgspec
+import redis
+
+from cluster.redis_server import redis_errors
+from workers.provider import ProviderRequest, ProviderSettings
+
+# KEYS: spent, reserved (hash holder -> usd), alive (zset holder -> expiry ms)
+# ARGV: holder, estimate_usd, max_usd (negative = no cap), ttl_ms
+_RESERVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+for _, h in ipairs(dead) do
+  redis.call('HDEL', KEYS[2], h)
+  redis.call('ZREM', KEYS[3], h)
+end
+local reserved = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[2])) do reserved = reserved + tonumber(v) end
+local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
+local est = tonumber(ARGV[2])
+local cap = tonumber(ARGV[3])
+if cap >= 0 and spent + reserved + est > cap + 1e-9 then return 0 end
+redis.call('HINCRBYFLOAT', KEYS[2], ARGV[1], est)
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
+return 1
+"""
+
+# KEYS: spent, reserved, alive ; ARGV: holder, reserved_usd, actual_usd, ttl_ms
+_SETTLE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[2]) ~= 0 and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  local left = tonumber(redis.call('HINCRBYFLOAT', KEYS[2], ARGV[1], -tonumber(ARGV[2])))
+  if left <= 1e-9 then redis.call('HDEL', KEYS[2], ARGV[1]) end
+end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
+else
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+if tonumber(ARGV[3]) ~= 0 then redis.call('INCRBYFLOAT', KEYS[1], ARGV[3]) end
+return 1
+"""
+
+
+class UsageRow(msgspec.Struct, kw_only=True):
+    stage: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+
+
+class Budget:
+    """The budget of one run, shared through Redis; one object per worker (its reservation holder)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        run_id: str,
+        max_cost_usd: float | None,
+        *,
+        namespace: str = "pl",
+        reservation_ttl_s: float = 900.0,
+    ) -> None:
+        self.r = client
+        self.run_id = run_id
+        self.max_cost_usd = max_cost_usd
+        self.holder = uuid.uuid4().hex
+        self.ttl_ms = int(reservation_ttl_s * 1000)
+        base = f"{namespace}:budget:{run_id}"
+        self._keys = [f"{base}:spent", f"{base}:reserved", f"{base}:alive"]
+        self._usage_key = f"{base}:usage"
+        self._reserve = client.register_script(_RESERVE)
+        self._settle = client.register_script(_SETTLE)
+
+    def reserve(self, estimate_usd: float) -> bool:
+        """Hold ``estimate_usd`` for a unit about to run; False if it would break the cap."""
+        cap = -1.0 if self.max_cost_usd is None else self.max_cost_usd
+        with redis_errors("budget"):
+            ok = self._reserve(keys=self._keys, args=[self.holder, repr(float(estimate_usd)), repr(cap), self.ttl_ms])
+        return bool(int(ok))
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        """Replace a reservation by the actual cost (``actual_usd = 0`` to just release it)."""
+        with redis_errors("budget"):
+            self._settle(
+                keys=self._keys,
+                args=[self.holder, repr(float(reserved_usd)), repr(float(actual_usd)), self.ttl_ms],
+            )
+
+    def record(self, stage: str, model: str, input_tokens: int, output_tokens: int, usd: float) -> None:
+        """Account tokens and dollars per (stage, model); reporting only, the cap uses ``settle``."""
+        field = f"{stage}\x1f{model}"
+        with redis_errors("budget"):
+            pipe = self.r.pipeline(transaction=True)
+            pipe.hincrby(self._usage_key, f"{field}\x1fin", input_tokens)
+            pipe.hincrby(self._usage_key, f"{field}\x1fout", output_tokens)
+            pipe.hincrbyfloat(self._usage_key, f"{field}\x1fusd", usd)
+            pipe.execute()
+
+    def spent_usd(self) -> float:
+        with redis_errors("budget"):
+            raw = self.r.get(self._keys[0])
+        return float(raw) if raw is not None else 0.0
+
+    def reserved_usd(self) -> float:
+        with redis_errors("budget"):
+            values = self.r.hvals(self._keys[1])
+        return sum(float(v) for v in values)
+
+    def usage(self) -> list[UsageRow]:
+        with redis_errors("budget"):
+            raw = self.r.hgetall(self._usage_key)
+        rows: dict[tuple[str, str], UsageRow] = {}
+        for k, v in raw.items():
+            stage, model, what = (k.decode() if isinstance(k, bytes) else str(k)).split("\x1f")
+            row = rows.setdefault((stage, model), UsageRow(stage=stage, model=model))
+            if what == "in":
+                row.input_tokens = int(v)
+            elif what == "out":
+                row.output_tokens = int(v)
+            else:
+                row.usd = float(v)
+        return [rows[k] for k in sorted(rows)]
+
+
+def estimate_request_cost(settings: ProviderSettings, request: ProviderRequest) -> tuple[int, int, float]:
+    """(input tokens, output tokens, dollars) a request may cost: input is chars / 4 per call, output is
+    ``max_tokens`` per choice (an upper bound); a model without a price costs 0."""
+    chars = sum(len(m.content) for m in request.messages)
+    calls = request.n if request.n > 1 and (not settings.supports_n or settings.kind == "anthropic") else 1
+    input_tokens = math.ceil(chars / 4) * calls
+    output_tokens = request.max_tokens * request.n
+    return input_tokens, output_tokens, settings.cost_usd(request.model, input_tokens, output_tokens)
+
+
+def make_budget(
+    client: redis.Redis,
+    run_id: str,
+    max_cost_usd: float | None,
+    providers: Mapping[str, ProviderSettings],
+) -> tuple[Budget, Callable[[ProviderRequest], float]]:
+    """The run's budget and its per-request dollar estimator (what a worker's unit runner needs)."""
+
+    def estimate(request: ProviderRequest) -> float:
+        settings = providers.get(request.provider)
+        return 0.0 if settings is None else estimate_request_cost(settings, request)[2]
+
+    return Budget(client, run_id, max_cost_usd), estimate

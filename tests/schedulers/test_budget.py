@@ -1,0 +1,92 @@
+"""The Redis budget: reservations against the cap, settlement, expiry of dead holders, accounting."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from cluster.redis_server import connect, free_port
+from data.completions import sample_request
+from data.errors import LedgerUnavailable
+from schedulers.budget import Budget, estimate_request_cost, make_budget
+from workers.provider import ModelSettings, ProviderSettings
+
+
+def test_reserve_refuses_past_the_cap_and_settle_frees(redis_client: redis.Redis) -> None:
+    b = Budget(redis_client, "run1", 1.0)
+    assert [b.reserve(0.3) for _ in range(4)] == [True, True, True, False]
+    assert b.reserved_usd() == pytest.approx(0.9)
+    b.settle(0.3, 0.1)  # a unit finished cheaper than estimated
+    assert b.spent_usd() == pytest.approx(0.1)
+    assert b.reserved_usd() == pytest.approx(0.6)
+    assert b.reserve(0.3) is True
+    assert b.reserve(0.01) is False  # 0.1 + 0.9 + 0.01 > 1.0
+    b.settle(0.3, 0.0)  # a failed unit just releases
+    assert b.reserve(0.25) is True
+
+
+def test_concurrent_holders_share_one_budget(redis_client: redis.Redis) -> None:
+    holders = [Budget(connect(_url(redis_client)), "r", 1.0) for _ in range(4)]
+
+    def grab(b: Budget) -> int:
+        return sum(b.reserve(0.01) for _ in range(60))
+
+    with ThreadPoolExecutor(4) as pool:
+        got = sum(pool.map(grab, holders))
+    assert got == 100
+    assert holders[0].reserved_usd() == pytest.approx(1.0)
+
+
+def _url(client: redis.Redis) -> str:
+    kw = client.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+def test_dead_holder_reservations_expire(redis_client: redis.Redis) -> None:
+    dead = Budget(redis_client, "r2", 1.0, reservation_ttl_s=0.2)
+    assert dead.reserve(0.9)
+    alive = Budget(redis_client, "r2", 1.0)
+    assert not alive.reserve(0.5)
+    time.sleep(0.3)
+    assert alive.reserve(0.5)
+    assert alive.reserved_usd() == pytest.approx(0.5)
+
+
+def test_no_cap_still_accounts(redis_client: redis.Redis) -> None:
+    b = Budget(redis_client, "r3", None)
+    assert all(b.reserve(100.0) for _ in range(3))
+    b.settle(100.0, 1.5)
+    b.record("collect", "m8", 120, 30, 0.75)
+    b.record("collect", "m8", 80, 20, 0.75)
+    b.record("classify", "claude", 10, 5, 0.01)
+    assert b.spent_usd() == pytest.approx(1.5)
+    rows = {(u.stage, u.model): u for u in b.usage()}
+    assert rows[("collect", "m8")].input_tokens == 200 and rows[("collect", "m8")].usd == pytest.approx(1.5)
+    assert rows[("classify", "claude")].output_tokens == 5
+
+
+def test_estimate_and_make_budget(redis_client: redis.Redis) -> None:
+    settings = ProviderSettings(models={"8b": ModelSettings(id="m8", input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)})
+    req = sample_request("together", "m8", "x" * 400, n=20)
+    tin, tout, usd = estimate_request_cost(settings, req)
+    sys_chars = sum(len(m.content) for m in req.messages)
+    assert tin == -(-sys_chars // 4) and tout == 5 * 20
+    assert usd == pytest.approx((tin * 1.0 + tout * 2.0) / 1e6)
+    split = ProviderSettings(supports_n=False, models=settings.models)
+    assert estimate_request_cost(split, req)[0] == tin * 20
+    budget, estimate = make_budget(redis_client, "r4", 0.01, {"together": settings})
+    assert estimate(req) == pytest.approx(usd)
+    assert estimate(sample_request("unknown", "m8", "x")) == 0.0
+    assert budget.max_cost_usd == 0.01
+
+
+def test_unreachable_redis_fails_closed() -> None:
+    client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    b = Budget(client, "r5", 1.0)
+    with pytest.raises(LedgerUnavailable):
+        b.reserve(0.1)
