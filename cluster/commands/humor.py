@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from data.humor.report import HumorReport
 
 
 def register(sub: Any) -> None:
@@ -99,29 +102,36 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from data.humor.judge import DEFAULT_THRESHOLD, judge_stats, load_judge_scores
+    from data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores
     from data.humor.loaders import load_humor, load_predictions
-    from data.humor.metrics import compute_metrics
-    from data.humor.report import build_report, write_report
+    from data.humor.report import score_and_write
 
     source = load_humor(args.data)
     predictions = load_predictions(args.predictions)
-    metrics, scores = compute_metrics(source.data, predictions, resamples=args.bootstrap, seed=args.seed)
-    judge = judge_scores = None
-    if args.judge_scores:
-        judge_scores = load_judge_scores(args.judge_scores)
-        threshold = DEFAULT_THRESHOLD if args.judge_threshold is None else args.judge_threshold
-        judge = judge_stats(judge_scores, {s.id: s.em for s in scores}, threshold=threshold)
-    report = build_report(metrics, scores, judge=judge, judge_scores=judge_scores)
-    paths = write_report(args.out, source, report)
+    judge_scores = load_judge_scores(args.judge_scores) if args.judge_scores else None
+    report, paths = score_and_write(
+        args.out,
+        source,
+        predictions,
+        judge_scores=judge_scores,
+        judge_threshold=DEFAULT_THRESHOLD if args.judge_threshold is None else args.judge_threshold,
+        resamples=args.bootstrap,
+        seed=args.seed,
+    )
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
         return 0
-    console = Console()
+    print_score_summary(report, [paths.submission, paths.report_json, paths.report_md, paths.confusion_png])
+    return 0
+
+
+def print_score_summary(report: HumorReport, written: list[str], console: Console | None = None) -> None:
+    """The human summary of a scored run (also used by the engine's Humor pipeline)."""
+    console = console or Console()
+    metrics, judge = report, report.judge
     t = Table("metric", "value", title=f"Humor: {metrics.n} items")
-    t.add_row(
-        "EM (robust)", f"{100 * metrics.em:.1f} % [{100 * metrics.em_ci95.low:.1f}, {100 * metrics.em_ci95.high:.1f}]"
-    )
+    ci = metrics.em_ci95
+    t.add_row("EM (robust)", f"{100 * metrics.em:.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]")
     t.add_row("EM (official MERA)", f"{100 * metrics.em_mera:.1f} %")
     t.add_row("class accuracy", f"{100 * metrics.class_accuracy:.1f} %")
     t.add_row("letter accuracy", f"{100 * metrics.letter_accuracy:.1f} %")
@@ -133,9 +143,8 @@ def cmd_score(args: argparse.Namespace) -> int:
         kappa = "–" if judge.kappa_with_em is None else f"{judge.kappa_with_em:.3f}"
         t.add_row("judge vs EM kappa", kappa)
     console.print(t)
-    for name in msgspec.structs.asdict(paths).values():
+    for name in written:
         console.print(f"wrote {name}")
-    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

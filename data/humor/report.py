@@ -12,8 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from data.humor.judge import JudgeStats
-from data.humor.metrics import UNPARSED, HumorMetrics, ItemScore
+from data.humor.judge import DEFAULT_THRESHOLD, JudgeStats, judge_stats
+from data.humor.metrics import UNPARSED, HumorMetrics, ItemScore, compute_metrics
 from data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
 from data.jsonio import atomic_write_bytes
 
@@ -182,3 +182,26 @@ def write_report(
     atomic_write_bytes(paths.report_md, render_markdown(report).encode("utf-8"))
     atomic_write_bytes(paths.confusion_png, render_confusion_png(report))
     return paths
+
+
+def score_and_write(
+    out_dir: str | os.PathLike[str],
+    source: HumorFile | Sequence[HumorItem],
+    predictions: Mapping[int, str],
+    *,
+    judge_scores: Mapping[int, float | None] | None = None,
+    judge_threshold: float = DEFAULT_THRESHOLD,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[HumorReport, ReportPaths]:
+    """Score raw answers (id -> text) and optional judge scores, and write all outputs.
+
+    The one entry point shared by ``punchline humor score`` and the engine's Humor pipeline.
+    """
+    items = source.data if isinstance(source, HumorTestFile | HumorShotsFile) else list(source)
+    metrics, scores = compute_metrics(items, predictions, resamples=resamples, seed=seed)
+    judge = None
+    if judge_scores is not None:
+        judge = judge_stats(judge_scores, {s.id: s.em for s in scores}, threshold=judge_threshold)
+    report = build_report(metrics, scores, judge=judge, judge_scores=judge_scores)
+    return report, write_report(out_dir, source, report)
