@@ -18,7 +18,8 @@ Rules (documented here because the metrics depend on them):
   (look-alikes). Latin ``C``/``D`` are *not* read as В/Г: that would be positional guessing. A lower
   case first word is a letter only if no word follows it ("в тексте Б" is a preposition, then Б);
   alternatives ("Б или В") read as None.
-* Without markers, an answer shaped like the reference (``ирония, Б``) is accepted.
+* Without markers, an answer shaped like the reference (``ирония, Б``) or the two lines without their
+  markers (``ирония`` / ``Б``) is accepted.
 """
 
 from __future__ import annotations
@@ -180,6 +181,12 @@ def parse_answer(text: str) -> ParsedAnswer:
         if bare:
             c = parse_class(bare.group("cls"))
             token = bare.group("letter").strip(_TOKEN_STRIP)
+            if c is not None and token in _LETTER_MAP:
+                return ParsedAnswer(c, _LETTER_MAP[token])
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) == 2:  # "ирония\nБ": the two-line format without its markers
+            c = parse_class(lines[0])
+            token = lines[1].strip().strip(_TOKEN_STRIP)
             if c is not None and token in _LETTER_MAP:
                 return ParsedAnswer(c, _LETTER_MAP[token])
     return ParsedAnswer(cls, letter)
