@@ -28,7 +28,7 @@ import re
 
 import msgspec
 
-from data.humor.schema import CLASSES, LETTERS, class_key
+from data.humor.schema import CLASSES, class_key
 
 _LETTER_MAP = {
     "А": "А",
@@ -197,4 +197,4 @@ def parsed_output(text: str) -> str | None:
     return parse_answer(text).as_output()
 
 
-__all__ = ["LETTERS", "ParsedAnswer", "normalize_class_text", "parse_answer", "parse_class", "parse_letter"]
+__all__ = ["ParsedAnswer", "normalize_class_text", "parse_answer", "parse_class", "parse_letter", "parsed_output"]
