@@ -1,0 +1,127 @@
+"""The cluster-wide GCRA limiter in a real Redis: spacing, tokens, AIMD, fail-closed, and over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from cluster.redis_server import connect, free_port
+from data.completions import greedy_request
+from data.errors import LedgerUnavailable, RetryableProviderError
+from schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
+from workers.fake import FakeProviderServer
+from workers.providers import make_provider
+from workers.retry import RetryPolicy, call_with_retries
+
+
+def _url(client: redis.Redis) -> str:
+    kw = client.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+def test_reservations_are_evenly_spaced_across_limiters(redis_client: redis.Redis) -> None:
+    limits = {"p": Limits(requests_per_minute=600)}  # one slot per 100 ms
+    limiters = [RedisRateLimiter(connect(_url(redis_client)), limits) for _ in range(3)]
+
+    def grab(lim: RedisRateLimiter) -> list[float]:
+        return [time.monotonic() + lim.reserve("p", "m") for _ in range(10)]
+
+    with ThreadPoolExecutor(3) as pool:
+        slots = sorted(s for batch in pool.map(grab, limiters) for s in batch)
+    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
+    assert len(slots) == 30
+    assert slots[-1] - slots[0] == pytest.approx(2.9, abs=0.1)
+    assert min(gaps) > 0.05
+    # another model of the same provider has its own cell
+    assert limiters[0].reserve("p", "other") == 0.0
+    # a provider without limits is never delayed
+    assert limiters[0].reserve("unlimited", "m") == 0.0
+
+
+def test_token_limit(redis_client: redis.Redis) -> None:
+    lim = RedisRateLimiter(redis_client, {"p": Limits(tokens_per_minute=6000)})  # 100 tokens/s, burst 100
+    waits = [lim.reserve("p", "m", tokens=50) for _ in range(4)]
+    assert waits[0] == 0.0 and waits[1] == 0.0
+    assert waits[2] == pytest.approx(0.5, abs=0.05) and waits[3] == pytest.approx(1.0, abs=0.05)
+
+
+def test_throttle_lowers_rate_once_per_cooldown_then_recovers(redis_client: redis.Redis) -> None:
+    settings = RateLimitSettings(recover_window_s=0.2, increase_step=0.25, throttle_cooldown_s=0.5)
+    a = RedisRateLimiter(redis_client, {"p": Limits(requests_per_minute=600)}, settings)
+    b = RedisRateLimiter(connect(_url(redis_client)), {"p": Limits(requests_per_minute=600)}, settings)
+    assert a.throttled("p", "m") == 0.5
+    assert b.throttled("p", "m") == 0.5  # the same burst of 429s seen by another worker
+    assert b.factor("p", "m") == 0.5
+    # at half rate, slots are 200 ms apart
+    a.reserve("p", "m")
+    assert a.reserve("p", "m") == pytest.approx(0.2, abs=0.03)
+    time.sleep(0.45)
+    a.reserve("p", "m")  # recovery is applied by the next reservation: two windows -> +0.5
+    assert a.factor("p", "m") == 1.0
+
+
+def test_acquire_waits_and_survives_script_flush(redis_client: redis.Redis) -> None:
+    lim = RedisRateLimiter(redis_client, {"p": Limits(requests_per_minute=1200)})  # 50 ms apart
+
+    async def go() -> float:
+        started = time.monotonic()
+        for _ in range(5):
+            await lim.acquire("p", "m", tokens=10)
+        return time.monotonic() - started
+
+    redis_client.script_flush()
+    assert asyncio.run(go()) >= 0.19
+
+
+def test_unreachable_redis_fails_closed() -> None:
+    client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    lim = RedisRateLimiter(client, {"p": Limits(requests_per_minute=60)})
+    with pytest.raises(LedgerUnavailable):
+        asyncio.run(lim.acquire("p", "m"))
+    with pytest.raises(LedgerUnavailable):
+        lim.throttled("p", "m")
+
+
+def test_settings_from_env() -> None:
+    s = RateLimitSettings.from_env({"PUNCHLINE_RATE_RECOVER_WINDOW_S": "2.5", "PUNCHLINE_RATE_NAMESPACE": "x"})
+    assert s.recover_window_s == 2.5 and s.namespace == "x" and s.decrease_factor == 0.5
+
+
+def test_workers_sharing_the_limiter_get_no_429(redis_client: redis.Redis, fake: FakeProviderServer) -> None:
+    """Four workers, each with its own client, against a fake provider limited to 600/min."""
+    fake.configure(requests_per_minute=600)  # GCRA with one second of burst, like real providers
+    settings = fake.provider_settings("openai", timeout_s=5, requests_per_minute=600)
+    policy = RetryPolicy(max_retries=0)
+
+    async def worker(i: int) -> int:
+        provider = make_provider("fake", settings)
+        lim = RedisRateLimiter(connect(_url(redis_client)), {"fake": settings})
+        errors = 0
+        try:
+            for j in range(5):
+                try:
+                    await call_with_retries(
+                        provider, greedy_request("fake", "m-8b", f"Worker {i} asks {j}"), policy, rate_limiter=lim
+                    )
+                except RetryableProviderError:
+                    errors += 1
+        finally:
+            await provider.aclose()
+        return errors
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(worker(i) for i in range(4)))
+
+    started = time.monotonic()
+    errors = asyncio.run(main())
+    elapsed = time.monotonic() - started
+    stats = fake.stats()
+    assert sum(errors) == 0 and stats.faults["rate_limited"] == 0
+    assert stats.ok == 20
+    assert elapsed >= 1.8  # 20 requests at 10/s
