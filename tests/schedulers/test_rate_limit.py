@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,7 +35,7 @@ def test_reservations_are_evenly_spaced_across_limiters(redis_client: redis.Redi
 
     with ThreadPoolExecutor(3) as pool:
         slots = sorted(s for batch in pool.map(grab, limiters) for s in batch)
-    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(slots)]
     assert len(slots) == 30
     assert slots[-1] - slots[0] == pytest.approx(2.9, abs=0.1)
     assert min(gaps) > 0.05
