@@ -25,6 +25,17 @@ NAMESPACE = "punchline"
 # Ray refuses less than ~75 MB; 200 MB keeps a laptop/CI node light. Our payloads are small
 # (msgpack'ed plans and reports); bulk data goes through the store, not the object store.
 DEFAULT_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+# Configuration (never credentials) that code in workers reads from the environment: copied
+# from the driver's environment into every worker by ``from_env``. Credentials come from the
+# nodes themselves (instance profile / pod identity), never through Ray's runtime_env, which
+# is stored in the GCS and shown by the dashboard.
+FORWARD_ENV = (
+    "PUNCHLINE_S3_ENDPOINT_URL",
+    "PUNCHLINE_S3_ADDRESSING_STYLE",
+    "AWS_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+)
 
 
 class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,7 +50,8 @@ class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> RaySettings:
-        """``PUNCHLINE_RAY_ADDRESS`` (else ``RAY_ADDRESS``); ``PUNCHLINE_RAY_NUM_CPUS`` for local."""
+        """``PUNCHLINE_RAY_ADDRESS`` (else ``RAY_ADDRESS``); ``PUNCHLINE_RAY_NUM_CPUS`` for local;
+        the ``FORWARD_ENV`` variables that are set, for the workers."""
         source = os.environ if env is None else env
         address = next((source[n].strip() for n in ENV_ADDRESS if source.get(n, "").strip()), None)
         if address == "local":
@@ -53,7 +65,8 @@ class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigError(f"not an integer: {raw!r}", field="PUNCHLINE_RAY_NUM_CPUS") from None
             if num_cpus < 1:
                 raise ConfigError(f"must be >= 1, got {num_cpus}", field="PUNCHLINE_RAY_NUM_CPUS")
-        values: dict[str, Any] = {"address": address, "num_cpus": num_cpus}
+        forwarded = {name: source[name] for name in FORWARD_ENV if source.get(name)}
+        values: dict[str, Any] = {"address": address, "num_cpus": num_cpus, "env_vars": forwarded}
         values.update(overrides)
         return cls(**values)
 

@@ -127,6 +127,24 @@ def redis_errors(what: str = "redis") -> Iterator[None]:
         raise LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
+def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float = 2.0) -> bool:
+    """Whether the Redis at ``url`` answers and keeps its files in ``data_dir``.
+
+    Use before reusing a server recorded by an earlier (killed) driver: the port may since have
+    been taken by another run's server, which must not be mistaken for ours.
+    """
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        served = client.config_get("dir").get("dir")
+    except (redis.exceptions.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+    if isinstance(served, bytes):
+        served = served.decode()
+    return served is not None and Path(served).resolve() == Path(data_dir).resolve()
+
+
 # --- the embedded server ------------------------------------------------------------------------
 
 

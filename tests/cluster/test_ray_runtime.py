@@ -21,6 +21,8 @@ def test_settings_from_env() -> None:
     assert RaySettings.from_env(both).address == "ray://b:10001"
     assert RaySettings.from_env({"PUNCHLINE_RAY_ADDRESS": "local"}).is_local
     assert RaySettings.from_env({"PUNCHLINE_RAY_NUM_CPUS": "3"}).num_cpus == 3
+    forwarded = RaySettings.from_env({"AWS_DEFAULT_REGION": "eu-west-1", "AWS_SECRET_ACCESS_KEY": "s", "HOME": "/h"})
+    assert forwarded.env_vars == {"AWS_DEFAULT_REGION": "eu-west-1"}  # config yes, credentials never
     with pytest.raises(ConfigError):
         RaySettings.from_env({"PUNCHLINE_RAY_NUM_CPUS": "many"})
 
@@ -80,6 +82,20 @@ def test_cluster_place_actors_per_node_and_lose_one(ray_cluster: Any) -> None:
     ray_cluster.wait_for_nodes()
     assert len(alive_nodes()) == 3
     print(f"\nray cluster (head + 2 workers) start: {timings_s.get('ray_cluster_start', float('nan')):.1f}s")
+
+
+@ray.remote
+def _read_store(url: str, key: str) -> bytes | None:
+    from data.store import open_store
+
+    return open_store(url).get(key)
+
+
+def test_workers_reach_the_s3_store(ray_local: RaySettings, s3_url: str) -> None:
+    from data.store import open_store
+
+    open_store(s3_url).put("from-driver", b"hello")
+    assert ray.get(_read_store.remote(s3_url, "from-driver"), timeout=120) == b"hello"
 
 
 def test_local_ray_is_back_after_cluster(ray_local: RaySettings) -> None:

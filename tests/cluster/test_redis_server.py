@@ -15,6 +15,7 @@ from cluster.redis_server import (
     find_redis_server,
     redact_url,
     redis_errors,
+    serves_dir,
 )
 from data.errors import ConfigError, LedgerUnavailable
 
@@ -112,3 +113,9 @@ def test_started_port_conflict_is_reported(tmp_path: Path, redis_server: Embedde
     with pytest.raises(LedgerUnavailable, match="did not start"):
         clash.start()
     assert not clash.running()
+
+
+def test_serves_dir_tells_our_server_from_another(tmp_path: Path, redis_server: EmbeddedRedis) -> None:
+    assert serves_dir(redis_server.url, redis_server.data_dir)
+    assert not serves_dir(redis_server.url, tmp_path)
+    assert not serves_dir("redis://127.0.0.1:1/0", tmp_path, timeout_s=0.5)
