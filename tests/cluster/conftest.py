@@ -9,7 +9,9 @@ import pytest
 
 from workers.fake.server import FakeProviderServer
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "puns_sample.json"
+from tests.conftest import SHARED_PUNS
+
+SAMPLE = SHARED_PUNS / "puns_205.json"
 
 
 def write_jokes(path: Path, n: int) -> Path:
@@ -48,7 +50,8 @@ kind = "openai"
 base_url = "{fake.openai_base_url}"
 max_concurrency = 4
 timeout_s = 5
-max_retries = 4
+max_retries = 8
+max_malformed_retries = 4
 
 [providers.sim.models]
 {model_rows}

@@ -53,7 +53,7 @@ def test_retried_faults_give_the_same_artifacts(
     clean = run(str(cfg), opts(tmp_path, redis_url, "clean", tmp_path / "s1"))
     assert clean.state == "finished"
     fake.reset()
-    fake.configure(error_503_rate=0.3, error_500_rate=0.1, malformed_rate=0.1, truncated_body_rate=0.1)
+    fake.configure(error_503_rate=0.2, error_500_rate=0.05, malformed_rate=0.05, truncated_body_rate=0.05)
     faulty = run(str(cfg), opts(tmp_path, redis_url, "faulty", tmp_path / "s2"))
     assert faulty.state == "finished", faulty.failures
     assert sum(fake.stats().faults.values()) > 0
