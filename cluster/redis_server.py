@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -250,17 +252,23 @@ class EmbeddedRedis:
         attempts = 1 if (self._port_fixed or self.unix_socket) else 3
         last_error = ""
         for _ in range(attempts):
-            self._proc = subprocess.Popen(
-                self._argv(),
-                cwd=self.data_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in the terminal must not kill the ledger first
-            )
+            lock_fd = self._lock()
+            try:
+                self._proc = subprocess.Popen(
+                    self._argv(),
+                    cwd=self.data_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # Ctrl-C in the terminal must not kill the ledger first
+                    pass_fds=(lock_fd,),  # the server holds the folder's lock for as long as it lives
+                )
+            finally:
+                os.close(lock_fd)
             atexit.register(self._atexit_stop)
             last_error = self._wait_ready()
             if not last_error:
+                self.lock_path.write_text(json.dumps({"pid": self._proc.pid, "url": self.url}))
                 return self
             self._reap()
             if "Address already in use" in last_error and not self._port_fixed:
@@ -268,6 +276,45 @@ class EmbeddedRedis:
                 continue
             break
         raise LedgerUnavailable(f"redis-server in {self.data_dir} did not start: {last_error}")
+
+    @property
+    def lock_path(self) -> Path:
+        return self.data_dir / "redis.lock"
+
+    def _lock(self) -> int:
+        """An fd holding an exclusive ``flock`` on the folder, or LedgerUnavailable if a live server
+        (maybe left running by a killed driver) already owns it: two servers appending to one AOF
+        would corrupt it."""
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            owner = self.lock_path.read_text(errors="replace").strip() or "unknown"
+            raise LedgerUnavailable(f"{self.data_dir} is already served by another redis-server ({owner})") from None
+        return fd
+
+    @staticmethod
+    def find_running(data_dir: str | os.PathLike[str]) -> str | None:
+        """The URL of a live server already serving ``data_dir`` (e.g. left by a killed driver),
+        else None. Reuse it instead of starting a second server on the same files."""
+        lock_path = Path(data_dir) / "redis.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None  # nobody holds it: no server
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+        try:
+            url = str(json.loads(lock_path.read_text())["url"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return url if serves_dir(url, data_dir) else None
 
     def _wait_ready(self) -> str:
         """'' once PING answers, else a description of why not."""

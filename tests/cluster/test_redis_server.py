@@ -83,6 +83,9 @@ def test_kill_9_then_restart_reloads_aof(tmp_path: Path) -> None:
     client.close()
     server.stop()
     assert not server.running()
+    server.start()  # and a clean stop keeps everything too
+    assert server.client().get("unit:7") == b"done-7"
+    server.stop()
     assert started_s < 5, f"redis-server took {started_s:.2f}s to start"
 
 
@@ -119,3 +122,19 @@ def test_serves_dir_tells_our_server_from_another(tmp_path: Path, redis_server: 
     assert serves_dir(redis_server.url, redis_server.data_dir)
     assert not serves_dir(redis_server.url, tmp_path)
     assert not serves_dir("redis://127.0.0.1:1/0", tmp_path, timeout_s=0.5)
+
+
+def test_one_server_per_folder_and_find_running(tmp_path: Path) -> None:
+    first = EmbeddedRedis(tmp_path).start()
+    try:
+        assert EmbeddedRedis.find_running(tmp_path) == first.url
+        second = EmbeddedRedis(tmp_path)
+        with pytest.raises(LedgerUnavailable, match="already served"):
+            second.start()
+        assert not second.running()
+        first.client().set("x", "1")
+    finally:
+        first.kill()  # a crash releases the folder: the lock dies with the process
+    assert EmbeddedRedis.find_running(tmp_path) is None
+    with EmbeddedRedis(tmp_path) as again:
+        assert again.client().get("x") == b"1"
