@@ -6,6 +6,10 @@ conditional writes (older MinIO/Ceph) answer 501/NotImplemented; then we fall ba
 which has a race window: two writers that both HEAD before either PUTs both "win", and the later
 PUT replaces the earlier. Shard outputs are deterministic for a unit, so that costs a duplicate
 write, not a wrong result, but the ledger (Redis), not the store, must then be the referee.
+
+One more corner of conditional writes: if a PUT times out after S3 stored it, botocore's retry
+gets 412 and ``put`` reports False although our bytes are there. Callers that care compare the
+stored bytes with theirs (``get(key) == data``) instead of trusting the flag alone.
 """
 
 from __future__ import annotations
