@@ -1,0 +1,211 @@
+"""Fault tolerance: kill -9 of the driver, killed workers, lost nodes, overlapping runs, a wiped Redis.
+
+Each test checks the delivery guarantee with the fake provider's per-key call counts: every request
+is called once, except requests in flight at the fault (at most once more each), and the artifacts
+are byte-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from cluster.driver import RunOptions, RunRecord, run
+from workers.fake.server import FakeProviderServer
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def opts(tmp: Path, redis_url: str, run_id: str, store: str = "store", ray_address: str | None = None) -> RunOptions:
+    return RunOptions(
+        run_id=run_id, runs_dir=str(tmp / "runs"), redis_url=redis_url, store=str(tmp / store), ray_address=ray_address
+    )
+
+
+def raw(tmp: Path, store: str, run_id: str) -> bytes:
+    return (tmp / store / run_id / "artifacts" / "raw_completions.json").read_bytes()
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def assert_guarantee(calls: dict[str, int], units: int, in_flight_bound: int) -> None:
+    assert len(calls) == units, f"{len(calls)} distinct requests seen, expected {units}"
+    assert max(calls.values()) <= 2
+    repeated = sum(1 for n in calls.values() if n > 1)
+    assert repeated <= in_flight_bound, f"{repeated} requests called twice (bound {in_flight_bound})"
+
+
+class Background:
+    """Run the driver in a thread of this process (same Ray job), keeping its result or error."""
+
+    def __init__(self, fn: Callable[[], RunRecord]) -> None:
+        self.result: RunRecord | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._target, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _target(self, fn: Callable[[], RunRecord]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout_s: float = 120.0) -> RunRecord:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "run did not finish"
+        if self.error:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> bytes:
+    rec = run(str(cfg), opts(tmp, redis_url, "baseline", store="baseline-store"))
+    assert rec.state == "finished"
+    fake.reset()
+    return raw(tmp, "baseline-store", "baseline")
+
+
+def test_kill_9_of_the_driver_then_resume(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
+) -> None:
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
+    expected = baseline(tmp_path, cfg, redis_url, fake)
+    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    address = ray.get_runtime_context().gcs_address
+    argv = [
+        sys.executable,
+        "-m",
+        "cluster.cli",
+        "run",
+        str(cfg),
+        "--run-id",
+        "killed",
+        "--redis-url",
+        redis_url,
+        "--store",
+        str(tmp_path / "store"),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--ray-address",
+        address,
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    units = 8 * 2 * 2
+    wait_for(lambda: fake.stats().total_calls >= units // 2 or proc.poll() is not None, timeout_s=90)
+    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = fake.stats().total_calls
+    assert before < units
+
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    # 2 workers x a shard of 2 units each were in flight at most at the kill
+    assert_guarantee(fake.stats().calls, units, in_flight_bound=4)
+    assert raw(tmp_path, "store", "killed") == expected
+
+
+def _kill_workers(stage_prefix: str, limit: int) -> int:
+    from ray._private import state
+
+    killed = 0
+    for info in state.actors().values():
+        name = info.get("Name") or ""
+        if name.startswith(stage_prefix) and info.get("State") == "ALIVE":
+            ray.kill(ray.get_actor(name, namespace=info.get("RayNamespace") or None), no_restart=True)
+            killed += 1
+            if killed >= limit:
+                break
+    return killed
+
+
+def test_killed_worker_actors_are_replaced(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
+) -> None:
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
+    expected = baseline(tmp_path, cfg, redis_url, fake)
+    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "actors")))
+    units = 8 * 2 * 2
+    wait_for(lambda: fake.stats().total_calls >= units // 3)
+    assert _kill_workers("punchline:actors:collect:", limit=2) >= 1
+    wait_for(lambda: fake.stats().total_calls >= 2 * units // 3)
+    _kill_workers("punchline:actors:collect:", limit=1)
+    rec = bg.join()
+    assert rec.state == "finished"
+    assert_guarantee(fake.stats().calls, units, in_flight_bound=3 * 2)
+    assert raw(tmp_path, "store", "actors") == expected
+
+
+def test_two_runs_of_one_config_at_once_never_call_twice(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
+) -> None:
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, workers_per_node=1)
+    fake.configure(latency_ms_min=20, latency_ms_max=60)
+    a = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "twin-a")))
+    b = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "twin-b")))
+    ra, rb = a.join(), b.join()
+    assert ra.state == rb.state == "finished"
+    calls = fake.stats().calls
+    assert len(calls) == 8 * 2 * 2 and set(calls.values()) == {1}
+    assert raw(tmp_path, "store", "twin-a") == raw(tmp_path, "store", "twin-b")
+    # the work was shared, not done twice: together they paid each request once
+    assert ra.counters["collect"].provider_requests + rb.counters["collect"].provider_requests == 32
+
+
+def test_redis_wiped_mid_run_resumes_from_the_store(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_client: Any, redis_url: str, ray_local: Any
+) -> None:
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
+    expected = baseline(tmp_path, cfg, redis_url, fake)
+    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "wiped")))
+    units = 8 * 2 * 2
+    wait_for(lambda: fake.stats().total_calls >= units // 2)
+    redis_client.flushall()
+    rec = bg.join()
+    assert rec.state == "finished"
+    assert_guarantee(fake.stats().calls, units, in_flight_bound=4)
+    assert raw(tmp_path, "store", "wiped") == expected
+
+
+def test_node_removed_mid_run(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_cluster: Any
+) -> None:
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=1)
+    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "nodes")))
+    units = 8 * 2 * 2
+    wait_for(lambda: fake.stats().total_calls >= units // 3, timeout_s=90)
+    victim = next(n for n in ray_cluster.worker_nodes)
+    ray_cluster.remove_node(victim)
+    new = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    rec = bg.join(180)
+    assert rec.state == "finished"
+    assert_guarantee(fake.stats().calls, units, in_flight_bound=2 * 2)
+    # the node that joined mid-run got a worker
+    from ray._private import state
+
+    nodes_with_workers = {
+        a["Address"]["NodeID"] for a in state.actors().values() if (a.get("Name") or "").startswith("punchline:nodes:")
+    }
+    assert new.node_id in nodes_with_workers
