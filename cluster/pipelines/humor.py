@@ -1,0 +1,317 @@
+"""The Humor (MERA) benchmark as engine stages: generate -> (judge) -> score.
+
+``generate`` asks each model once per item (greedy, as MERA does); ``judge`` asks the judge model
+to grade each answer. Scoring is no stage of its own: it needs no provider call, so it runs in the
+reduce of the last stage, through the same ``score_and_write`` as ``punchline humor score`` — an
+engine run and the offline scorer give byte-identical reports.
+
+A unit that failed after its retries leaves no answer line (the scorer counts it as missing, i.e.
+wrong) and no judge score (``None``, a *missing* judgement, never 0), so a flaky provider lowers
+coverage visibly instead of silently lowering the judge pass rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from cluster.config import RunConfig, resolve_path
+from cluster.pipeline import Stage, StageContext, UnitResult, UnitSpec
+from data.errors import ConfigError, InputError
+from data.humor.loaders import Prediction, load_humor, load_items
+from data.humor.schema import HumorFile, HumorItem
+
+if TYPE_CHECKING:
+    from cluster.driver import RunRecord
+
+REPORT_PREFIX = "report"
+
+
+def answers_artifact(nick: str) -> str:
+    return f"answers/{nick}.jsonl"
+
+
+def judge_scores_artifact(nick: str) -> str:
+    return f"judge_scores/{nick}.jsonl"
+
+
+def report_prefix(nick: str) -> str:
+    return f"{REPORT_PREFIX}/{nick}"
+
+
+def report_artifact(nick: str, file: str) -> str:
+    return f"{report_prefix(nick)}/{file}"
+
+
+class JudgeScore(msgspec.Struct):
+    """One line of ``judge_scores/<nick>.jsonl`` (the format ``humor score --judge-scores`` reads)."""
+
+    id: int
+    score: float | None
+
+
+def _settings(ctx: StageContext) -> RunConfig:
+    if ctx.cfg.humor is None:
+        raise ConfigError("the humor pipeline needs a [humor] table", file=ctx.cfg.source)
+    return ctx.cfg
+
+
+def _source(ctx: StageContext) -> HumorFile:
+    cfg = _settings(ctx).humor
+    assert cfg is not None
+    path = resolve_path(ctx.cfg, cfg.data)
+    source = load_humor(path)
+    ids = [it.id for it in source.data]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise InputError(f"duplicate item ids {dup[:10]}", file=str(path), field="meta.id")
+    return source
+
+
+def _shots(ctx: StageContext) -> list[HumorItem]:
+    cfg = _settings(ctx).humor
+    assert cfg is not None
+    if cfg.k_shot <= 0:
+        return []
+    if not cfg.shots:
+        raise ConfigError(f"k_shot = {cfg.k_shot} needs a shots file", file=ctx.cfg.source, field="humor.shots")
+    shots = load_items(resolve_path(ctx.cfg, cfg.shots))
+    if len(shots) < cfg.k_shot:
+        raise ConfigError(
+            f"k_shot = {cfg.k_shot} but the shots file has only {len(shots)} items",
+            file=ctx.cfg.source,
+            field="humor.k_shot",
+        )
+    return shots
+
+
+def _shots_for(item: HumorItem, shots: list[HumorItem], k: int) -> list[HumorItem]:
+    """The first ``k`` shots in file order, never the item itself (when data and shots overlap)."""
+    chosen = [s for s in shots if s != item][:k]
+    if len(chosen) < k:
+        raise ConfigError(f"not enough shots for item {item.id} once the item itself is excluded", field="humor.shots")
+    return chosen
+
+
+def _unit_id(stage: str, nick: str, item_id: int) -> str:
+    return f"{stage}/{nick}/{item_id:06d}"
+
+
+def _text(result: UnitResult | None) -> str | None:
+    if result is None or result.response is None or not result.response.texts:
+        return None
+    return result.response.texts[0]
+
+
+def _encode_lines(records: list[msgspec.Struct]) -> bytes:
+    enc = msgspec.json.Encoder()
+    return b"".join(enc.encode(r) + b"\n" for r in records)
+
+
+def read_answers(ctx: StageContext, nick: str) -> dict[int, str]:
+    """``answers/<nick>.jsonl`` of this run as ``{id: raw answer}``."""
+    name = answers_artifact(nick)
+    decoder = msgspec.json.Decoder(Prediction)
+    out: dict[int, str] = {}
+    for line in ctx.read_artifact(name).splitlines():
+        if line.strip():
+            p = decoder.decode(line)
+            out[p.id] = p.text
+    return out
+
+
+def _score(
+    ctx: StageContext,
+    source: HumorFile,
+    nick: str,
+    predictions: Mapping[int, str],
+    judge_scores: Mapping[int, float | None] | None,
+) -> list[str]:
+    """Score one model into a temp dir and store every output file as ``report/<nick>/<file>``."""
+    from data.humor.report import score_and_write
+
+    names = []
+    with tempfile.TemporaryDirectory(prefix="punchline-humor-") as tmp:
+        score_and_write(tmp, source, predictions, judge_scores=judge_scores)
+        for f in sorted(Path(tmp).iterdir()):
+            name = report_artifact(nick, f.name)
+            ctx.write_artifact(name, f.read_bytes())
+            names.append(name)
+    return names
+
+
+class GenerateStage:
+    """One greedy answer per (model, item), with the configured k-shot prefix."""
+
+    name = "generate"
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        from data.humor.prompts import answer_request
+
+        cfg = _settings(ctx).humor
+        assert cfg is not None
+        settings = ctx.cfg.provider(cfg.provider)
+        shots = _shots(ctx)
+        units = []
+        for item in _source(ctx).data:
+            prefix = _shots_for(item, shots, cfg.k_shot)
+            for nick in cfg.models:
+                request = answer_request(cfg.provider, settings.model_id(nick), item, prefix, max_tokens=cfg.max_tokens)
+                units.append(UnitSpec(unit_id=_unit_id(self.name, nick, item.id), request=request))
+        return units
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        cfg = _settings(ctx).humor
+        assert cfg is not None
+        source = _source(ctx)
+        ids = sorted(it.id for it in source.data)
+        names = []
+        for nick in cfg.models:
+            lines: list[msgspec.Struct] = []
+            for item_id in ids:
+                text = _text(results.get(_unit_id(self.name, nick, item_id)))
+                if text is not None:
+                    lines.append(Prediction(id=item_id, text=text))
+            ctx.write_artifact(answers_artifact(nick), _encode_lines(lines))
+            names.append(answers_artifact(nick))
+        if cfg.judge is None:
+            for nick in cfg.models:
+                names += _score(ctx, source, nick, read_answers(ctx, nick), None)
+        return names
+
+
+class JudgeStage:
+    """The judge model grades each answer (binary); then every model is scored with its judgements.
+
+    Two models that gave the same answer to an item produce the same judge request, which the
+    response cache answers once: identical questions are never paid for twice.
+    """
+
+    name = "judge"
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        from data.humor.judge import judge_request
+
+        cfg = _settings(ctx).humor
+        assert cfg is not None and cfg.judge is not None
+        judge_id = ctx.cfg.provider(cfg.judge.provider).model_id(cfg.judge.model)
+        items = _source(ctx).data
+        units = []
+        for nick in cfg.models:
+            answers = read_answers(ctx, nick)
+            for item in items:
+                if item.id not in answers:  # no answer (failed unit): nothing to judge, score missing
+                    continue
+                units.append(
+                    UnitSpec(
+                        unit_id=_unit_id(self.name, nick, item.id),
+                        request=judge_request(cfg.judge.provider, judge_id, item, answers[item.id]),
+                        check="judge_score",
+                    )
+                )
+        return units
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        from data.humor.judge import JudgeParseError, parse_score
+
+        cfg = _settings(ctx).humor
+        assert cfg is not None
+        source = _source(ctx)
+        ids = sorted(it.id for it in source.data)
+        names = []
+        for nick in cfg.models:
+            scores: dict[int, float | None] = {}
+            for item_id in ids:
+                text = _text(results.get(_unit_id(self.name, nick, item_id)))
+                score: float | None = None
+                if text is not None:
+                    try:
+                        score = parse_score(text)
+                    except JudgeParseError:
+                        score = None
+                scores[item_id] = score
+            lines: list[msgspec.Struct] = [JudgeScore(id=i, score=s) for i, s in scores.items()]
+            ctx.write_artifact(judge_scores_artifact(nick), _encode_lines(lines))
+            names.append(judge_scores_artifact(nick))
+            names += _score(ctx, source, nick, read_answers(ctx, nick), scores)
+        return names
+
+
+def stages(cfg: RunConfig) -> list[Stage]:
+    if cfg.humor is None:
+        raise ConfigError("run.pipeline is 'humor' but there is no [humor] table", file=cfg.source)
+    out: list[Stage] = [GenerateStage()]
+    if cfg.humor.judge is not None:
+        out.append(JudgeStage())
+    return out
+
+
+# --- `punchline humor run CONFIG [options]` ---------------------------------------------------------
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    """The options of ``punchline run``; ``humor run`` passes its trailing arguments through here."""
+    p = argparse.ArgumentParser(prog="punchline humor run CONFIG", add_help=True)
+    p.add_argument("--run-id", help="resume this run (or name a new one)")
+    p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
+    p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
+    p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
+    p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
+    p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
+    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
+    return p
+
+
+def run_humor(args: argparse.Namespace) -> int:
+    """Run a ``pipeline = "humor"`` config exactly like ``punchline run``, then print each model's scores."""
+    from cluster.commands.run import _run
+    from cluster.config import load_config
+    from cluster.driver import RunOptions, RunRecord, new_run_id
+
+    rest = [a for a in (getattr(args, "rest", None) or []) if a != "--"]
+    extra = _run_parser().parse_args(rest)
+    cfg = load_config(args.config)
+    if cfg.run.pipeline != "humor":
+        raise ConfigError(
+            f'run.pipeline is {cfg.run.pipeline!r}; `humor run` needs pipeline = "humor" (use `punchline run`)',
+            file=args.config,
+            field="run.pipeline",
+        )
+    opts = RunOptions.from_env(
+        run_id=extra.run_id or new_run_id(cfg),
+        redis_url=extra.redis_url,
+        store=extra.store,
+        ray_address=extra.ray_address,
+        max_cost_usd=extra.max_cost_usd,
+        offline=extra.offline,
+        runs_dir=extra.runs_dir,
+    )
+    status = _run(args.config, opts, extra.no_progress)
+    record_path = Path(opts.runs_dir) / str(opts.run_id) / "run.json"
+    if record_path.exists():
+        record = msgspec.json.decode(record_path.read_bytes(), type=RunRecord)
+        _print_summaries(cfg, record)
+    return status
+
+
+def _print_summaries(cfg: RunConfig, record: RunRecord) -> None:
+    from cluster.commands.humor import print_score_summary
+    from data.humor.report import REPORT_JSON, HumorReport
+    from data.store import open_store
+
+    assert cfg.humor is not None
+    store_url, run_id = record.services.store_url, record.run_id
+    store = open_store(store_url)
+    for nick in cfg.humor.models:
+        raw = store.get(f"{run_id}/artifacts/{report_artifact(nick, REPORT_JSON)}")
+        if raw is None:
+            continue
+        report = msgspec.json.decode(raw, type=HumorReport)
+        print(f"\n{nick} ({cfg.provider(cfg.humor.provider).model_id(nick)}):")
+        print_score_summary(report, [f"{store_url}/{run_id}/artifacts/{report_prefix(nick)}/"])
