@@ -184,7 +184,10 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
         from cluster.redis_server import connect
 
         ray_address = opts.ray_address or cfg.run.ray_address
-        ensure_ray(RaySettings.from_env(**({"address": ray_address} if ray_address else {})))
+        ray_settings = RaySettings.from_env()
+        if ray_address:
+            ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
+        ensure_ray(ray_settings)
         services = Services(redis_url=redis_url, store_url=store.url, ray_address=ray_address, simulator_url=sim_url)
         record = RunRecord(
             run_id=run_id,

@@ -200,4 +200,5 @@ class ShardWorker:
 def worker_actor_class(max_concurrency: int = 64) -> Any:
     import ray
 
-    return ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=max_concurrency)(ShardWorker)
+    options: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0, "max_concurrency": max_concurrency}
+    return ray.remote(**options)(ShardWorker)

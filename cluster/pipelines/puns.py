@@ -105,9 +105,9 @@ class ClassifyStage:
         return units
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.classify import merge, parse_verdicts
+        from data.classify import Verdicts, merge, parse_verdicts
 
-        verdicts: dict[str, dict[str, str]] = {}
+        verdicts: Verdicts = {}
         for uid in sorted(results):
             r = results[uid]
             if r.response is not None and r.response.texts:
@@ -128,7 +128,7 @@ class RankStage:
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
         from data.tiers import apply_rankings, rank
 
-        classified = decode_bytes(
+        classified: ClassifiedCompletions = decode_bytes(
             ctx.read_artifact(CLASSIFIED), ClassifiedCompletions, source=ctx.artifact_key(CLASSIFIED)
         )
         ranked = apply_rankings(_jokes(ctx), rank(classified))
@@ -149,7 +149,9 @@ class ClozeStage:
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.cloze is not None
-        ranked = decode_bytes(ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED))
+        ranked: list[PunEntry] = decode_bytes(
+            ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED)
+        )
         tests = build_tests(ranked, seed=cfg.cloze.seed, pairs=cfg.cloze.pairs, file=ctx.artifact_key(RANKED))
         ctx.write_artifact(TESTS, dumps_upstream(tests).encode())
         return [TESTS]
@@ -197,7 +199,9 @@ class EvaluateStage:
                 per[str(i)] = to_response(test, r.texts[0] if r and r.texts else "")
             responses[nick] = ClozeModelResponses(model_id=settings.model_id(nick), responses=per)
         ctx.write_artifact(RESPONSES, dumps_upstream(responses).encode())
-        ranked = decode_bytes(ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED))
+        ranked: list[PunEntry] = decode_bytes(
+            ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED)
+        )
         report = build_report(responses, tests, ranked)
         names = [RESPONSES]
         with tempfile.TemporaryDirectory() as tmp:
