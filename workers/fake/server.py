@@ -30,6 +30,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -493,9 +494,11 @@ class FakeProviderServer:
             self._thread.start()
         return self.url
 
-    def serve_forever(self) -> None:
+    def serve_forever(self, on_ready: Callable[[str], None] | None = None) -> None:
         """Run in the calling thread (the ``fake-provider`` command) until interrupted."""
         self._httpd = _HTTPServer(self._address, self._state)
+        if on_ready is not None:
+            on_ready(self.url)
         try:
             self._httpd.serve_forever()
         finally:
