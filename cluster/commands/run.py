@@ -97,7 +97,7 @@ def _run(config: str, opts: Any, no_progress: bool) -> int:
     finally:
         if bars:
             bars.progress.stop()
-    out = Console()
+    out = Console(width=max(Console().width, 110))
     out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
     _print_counters(out, record.counters)
     store = record.services.store_url
@@ -206,7 +206,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             ).decode()
         )
         return 0
-    console = Console()
+    console = Console(width=max(Console().width, 110))
     console.print(f"run [bold]{record.run_id}[/bold] ({record.pipeline}): {record.state}{' (live)' if live else ''}")
     _print_counters(console, counters, leased)
     for stage, fails in failures.items():

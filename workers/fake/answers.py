@@ -104,6 +104,17 @@ def base_funny_propensity(model: str, overrides: dict[str, float]) -> float:
     return min(0.6, 0.02 + 0.1 * math.log10(max(size, 1.0)))
 
 
+def joke_factor(seed: int, prompt: str) -> float:
+    """How pun-prone a joke is, fixed per joke: most jokes are heard straight, some invite the pun,
+    a few are always punned, so the simulated data spreads over all four tiers as real data does."""
+    r = rng_for(seed, prompt, 0, "joke").random()
+    if r < 0.45:
+        return 0.05
+    if r < 0.88:
+        return 0.5 + 2.5 * (r - 0.45) / 0.43
+    return 6.0
+
+
 def rng_for(seed: int, key: str, choice: int, salt: str = "") -> random.Random:
     digest = hashlib.sha256(f"{seed}|{key}|{choice}|{salt}".encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
@@ -181,7 +192,7 @@ def _pun_word(rng: random.Random, knobs: AnswerKnobs, book: JokeBook, model: str
     if joke is None or not (joke.straight or joke.punny):
         word = rng.choice(GENERIC_WORDS)
     else:
-        p = base_funny_propensity(model, knobs.funny_propensity)
+        p = min(0.95, base_funny_propensity(model, knobs.funny_propensity) * joke_factor(knobs.seed, joke.sentence))
         bias = _context_bias(book, context) if context else 0
         if bias > 0:
             p = min(0.95, p * 2.5 + 0.25)
