@@ -1,13 +1,15 @@
-"""``punchline fake-provider``: the offline simulated LLM provider as a foreground server."""
+"""``punchline fake-provider`` (the offline simulated provider as a foreground server) and
+``punchline import-legacy`` (upstream checkpoints into the response cache)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import msgspec
 
-from data.errors import ConfigError
+from data.errors import ConfigError, InputError
 
 
 def register(sub: Any) -> None:
@@ -26,6 +28,21 @@ def register(sub: Any) -> None:
     p.add_argument("--puns", action="append", help="puns JSON file the fake answers from (repeatable)")
     p.set_defaults(func=cmd_fake_provider)
 
+    i = sub.add_parser(
+        "import-legacy",
+        help="load upstream raw/classified completions into the response cache",
+        description="Store every answer of upstream's raw_completions.json (and, with --classified, the "
+        "judge verdicts of classified_completions.json) in the response cache under the exact request keys "
+        "a puns run computes, so that run re-pays for nothing and reproduces the upstream files. Provider "
+        "and model ids come from --config (its [puns.collect] and [puns.classify] tables) or default to "
+        "upstream's: Together.ai Llama models and claude-sonnet-4-20250514 on provider 'anthropic'.",
+    )
+    i.add_argument("--raw", required=True, help="upstream raw_completions.json")
+    i.add_argument("--classified", help="upstream classified_completions.json (imports the classify stage)")
+    i.add_argument("--store", required=True, help="checkpoint store: a folder or s3://bucket/prefix")
+    i.add_argument("--config", help="the run config whose requests should hit the imported answers")
+    i.set_defaults(func=cmd_import_legacy)
+
 
 def cmd_fake_provider(args: argparse.Namespace) -> int:
     from workers.fake.server import FakeConfig, FakeProviderServer, load_config
@@ -43,4 +60,112 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
         server.serve_forever(on_ready=lambda url: print(f"fake provider listening on {url}", flush=True))
     except KeyboardInterrupt:
         print("fake provider stopped", flush=True)
+    return 0
+
+
+UPSTREAM_PROVIDER = "together"
+UPSTREAM_MODELS = {
+    "3b": "meta-llama/Llama-3.2-3B-Instruct-Turbo",
+    "8b": "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo",
+    "70b": "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo",
+    "3.3-70b": "meta-llama/Llama-3.3-70B-Instruct-Turbo",
+    "405b": "meta-llama/Meta-Llama-3.1-405B-Instruct-Turbo",
+}
+UPSTREAM_CLASSIFY = ("anthropic", "claude-sonnet-4-20250514")
+
+
+class LegacyTargets(msgspec.Struct, kw_only=True):
+    """Which requests the imported answers stand for (what a run with that config will ask)."""
+
+    provider: str = UPSTREAM_PROVIDER
+    models: dict[str, str] = {}  # nickname -> model id; empty = upstream's table
+    samples: int = 20
+    classify_provider: str = UPSTREAM_CLASSIFY[0]
+    classify_model: str = UPSTREAM_CLASSIFY[1]
+    batch_size: int = 10
+
+
+class ImportReport(msgspec.Struct, kw_only=True):
+    written: int = 0
+    already_cached: int = 0
+    empty_answers: int = 0
+    classify_batches: int = 0
+
+
+def targets_from_config(path: str) -> LegacyTargets:
+    from cluster.config import load_config
+
+    cfg = load_config(path)
+    if cfg.puns is None:
+        raise ConfigError("import-legacy needs a [puns] table", file=path)
+    collect = cfg.puns.collect
+    settings = cfg.provider(collect.provider)
+    targets = LegacyTargets(
+        provider=collect.provider,
+        models={nick: settings.model_id(nick) for nick in collect.models},
+        samples=collect.samples,
+    )
+    if cfg.puns.classify is not None:
+        cl = cfg.puns.classify
+        targets.classify_provider = cl.provider
+        targets.classify_model = cfg.provider(cl.provider).model_id(cl.model)
+        targets.batch_size = cl.batch_size
+    return targets
+
+
+def import_legacy(raw_path: str, classified_path: str | None, store_url: str, targets: LegacyTargets) -> ImportReport:
+    """Write the legacy answers into the store's response cache (existing entries are kept)."""
+    from data.classify import batches, candidates, classify_request
+    from data.completions import greedy_request, sample_request, truncate_before_blank
+    from data.jsonio import decode_file
+    from data.response_cache import ResponseCache
+    from data.schemas import ClassifiedCompletions, RawCompletions
+    from data.store import open_store
+    from workers.provider import ProviderRequest, ProviderResponse
+
+    raw: RawCompletions = decode_file(raw_path, RawCompletions)
+    cache = ResponseCache(open_store(store_url))
+    report = ImportReport()
+    models = targets.models or UPSTREAM_MODELS
+
+    def put(request: ProviderRequest, texts: list[str]) -> None:
+        if not texts or not any(texts):
+            report.empty_answers += 1
+        wrote = cache.put(request, ProviderResponse(texts=texts, model=request.model), source="legacy-import")
+        report.written += wrote
+        report.already_cached += not wrote
+
+    for key, entry in raw.items():
+        prompt = truncate_before_blank(entry.sentence)
+        if prompt != entry.prompt:
+            raise InputError("prompt is not the sentence cut before its blank", file=raw_path, record=key)
+        for nick, done in entry.models.items():
+            model_id = models.get(nick)
+            if model_id is None:
+                continue  # a model the run does not ask for
+            put(greedy_request(targets.provider, model_id, prompt), [done.greedy])
+            put(sample_request(targets.provider, model_id, prompt, n=targets.samples), list(done.samples))
+    if classified_path:
+        classified: ClassifiedCompletions = decode_file(classified_path, ClassifiedCompletions)
+        for batch in batches(list(raw.values()), size=targets.batch_size):
+            verdicts: dict[str, dict[str, str]] = {}
+            for item in batch:
+                entry_c = classified.get(str(item.index))
+                if entry_c is None:
+                    raise InputError("joke missing from the classified file", file=classified_path, record=item.index)
+                verdicts[str(item.index)] = {w: entry_c.classifications.get(w, "other") for w in candidates(entry_c)}
+            request = classify_request(targets.classify_provider, targets.classify_model, batch)
+            put(request, [json.dumps(verdicts)])
+            report.classify_batches += 1
+    return report
+
+
+def cmd_import_legacy(args: argparse.Namespace) -> int:
+    targets = targets_from_config(args.config) if args.config else LegacyTargets()
+    report = import_legacy(args.raw, args.classified, args.store, targets)
+    print(
+        f"imported {report.written} answers into {args.store} ({report.already_cached} were already cached, "
+        f"{report.empty_answers} empty upstream answers kept as they were, "
+        f"{report.classify_batches} classification batches)"
+    )
     return 0
