@@ -72,12 +72,23 @@ class ShardProcessor:
 
     def _runner(self, stage: str) -> UnitRunner:
         from schedulers.budget import make_budget
-        from workers.retry import RetryPolicy, call_with_retries
+        from schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
+        from workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
+        limiter = RedisRateLimiter(self.ledger.r, self.cfg.providers, RateLimitSettings.from_env())
+        run_id = self.cfg.run_id
+
+        def on_attempt(event: AttemptEvent) -> None:
+            """Every HTTP attempt is a provider request; failed ones are retries (status shows both)."""
+            extra = {"provider_retries": 1} if event.error is not None else {}
+            with contextlib.suppress(LedgerUnavailable):
+                self.ledger.count(run_id, stage, provider_requests=1, **extra)
 
         async def call(provider: Provider, request: Any) -> Any:
-            return await call_with_retries(provider, request, policies[provider.name])
+            return await call_with_retries(
+                provider, request, policies[provider.name], rate_limiter=limiter, on_attempt=on_attempt
+            )
 
         budget, estimate = make_budget(self.ledger.r, self.cfg.run_id, self.cfg.max_cost_usd, self.cfg.providers)
         return UnitRunner(

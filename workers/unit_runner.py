@@ -164,7 +164,6 @@ class UnitRunner:
                 await asyncio.to_thread(self.budget.settle, reserved, actual)
                 reserved = 0.0
             self._count(
-                provider_requests=1,
                 input_tokens=response.input_tokens,
                 output_tokens=response.output_tokens,
                 cost_usd=actual,
@@ -205,7 +204,6 @@ class UnitRunner:
                 check(response)
                 return response
             except RetryableProviderError as exc:
-                self._count(provider_requests=1, provider_retries=1)
                 if attempt == self.max_invalid:
                     raise
                 log.info("invalid_answer_retry", unit=unit.unit_id, error=str(exc), attempt=attempt + 1)
