@@ -228,3 +228,26 @@ def test_unknown_sentence_and_message_struct(book: JokeBook) -> None:
     )
     assert text.isalpha()
     assert Message("user", "x").content == "x"
+
+
+def test_greedy_cloze_priming_moves_answers(book: JokeBook) -> None:
+    """Greedy (temperature 0) cloze prompts: the same answer for every call, funnier after puns."""
+    from data.completions import SYSTEM_PROMPT
+
+    knobs = AnswerKnobs(noise_rate=0.0)
+    funny = {"straight": 0, "funny": 0}
+    for i in range(0, 120, 3):
+        a, b, c = book.jokes[i], book.jokes[i + 1], book.jokes[i + 2]
+        for kind in funny:
+            pick = (lambda j: j.punny[0]) if kind == "funny" else (lambda j: j.straight[0])
+            prompt = (
+                f"{a.sentence.replace('___', pick(a))} {b.sentence.replace('___', pick(b))} "
+                f"{truncate_before_blank(c.sentence)}"
+            )
+            texts = {
+                answer(book, knobs, key=prompt, choice=ch, model=M405, system=SYSTEM_PROMPT, user=prompt, temperature=0)
+                for ch in range(3)
+            }
+            assert len(texts) == 1
+            funny[kind] += texts.pop().lower() in {w.lower() for w in c.punny}
+    assert funny["funny"] > funny["straight"] + 10

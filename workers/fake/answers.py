@@ -198,10 +198,9 @@ def _pun_word(rng: random.Random, knobs: AnswerKnobs, book: JokeBook, model: str
             p = min(0.95, p * 2.5 + 0.25)
         elif bias < 0:
             p = p * 0.5
-        if greedy:
-            punny = p > 0.5 and bool(joke.punny)
-        else:
-            punny = bool(joke.punny) and (rng.random() < p or not joke.straight)
+        # Greedy answers draw too (from an rng seeded by the key alone), so they are stable per
+        # prompt but, over many jokes, funny at the model's propensity.
+        punny = bool(joke.punny) and (rng.random() < p or not joke.straight)
         pool = joke.punny if punny else joke.straight
         word = pool[0] if greedy else _weighted_pick(rng, pool)
     if rng.random() < knobs.noise_rate:
