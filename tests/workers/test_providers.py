@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 
 import pytest
@@ -111,3 +112,17 @@ def test_wire_calls_and_retry_after_parsing() -> None:
     assert parse_retry_after({"retry-after-ms": "150", "retry-after": "1"}) == 0.15
     assert parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert parse_retry_after({}) is None
+
+
+def test_max_concurrency_bounds_calls_in_flight(fake: FakeProviderServer) -> None:
+    fake.configure(latency_ms_min=200, latency_ms_max=200)
+    provider = make_provider("fake", fake.provider_settings("openai", max_concurrency=2, timeout_s=5))
+
+    async def go() -> float:
+        started = time.monotonic()
+        await asyncio.gather(*(provider.complete(greedy_request("fake", MODEL, f"Call {i} of the")) for i in range(6)))
+        await provider.aclose()
+        return time.monotonic() - started
+
+    assert asyncio.run(go()) >= 0.6  # 6 calls of 200 ms, two at a time
+    assert fake.stats().ok == 6

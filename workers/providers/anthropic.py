@@ -9,6 +9,7 @@ travels in ``extra_body`` (SDK 2.x dropped the keyword). Whitespace-only stop se
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -30,6 +31,8 @@ class AnthropicProvider:
             max_retries=0,
             timeout=settings.timeout_s,
         )
+        # at most ``max_concurrency`` HTTP calls in flight from this provider object (one per worker)
+        self._slots = asyncio.Semaphore(max(1, settings.max_concurrency))
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(name={self.name!r}, base_url={self.settings.base_url!r})"
@@ -63,7 +66,8 @@ class AnthropicProvider:
             params["stop_sequences"] = stop
         headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
         try:
-            resp = await self._client.messages.create(**params, extra_headers=headers)
+            async with self._slots:
+                resp = await self._client.messages.create(**params, extra_headers=headers)
         except anthropic.APIStatusError as exc:
             raise status_error(where, exc.status_code, _message(exc), exc.response.headers, self._secret) from None
         except anthropic.APITimeoutError:

@@ -11,6 +11,7 @@ choice offset header (``sample_slot * n + i``) so the fake provider returns dist
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -32,6 +33,8 @@ class OpenAICompatProvider:
             max_retries=0,
             timeout=settings.timeout_s,
         )
+        # at most ``max_concurrency`` HTTP calls in flight from this provider object (one per worker)
+        self._slots = asyncio.Semaphore(max(1, settings.max_concurrency))
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider(name={self.name!r}, base_url={self.settings.base_url!r})"
@@ -65,7 +68,8 @@ class OpenAICompatProvider:
             params["seed"] = request.seed
         headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
         try:
-            resp = await self._client.chat.completions.create(**params, extra_headers=headers)
+            async with self._slots:
+                resp = await self._client.chat.completions.create(**params, extra_headers=headers)
         except openai.APIStatusError as exc:
             raise status_error(where, exc.status_code, _message(exc), exc.response.headers, self._secret) from None
         except openai.APITimeoutError:
