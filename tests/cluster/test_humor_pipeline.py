@@ -1,0 +1,227 @@
+"""The Humor benchmark on the engine: real Redis, real Ray, the fake provider over HTTP."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from cluster.cli import main
+from cluster.config import load_config
+from cluster.driver import RunOptions, RunRecord, run
+from cluster.pipeline import StageContext, UnitResult
+from cluster.pipelines.humor import GenerateStage, JudgeStage, stages
+from data.humor.judge import JUDGE_SYSTEM
+from data.humor.loaders import load_items
+from data.humor.prompts import render_prompt
+from data.store import open_store
+from workers.fake.server import FakeProviderServer
+from workers.provider import ProviderResponse
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "data" / "samples" / "humor_sample.json"
+N_ITEMS = 24
+JUDGE_ID = "claude-judge-sim"
+
+
+def humor_config(
+    path: Path,
+    *,
+    openai_url: str,
+    anthropic_url: str,
+    models: dict[str, str],
+    judge: bool = True,
+    extra: str = "",
+) -> Path:
+    rows = "\n".join(f'"{nick}" = {{ id = "{mid}", input_usd_per_mtok = 1.0 }}' for nick, mid in models.items())
+    text = f"""
+[run]
+pipeline = "humor"
+name = "humor-test"
+shard_size = 8
+lease_ms = 5000
+workers_per_node = 2
+
+[providers.sim]
+kind = "openai"
+base_url = "{openai_url}"
+max_concurrency = 8
+timeout_s = 5
+
+[providers.sim.models]
+{rows}
+
+[providers.claude]
+kind = "anthropic"
+base_url = "{anthropic_url}"
+max_concurrency = 8
+timeout_s = 5
+
+[providers.claude.models]
+judge = {{ id = "{JUDGE_ID}" }}
+
+[humor]
+data = "{SAMPLE}"
+provider = "sim"
+models = {json.dumps(list(models))}
+{extra}
+"""
+    if judge:
+        text += 'judge = { provider = "claude", model = "judge" }\n'
+    path.write_text(text)
+    return path
+
+
+def _artifact(store: Path, run_id: str, name: str) -> bytes:
+    return (store / run_id / "artifacts" / name).read_bytes()
+
+
+def _answers(raw: bytes) -> dict[int, str]:
+    rows = [json.loads(line) for line in raw.decode().splitlines()]
+    ids = [r["id"] for r in rows]
+    assert ids == sorted(ids)
+    return {r["id"]: r["text"] for r in rows}
+
+
+@pytest.mark.slow
+def test_generate_judge_score_once_per_request_and_identical_on_rerun(
+    tmp_path: Path,
+    fake: FakeProviderServer,
+    redis_url: str,
+    ray_local,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    models = {"small": "sim/humor-small", "big": "sim/humor-big"}
+    cfg = humor_config(
+        tmp_path / "humor.toml", openai_url=fake.openai_base_url, anthropic_url=fake.anthropic_base_url, models=models
+    )
+    store = tmp_path / "store"
+    first = f"h1-{uuid.uuid4().hex[:8]}"
+    rec = run(
+        str(cfg), RunOptions(run_id=first, runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(store))
+    )
+    assert rec.state == "finished", rec.failures
+    assert rec.stages == ["generate", "judge"]
+    stats = fake.stats()
+    assert set(stats.calls.values()) == {1}
+    assert {m: stats.calls_by_model[m] for m in models.values()} == {m: N_ITEMS for m in models.values()}
+
+    answers = {nick: _answers(_artifact(store, first, f"answers/{nick}.jsonl")) for nick in models}
+    assert all(sorted(a) == list(range(1, N_ITEMS + 1)) for a in answers.values())
+    # one judge unit per (model, item); the same answer to the same item is one request, judged once
+    assert rec.counters["judge"].units_total == rec.counters["judge"].units_done == N_ITEMS * len(models)
+    distinct = {(i, text) for a in answers.values() for i, text in a.items()}
+    assert stats.calls_by_model[JUDGE_ID] == len(distinct) >= N_ITEMS
+
+    reports = {}
+    for nick in models:
+        report = json.loads(_artifact(store, first, f"report/{nick}/report.json"))
+        assert report["n"] == N_ITEMS and report["n_missing"] == 0
+        assert 0.0 <= report["em"] <= 1.0 and 0.0 <= report["em_mera"] <= 1.0
+        assert report["judge"]["n_scored"] == N_ITEMS and report["judge"]["n_missing"] == 0
+        assert set(report["judge_scores"].values()) <= {0.0, 1.0}
+        scores = [json.loads(line) for line in _artifact(store, first, f"judge_scores/{nick}.jsonl").splitlines()]
+        assert {str(s["id"]): s["score"] for s in scores} == report["judge_scores"]
+        reports[nick] = report
+        for f in ("report.md", "submission.json", "confusion.png"):
+            assert f"report/{nick}/{f}" in rec.artifacts
+
+    # `punchline humor run` with a new run id on the same store (Redis from the environment, as
+    # `punchline run` reads it): every answer comes from the cache, every artifact has the same bytes.
+    fake.reset()
+    capsys.readouterr()
+    monkeypatch.setenv("PUNCHLINE_REDIS_URL", redis_url)
+    second = f"h2-{uuid.uuid4().hex[:8]}"
+    argv = ["humor", "run", str(cfg), "--run-id", second, "--runs-dir", str(tmp_path / "runs")]
+    assert main([*argv, "--store", str(store), "--no-progress"]) == 0
+    assert fake.stats().total_calls == 0
+    out = capsys.readouterr().out
+    assert f"run {second}: finished" in out and out.count("EM (official MERA)") == len(models)
+    rec2 = msgspec.json.decode((tmp_path / "runs" / second / "run.json").read_bytes(), type=RunRecord)
+    assert rec2.state == "finished" and rec2.pipeline == "humor"
+    assert rec2.counters["generate"].cache_hits == N_ITEMS * len(models)
+    assert sorted(rec2.artifacts) == sorted(rec.artifacts)
+    for name in rec.artifacts:
+        assert _artifact(store, second, name) == _artifact(store, first, name), name
+
+
+def test_humor_run_rejects_a_puns_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = ROOT / "configs" / "demo.toml"
+    assert main(["humor", "run", str(cfg), "--runs-dir", str(tmp_path)]) == 2
+    assert "humor run" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing started
+
+
+def _response(text: str) -> ProviderResponse:
+    return ProviderResponse(texts=[text])
+
+
+def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path: Path) -> None:
+    """A failed answer unit gives no answer line; a failed judge unit is a missing score, never 0."""
+    cfg_path = humor_config(
+        tmp_path / "h.toml", openai_url="http://127.0.0.1:9", anthropic_url="http://127.0.0.1:9", models={"a": "x/a"}
+    )
+    cfg = load_config(cfg_path)
+    ctx = StageContext(cfg, "unit", open_store(str(tmp_path / "store")))
+    gen = GenerateStage()
+    units = gen.plan(ctx)
+    assert [u.unit_id for u in units][:2] == ["generate/a/000001", "generate/a/000002"]
+    assert len(units) == N_ITEMS and all(u.request.temperature == 0.0 for u in units)
+    results = {
+        u.unit_id: UnitResult(unit_id=u.unit_id, key=u.request.key(), response=_response("ОТВЕТ ирония\nРЕШЕНИЕ А"))
+        for u in units
+    }
+    results["generate/a/000003"] = UnitResult(unit_id="generate/a/000003", key="k", error="FatalProviderError: 404")
+    assert gen.reduce(ctx, results) == ["answers/a.jsonl"]  # with a judge, scoring waits for it
+    answers = _answers(ctx.read_artifact("answers/a.jsonl"))
+    assert 3 not in answers and len(answers) == N_ITEMS - 1
+
+    judge = JudgeStage()
+    junits = judge.plan(ctx)
+    assert len(junits) == N_ITEMS - 1 and all(u.check == "judge_score" for u in junits)
+    assert all(u.request.messages[0].content == JUDGE_SYSTEM for u in junits)
+    jresults = {
+        u.unit_id: UnitResult(unit_id=u.unit_id, key=u.request.key(), response=_response("SCORE: 1")) for u in junits
+    }
+    jresults["judge/a/000005"] = UnitResult(unit_id="judge/a/000005", key="k", error="JudgeParseError: no score")
+    names = judge.reduce(ctx, jresults)
+    assert "report/a/report.json" in names and "judge_scores/a.jsonl" in names
+    report = msgspec.json.decode(ctx.read_artifact("report/a/report.json"))
+    assert report["n_missing"] == 1
+    assert report["judge_scores"]["3"] is None and report["judge_scores"]["5"] is None
+    assert report["judge"]["n_scored"] == N_ITEMS - 2 and report["judge"]["n_missing"] == 2
+    assert report["judge"]["pass_rate"] == 1.0
+
+
+def test_without_judge_generate_scores_and_k_shot_prefixes(tmp_path: Path) -> None:
+    cfg_path = humor_config(
+        tmp_path / "h.toml",
+        openai_url="http://127.0.0.1:9",
+        anthropic_url="http://127.0.0.1:9",
+        models={"a": "x/a"},
+        judge=False,
+        extra=f'shots = "{SAMPLE}"\nk_shot = 2',
+    )
+    cfg = load_config(cfg_path)
+    assert [s.name for s in stages(cfg)] == ["generate"]
+    ctx = StageContext(cfg, "nojudge", open_store(str(tmp_path / "store")))
+    units = GenerateStage().plan(ctx)
+    # the shots file is the data file here: an item is never its own shot
+    items = load_items(SAMPLE)
+    assert units[0].request.messages[0].content == render_prompt(items[0], items[1:3])
+    assert units[1].request.messages[0].content == render_prompt(items[1], [items[0], items[2]])
+    results = {u.unit_id: UnitResult(unit_id=u.unit_id, key="k", response=_response("не знаю")) for u in units}
+    names = GenerateStage().reduce(ctx, results)
+    assert names == [
+        "answers/a.jsonl",
+        "report/a/confusion.png",
+        "report/a/report.json",
+        "report/a/report.md",
+        "report/a/submission.json",
+    ]
+    report = msgspec.json.decode(ctx.read_artifact("report/a/report.json"))
+    assert report["n"] == N_ITEMS and report["em"] == 0.0 and report["judge"] is None
