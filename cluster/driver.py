@@ -101,22 +101,17 @@ def _redis(url: str | None, run_dir: Path) -> Iterator[str]:
         return
     from cluster.redis_server import EmbeddedRedis, connect
 
-    state = run_dir / "redis" / "server.json"
-    if state.exists():
-        old = msgspec.json.decode(state.read_bytes(), type=dict[str, str])
-        with contextlib.suppress(Exception):
-            client = connect(old["url"])
-            client.ping()
-            log.info("redis_reused", url=old["url"])
-            try:
-                yield old["url"]
-            finally:
-                with contextlib.suppress(Exception):
-                    client.shutdown()
-            return
+    left = EmbeddedRedis.find_running(run_dir / "redis")
+    if left:  # a killed driver's server, still serving this run's files: reuse it, stop it at the end
+        log.info("redis_reused", url=left)
+        try:
+            yield left
+        finally:
+            with contextlib.suppress(Exception):
+                connect(left).shutdown()
+        return
     server = EmbeddedRedis(run_dir / "redis")
     server.start()
-    state.write_bytes(msgspec.json.encode({"url": server.url}))
     try:
         yield server.url
     finally:
