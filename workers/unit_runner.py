@@ -103,7 +103,13 @@ class UnitRunner:
     async def run(self, unit: UnitSpec) -> UnitResult:
         key = unit.request.key()
         try:
-            response = await self._obtain(unit, key)
+            while True:
+                try:
+                    response = await self._obtain(unit, key)
+                    break
+                except LedgerUnavailable as exc:  # e.g. the rate limiter lost Redis: no call, wait, retry
+                    log.warning("ledger_unavailable", unit=unit.unit_id, error=str(exc))
+                    await asyncio.sleep(self.ledger_retry_s)
         except BudgetExceeded:
             raise
         except (ProviderError, CacheMiss) as exc:

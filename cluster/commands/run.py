@@ -46,6 +46,17 @@ def register(sub: Any) -> None:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_status)
 
+    pl = sub.add_parser(
+        "plan",
+        help="requests, tokens, cost and least wall time of a config, without calling",
+        description="Expand the config's stages into provider requests and estimate input tokens "
+        "(characters / 4), output tokens (max_tokens per choice, an upper bound), dollars from the "
+        "configured prices, and the least wall time the configured rate limits allow.",
+    )
+    pl.add_argument("config")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=cmd_plan)
+
     r = sub.add_parser("runs", help="list runs under the runs folder")
     r.add_argument("--runs-dir", default="runs")
     r.set_defaults(func=cmd_runs)
@@ -253,3 +264,35 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
     Console(stderr=True).print(f"dropped {dropped} shards with failed units; resuming {record.run_id}")
     opts = RunOptions.from_env(run_id=record.run_id, runs_dir=args.runs_dir, store=record.services.store_url)
     return _run(record.config_path, opts, args.no_progress)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from cluster.config import load_config
+    from cluster.planner import plan_run
+
+    estimates = plan_run(load_config(args.config))
+    if args.json:
+        print(msgspec.json.encode(estimates).decode())
+        return 0
+    table = Table("stage", "requests", "input tokens", "output tokens", "cost $", "least wall time", "note")
+    for e in estimates:
+        table.add_row(
+            e.stage,
+            ("" if e.exact else "≤ ") + str(e.requests),
+            str(e.input_tokens),
+            str(e.output_tokens),
+            f"{e.cost_usd:.4f}",
+            f"{e.min_wall_s:.0f}s",
+            e.note,
+        )
+    table.add_row(
+        "total",
+        str(sum(e.requests for e in estimates)),
+        str(sum(e.input_tokens for e in estimates)),
+        str(sum(e.output_tokens for e in estimates)),
+        f"{sum(e.cost_usd for e in estimates):.4f}",
+        f"{sum(e.min_wall_s for e in estimates):.0f}s",
+        "",
+    )
+    Console(width=max(Console().width, 110)).print(table)
+    return 0

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.fake.server import FakeProviderServer
-
 from tests.conftest import SHARED_PUNS
+from workers.fake.server import FakeProviderServer
 
 SAMPLE = SHARED_PUNS / "puns_205.json"
 
@@ -35,8 +34,9 @@ def engine_config(
 ) -> Path:
     """A collect(-and-classify) config; lease_ms is short so takeovers happen within the test."""
     jokes_path = write_jokes(tmp / "jokes.json", jokes)
-    model_rows = "\n".join(f'"{m}" = {{ id = "sim/llama-{m}", input_usd_per_mtok = 1.0, output_usd_per_mtok = 2.0 }}'
-                           for m in models)
+    model_rows = "\n".join(
+        f'"{m}" = {{ id = "sim/llama-{m}", input_usd_per_mtok = 1.0, output_usd_per_mtok = 2.0 }}' for m in models
+    )
     text = f"""
 [run]
 pipeline = "puns"

@@ -16,8 +16,9 @@ def artifact(store_dir: Path, run_id: str, name: str) -> bytes:
 
 
 def opts(tmp_path: Path, redis_url: str, run_id: str, store: Path | None = None) -> RunOptions:
-    return RunOptions(run_id=run_id, runs_dir=str(tmp_path / "runs"), redis_url=redis_url,
-                      store=str(store or tmp_path / "store"))
+    return RunOptions(
+        run_id=run_id, runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(store or tmp_path / "store")
+    )
 
 
 @pytest.mark.slow

@@ -1,0 +1,159 @@
+"""``punchline plan``: what a run will ask of its providers, before anything is called.
+
+Stages whose units depend on earlier results (classification batches, cloze evaluation) cannot be
+expanded exactly before those results exist; for them the plan shows an upper bound from the config
+and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections import defaultdict
+
+import msgspec
+
+from cluster.config import RunConfig
+from cluster.pipeline import StageContext, UnitSpec
+from data.stores.local import LocalStore
+
+
+class StageEstimate(msgspec.Struct, kw_only=True):
+    stage: str
+    requests: int
+    exact: bool
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    min_wall_s: float
+    note: str = ""
+
+
+def _estimate(cfg: RunConfig, stage: str, units: list[UnitSpec], exact: bool, note: str = "") -> StageEstimate:
+    from schedulers.budget import estimate_request_cost
+    from workers.providers import wire_calls
+
+    per_model_req: dict[tuple[str, str], int] = defaultdict(int)
+    per_model_tok: dict[tuple[str, str], int] = defaultdict(int)
+    tin = tout = 0
+    usd = 0.0
+    for u in units:
+        settings = cfg.provider(u.request.provider)
+        i, o, c = estimate_request_cost(settings, u.request)
+        tin, tout, usd = tin + i, tout + o, usd + c
+        per_model_req[(u.request.provider, u.request.model)] += wire_calls(settings, u.request)
+        per_model_tok[(u.request.provider, u.request.model)] += i + o
+    wall = 0.0
+    for key, n in per_model_req.items():
+        s = cfg.providers[key[0]]
+        if s.requests_per_minute:
+            wall = max(wall, n / s.requests_per_minute * 60)
+        if s.tokens_per_minute:
+            wall = max(wall, per_model_tok[key] / s.tokens_per_minute * 60)
+    return StageEstimate(
+        stage=stage,
+        requests=sum(per_model_req.values()),
+        exact=exact,
+        input_tokens=tin,
+        output_tokens=tout,
+        cost_usd=usd,
+        min_wall_s=wall,
+        note=note,
+    )
+
+
+def plan_run(cfg: RunConfig) -> list[StageEstimate]:
+    from cluster.driver import pipeline_stages
+
+    out: list[StageEstimate] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = StageContext(cfg, "plan", LocalStore(tmp))
+        for stage in pipeline_stages(cfg):
+            try:
+                units = stage.plan(ctx)
+            except FileNotFoundError:
+                out.append(_upper_bound(cfg, stage.name))
+                continue
+            if units:
+                out.append(_estimate(cfg, stage.name, units, exact=True))
+    return out
+
+
+def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
+    """Units of a stage that needs earlier results: the most the config allows, priced like the first."""
+    from cluster.config import resolve_path
+    from data.puns_io import load_puns
+
+    note = "upper bound: depends on earlier results"
+    if cfg.puns is not None and stage == "classify" and cfg.puns.classify is not None:
+        jokes = len(load_puns(resolve_path(cfg, cfg.puns.jokes)))
+        n = math.ceil(jokes / cfg.puns.classify.batch_size)
+        model = cfg.provider(cfg.puns.classify.provider).model_id(cfg.puns.classify.model)
+        from data.classify import classify_prompt  # noqa: F401  (same prompt shape as the real batches)
+        from workers.provider import Message, ProviderRequest
+
+        req = ProviderRequest(
+            provider=cfg.puns.classify.provider, model=model, messages=(Message("user", "x" * 4000),), max_tokens=4096
+        )
+        return _scaled(cfg, stage, req, n, note)
+    if cfg.puns is not None and stage == "evaluate" and cfg.puns.evaluate is not None and cfg.puns.cloze:
+        from data.cloze_run import cloze_request
+        from data.schemas import ClozeTest
+
+        test = ClozeTest(
+            pair_id=0,
+            type="straight",
+            prompt="x" * 300,
+            expected_completion=[],
+            contrast_completion=[],
+            joke_a_index=0,
+            joke_b_index=1,
+            joke_c_index=2,
+            joke_c_sentence="",
+            joke_a_tier="",
+            joke_b_tier="",
+            joke_c_tier="",
+            joke_c_balance=0.0,
+        )
+        settings = cfg.provider(cfg.puns.evaluate.provider)
+        units = [
+            UnitSpec(
+                unit_id=f"{nick}/{i}", request=cloze_request(cfg.puns.evaluate.provider, settings.model_id(nick), test)
+            )
+            for nick in cfg.puns.evaluate.models
+            for i in range(2 * cfg.puns.cloze.pairs)
+        ]
+        units = [
+            UnitSpec(unit_id=f"{i}", request=msgspec.structs.replace(u.request, sample_slot=i))
+            for i, u in enumerate(units)
+        ]
+        return _estimate(cfg, stage, units, exact=False, note=note)
+    if cfg.humor is not None and stage == "judge" and cfg.humor.judge is not None:
+        from data.humor.loaders import load_items
+
+        items = len(load_items(resolve_path(cfg, cfg.humor.data))) * len(cfg.humor.models)
+        model = cfg.provider(cfg.humor.judge.provider).model_id(cfg.humor.judge.model)
+        from workers.provider import Message, ProviderRequest
+
+        req = ProviderRequest(
+            provider=cfg.humor.judge.provider, model=model, messages=(Message("user", "x" * 6000),), max_tokens=16
+        )
+        return _scaled(cfg, stage, req, items, note)
+    return StageEstimate(
+        stage=stage,
+        requests=0,
+        exact=False,
+        input_tokens=0,
+        output_tokens=0,
+        cost_usd=0.0,
+        min_wall_s=0.0,
+        note="no provider calls",
+    )
+
+
+def _scaled(cfg: RunConfig, stage: str, req: object, n: int, note: str) -> StageEstimate:
+    from workers.provider import ProviderRequest
+
+    assert isinstance(req, ProviderRequest)
+    units = [UnitSpec(unit_id=str(i), request=msgspec.structs.replace(req, sample_slot=i)) for i in range(n)]
+    return _estimate(cfg, stage, units, exact=False, note=note)

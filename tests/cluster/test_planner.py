@@ -1,0 +1,33 @@
+"""``punchline plan`` expands a config without calling anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster.cli import main
+from cluster.config import load_config
+from cluster.planner import plan_run
+from workers.fake.server import FakeProviderServer
+
+
+def test_plan_counts_the_collect_requests_exactly(make_config, fake: FakeProviderServer, capsys) -> None:
+    cfg_path: Path = make_config(jokes=5, models=("3b", "70b"), samples=4, classify=True)
+    estimates = {e.stage: e for e in plan_run(load_config(cfg_path))}
+    collect = estimates["collect"]
+    assert collect.exact and collect.requests == 5 * 2 * 2
+    # prices are 1 $/Mtok in and 2 $/Mtok out: the cost follows the token estimate
+    assert abs(collect.cost_usd - (collect.input_tokens * 1 + collect.output_tokens * 2) / 1e6) < 1e-12
+    assert collect.output_tokens == 5 * 2 * (5 * 1 + 5 * 4)  # max_tokens 5 per choice, greedy n=1 and samples n=4
+    assert not estimates["classify"].exact and estimates["classify"].requests == 1
+    assert fake.stats().total_calls == 0
+    assert main(["plan", str(cfg_path)]) == 0
+    assert "collect" in capsys.readouterr().out
+
+
+def test_plan_least_wall_time_follows_the_rate_limit(tmp_path: Path, make_config) -> None:
+    cfg_path: Path = make_config(jokes=6, models=("3b",), samples=2)
+    text = cfg_path.read_text().replace("max_concurrency = 4\n", "max_concurrency = 4\nrequests_per_minute = 6\n", 1)
+    cfg_path.write_text(text)
+    (collect,) = [e for e in plan_run(load_config(cfg_path)) if e.stage == "collect"]
+    assert collect.requests == 12
+    assert abs(collect.min_wall_s - 12 / 6 * 60) < 1e-9
