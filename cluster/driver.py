@@ -24,6 +24,7 @@ from cluster.coordinator import Coordinator, ProgressFn
 from cluster.pipeline import Stage, StageContext
 from data.errors import ConfigError
 from data.store import Store, open_store
+from schedulers.budget import Budget, UsageRow
 from schedulers.ledger import Ledger, StageCounters
 from workers.shard_worker import WorkerConfig
 
@@ -52,6 +53,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     counters: dict[str, StageCounters] = {}
     artifacts: list[str] = []
     failures: dict[str, dict[str, str]] = {}
+    usage: list[UsageRow] = []  # tokens and dollars per (stage, model)
 
 
 class RunOptions(msgspec.Struct, kw_only=True):
@@ -242,6 +244,8 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             for name in record.stages:
                 with contextlib.suppress(Exception):
                     record.counters[name] = ledger.counters(run_id, name)
+            with contextlib.suppress(Exception):
+                record.usage = Budget(ledger.r, run_id, None).usage()
             record.finished_at = time.time()
             with contextlib.suppress(Exception):
                 _snapshot(store, run_dir, record)

@@ -148,7 +148,12 @@ class ShardProcessor:
         try:
             if not await asyncio.to_thread(self.store.exists, key):
                 units = plan.shard(claim.shard)
-                results: list[UnitResult] = list(await asyncio.gather(*(runner.run(u) for u in units)))
+                # let every unit finish (in-flight calls complete even when the budget stops the rest)
+                outcomes = await asyncio.gather(*(runner.run(u) for u in units), return_exceptions=True)
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                results: list[UnitResult] = [o for o in outcomes if isinstance(o, UnitResult)]
                 output = ShardOutput(stage=stage, shard=claim.shard, results=results)
                 await asyncio.to_thread(self.store.put, key, _encoder.encode(output), if_absent=True)
                 ok = sum(1 for r in results if r.error is None)

@@ -46,6 +46,8 @@ class Budget(Protocol):
 
     def settle(self, reserved_usd: float, actual_usd: float) -> None: ...
 
+    def record(self, stage: str, model: str, input_tokens: int, output_tokens: int, usd: float) -> None: ...
+
 
 class CallFn(Protocol):
     async def __call__(self, provider: Provider, request: Any) -> ProviderResponse: ...
@@ -169,6 +171,15 @@ class UnitRunner:
             if self.budget is not None:
                 await asyncio.to_thread(self.budget.settle, reserved, actual)
                 reserved = 0.0
+                with contextlib.suppress(LedgerUnavailable):
+                    await asyncio.to_thread(
+                        self.budget.record,
+                        self.stage,
+                        unit.request.model,
+                        response.input_tokens,
+                        response.output_tokens,
+                        actual,
+                    )
             self._count(
                 input_tokens=response.input_tokens,
                 output_tokens=response.output_tokens,

@@ -220,6 +220,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 110))
     console.print(f"run [bold]{record.run_id}[/bold] ({record.pipeline}): {record.state}{' (live)' if live else ''}")
     _print_counters(console, counters, leased)
+    usage = record.usage
+    if live:
+        from cluster.redis_server import connect
+        from schedulers.budget import Budget
+
+        usage = Budget(connect(record.services.redis_url), record.run_id, None).usage()
+    if usage:
+        table = Table("stage", "model", "tokens in", "tokens out", "cost $", title="cost per model")
+        for row in usage:
+            table.add_row(row.stage, row.model, str(row.input_tokens), str(row.output_tokens), f"{row.usd:.4f}")
+        console.print(table)
     for stage, fails in failures.items():
         console.print(f"[red]{len(fails)} failed units in {stage}:[/red]")
         for uid, reason in sorted(fails.items()):

@@ -1,0 +1,63 @@
+"""The run CLI end to end: budget stop and resume, retry-failed, status and runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.cli import main
+from workers.fake.server import FakeProviderServer
+
+pytestmark = pytest.mark.slow
+
+
+def cli(tmp: Path, redis_url: str, *args: str) -> int:
+    return main(
+        [
+            *args,
+            "--runs-dir",
+            str(tmp / "runs"),
+            *(["--redis-url", redis_url, "--store", str(tmp / "store"), "--no-progress"] if args[0] == "run" else []),
+        ]
+    )
+
+
+def test_budget_stops_scheduling_then_a_resume_finishes_without_paying_twice(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys
+) -> None:
+    cfg = make_config(jokes=6, models=("3b", "70b"), samples=4, shard_size=2, workers_per_node=1)
+    # each request is estimated at ~(60 in * 1 + 20 out * 2) / 1e6 $; 0.0008 $ covers only part of the 24
+    code = cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "b1", "--max-cost-usd", "0.0008")
+    assert code == 2
+    assert "budget" in capsys.readouterr().err
+    rec = json.loads((tmp_path / "runs" / "b1" / "run.json").read_text())
+    assert rec["state"] == "budget"
+    paid = fake.stats().total_calls
+    assert 0 < paid < 24
+    assert cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "b1", "--max-cost-usd", "10") == 0
+    calls = fake.stats().calls
+    assert len(calls) == 24 and set(calls.values()) == {1}
+
+
+def test_retry_failed_calls_only_the_failed_units(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys
+) -> None:
+    cfg = make_config(jokes=3, models=("3b", "70b"), samples=2)
+    fake.configure(status_for_model={"sim/llama-70b": 404})
+    assert cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "f1") == 1
+    assert main(["status", "f1", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "6 failed units in collect" in out and "collect/00000/70b/greedy" in out and "404" in out
+    fake.restore_defaults()
+    fake.reset()
+    assert main(["retry-failed", "f1", "--runs-dir", str(tmp_path / "runs"), "--no-progress"]) == 0
+    calls = fake.stats().calls
+    assert len(calls) == 6 and set(calls.values()) == {1}  # only the 70b units, once each
+    assert fake.stats().calls_by_model == {"sim/llama-70b": 6}
+    rec = json.loads((tmp_path / "runs" / "f1" / "run.json").read_text())
+    assert rec["state"] == "finished" and rec["failures"] == {}
+    assert main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert "f1" in capsys.readouterr().out
