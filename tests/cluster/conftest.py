@@ -13,8 +13,22 @@ from workers.fake.server import FakeProviderServer
 SAMPLE = SHARED_PUNS / "puns_205.json"
 
 
-def write_jokes(path: Path, n: int) -> Path:
+# A joke the fake provider has never seen: it answers generic words, which the classify stage must send
+# to the LLM (so a run with this joke always has at least one classification batch).
+UNSEEN = {
+    "index": 9000,
+    "id": 9000,
+    "sentence": "The lighthouse keeper retired because the job was no longer a ___",
+    "straight": ["challenge", "priority"],
+    "punny": ["beacon"],
+    "explanation": "written for the tests",
+}
+
+
+def write_jokes(path: Path, n: int, *, unseen: bool = False) -> Path:
     jokes = json.loads(SAMPLE.read_text())[:n]
+    if unseen:
+        jokes.append(UNSEEN)
     path.write_text(json.dumps(jokes, indent=2))
     return path
 
@@ -30,10 +44,11 @@ def engine_config(
     lease_ms: int = 3000,
     workers_per_node: int = 2,
     classify: bool = False,
+    unseen: bool = False,
     name: str = "cfg.toml",
 ) -> Path:
     """A collect(-and-classify) config; lease_ms is short so takeovers happen within the test."""
-    jokes_path = write_jokes(tmp / "jokes.json", jokes)
+    jokes_path = write_jokes(tmp / "jokes.json", jokes, unseen=unseen)
     model_rows = "\n".join(
         f'"{m}" = {{ id = "sim/llama-{m}", input_usd_per_mtok = 1.0, output_usd_per_mtok = 2.0 }}' for m in models
     )

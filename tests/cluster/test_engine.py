@@ -25,24 +25,25 @@ def opts(tmp_path: Path, redis_url: str, run_id: str, store: Path | None = None)
 def test_collect_and_classify_call_each_request_once_and_cache_across_runs(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local
 ) -> None:
-    cfg = make_config(jokes=5, classify=True)
+    cfg = make_config(jokes=5, classify=True, unseen=True)
     rec = run(str(cfg), opts(tmp_path, redis_url, "r1"))
     assert rec.state == "finished", rec.failures
     stats = fake.stats()
-    # 5 jokes x 2 models x (greedy + samples) + 1 classification batch
-    assert len(stats.calls) == 5 * 2 * 2 + 1
+    # 6 jokes x 2 models x (greedy + samples) + 1 classification batch (the unseen joke's generic words)
+    assert rec.counters["classify"].units_total == 1
+    assert len(stats.calls) == 6 * 2 * 2 + 1
     assert set(stats.calls.values()) == {1}
     raw = artifact(tmp_path / "store", "r1", "raw_completions.json")
     assert b'"total_samples"' in raw
     assert (tmp_path / "store" / "r1" / "artifacts" / "classified_completions.json").exists()
-    assert rec.counters["collect"].units_done == 20 and rec.counters["collect"].provider_requests == 20
+    assert rec.counters["collect"].units_done == 24 and rec.counters["collect"].provider_requests == 24
 
     # A second run of the same config (new id, same store) pays for nothing and writes the same bytes.
     fake.reset()
     rec2 = run(str(cfg), opts(tmp_path, redis_url, "r2"))
     assert rec2.state == "finished"
     assert fake.stats().total_calls == 0
-    assert rec2.counters["collect"].cache_hits == 20
+    assert rec2.counters["collect"].cache_hits == 24
     assert artifact(tmp_path / "store", "r2", "raw_completions.json") == raw
 
 
