@@ -19,7 +19,7 @@ import msgspec
 import structlog
 
 from cluster.pipeline import ShardOutput, Stage, StageContext, StagePlan, UnitResult, make_plan
-from data.errors import BudgetExceeded, PunchlineError
+from data.errors import BudgetExceeded, InfraError, PunchlineError
 from data.store import Store
 from schedulers.ledger import Ledger, StageCounters
 from workers.shard_worker import WorkerConfig, WorkerReport, shard_key, worker_actor_class
@@ -53,6 +53,8 @@ class WorkerPool:
         self.actor_cls = worker_actor_class()
         self.started = 0
         self.replaced = 0
+        self.deaths_since_progress = 0
+        self.last_death = ""
 
     def alive_nodes(self) -> list[str]:
         return [n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
@@ -93,9 +95,12 @@ class WorkerPool:
             slot.ref = None
             try:
                 reports.append(msgspec.msgpack.decode(self.ray.get(ref), type=WorkerReport))
-            except Exception as exc:  # the actor died (killed, node lost, OOM): replace it
-                log.warning("worker_died", node=slot.node_id[:12], error=type(exc).__name__)
+            except Exception as exc:  # the actor died (killed, node lost, OOM, failed to start): replace it
+                lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+                self.last_death = lines[-1][:500] if lines else type(exc).__name__
+                log.warning("worker_died", node=slot.node_id[:12], error=type(exc).__name__, reason=self.last_death)
                 self.replaced += 1
+                self.deaths_since_progress += 1
                 del self.slots[(slot.node_id, slot.index)]
         return reports
 
@@ -127,6 +132,7 @@ class Coordinator:
         worker_cpus: float,
         progress: ProgressFn | None = None,
         poll_s: float = 0.5,
+        max_deaths_without_progress: int = 8,
     ) -> None:
         self.ctx = ctx
         self.store: Store = ctx.store
@@ -137,6 +143,7 @@ class Coordinator:
         self.worker_cpus = worker_cpus
         self.progress = progress
         self.poll_s = poll_s
+        self.max_deaths_without_progress = max_deaths_without_progress
 
     def manifest_key(self, stage: str) -> str:
         return f"{self.ctx.run_id}/stages/{stage}/manifest.json"
@@ -211,14 +218,23 @@ class Coordinator:
         run_id, stage = self.ctx.run_id, plan.stage
         budget_hit = False
         last_check = 0.0
+        shards_done = -1
         while True:
             if not budget_hit:
                 pool.reconcile()
             reports = pool.poll(self.poll_s)
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
+            counters = self.ledger.counters(run_id, stage)
+            if counters.shards_done != shards_done:
+                shards_done, pool.deaths_since_progress = counters.shards_done, 0
+            if pool.deaths_since_progress >= self.max_deaths_without_progress:
+                raise InfraError(
+                    f"stage {stage}: {pool.deaths_since_progress} workers died in a row without committing a shard; "
+                    f"last error: {pool.last_death}"
+                )
             if self.progress:
-                self.progress(stage, self.ledger.counters(run_id, stage))
+                self.progress(stage, counters)
             now = time.monotonic()
             if reports or now - last_check > 2.0:
                 last_check = now

@@ -185,6 +185,9 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
         if ray_address:
             ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
         ensure_ray(ray_settings)
+        if ray_settings.is_local:  # workers share this machine's environment: check the keys are there now
+            for name, settings in cfg.providers.items():
+                settings.api_key(name)
         services = Services(redis_url=redis_url, store_url=store.url, ray_address=ray_address, simulator_url=sim_url)
         record = RunRecord(
             run_id=run_id,
