@@ -104,6 +104,12 @@ class WorkerPool:
                 del self.slots[(slot.node_id, slot.index)]
         return reports
 
+    def switch(self, stage: str, plan_ref: Any) -> None:
+        """Point the pool at the next stage; workers still finishing the last one pick it up when they return."""
+        self.stage = stage
+        self.plan_ref = plan_ref
+        self.deaths_since_progress = 0
+
     def resume_idle(self) -> None:
         for slot in self.slots.values():
             if slot.ref is None and slot.actor is not None:
@@ -144,6 +150,13 @@ class Coordinator:
         self.progress = progress
         self.poll_s = poll_s
         self.max_deaths_without_progress = max_deaths_without_progress
+        self.pool: WorkerPool | None = None
+
+    def close(self) -> None:
+        """Stop the run's workers (at the end of the run, or when a stage fails)."""
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
 
     def manifest_key(self, stage: str) -> str:
         return f"{self.ctx.run_id}/stages/{stage}/manifest.json"
@@ -199,17 +212,22 @@ class Coordinator:
         )
         if missing:
             self._init(plan, missing)
-            pool = WorkerPool(
-                self.worker_cfg,
-                per_node=self.workers_per_node,
-                cpus=self.worker_cpus,
-                stage=stage,
-                plan_ref=ray.put(msgspec.msgpack.encode(plan)),
-            )
+            plan_ref = ray.put(msgspec.msgpack.encode(plan))
+            if self.pool is None:  # workers outlive a stage: starting Ray worker processes costs seconds
+                self.pool = WorkerPool(
+                    self.worker_cfg,
+                    per_node=self.workers_per_node,
+                    cpus=self.worker_cpus,
+                    stage=stage,
+                    plan_ref=plan_ref,
+                )
+            else:
+                self.pool.switch(stage, plan_ref)
             try:
-                self._drive(plan, pool)
-            finally:
-                pool.shutdown()
+                self._drive(plan, self.pool)
+            except BaseException:
+                self.close()
+                raise
         if self.progress:
             self.progress(stage, self.ledger.counters(run_id, stage))
         return self._load(plan)

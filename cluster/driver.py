@@ -244,6 +244,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
             raise
         finally:
+            coord.close()
             for name in record.stages:
                 with contextlib.suppress(Exception):
                     record.counters[name] = ledger.counters(run_id, name)
