@@ -115,6 +115,7 @@ def _run(config: str, opts: Any, no_progress: bool) -> int:
     out.print(f"artifacts in {store}/{record.run_id}/artifacts/:")
     for name in record.artifacts:
         out.print(f"  {name}")
+    _print_headlines(out, record)
     if record.failures:
         out.print(
             f"[red]{sum(len(v) for v in record.failures.values())} failed units[/red]; "
@@ -169,10 +170,10 @@ def _print_counters(console: Console, counters: dict[str, StageCounters], leased
         "stage",
         "units",
         "done",
-        "leased shards",
+        "leased",
         "failed",
-        "requests",
-        "cache hits",
+        "calls",
+        "cached",
         "tokens in/out",
         "cost $",
         "rate/s",
@@ -307,3 +308,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     Console(width=max(Console().width, 110)).print(table)
     return 0
+
+
+def _print_headlines(console: Console, record: Any) -> None:
+    """What a person wants to see first: the tiers and the cloze report of a Puns run."""
+    from rich.markdown import Markdown
+
+    from data.store import open_store
+
+    store = open_store(record.services.store_url)
+    ranked = store.get(f"{record.run_id}/artifacts/puns_ranked.json")
+    if ranked is not None:
+        from collections import Counter
+
+        tiers = Counter(str(p.get("cloze_tier")) for p in msgspec.json.decode(ranked))
+        console.print(
+            "tiers: "
+            + ", ".join(
+                f"{t} {tiers.get(t, 0)}" for t in ("balanced", "leaning", "funny_dominated", "straight_dominated")
+            )
+        )
+    report = store.get(f"{record.run_id}/artifacts/cloze_report/report.md")
+    if report is not None:
+        console.print(Markdown(report.decode()))

@@ -4,9 +4,9 @@ Every answer is a pure function of (request key, choice index, seed, model), so 
 the same requests gets the same texts, and a split ``n`` call gives the same texts as one ``n`` call.
 The fake recognises the prompt families punchline sends:
 
-* pun completion (system prompt = :data:`data.completions.SYSTEM_PROMPT`): one word from the joke's
-  straight or punny list, funnier for larger models and after punny context, sometimes with noise
-  (``"Suit."``, ``" suit, "``) so that word extraction is exercised;
+* pun completion (system prompt = :data:`data.completions.SYSTEM_PROMPT` or the cloze benchmark's):
+  one word from the joke's straight or punny list, funnier for larger models and after punny context,
+  sometimes with noise (``"Suit."``, ``" suit, "``) so that word extraction is exercised;
 * candidate classification (``"classify each candidate word"``): a JSON object, sometimes fenced;
 * rating prompts (``"rate"`` + ``"json"``): a JSON array of integer scores;
 * Humor prompts (``ОТВЕТ`` and ``РЕШЕНИЕ``): two lines, with format variants;
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 
+from data.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
 from data.completions import SYSTEM_PROMPT
 
 JUDGE_MARKER = "JUDGE"
@@ -112,7 +113,7 @@ def joke_factor(seed: int, prompt: str) -> float:
         return 0.05
     if r < 0.88:
         return 0.5 + 2.5 * (r - 0.45) / 0.43
-    return 6.0
+    return 50.0
 
 
 def rng_for(seed: int, key: str, choice: int, salt: str = "") -> random.Random:
@@ -142,7 +143,7 @@ def answer(
         return _judge(rng)
     if "classify each candidate word" in text:
         return _classify(rng, knobs, book, text)
-    if system.strip() == SYSTEM_PROMPT or SYSTEM_PROMPT in text:
+    if system.strip() in (SYSTEM_PROMPT, CLOZE_SYSTEM_PROMPT) or SYSTEM_PROMPT in text:
         return _pun_word(rng, knobs, book, model, user, greedy=temperature == 0)
     lower = text.lower()
     if "rate" in lower and "json" in lower:
@@ -192,10 +193,11 @@ def _pun_word(rng: random.Random, knobs: AnswerKnobs, book: JokeBook, model: str
     if joke is None or not (joke.straight or joke.punny):
         word = rng.choice(GENERIC_WORDS)
     else:
-        p = min(0.95, base_funny_propensity(model, knobs.funny_propensity) * joke_factor(knobs.seed, joke.sentence))
+        p = min(0.99, base_funny_propensity(model, knobs.funny_propensity) * joke_factor(knobs.seed, joke.sentence))
         bias = _context_bias(book, context) if context else 0
-        if bias > 0:
-            p = min(0.95, p * 2.5 + 0.25)
+        if bias > 0:  # punny context unlocks the pun, the more so the larger the model
+            size = model_size_b(model) or 8.0
+            p = min(0.95, p * 2.5 + 0.1 + 0.12 * math.log10(max(size, 1.0)))
         elif bias < 0:
             p = p * 0.5
         # Greedy answers draw too (from an rng seeded by the key alone), so they are stable per
