@@ -80,3 +80,23 @@ def test_fatal_errors_fail_units_and_the_run_goes_on(
     assert (tmp_path / "store" / "fatal" / "artifacts" / "raw_completions.json").exists()
     store = open_store(str(tmp_path / "store"))
     assert not store.exists("fatal/stages/collect/manifest.json")  # the stage is retried on resume
+
+
+@pytest.mark.slow
+def test_a_run_on_the_s3_store_matches_the_local_store(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, s3_url: str, ray_local
+) -> None:
+    """Workers read and write shards, cache and artifacts over HTTP (moto's server); same bytes as local."""
+    cfg = make_config(jokes=4, classify=True, unseen=True)
+    local = run(str(cfg), opts(tmp_path, redis_url, "on-disk", tmp_path / "local"))
+    fake.reset()
+    remote = run(
+        str(cfg), RunOptions(run_id="on-s3", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=s3_url)
+    )
+    assert local.state == remote.state == "finished"
+    assert fake.stats().total_calls == len(fake.stats().calls)  # separate caches: each request once more
+    s3 = open_store(s3_url)
+    for name in ("raw_completions.json", "classified_completions.json"):
+        assert s3.get(f"on-s3/artifacts/{name}") == artifact(tmp_path / "local", "on-disk", name)
+    assert s3.exists("on-s3/stages/collect/manifest.json")
+    assert any(k.startswith("_cache/") for k in s3.list("_cache/"))

@@ -7,6 +7,7 @@ are byte-identical to an uninterrupted run.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -139,7 +140,7 @@ def _kill_workers(stage_prefix: str, limit: int) -> int:
 
 
 def test_killed_worker_actors_are_replaced(
-    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
 ) -> None:
     cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
     expected = baseline(tmp_path, cfg, redis_url, fake)
@@ -148,6 +149,13 @@ def test_killed_worker_actors_are_replaced(
     units = 8 * 2 * 2
     wait_for(lambda: fake.stats().total_calls >= units // 3)
     assert _kill_workers("punchline:actors:collect:", limit=2) >= 1
+    # status is live while the run goes on
+    from cluster.cli import main
+
+    assert main(["status", "actors", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
+    live = json.loads(capsys.readouterr().out)
+    assert live["live"] is True and live["state"] == "running"
+    assert live["counters"]["collect"]["units_total"] == units
     wait_for(lambda: fake.stats().total_calls >= 2 * units // 3)
     _kill_workers("punchline:actors:collect:", limit=1)
     rec = bg.join()
