@@ -59,8 +59,10 @@ def register(sub: Any) -> None:
         help="run a model (and optionally a judge) on Humor from a TOML config",
         description="Collect answers on the engine (resumable), then score them like `humor score`.",
     )
-    r.add_argument("config", help="run config (TOML)")
-    r.add_argument("rest", nargs=argparse.REMAINDER, help="further options passed to the pipeline")
+    r.add_argument("config", help='run config (TOML) with pipeline = "humor"')
+    from cluster.commands.run import add_run_options
+
+    add_run_options(r)
     r.set_defaults(func=cmd_run)
 
 
@@ -148,13 +150,6 @@ def print_score_summary(report: HumorReport, written: list[str], console: Consol
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        from cluster.pipelines.humor import run_humor  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:
-        print(
-            f"punchline: error: the Humor pipeline is not available ({exc}); "
-            "use `punchline humor score` on collected answers",
-            file=sys.stderr,
-        )
-        return 2
+    from cluster.pipelines.humor import run_humor
+
     return int(run_humor(args) or 0)

@@ -25,14 +25,7 @@ def register(sub: Any) -> None:
         "are skipped, committed shards kept, cached answers never paid twice.",
     )
     p.add_argument("config", help="run config (TOML), e.g. configs/demo.toml")
-    p.add_argument("--run-id", help="resume this run (or name a new one)")
-    p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
-    p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
-    p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
-    p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
-    p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
-    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
+    add_run_options(p)
     p.set_defaults(func=cmd_run)
 
     s = sub.add_parser(
@@ -72,6 +65,35 @@ def register(sub: Any) -> None:
     f.set_defaults(func=cmd_retry_failed)
 
 
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of every command that runs a pipeline (``run``, ``humor run``)."""
+    p.add_argument("--run-id", help="resume this run (or name a new one)")
+    p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
+    p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
+    p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
+    p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
+    p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
+    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
+
+
+def run_options(args: argparse.Namespace, **overrides: Any) -> Any:
+    """RunOptions from parsed :func:`add_run_options` arguments, over the environment."""
+    from cluster.driver import RunOptions
+
+    values = dict(
+        run_id=args.run_id,
+        redis_url=args.redis_url,
+        store=args.store,
+        ray_address=args.ray_address,
+        max_cost_usd=args.max_cost_usd,
+        offline=args.offline,
+        runs_dir=args.runs_dir,
+    )
+    values.update(overrides)
+    return RunOptions.from_env(**values)
+
+
 class _Bars:
     """One progress bar per stage, fed from the ledger's counters."""
 
@@ -96,7 +118,8 @@ class _Bars:
         )
 
 
-def _run(config: str, opts: Any, no_progress: bool) -> int:
+def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
+    """Run with progress bars, then print counters, artifacts and headlines; the exit status."""
     from cluster.driver import run
 
     console = Console(stderr=True)
@@ -126,18 +149,7 @@ def _run(config: str, opts: Any, no_progress: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cluster.driver import RunOptions
-
-    opts = RunOptions.from_env(
-        run_id=args.run_id,
-        redis_url=args.redis_url,
-        store=args.store,
-        ray_address=args.ray_address,
-        max_cost_usd=args.max_cost_usd,
-        offline=args.offline,
-        runs_dir=args.runs_dir,
-    )
-    return _run(args.config, opts, args.no_progress)
+    return run_and_report(args.config, run_options(args), args.no_progress)
 
 
 def _load_record(runs_dir: str, run_id: str) -> Any:
@@ -275,7 +287,7 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
             store.delete(f"{record.run_id}/stages/{stage}/manifest.json")
     Console(stderr=True).print(f"dropped {dropped} shards with failed units; resuming {record.run_id}")
     opts = RunOptions.from_env(run_id=record.run_id, runs_dir=args.runs_dir, store=record.services.store_url)
-    return _run(record.config_path, opts, args.no_progress)
+    return run_and_report(record.config_path, opts, args.no_progress)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -254,28 +254,12 @@ def stages(cfg: RunConfig) -> list[Stage]:
 # --- `punchline humor run CONFIG [options]` ---------------------------------------------------------
 
 
-def _run_parser() -> argparse.ArgumentParser:
-    """The options of ``punchline run``; ``humor run`` passes its trailing arguments through here."""
-    p = argparse.ArgumentParser(prog="punchline humor run CONFIG", add_help=True)
-    p.add_argument("--run-id", help="resume this run (or name a new one)")
-    p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
-    p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
-    p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
-    p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
-    p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
-    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
-    return p
-
-
 def run_humor(args: argparse.Namespace) -> int:
     """Run a ``pipeline = "humor"`` config exactly like ``punchline run``, then print each model's scores."""
-    from cluster.commands.run import _run
+    from cluster.commands.run import run_and_report, run_options
     from cluster.config import load_config
-    from cluster.driver import RunOptions, RunRecord, new_run_id
+    from cluster.driver import RunRecord, new_run_id
 
-    rest = [a for a in (getattr(args, "rest", None) or []) if a != "--"]
-    extra = _run_parser().parse_args(rest)
     cfg = load_config(args.config)
     if cfg.run.pipeline != "humor":
         raise ConfigError(
@@ -283,16 +267,8 @@ def run_humor(args: argparse.Namespace) -> int:
             file=args.config,
             field="run.pipeline",
         )
-    opts = RunOptions.from_env(
-        run_id=extra.run_id or new_run_id(cfg),
-        redis_url=extra.redis_url,
-        store=extra.store,
-        ray_address=extra.ray_address,
-        max_cost_usd=extra.max_cost_usd,
-        offline=extra.offline,
-        runs_dir=extra.runs_dir,
-    )
-    status = _run(args.config, opts, extra.no_progress)
+    opts = run_options(args, run_id=args.run_id or new_run_id(cfg))
+    status = run_and_report(args.config, opts, args.no_progress)
     record_path = Path(opts.runs_dir) / str(opts.run_id) / "run.json"
     if record_path.exists():
         record = msgspec.json.decode(record_path.read_bytes(), type=RunRecord)

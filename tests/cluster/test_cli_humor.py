@@ -1,5 +1,4 @@
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -87,14 +86,12 @@ def test_score_bad_prediction_line_names_the_line(tmp_path: Path, capsys: pytest
     assert not (tmp_path / "o").exists()
 
 
-def test_run_is_registered_and_reports_a_missing_pipeline(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_run_takes_the_run_options_and_names_a_missing_config(capsys: pytest.CaptureFixture[str]) -> None:
     from cluster.cli import build_parser
     from cluster.commands.humor import cmd_run
 
-    args = build_parser().parse_args(["humor", "run", "configs/humor.toml"])
+    args = build_parser().parse_args(["humor", "run", "--store", "s3://b/p", "configs/humor.toml", "--offline"])
     assert args.func is cmd_run and args.config == "configs/humor.toml"
-    monkeypatch.setitem(sys.modules, "cluster.pipelines.humor", None)  # makes the import fail
+    assert args.store == "s3://b/p" and args.offline is True
     assert main(["humor", "run", "nonexistent.toml"]) == 2
-    assert "Humor pipeline is not available" in capsys.readouterr().err
+    assert "nonexistent.toml" in capsys.readouterr().err

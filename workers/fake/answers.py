@@ -28,24 +28,12 @@ import msgspec
 
 from data.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
 from data.completions import SYSTEM_PROMPT
+from data.humor.schema import CLASSES
 
 JUDGE_MARKER = "JUDGE"
 """Put this string in a judge prompt so the fake answers it with a score line."""
 
-HUMOR_CLASSES: tuple[str, ...] = (
-    "игра слов",
-    "игра паттернов",
-    "секрет Полишинеля",
-    "каламбур",
-    "оксюморон",
-    "логика абсурда",
-    "обман ожиданий",
-    "капитан Очевидность",
-    "эллипсис",
-    "ирония",
-    "остроумный ответ",
-    "не анекдот",
-)
+HUMOR_CLASSES: tuple[str, ...] = CLASSES  # the 12 canonical Humor classes
 HUMOR_LETTERS: tuple[str, ...] = ("А", "Б", "В", "Г")
 
 GENERIC_WORDS: tuple[str, ...] = ("time", "way", "day", "friend", "idea", "reason", "problem", "plan", "home", "job")
