@@ -84,7 +84,7 @@ def baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> 
     return raw(tmp, "baseline-store", "baseline")
 
 
-def test_kill_9_of_the_driver_then_resume(
+def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
 ) -> None:
     cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
@@ -99,8 +99,6 @@ def test_kill_9_of_the_driver_then_resume(
         str(cfg),
         "--run-id",
         "killed",
-        "--redis-url",
-        redis_url,
         "--store",
         str(tmp_path / "store"),
         "--runs-dir",
@@ -118,11 +116,19 @@ def test_kill_9_of_the_driver_then_resume(
     before = fake.stats().total_calls
     assert before < units
 
+    # the driver's embedded redis-server outlives it (its own session) and is found again by the resume
+    from cluster.redis_server import EmbeddedRedis
+
+    redis_dir = tmp_path / "runs" / "killed" / "redis"
+    left_behind = EmbeddedRedis.find_running(redis_dir)
+    assert left_behind is not None
+
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=180)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     # 2 workers x a shard of 2 units each were in flight at most at the kill
     assert_guarantee(fake.stats().calls, units, in_flight_bound=4)
     assert raw(tmp_path, "store", "killed") == expected
+    wait_for(lambda: EmbeddedRedis.find_running(redis_dir) is None, timeout_s=15)  # stopped at the end
 
 
 def _kill_workers(stage_prefix: str, limit: int) -> int:
