@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -37,6 +39,7 @@ def register(sub: Any) -> None:
     s.add_argument("run_id")
     s.add_argument("--runs-dir", default="runs")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until the run ends")
     s.set_defaults(func=cmd_status)
 
     pl = sub.add_parser(
@@ -178,6 +181,10 @@ def _live_counters(record: Any) -> tuple[dict[str, StageCounters], dict[str, int
 
 
 def _print_counters(console: Console, counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> None:
+    console.print(_counters_table(counters, leased))
+
+
+def _counters_table(counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> Table:
     table = Table(
         "stage",
         "units",
@@ -210,44 +217,75 @@ def _print_counters(console: Console, counters: dict[str, StageCounters], leased
             f"{rate:.1f}",
             eta,
         )
-    console.print(table)
+    return table
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    record = _load_record(args.runs_dir, args.run_id)
+class StatusView(msgspec.Struct, kw_only=True):
+    """What ``status`` shows: live from the run's Redis while it runs, from its record afterwards."""
+
+    run_id: str
+    pipeline: str
+    state: str
+    live: bool
+    counters: dict[str, StageCounters]
+    leased: dict[str, int] | None
+    failures: dict[str, dict[str, str]]
+    usage: list[Any]
+
+
+def _status(runs_dir: str, run_id: str) -> StatusView:
+    record = _load_record(runs_dir, run_id)
     live = _live_counters(record) if record.state == "running" else None
     counters, leased, failures = live if live else (record.counters, None, record.failures)
-    if args.json:
-        print(
-            msgspec.json.encode(
-                {
-                    "run_id": record.run_id,
-                    "state": record.state,
-                    "live": live is not None,
-                    "counters": counters,
-                    "failures": failures,
-                }
-            ).decode()
-        )
-        return 0
-    console = Console(width=max(Console().width, 110))
-    console.print(f"run [bold]{record.run_id}[/bold] ({record.pipeline}): {record.state}{' (live)' if live else ''}")
-    _print_counters(console, counters, leased)
     usage = record.usage
     if live:
         from cluster.redis_server import connect
         from schedulers.budget import Budget
 
-        usage = Budget(connect(record.services.redis_url), record.run_id, None).usage()
-    if usage:
+        with contextlib.suppress(Exception):
+            usage = Budget(connect(record.services.redis_url), record.run_id, None).usage()
+    return StatusView(
+        run_id=record.run_id,
+        pipeline=record.pipeline,
+        state=record.state,
+        live=live is not None,
+        counters=counters,
+        leased=leased,
+        failures=failures,
+        usage=usage,
+    )
+
+
+def _status_renderable(view: StatusView) -> Group:
+    parts: list[Any] = [
+        f"run [bold]{view.run_id}[/bold] ({view.pipeline}): {view.state}{' (live)' if view.live else ''}",
+        _counters_table(view.counters, view.leased),
+    ]
+    if view.usage:
         table = Table("stage", "model", "tokens in", "tokens out", "cost $", title="cost per model")
-        for row in usage:
+        for row in view.usage:
             table.add_row(row.stage, row.model, str(row.input_tokens), str(row.output_tokens), f"{row.usd:.4f}")
-        console.print(table)
-    for stage, fails in failures.items():
-        console.print(f"[red]{len(fails)} failed units in {stage}:[/red]")
-        for uid, reason in sorted(fails.items()):
-            console.print(f"  {uid}: {reason}")
+        parts.append(table)
+    for stage, fails in view.failures.items():
+        parts.append(f"[red]{len(fails)} failed units in {stage}:[/red]")
+        parts += [f"  {uid}: {reason}" for uid, reason in sorted(fails.items())]
+    return Group(*parts)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    view = _status(args.runs_dir, args.run_id)
+    if args.json:
+        print(msgspec.json.encode(view).decode())
+        return 0
+    console = Console(width=max(Console().width, 110))
+    if not args.watch:
+        console.print(_status_renderable(view))
+        return 0
+    with Live(_status_renderable(view), console=console, refresh_per_second=4) as live:
+        while view.state == "running":
+            time.sleep(args.watch)
+            view = _status(args.runs_dir, args.run_id)
+            live.update(_status_renderable(view))
     return 0
 
 
