@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -39,6 +40,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     offline: bool = False
     max_cost_usd: float | None = None
     log_path: str | None = None
+    shards_in_flight: int = 1
 
 
 class WorkerReport(msgspec.Struct, kw_only=True):
@@ -69,6 +71,8 @@ class ShardProcessor:
         self.cache = ResponseCache(store)
         self.providers = providers
         self.log = structlog.get_logger("punchline.worker").bind(run_id=cfg.run_id, worker=worker_id)
+        self.io_threads = 64
+        self._executor_set = False
 
     def _runner(self, stage: str) -> UnitRunner:
         from schedulers.budget import make_budget
@@ -106,10 +110,22 @@ class ShardProcessor:
         )
 
     async def work(self, stage: str, plan: StagePlan) -> WorkerReport:
+        if not self._executor_set:  # every Redis and store call runs in a thread: asyncio's default pool
+            # (cpus + 4 threads) would serialise a shard's units behind a few blocking calls
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(max_workers=self.io_threads, thread_name_prefix="punchline-io")
+            )
+            self._executor_set = True
         report = WorkerReport(worker_id=self.worker_id)
         runner = self._runner(stage)
+        # several shards in flight per worker: a shard's units wait for its slowest one, and its commit
+        # and the next claim are round trips; overlapping shards keeps the provider busy meanwhile
+        await asyncio.gather(*(self._loop(stage, plan, runner, report) for _ in range(self.cfg.shards_in_flight)))
+        return report
+
+    async def _loop(self, stage: str, plan: StagePlan, runner: UnitRunner, report: WorkerReport) -> None:
         log = self.log.bind(stage=stage)
-        while True:
+        while not report.budget_exhausted and not report.stage_reset:
             try:
                 claim = await asyncio.to_thread(
                     self.ledger.claim_shard, self.cfg.run_id, stage, self.worker_id, self.cfg.lease_ms
@@ -119,10 +135,10 @@ class ShardProcessor:
                 await asyncio.sleep(1.0)
                 continue
             if claim == -1:
-                return report
+                return
             if claim == -2:  # Redis lost the stage (wiped): the coordinator rebuilds it from the store
                 report.stage_reset = True
-                return report
+                return
             if isinstance(claim, int):
                 await asyncio.sleep(min(claim, 1_000) / 1000)
                 continue
@@ -133,7 +149,7 @@ class ShardProcessor:
                 with contextlib.suppress(LedgerUnavailable):
                     self.ledger.release_shard(claim)
                 report.budget_exhausted = True
-                return report
+                return
             if committed:
                 report.shards_committed += 1
             else:

@@ -45,6 +45,7 @@ def engine_config(
     workers_per_node: int = 2,
     classify: bool = False,
     unseen: bool = False,
+    shards_per_worker: int = 1,
     name: str = "cfg.toml",
 ) -> Path:
     """A collect(-and-classify) config; lease_ms is short so takeovers happen within the test."""
@@ -59,6 +60,7 @@ name = "t"
 shard_size = {shard_size}
 lease_ms = {lease_ms}
 workers_per_node = {workers_per_node}
+shards_per_worker = {shards_per_worker}
 
 [providers.sim]
 kind = "openai"

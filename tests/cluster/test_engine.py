@@ -100,3 +100,19 @@ def test_a_run_on_the_s3_store_matches_the_local_store(
         assert s3.get(f"on-s3/artifacts/{name}") == artifact(tmp_path / "local", "on-disk", name)
     assert s3.exists("on-s3/stages/collect/manifest.json")
     assert any(k.startswith("_cache/") for k in s3.list("_cache/"))
+
+
+@pytest.mark.slow
+def test_several_shards_per_worker_give_the_same_bytes(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    one = make_config(jokes=5, name="one.toml")
+    many = make_config(jokes=5, shards_per_worker=3, workers_per_node=1, name="many.toml")
+    a = run(str(one), opts(tmp_path, redis_url, "one", tmp_path / "s1"))
+    fake.reset()
+    b = run(str(many), opts(tmp_path, redis_url, "many", tmp_path / "s2"))
+    assert a.state == b.state == "finished"
+    assert set(fake.stats().calls.values()) == {1} and len(fake.stats().calls) == 5 * 2 * 2
+    assert artifact(tmp_path / "s1", "one", "raw_completions.json") == artifact(
+        tmp_path / "s2", "many", "raw_completions.json"
+    )
