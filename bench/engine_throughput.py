@@ -96,10 +96,14 @@ def main() -> None:
             shutdown_ray()
     print(f"units per run: {units} ({args.jokes} jokes x {len(MODELS)} models x 2), latency {args.latency_ms:.0f} ms")
     print(f"baseline (1 worker, 1 unit at a time): {t_base:6.2f} s  {units / t_base:7.1f} units/s")
-    print(f"engine   (2 workers, shards of 8)    : {t_eng:6.2f} s  {units / t_eng:7.1f} units/s"
-          f"  speed-up x{t_base / t_eng:.1f}")
-    print(f"replay   (same store, all cached)    : {t_replay:6.2f} s  {units / t_replay:7.1f} units/s"
-          f"  x{t_base / t_replay:.1f} vs baseline, 0 provider calls")
+    print(
+        f"engine   (2 workers, shards of 8)    : {t_eng:6.2f} s  {units / t_eng:7.1f} units/s"
+        f"  speed-up x{t_base / t_eng:.1f}"
+    )
+    print(
+        f"replay   (same store, all cached)    : {t_replay:6.2f} s  {units / t_replay:7.1f} units/s"
+        f"  x{t_base / t_replay:.1f} vs baseline, 0 provider calls"
+    )
 
 
 if __name__ == "__main__":

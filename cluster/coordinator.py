@@ -21,7 +21,7 @@ import structlog
 from cluster.pipeline import ShardOutput, Stage, StageContext, StagePlan, UnitResult, make_plan
 from data.errors import BudgetExceeded, InfraError, PunchlineError
 from data.store import Store
-from schedulers.ledger import Ledger, StageCounters
+from schedulers.ledger import Ledger, StageCounters, patiently
 from workers.shard_worker import WorkerConfig, WorkerReport, shard_key, worker_actor_class
 
 log = structlog.get_logger("punchline.coordinator")
@@ -188,7 +188,8 @@ class Coordinator:
         return [i for i in range(plan.shard_count()) if shard_key(self.ctx.run_id, plan.stage, i) not in present]
 
     def _init(self, plan: StagePlan, missing: list[int]) -> None:
-        self.ledger.init_stage(
+        patiently(
+            self.ledger.init_stage,
             self.ctx.run_id,
             plan.stage,
             pending=missing,
@@ -229,7 +230,7 @@ class Coordinator:
                 self.close()
                 raise
         if self.progress:
-            self.progress(stage, self.ledger.counters(run_id, stage))
+            self.progress(stage, patiently(self.ledger.counters, run_id, stage))
         return self._load(plan)
 
     def _drive(self, plan: StagePlan, pool: WorkerPool) -> None:
@@ -243,7 +244,7 @@ class Coordinator:
             reports = pool.poll(self.poll_s)
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
-            counters = self.ledger.counters(run_id, stage)
+            counters = patiently(self.ledger.counters, run_id, stage)
             if counters.shards_done != shards_done:
                 shards_done, pool.deaths_since_progress = counters.shards_done, 0
             if pool.deaths_since_progress >= self.max_deaths_without_progress:
@@ -259,7 +260,7 @@ class Coordinator:
                 missing = self._missing(plan)
                 if not missing:
                     return
-                if not self.ledger.stage_initialized(run_id, stage):
+                if not patiently(self.ledger.stage_initialized, run_id, stage):
                     log.warning("stage_state_lost", run_id=run_id, stage=stage, missing=len(missing))
                     self._init(plan, missing)
             if budget_hit and pool.busy() == 0:

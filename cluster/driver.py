@@ -25,7 +25,7 @@ from cluster.pipeline import Stage, StageContext
 from data.errors import ConfigError
 from data.store import Store, open_store
 from schedulers.budget import Budget, UsageRow
-from schedulers.ledger import Ledger, StageCounters
+from schedulers.ledger import Ledger, StageCounters, patiently
 from workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
@@ -233,7 +233,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
                     continue
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
-                record.counters[stage.name] = ledger.counters(run_id, stage.name)
+                record.counters[stage.name] = patiently(ledger.counters, run_id, stage.name)
                 record.failures.pop(stage.name, None)
                 if failures:
                     record.failures[stage.name] = failures

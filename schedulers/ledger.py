@@ -292,3 +292,24 @@ class Ledger:
             (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in raw.items()
         }
+
+
+def patiently(fn: Any, *args: Any, max_wait_s: float = 600.0, **kwargs: Any) -> Any:
+    """Call a ledger method, waiting out a Redis outage (fail closed: nothing proceeds without it).
+
+    Gives up with :class:`LedgerUnavailable` after ``max_wait_s`` so a run whose Redis is gone for
+    good stops with a clear error instead of hanging forever.
+    """
+    import structlog
+
+    deadline = time.monotonic() + max_wait_s
+    delay = 0.2
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except LedgerUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            structlog.get_logger("punchline.ledger").warning("ledger_unavailable", error=str(exc), retry_in_s=delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
