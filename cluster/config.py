@@ -7,13 +7,13 @@ submission fails on the laptop before anything is scheduled.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from data.errors import ConfigError
+from data.jsonio import validation_location
 from workers.fake.server import FakeConfig
 from workers.provider import ProviderSettings
 
@@ -103,9 +103,6 @@ class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ) from None
 
 
-_PATH_RE = re.compile(r"at `\$(?P<path>[^`]*)`")
-
-
 def load_config(path: str | os.PathLike[str]) -> RunConfig:
     p = Path(path)
     try:
@@ -113,14 +110,23 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", file=str(p)) from None
     try:
-        cfg = msgspec.toml.decode(raw, type=RunConfig)
-    except msgspec.ValidationError as exc:
-        msg = str(exc)
-        m = _PATH_RE.search(msg)
-        key = m.group("path").lstrip(".") if m else None
-        raise ConfigError(_PATH_RE.sub("", msg).strip(" -"), file=str(p), field=key or None) from None
+        tables = msgspec.toml.decode(raw, type=dict[str, Any])
     except msgspec.DecodeError as exc:
         raise ConfigError(f"malformed TOML: {exc}", file=str(p)) from None
+    # provider tables one by one: msgspec does not name dict keys in its error paths
+    providers = tables.get("providers")
+    for name, table in providers.items() if isinstance(providers, dict) else ():
+        try:
+            msgspec.convert(table, ProviderSettings)
+        except msgspec.ValidationError as exc:
+            record, key, detail = validation_location(exc)
+            field = ".".join(k for k in ("providers", name, record, key) if k)
+            raise ConfigError(detail, file=str(p), field=field) from None
+    try:
+        cfg = msgspec.convert(tables, RunConfig)
+    except msgspec.ValidationError as exc:
+        table, key, detail = validation_location(exc)  # $.run.pipeline -> table "run", key "pipeline"
+        raise ConfigError(detail, file=str(p), field=".".join(k for k in (table, key) if k) or None) from None
     cfg.source = str(p)
     _check(cfg)
     return cfg

@@ -66,6 +66,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     ray_address: str | None = None
     max_cost_usd: float | None = None
     offline: bool | None = None
+    verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
 
     @classmethod
     def from_env(cls, **overrides: object) -> RunOptions:
@@ -171,7 +172,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
     with contextlib.suppress(ImportError):
         from cluster.logging import configure_logging
 
-        configure_logging(run_dir, console=False)
+        configure_logging(run_dir, console=opts.verbose)
     slog = log.bind(run_id=run_id)
     max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
     offline = opts.offline if opts.offline is not None else cfg.run.offline

@@ -34,6 +34,14 @@ def _split_path(path: str) -> tuple[str | None, str | None]:
     return record, ".".join(fields) if fields else None
 
 
+def validation_location(exc: msgspec.ValidationError) -> tuple[str | None, str | None, str]:
+    """(record, field, detail) of a msgspec validation error, for messages that name where it is."""
+    message = str(exc)
+    match = _PATH_RE.search(message)
+    record, field = _split_path(match.group("path")) if match else (None, None)
+    return record, field, _PATH_RE.sub("", message).strip().rstrip("-").strip()
+
+
 def decode_file(path: str | os.PathLike[str], type_: type[T] | Any) -> T:
     """Decode a JSON file into ``type_``; every failure names the file, record and field."""
     p = Path(path)
@@ -50,10 +58,7 @@ def decode_bytes(raw: bytes, type_: type[T] | Any, *, source: str) -> T:
     try:
         return msgspec.json.decode(raw, type=type_)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        match = _PATH_RE.search(message)
-        record, field = _split_path(match.group("path")) if match else (None, None)
-        detail = _PATH_RE.sub("", message).strip().rstrip("-").strip()
+        record, field, detail = validation_location(exc)
         raise InputError(detail, file=source, record=record, field=field) from None
     except msgspec.DecodeError as exc:
         raise InputError(f"malformed JSON: {exc}", file=source) from None

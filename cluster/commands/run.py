@@ -78,6 +78,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
     p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
+    p.add_argument("-v", "--verbose", action="store_true", help="readable log lines on stderr instead of progress bars")
 
 
 def run_options(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -85,6 +86,7 @@ def run_options(args: argparse.Namespace, **overrides: Any) -> Any:
     from cluster.driver import RunOptions
 
     values = dict(
+        verbose=args.verbose,
         run_id=args.run_id,
         redis_url=args.redis_url,
         store=args.store,
@@ -152,7 +154,7 @@ def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return run_and_report(args.config, run_options(args), args.no_progress)
+    return run_and_report(args.config, run_options(args), args.no_progress or args.verbose)
 
 
 def _load_record(runs_dir: str, run_id: str) -> Any:
@@ -299,7 +301,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         done = sum(c.units_done for c in rec.counters.values())
         cost = sum(c.cost_usd for c in rec.counters.values())
         created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at))
-        table.add_row(rec.run_id, rec.pipeline, rec.state, created, str(done), f"{cost:.4f}")
+        state = rec.state
+        if state == "running" and _live_counters(rec) is None:
+            state = "interrupted (resume with --run-id)"
+        table.add_row(rec.run_id, rec.pipeline, state, created, str(done), f"{cost:.4f}")
     Console().print(table)
     return 0
 

@@ -268,7 +268,7 @@ def run_humor(args: argparse.Namespace) -> int:
             field="run.pipeline",
         )
     opts = run_options(args, run_id=args.run_id or new_run_id(cfg))
-    status = run_and_report(args.config, opts, args.no_progress)
+    status = run_and_report(args.config, opts, args.no_progress or args.verbose)
     record_path = Path(opts.runs_dir) / str(opts.run_id) / "run.json"
     if record_path.exists():
         record = msgspec.json.decode(record_path.read_bytes(), type=RunRecord)

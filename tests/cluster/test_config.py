@@ -1,0 +1,71 @@
+"""Run configs: every mistake names the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster.config import load_config
+from data.errors import ConfigError
+
+GOOD = """
+[run]
+pipeline = "puns"
+
+[providers.sim]
+kind = "openai"
+base_url = "simulated"
+
+[puns]
+jokes = "data/samples/puns_sample.json"
+collect = { provider = "sim", models = ["m"] }
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "run.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_good_config_loads(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, GOOD))
+    assert cfg.run.pipeline == "puns" and cfg.puns is not None and cfg.puns.collect.samples == 20
+    assert cfg.run.shard_size == 8 and cfg.run.lease_ms == 30_000
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        (GOOD.replace('pipeline = "puns"', 'pipeline = "puns"\nshard_sise = 3'), "run", "shard_sise"),
+        (GOOD.replace('kind = "openai"', 'kind = "openai"\ntimeout = 3'), "providers.sim", "timeout"),
+        (
+            GOOD.replace('kind = "openai"', 'kind = "openai"\nmax_concurrency = "x"'),
+            "providers.sim.max_concurrency",
+            "Expected `int`",
+        ),
+        (GOOD.replace('jokes = "data/samples/puns_sample.json"\n', ""), "puns", "jokes"),
+        (GOOD.replace('pipeline = "puns"', 'pipeline = "limericks"'), "run.pipeline", "limericks"),
+        (GOOD.replace('provider = "sim"', 'provider = "together"'), "puns.collect.provider", "together"),
+        (GOOD.replace('pipeline = "puns"', 'pipeline = "puns"\nlease_ms = 10'), "run.lease_ms", ">= 1000"),
+        (GOOD.replace('pipeline = "puns"', 'pipeline = "humor"'), None, "no [humor] table"),
+    ],
+)
+def test_mistakes_name_the_file_and_key(tmp_path: Path, text: str, field: str | None, words: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.file == str(path)
+    assert info.value.field == field
+    assert words in str(info.value)
+
+
+def test_malformed_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="malformed TOML"):
+        load_config(write(tmp_path, "[run\npipeline = 1"))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "nope.toml")
