@@ -77,19 +77,25 @@ class ShardProcessor:
     def _runner(self, stage: str) -> UnitRunner:
         from schedulers.budget import make_budget
         from schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
+        from workers.providers import wire_calls
         from workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
         limiter = RedisRateLimiter(self.ledger.r, self.cfg.providers, RateLimitSettings.from_env())
         run_id = self.cfg.run_id
 
-        def on_attempt(event: AttemptEvent) -> None:
-            """Every HTTP attempt is a provider request; failed ones are retries (status shows both)."""
-            extra = {"provider_retries": 1} if event.error is not None else {}
-            with contextlib.suppress(LedgerUnavailable):
-                self.ledger.count(run_id, stage, provider_requests=1, **extra)
+        def counter(http_calls: int) -> Any:
+            def on_attempt(event: AttemptEvent) -> None:
+                """Every HTTP call is a provider request (an attempt of a split ``n`` makes ``n``);
+                failed attempts are also retries. ``status`` shows both."""
+                extra = {"provider_retries": 1} if event.error is not None else {}
+                with contextlib.suppress(LedgerUnavailable):
+                    self.ledger.count(run_id, stage, provider_requests=http_calls, **extra)
+
+            return on_attempt
 
         async def call(provider: Provider, request: Any) -> Any:
+            on_attempt = counter(wire_calls(provider.settings, request))
             return await call_with_retries(
                 provider, request, policies[provider.name], rate_limiter=limiter, on_attempt=on_attempt
             )

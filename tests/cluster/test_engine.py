@@ -116,3 +116,22 @@ def test_several_shards_per_worker_give_the_same_bytes(
     assert artifact(tmp_path / "s1", "one", "raw_completions.json") == artifact(
         tmp_path / "s2", "many", "raw_completions.json"
     )
+
+
+@pytest.mark.slow
+def test_split_n_requests_count_every_http_call(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    """Anthropic has no ``n``: a 4-sample unit is 4 HTTP calls, and status counts all of them."""
+    cfg = make_config(jokes=3, samples=4)
+    text = cfg.read_text().replace(
+        'collect = { provider = "sim", models = ["3b", "70b"], samples = 4 }',
+        'collect = { provider = "claude", models = ["sonnet"], samples = 4 }',
+    )
+    assert text != cfg.read_text()
+    cfg.write_text(text)
+    rec = run(str(cfg), opts(tmp_path, redis_url, "split"))
+    assert rec.state == "finished", rec.failures
+    assert rec.counters["collect"].units_done == 3 * 2
+    assert fake.stats().total_calls == 3 * (1 + 4)
+    assert rec.counters["collect"].provider_requests == 3 * (1 + 4)
