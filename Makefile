@@ -30,6 +30,7 @@ test: $(STAMP) lint typecheck
 
 bench: $(STAMP)
 	$(BIN)/python bench/rate_limit.py
+	$(BIN)/python bench/engine_throughput.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
