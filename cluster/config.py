@@ -23,7 +23,7 @@ SIMULATED = "simulated"  # a provider base_url that makes the driver start the f
 class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How the engine runs: sharding, leases and budget. Every field has a safe default."""
 
-    pipeline: Literal["puns", "humor"]
+    pipeline: Literal["puns", "humor", "curate"]
     name: str = ""
     shard_size: int = 8
     lease_ms: int = 30_000
@@ -86,11 +86,33 @@ class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     judge: JudgeSettings | None = None
 
 
+class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: str
+    model: str
+
+
+class CurateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Puns stages 1-2: rate candidate jokes with several providers, repair the weak ones, build the set.
+
+    ``raters`` maps a rating field's prefix (``gemini`` -> ``gemini_rating``) to the model that rates.
+    """
+
+    jokes: str
+    raters: dict[str, ModelRef]
+    repair: ModelRef | None = None
+    repair_below: float = 7.0
+    top: int = 205
+    batch_size: int = 10
+    consensus: list[str] = msgspec.field(default_factory=lambda: ["gemini", "claudecode"])  # summed
+    tie_break: str = "anthropic"  # rater whose score breaks consensus ties (then sentence length)
+
+
 class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     run: RunSettings
     providers: dict[str, ProviderSettings]
     puns: PunsSettings | None = None
     humor: HumorSettings | None = None
+    curate: CurateSettings | None = None
     simulator: FakeConfig | None = None  # knobs of the offline simulated provider (base_url = "simulated")
     source: str = ""  # the file it was read from (filled by load_config)
 
@@ -155,6 +177,11 @@ def _check(cfg: RunConfig) -> None:
             names.append(("puns.classify.provider", cfg.puns.classify.provider))
         if cfg.puns.evaluate:
             names.append(("puns.evaluate.provider", cfg.puns.evaluate.provider))
+    if cfg.curate:
+        for rater, ref in cfg.curate.raters.items():
+            names.append((f"curate.raters.{rater}.provider", ref.provider))
+        if cfg.curate.repair:
+            names.append(("curate.repair.provider", cfg.curate.repair.provider))
     if cfg.humor:
         names.append(("humor.provider", cfg.humor.provider))
         if cfg.humor.judge:

@@ -91,6 +91,10 @@ def pipeline_stages(cfg: RunConfig) -> list[Stage]:
         from cluster.pipelines import puns
 
         return puns.stages(cfg)
+    if cfg.run.pipeline == "curate":
+        from cluster.pipelines import curate
+
+        return curate.stages(cfg)
     from cluster.pipelines import humor
 
     return humor.stages(cfg)

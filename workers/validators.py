@@ -39,6 +39,22 @@ def _judge_score(response: ProviderResponse) -> None:
         raise RetryableProviderError(f"judge answer has no valid score: {exc}") from None
 
 
+def _curate_ratings(ids: str, response: ProviderResponse) -> None:
+    """``curate_ratings:3,5,8``: a JSON array rating exactly the jokes 3, 5 and 8."""
+    from data.curation import parse_ratings
+
+    _non_empty(response)
+    parse_ratings(response.texts[0], [int(i) for i in ids.split(",")])
+
+
+def _curate_repair(cand_id: str, response: ProviderResponse) -> None:
+    """``curate_repair:7``: a repaired joke with exactly one blank (for candidate 7)."""
+    from data.curation import Candidate, parse_repair
+
+    _non_empty(response)
+    parse_repair(response.texts[0], Candidate(id=int(cand_id), sentence="", straight=[], punny=[]))
+
+
 VALIDATORS: dict[str, Validator] = {
     "": _non_empty,
     "classify_json": _classify_json,
@@ -46,7 +62,18 @@ VALIDATORS: dict[str, Validator] = {
 }
 
 
+# validators that take an argument after a colon (``name:arg``), e.g. the ids a reply must rate
+PARAMETRISED: dict[str, Callable[[str, ProviderResponse], None]] = {
+    "curate_ratings": _curate_ratings,
+    "curate_repair": _curate_repair,
+}
+
+
 def validator(name: str) -> Validator:
+    base, sep, arg = name.partition(":")
+    if sep and base in PARAMETRISED:
+        check = PARAMETRISED[base]
+        return lambda response: check(arg, response)
     try:
         return VALIDATORS[name]
     except KeyError:

@@ -8,7 +8,9 @@ The fake recognises the prompt families punchline sends:
   one word from the joke's straight or punny list, funnier for larger models and after punny context,
   sometimes with noise (``"Suit."``, ``" suit, "``) so that word extraction is exercised;
 * candidate classification (``"classify each candidate word"``): a JSON object, sometimes fenced;
-* rating prompts (``"rate"`` + ``"json"``): a JSON array of integer scores;
+* curation repair prompts (:data:`data.curation.REPAIR_MARKER`): the joke as JSON, reworded;
+* rating prompts (``"rate"`` + ``"json"``): ``[{"id", "rating"}]`` for prompts listing ``Joke id N:``
+  lines (sometimes fenced; a reworded joke scores higher), else a JSON array of integer scores;
 * Humor prompts (``ОТВЕТ`` and ``РЕШЕНИЕ``): two lines, with format variants;
 * judge prompts (contain :data:`JUDGE_MARKER`, or ``"оцените"``): ``SCORE: 0|1``.
 """
@@ -28,6 +30,7 @@ import msgspec
 
 from data.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
 from data.completions import SYSTEM_PROMPT
+from data.curation import REPAIR_MARKER
 from data.humor.schema import CLASSES
 
 JUDGE_MARKER = "JUDGE"
@@ -43,6 +46,9 @@ _JOKE_BLOCK_RE = re.compile(r"Joke index (\d+):(.*?)(?=Joke index \d+:|\Z)", re.
 _CANDIDATES_RE = re.compile(r"Candidates:\s*(\[.*?\])", re.S)
 _KNOWN_RE = re.compile(r"Known (straight|punny):\s*(\[.*?\])", re.S)
 _NUMBERED_RE = re.compile(r"^\s*(\d+)[.):]\s", re.M)
+_JOKE_ID_RE = re.compile(r"^Joke id (\d+): (.*)$", re.M)
+_REPAIR_JOKE_RE = re.compile(r"^Joke: (\{.*\})$", re.M)
+REWORD_PREFIX = "Believe it or not, "
 
 
 class JokeRecord(msgspec.Struct):
@@ -133,9 +139,11 @@ def answer(
         return _classify(rng, knobs, book, text)
     if system.strip() in (SYSTEM_PROMPT, CLOZE_SYSTEM_PROMPT) or SYSTEM_PROMPT in text:
         return _pun_word(rng, knobs, book, model, user, greedy=temperature == 0)
+    if REPAIR_MARKER in text:
+        return _repair(rng, knobs, text)
     lower = text.lower()
     if "rate" in lower and "json" in lower:
-        return _ratings(rng, text)
+        return _ratings(rng, knobs, text)
     return rng.choice(GENERIC_WORDS)
 
 
@@ -237,9 +245,37 @@ def _literal_list(match: re.Match[str] | None) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-def _ratings(rng: random.Random, text: str) -> str:
-    count = max(1, len(set(_NUMBERED_RE.findall(text))))
-    return json.dumps([rng.randint(3, 10) for _ in range(count)])
+def _ratings(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
+    jokes = _JOKE_ID_RE.findall(text)
+    if not jokes:
+        count = max(1, len(set(_NUMBERED_RE.findall(text))))
+        return json.dumps([rng.randint(3, 10) for _ in range(count)])
+    items = []
+    for id_s, sentence in jokes:
+        score = rng.randint(3, 10)
+        if sentence.startswith(REWORD_PREFIX):  # the fake's own repair: usually an improvement
+            score = min(10, score + 2)
+        items.append({"id": int(id_s), "rating": score})
+    body = json.dumps(items)
+    return f"```json\n{body}\n```" if rng.random() < knobs.noise_rate else body
+
+
+def _repair(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
+    """The joke of a repair prompt with a reworded sentence that keeps its one blank."""
+    match = _REPAIR_JOKE_RE.search(text)
+    joke = json.loads(match.group(1)) if match else {}
+    sentence = str(joke.get("sentence", "It is hard to improve a joke nobody has ___"))
+    if not sentence.startswith(REWORD_PREFIX):
+        sentence = REWORD_PREFIX + sentence[:1].lower() + sentence[1:]
+    body = json.dumps(
+        {
+            "sentence": sentence,
+            "straight": joke.get("straight") or ["answer"],
+            "punny": joke.get("punny") or ["pun"],
+            "explanation": str(joke.get("explanation", "")),
+        }
+    )
+    return f"```json\n{body}\n```" if rng.random() < knobs.noise_rate else body
 
 
 def _humor(rng: random.Random, knobs: AnswerKnobs) -> str:

@@ -1,0 +1,215 @@
+"""Puns stages 1-2 as engine stages: rate -> repair -> rerate -> build.
+
+Each stage hands the next one an artifact (first ratings, repaired jokes, new ratings), so a
+resumed run re-plans from the store exactly what the first attempt planned. A unit that failed
+for good leaves its jokes unrated (or unrepaired); :func:`data.curation.build` then leaves out the
+jokes it cannot rank, and the run is reported failed so ``retry-failed`` can fill the gap.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from cluster.config import CurateSettings, RunConfig, resolve_path
+from cluster.pipeline import Stage, StageContext, UnitResult, UnitSpec
+from data.curation import (
+    Candidate,
+    MalformedRatings,
+    MalformedRepair,
+    RatingRecord,
+    Ratings,
+    batches,
+    build,
+    final_ratings,
+    load_candidates,
+    needs_repair,
+    parse_ratings,
+    parse_repair,
+    rating_request,
+    repair_request,
+)
+from data.errors import ConfigError
+from data.jsonio import decode_bytes, dumps_upstream
+from data.puns_io import validate_puns
+
+FIRST = "ratings_first.json"
+REPAIRED = "repaired.json"
+RERATED = "ratings_rerate.json"
+RATINGS = "ratings.json"
+CURATED = "puns_curated.json"
+
+
+def _settings(ctx: StageContext) -> CurateSettings:
+    assert ctx.cfg.curate is not None
+    return ctx.cfg.curate
+
+
+def _candidates(ctx: StageContext) -> list[Candidate]:
+    return load_candidates(resolve_path(ctx.cfg, _settings(ctx).jokes))
+
+
+def _read(ctx: StageContext, name: str, type_: object) -> object:
+    return decode_bytes(ctx.read_artifact(name), type_, source=ctx.artifact_key(name))
+
+
+def _rating_units(ctx: StageContext, stage: str, jokes: list[Candidate]) -> list[UnitSpec]:
+    """One unit per rater per batch; the check names the ids the reply must rate."""
+    cfg = _settings(ctx)
+    units = []
+    for rater, ref in sorted(cfg.raters.items()):
+        model_id = ctx.cfg.provider(ref.provider).model_id(ref.model)
+        for i, batch in enumerate(batches(jokes, cfg.batch_size)):
+            units.append(
+                UnitSpec(
+                    unit_id=f"{stage}/{rater}/{i:05d}",
+                    request=rating_request(ref.provider, model_id, batch),
+                    check="curate_ratings:" + ",".join(str(c.id) for c in batch),
+                )
+            )
+    return units
+
+
+def _collect_ratings(ctx: StageContext, stage: str, jokes: list[Candidate], results: dict[str, UnitResult]) -> Ratings:
+    """Scores of every unit that succeeded; a failed unit's jokes stay unrated by that rater."""
+    cfg = _settings(ctx)
+    out: Ratings = {}
+    for rater in sorted(cfg.raters):
+        scores: dict[int, int] = {}
+        for i, batch in enumerate(batches(jokes, cfg.batch_size)):
+            r = results.get(f"{stage}/{rater}/{i:05d}")
+            if r is None or r.response is None or not r.response.texts:
+                continue
+            try:
+                scores.update(parse_ratings(r.response.texts[0], [c.id for c in batch]))
+            except MalformedRatings:  # only a cached answer from before the validator existed
+                continue
+        out[rater] = dict(sorted(scores.items()))
+    return out
+
+
+class RateStage:
+    """Stage 1a: every rater scores every candidate, ``batch_size`` jokes per call."""
+
+    name = "rate"
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        return _rating_units(ctx, self.name, _candidates(ctx))
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        ratings = _collect_ratings(ctx, self.name, _candidates(ctx), results)
+        ctx.write_artifact(FIRST, dumps_upstream(ratings).encode())
+        return [FIRST]
+
+
+class RepairStage:
+    """Stage 1b: jokes whose mean first rating is below ``repair_below`` go to the repair model."""
+
+    name = "repair"
+
+    def _weak(self, ctx: StageContext) -> list[Candidate]:
+        first: Ratings = _read(ctx, FIRST, Ratings)  # type: ignore[assignment]
+        return needs_repair(_candidates(ctx), first, _settings(ctx).repair_below)
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        ref = _settings(ctx).repair
+        assert ref is not None
+        model_id = ctx.cfg.provider(ref.provider).model_id(ref.model)
+        return [
+            UnitSpec(
+                unit_id=f"repair/{c.id:08d}",
+                request=repair_request(ref.provider, model_id, c),
+                check=f"curate_repair:{c.id}",
+            )
+            for c in self._weak(ctx)
+        ]
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        repaired = []
+        for c in self._weak(ctx):
+            r = results.get(f"repair/{c.id:08d}")
+            if r is None or r.response is None or not r.response.texts:
+                continue
+            try:
+                repaired.append(parse_repair(r.response.texts[0], c))
+            except MalformedRepair:
+                continue
+        ctx.write_artifact(REPAIRED, dumps_upstream(repaired).encode())
+        return [REPAIRED]
+
+
+class RerateStage:
+    """Stage 1c: the repaired jokes are scored again by every rater."""
+
+    name = "rerate"
+
+    def _repaired(self, ctx: StageContext) -> list[Candidate]:
+        return _read(ctx, REPAIRED, list[Candidate])  # type: ignore[return-value]
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        return _rating_units(ctx, self.name, self._repaired(ctx))
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        ratings = _collect_ratings(ctx, self.name, self._repaired(ctx), results)
+        ctx.write_artifact(RERATED, dumps_upstream(ratings).encode())
+        return [RERATED]
+
+
+class BuildStage:
+    """Stage 2: merge the ratings and keep the ``top`` jokes (no provider calls)."""
+
+    name = "build"
+
+    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+        return []
+
+    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        cfg = _settings(ctx)
+        first: Ratings = _read(ctx, FIRST, Ratings)  # type: ignore[assignment]
+        repaired: list[Candidate] = []
+        rerated: Ratings = {}
+        if cfg.repair is not None:
+            repaired = _read(ctx, REPAIRED, list[Candidate])  # type: ignore[assignment]
+            rerated = _read(ctx, RERATED, Ratings)  # type: ignore[assignment]
+        jokes, final, records = final_ratings(_candidates(ctx), first, repaired, rerated)
+        curated = build(jokes, final, cfg)
+        validate_puns(curated, file=ctx.artifact_key(CURATED))
+        ctx.write_artifact(RATINGS, dumps_upstream(records).encode())
+        ctx.write_artifact(CURATED, dumps_upstream(curated).encode())
+        return [RATINGS, CURATED]
+
+
+def check_settings(cfg: CurateSettings, source: str = "") -> None:
+    """Consensus and tie-break raters must exist; fail before any call is paid for."""
+    where = source or None
+    if not cfg.raters:
+        raise ConfigError("at least one rater is needed", file=where, field="curate.raters")
+    for name in [*cfg.consensus, cfg.tie_break]:
+        if name not in cfg.raters:
+            raise ConfigError(
+                f"rater {name!r} is not one of the raters {sorted(cfg.raters)}",
+                file=where,
+                field="curate.consensus" if name in cfg.consensus else "curate.tie_break",
+            )
+    if cfg.batch_size < 1:
+        raise ConfigError("must be at least 1", file=where, field="curate.batch_size")
+    if cfg.top < 1:
+        raise ConfigError("must be at least 1", file=where, field="curate.top")
+
+
+def stages(cfg: RunConfig) -> list[Stage]:
+    if cfg.curate is None:
+        raise ConfigError("pipeline 'curate' needs a [curate] table", file=cfg.source or None)
+    check_settings(cfg.curate, cfg.source)
+    out: list[Stage] = [RateStage()]
+    if cfg.curate.repair is not None:
+        out += [RepairStage(), RerateStage()]
+    out.append(BuildStage())
+    return out
+
+
+def summary(ctx: StageContext) -> dict[str, object]:
+    """Headline figures of a finished run, for the console."""
+    if not ctx.store.exists(ctx.artifact_key(RATINGS)):
+        return {}
+    records = msgspec.json.decode(ctx.read_artifact(RATINGS), type=list[RatingRecord])
+    return {"candidates": len(records), "repaired": sum(r.repaired for r in records)}
