@@ -77,4 +77,5 @@ def validator(name: str) -> Validator:
     try:
         return VALIDATORS[name]
     except KeyError:
-        raise KeyError(f"unknown response validator {name!r}; known: {sorted(VALIDATORS)}") from None
+        known = sorted(VALIDATORS) + [f"{n}:<arg>" for n in sorted(PARAMETRISED)]
+        raise KeyError(f"unknown response validator {name!r}; known: {known}") from None

@@ -31,6 +31,8 @@ workers_per_node = 2
 kind = "openai"
 base_url = "{fake.openai_base_url}"
 timeout_s = 5
+max_retries = 8
+max_malformed_retries = 4
 
 [providers.gem.models]
 flash = {{ id = "gemini-sim" }}
@@ -39,6 +41,8 @@ flash = {{ id = "gemini-sim" }}
 kind = "anthropic"
 base_url = "{fake.anthropic_base_url}"
 timeout_s = 5
+max_retries = 8
+max_malformed_retries = 4
 
 [providers.claude.models]
 sonnet = {{ id = "claude-sonnet-sim" }}
@@ -121,3 +125,26 @@ def test_curate_rates_repairs_and_builds_the_top_jokes_once(
     assert fake.stats().total_calls == 0
     for name in ("ratings.json", "puns_curated.json"):
         assert artifact(tmp_path, "c2", name) == artifact(tmp_path, "c1", name)
+
+
+@pytest.mark.slow
+def test_curate_with_provider_faults_writes_the_same_bytes(
+    tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    cfg = curate_config(tmp_path, fake)
+    clean = run(
+        str(cfg),
+        RunOptions(run_id="clean", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(tmp_path / "s1")),
+    )
+    fake.reset()
+    fake.configure(error_503_rate=0.1, malformed_rate=0.05, truncated_body_rate=0.05)
+    faulty = run(
+        str(cfg),
+        RunOptions(run_id="faulty", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(tmp_path / "s2")),
+    )
+    assert clean.state == faulty.state == "finished", faulty.failures
+    assert sum(fake.stats().faults.values()) > 0
+    for name in ("ratings.json", "puns_curated.json"):
+        a = tmp_path / "s1" / "clean" / "artifacts" / name
+        b = tmp_path / "s2" / "faulty" / "artifacts" / name
+        assert a.read_bytes() == b.read_bytes()
