@@ -182,6 +182,24 @@ class Coordinator:
             self.store.put(self.manifest_key(stage.name), msgspec.json.encode(manifest))
         return artifacts, failed
 
+    def _forget_stale_shards(self, plan: StagePlan) -> None:
+        """Shards cut from a different plan (an earlier stage was retried and its artifacts changed)
+        cannot be reused: drop them. Identical requests are still answered by the cache, so only the
+        units that really changed are paid for."""
+        import hashlib
+
+        key = f"{self.ctx.run_id}/stages/{plan.stage}/plan.sha256"
+        digest = hashlib.sha256(msgspec.msgpack.encode(plan)).hexdigest().encode()
+        old = self.store.get(key)
+        if old is not None and old != digest:
+            prefix = f"{self.ctx.run_id}/stages/{plan.stage}/shards/"
+            stale = list(self.store.list(prefix))
+            for shard in stale:
+                self.store.delete(shard)
+            log.warning("plan_changed", run_id=self.ctx.run_id, stage=plan.stage, dropped_shards=len(stale))
+        if old != digest:
+            self.store.put(key, digest)
+
     def _missing(self, plan: StagePlan) -> list[int]:
         prefix = f"{self.ctx.run_id}/stages/{plan.stage}/shards/"
         present = set(self.store.list(prefix))
@@ -202,6 +220,7 @@ class Coordinator:
         import ray
 
         run_id, stage = self.ctx.run_id, plan.stage
+        self._forget_stale_shards(plan)
         missing = self._missing(plan)
         log.info(
             "stage_start",

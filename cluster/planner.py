@@ -128,6 +128,25 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
             for i, u in enumerate(units)
         ]
         return _estimate(cfg, stage, units, exact=False, note=note)
+    if cfg.curate is not None and stage in ("repair", "rerate"):
+        from data.curation import load_candidates, rating_request, repair_request
+
+        cur = cfg.curate
+        cands = load_candidates(resolve_path(cfg, cur.jokes))
+        if stage == "repair" and cur.repair is not None:  # at most every candidate is weak
+            model = cfg.provider(cur.repair.provider).model_id(cur.repair.model)
+            units = [UnitSpec(unit_id=str(c.id), request=repair_request(cur.repair.provider, model, c)) for c in cands]
+        else:  # at most every candidate is repaired and rated again by every rater
+            batches = [cands[i : i + cur.batch_size] for i in range(0, len(cands), cur.batch_size)]
+            units = [
+                UnitSpec(
+                    unit_id=f"{name}/{i}",
+                    request=rating_request(ref.provider, cfg.provider(ref.provider).model_id(ref.model), batch),
+                )
+                for name, ref in cur.raters.items()
+                for i, batch in enumerate(batches)
+            ]
+        return _estimate(cfg, stage, units, exact=False, note=note)
     if cfg.humor is not None and stage == "judge" and cfg.humor.judge is not None:
         from data.humor.loaders import load_items
 

@@ -383,6 +383,11 @@ def _print_headlines(console: Console, record: Any) -> None:
                 f"{t} {tiers.get(t, 0)}" for t in ("balanced", "leaning", "funny_dominated", "straight_dominated")
             )
         )
+    ratings = store.get(f"{record.run_id}/artifacts/ratings.json")
+    if ratings is not None:
+        records = msgspec.json.decode(ratings)
+        repaired = sum(1 for r in records if r.get("repaired"))
+        console.print(f"curated: {len(records)} candidates rated, {repaired} repaired and rated again")
     report = store.get(f"{record.run_id}/artifacts/cloze_report/report.md")
     if report is not None:
         console.print(Markdown(report.decode()))

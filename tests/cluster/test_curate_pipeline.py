@@ -148,3 +148,30 @@ def test_curate_with_provider_faults_writes_the_same_bytes(
         a = tmp_path / "s1" / "clean" / "artifacts" / name
         b = tmp_path / "s2" / "faulty" / "artifacts" / name
         assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.slow
+def test_retry_failed_after_a_rater_outage_replans_the_later_stages(
+    tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    """A rater that failed leaves jokes unrated, so fewer are repaired; retry-failed re-rates them, the
+    repair plan changes, and the stale repair/rerate shards are dropped instead of breaking the run."""
+    from cluster.cli import main
+
+    cfg = curate_config(tmp_path, fake)
+    clean = run(
+        str(cfg),
+        RunOptions(
+            run_id="clean", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(tmp_path / "clean-store")
+        ),
+    )
+    assert clean.state == "finished"
+    fake.reset()
+    fake.configure(status_for_model={"gemini-sim": 403})
+    first = run(str(cfg), opts(tmp_path, redis_url, "outage"))
+    assert first.state == "failed" and "rate" in first.failures
+    assert all(uid.startswith("rate/gemini/") for uid in first.failures["rate"])
+    fake.restore_defaults()
+    assert main(["retry-failed", "outage", "--runs-dir", str(tmp_path / "runs"), "--no-progress"]) == 0
+    ours = (tmp_path / "store" / "outage" / "artifacts" / "puns_curated.json").read_bytes()
+    assert ours == (tmp_path / "clean-store" / "clean" / "artifacts" / "puns_curated.json").read_bytes()
