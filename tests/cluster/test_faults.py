@@ -206,6 +206,7 @@ def test_node_removed_mid_run(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_cluster: Any
 ) -> None:
     cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=1)
+    expected = baseline(tmp_path, cfg, redis_url, fake)
     fake.configure(latency_ms_min=60, latency_ms_max=120)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "nodes")))
     units = 8 * 2 * 2
@@ -216,6 +217,7 @@ def test_node_removed_mid_run(
     rec = bg.join(180)
     assert rec.state == "finished"
     assert_guarantee(fake.stats().calls, units, in_flight_bound=2 * 2)
+    assert raw(tmp_path, "store", "nodes") == expected
     # the node that joined mid-run got a worker
     from ray._private import state
 
