@@ -59,10 +59,6 @@ class StoreError(InfraError):
     """The checkpoint store (local folder or S3) failed."""
 
 
-class LeaseLost(PunchlineError):
-    """A worker tried to commit a unit whose lease another worker has taken over."""
-
-
 # --- providers ------------------------------------------------------------------------------
 
 
