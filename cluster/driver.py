@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,20 @@ class RunRecord(msgspec.Struct, kw_only=True):
     artifacts: list[str] = []
     failures: dict[str, dict[str, str]] = {}
     usage: list[UsageRow] = []  # tokens and dollars per (stage, model)
+    driver_host: str = ""
+    driver_pid: int = 0
+
+    def driver_gone(self) -> bool:
+        """A run still marked running whose driver process on this host no longer exists (killed)."""
+        if self.state != "running" or self.driver_host != socket.gethostname() or not self.driver_pid:
+            return False
+        try:
+            os.kill(self.driver_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
 
 
 class RunOptions(msgspec.Struct, kw_only=True):
@@ -202,6 +217,8 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             created_at=time.time(),
             services=services,
             stages=[s.name for s in stages],
+            driver_host=socket.gethostname(),
+            driver_pid=os.getpid(),
         )
         if existing is not None:
             prev = msgspec.json.decode(existing, type=RunRecord)

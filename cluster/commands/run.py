@@ -238,6 +238,8 @@ class StatusView(msgspec.Struct, kw_only=True):
 def _status(runs_dir: str, run_id: str) -> StatusView:
     record = _load_record(runs_dir, run_id)
     live = _live_counters(record) if record.state == "running" else None
+    if record.driver_gone():
+        record.state = "interrupted"
     counters, leased, failures = live if live else (record.counters, None, record.failures)
     usage = record.usage
     if live:
@@ -302,7 +304,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         cost = sum(c.cost_usd for c in rec.counters.values())
         created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at))
         state = rec.state
-        if state == "running" and _live_counters(rec) is None:
+        if state == "running" and (rec.driver_gone() or _live_counters(rec) is None):
             state = "interrupted (resume with --run-id)"
         table.add_row(rec.run_id, rec.pipeline, state, created, str(done), f"{cost:.4f}")
     Console().print(table)

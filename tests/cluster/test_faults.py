@@ -85,7 +85,7 @@ def baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> 
 
 
 def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
-    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
 ) -> None:
     cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
     expected = baseline(tmp_path, cfg, redis_url, fake)
@@ -122,6 +122,13 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     redis_dir = tmp_path / "runs" / "killed" / "redis"
     left_behind = EmbeddedRedis.find_running(redis_dir)
     assert left_behind is not None
+    # the run's record still says running, but `runs` and `status` know its driver is gone
+    from cluster.cli import main
+
+    assert main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert "interrupted" in capsys.readouterr().out
+    assert main(["status", "killed", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "interrupted"
 
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=180)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
