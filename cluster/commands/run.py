@@ -368,28 +368,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_headlines(console: Console, record: Any) -> None:
-    """What a person wants to see first: the tiers and the cloze report of a Puns run."""
+    """The pipeline's own summary of a finished run (tiers and cloze report, curation counts)."""
+    import importlib
+
     from rich.markdown import Markdown
 
     from data.store import open_store
 
-    store = open_store(record.services.store_url)
-    ranked = store.get(f"{record.run_id}/artifacts/puns_ranked.json")
-    if ranked is not None:
-        from collections import Counter
-
-        tiers = Counter(str(p.get("cloze_tier")) for p in msgspec.json.decode(ranked))
-        console.print(
-            "tiers: "
-            + ", ".join(
-                f"{t} {tiers.get(t, 0)}" for t in ("balanced", "leaning", "funny_dominated", "straight_dominated")
-            )
-        )
-    ratings = store.get(f"{record.run_id}/artifacts/ratings.json")
-    if ratings is not None:
-        records = msgspec.json.decode(ratings)
-        repaired = sum(1 for r in records if r.get("repaired"))
-        console.print(f"curated: {len(records)} candidates rated, {repaired} repaired and rated again")
-    report = store.get(f"{record.run_id}/artifacts/cloze_report/report.md")
-    if report is not None:
-        console.print(Markdown(report.decode()))
+    headlines = getattr(importlib.import_module(f"cluster.pipelines.{record.pipeline}"), "headlines", None)
+    if headlines is None:
+        return
+    for text in headlines(open_store(record.services.store_url), record.run_id):
+        console.print(Markdown(text))

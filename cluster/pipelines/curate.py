@@ -31,6 +31,7 @@ from data.curation import (
 from data.errors import ConfigError
 from data.jsonio import decode_bytes, dumps_upstream
 from data.puns_io import validate_puns
+from data.store import Store
 
 FIRST = "ratings_first.json"
 REPAIRED = "repaired.json"
@@ -207,9 +208,11 @@ def stages(cfg: RunConfig) -> list[Stage]:
     return out
 
 
-def summary(ctx: StageContext) -> dict[str, object]:
-    """Headline figures of a finished run, for the console."""
-    if not ctx.store.exists(ctx.artifact_key(RATINGS)):
-        return {}
-    records = msgspec.json.decode(ctx.read_artifact(RATINGS), type=list[RatingRecord])
-    return {"candidates": len(records), "repaired": sum(r.repaired for r in records)}
+def headlines(store: Store, run_id: str) -> list[str]:
+    """What a person wants to see first after a run (markdown)."""
+    raw = store.get(f"{run_id}/artifacts/{RATINGS}")
+    if raw is None:
+        return []
+    records = msgspec.json.decode(raw, type=list[RatingRecord])
+    repaired = sum(r.repaired for r in records)
+    return [f"curated: {len(records)} candidates rated, {repaired} repaired and rated again"]

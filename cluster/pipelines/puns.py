@@ -18,6 +18,7 @@ from data.completions import greedy_request, sample_request, truncate_before_bla
 from data.jsonio import decode_bytes, dumps_upstream
 from data.puns_io import load_puns
 from data.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
+from data.store import Store
 from data.words import extract_word
 
 RAW = "raw_completions.json"
@@ -105,14 +106,14 @@ class ClassifyStage:
         return units
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.classify import Verdicts, merge, parse_verdicts
+        from data.classify import Verdicts, merge_all, parse_verdicts
 
         verdicts: Verdicts = {}
         for uid in sorted(results):
             r = results[uid]
             if r.response is not None and r.response.texts:
                 verdicts.update(parse_verdicts(r.response.texts[0]))
-        classified: ClassifiedCompletions = {k: merge(e, verdicts) for k, e in self._raw(ctx).items()}
+        classified: ClassifiedCompletions = merge_all(self._raw(ctx), verdicts)
         ctx.write_artifact(CLASSIFIED, dumps_upstream(classified).encode())
         return [CLASSIFIED]
 
@@ -225,13 +226,16 @@ def stages(cfg: RunConfig) -> list[Stage]:
     return out
 
 
-def summary(ctx: StageContext) -> dict[str, object]:
-    """Headline figures of a finished run, for the console."""
-    out: dict[str, object] = {}
-    if ctx.store.exists(ctx.artifact_key(RANKED)):
-        ranked = msgspec.json.decode(ctx.read_artifact(RANKED), type=list[PunEntry])
-        tiers: dict[str, int] = {}
-        for p in ranked:
-            tiers[str(p.cloze_tier)] = tiers.get(str(p.cloze_tier), 0) + 1
-        out["tiers"] = tiers
+def headlines(store: Store, run_id: str) -> list[str]:
+    """What a person wants to see first after a run (markdown): the tiers and the cloze report."""
+    from data.tiers import tier_counts
+
+    out = []
+    ranked = store.get(f"{run_id}/artifacts/{RANKED}")
+    if ranked is not None:
+        counts = tier_counts(msgspec.json.decode(ranked, type=list[PunEntry]))
+        out.append("tiers: " + ", ".join(f"{tier} {n}" for tier, n in counts.items()))
+    report = store.get(f"{run_id}/artifacts/cloze_report/report.md")
+    if report is not None:
+        out.append(report.decode())
     return out

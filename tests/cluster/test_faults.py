@@ -77,6 +77,26 @@ class Background:
         return self.result
 
 
+UNITS = 8 * 2 * 2  # the fault tests' runs: 8 jokes x 2 models x (greedy + samples)
+
+
+def slow_run(
+    tmp: Path,
+    make_config: Any,
+    fake: FakeProviderServer,
+    redis_url: str,
+    *,
+    lease_ms: int = 2000,
+    workers_per_node: int = 2,
+) -> tuple[Path, bytes]:
+    """A config of UNITS units in shards of 2, the artifact of an uninterrupted run of it, and the fake
+    provider slowed down so that a fault lands in the middle of the next run."""
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=lease_ms, workers_per_node=workers_per_node)
+    expected = baseline(tmp, cfg, redis_url, fake)
+    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    return cfg, expected
+
+
 def baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> bytes:
     rec = run(str(cfg), opts(tmp, redis_url, "baseline", store="baseline-store"))
     assert rec.state == "finished"
@@ -87,9 +107,7 @@ def baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> 
 def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
 ) -> None:
-    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
-    expected = baseline(tmp_path, cfg, redis_url, fake)
-    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url)
     address = ray.get_runtime_context().gcs_address
     argv = [
         sys.executable,
@@ -108,7 +126,7 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
         "--no-progress",
     ]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    units = 8 * 2 * 2
+    units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 2 or proc.poll() is not None, timeout_s=90)
     assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
     os.kill(proc.pid, signal.SIGKILL)
@@ -155,11 +173,9 @@ def _kill_workers(stage_prefix: str, limit: int) -> int:
 def test_killed_worker_actors_are_replaced(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
 ) -> None:
-    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
-    expected = baseline(tmp_path, cfg, redis_url, fake)
-    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "actors")))
-    units = 8 * 2 * 2
+    units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 3)
     assert _kill_workers("punchline:actors:collect:", limit=2) >= 1
     # status is live while the run goes on
@@ -187,7 +203,7 @@ def test_two_runs_of_one_config_at_once_never_call_twice(
     ra, rb = a.join(), b.join()
     assert ra.state == rb.state == "finished"
     calls = fake.stats().calls
-    assert len(calls) == 8 * 2 * 2 and set(calls.values()) == {1}
+    assert len(calls) == UNITS and set(calls.values()) == {1}
     assert raw(tmp_path, "store", "twin-a") == raw(tmp_path, "store", "twin-b")
     # the work was shared, not done twice: together they paid each request once
     assert ra.counters["collect"].provider_requests + rb.counters["collect"].provider_requests == 32
@@ -196,11 +212,9 @@ def test_two_runs_of_one_config_at_once_never_call_twice(
 def test_redis_wiped_mid_run_resumes_from_the_store(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_client: Any, redis_url: str, ray_local: Any
 ) -> None:
-    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=2)
-    expected = baseline(tmp_path, cfg, redis_url, fake)
-    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "wiped")))
-    units = 8 * 2 * 2
+    units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 2)
     redis_client.flushall()
     rec = bg.join()
@@ -212,11 +226,9 @@ def test_redis_wiped_mid_run_resumes_from_the_store(
 def test_node_removed_mid_run(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_cluster: Any
 ) -> None:
-    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000, workers_per_node=1)
-    expected = baseline(tmp_path, cfg, redis_url, fake)
-    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url, workers_per_node=1)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "nodes")))
-    units = 8 * 2 * 2
+    units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 3, timeout_s=90)
     victim = next(n for n in ray_cluster.worker_nodes)
     ray_cluster.remove_node(victim)
@@ -240,14 +252,12 @@ def test_redis_down_mid_run_no_call_is_made_until_it_is_back(
     """Fail closed: while Redis is down nobody may take a lease, so nobody calls; then the run resumes."""
     from cluster.redis_server import EmbeddedRedis
 
-    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=3000, workers_per_node=2)
-    expected = baseline(tmp_path, cfg, redis_url, fake)
-    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url, lease_ms=3000)
     own = EmbeddedRedis(tmp_path / "own-redis")
     own.start()
     try:
         bg = Background(lambda: run(str(cfg), opts(tmp_path, own.url, "outage")))
-        units = 8 * 2 * 2
+        units = UNITS
         wait_for(lambda: fake.stats().total_calls >= units // 3)
         own.kill()  # a crash: AOF with appendfsync always loses nothing acknowledged
         time.sleep(0.5)  # calls already under a lease may still be sent

@@ -8,9 +8,11 @@ the provider, model and status but never the API key (any echo of it in a body i
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
 from workers.provider import Provider, ProviderRequest, ProviderSettings
@@ -75,6 +77,40 @@ def redact(text: str, secret: str) -> str:
         for frag in (secret[:8], secret[-8:]):
             text = text.replace(frag, "***")
     return text
+
+
+def api_error_message(exc: Any) -> str:
+    """The provider's own error message from an SDK ``APIStatusError`` (same body shape for both SDKs)."""
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(exc.message)
+
+
+def cause_text(exc: BaseException, secret: str) -> str:
+    """The root cause of a transport or decoding error, redacted and short."""
+    cause = exc.__cause__ or exc.__context__ or exc
+    return redact(f"{type(cause).__name__}: {cause}", secret)[:200]
+
+
+class SdkProvider:
+    """What both SDK providers share: the key read once, a bound on calls in flight, a safe repr."""
+
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self._secret = settings.api_key(name)
+        # at most ``max_concurrency`` HTTP calls in flight from this provider object (one per worker)
+        self._slots = asyncio.Semaphore(max(1, settings.max_concurrency))
+        self._client: Any = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}(name={self.name!r}, base_url={self.settings.base_url!r})"
+
+    async def aclose(self) -> None:
+        await self._client.close()
 
 
 def status_error(

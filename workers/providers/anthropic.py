@@ -9,7 +9,6 @@ travels in ``extra_body`` (SDK 2.x dropped the keyword). Whitespace-only stop se
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -17,28 +16,26 @@ import anthropic
 
 from data.errors import RetryableProviderError
 from workers.provider import ProviderRequest, ProviderResponse, ProviderSettings
-from workers.providers import CHOICE_OFFSET_HEADER, MalformedResponse, redact, status_error
+from workers.providers import (
+    CHOICE_OFFSET_HEADER,
+    MalformedResponse,
+    SdkProvider,
+    api_error_message,
+    cause_text,
+    redact,
+    status_error,
+)
 
 
-class AnthropicProvider:
+class AnthropicProvider(SdkProvider):
     def __init__(self, name: str, settings: ProviderSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self._secret = settings.api_key(name)
+        super().__init__(name, settings)
         self._client = anthropic.AsyncAnthropic(
             base_url=settings.base_url,
             api_key=self._secret,
             max_retries=0,
             timeout=settings.timeout_s,
         )
-        # at most ``max_concurrency`` HTTP calls in flight from this provider object (one per worker)
-        self._slots = asyncio.Semaphore(max(1, settings.max_concurrency))
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(name={self.name!r}, base_url={self.settings.base_url!r})"
-
-    async def aclose(self) -> None:
-        await self._client.close()
 
     async def complete(self, request: ProviderRequest) -> ProviderResponse:
         parts = [await self._call(request, request.sample_slot * request.n + i) for i in range(request.n)]
@@ -69,13 +66,15 @@ class AnthropicProvider:
             async with self._slots:
                 resp = await self._client.messages.create(**params, extra_headers=headers)
         except anthropic.APIStatusError as exc:
-            raise status_error(where, exc.status_code, _message(exc), exc.response.headers, self._secret) from None
+            raise status_error(
+                where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
+            ) from None
         except anthropic.APITimeoutError:
             raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
         except anthropic.APIConnectionError as exc:
-            raise RetryableProviderError(f"{where}: connection failed: {_cause(exc, self._secret)}") from None
+            raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, self._secret)}") from None
         except (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
-            raise MalformedResponse(f"{where}: malformed response: {_cause(exc, self._secret)}") from None
+            raise MalformedResponse(f"{where}: malformed response: {cause_text(exc, self._secret)}") from None
         except anthropic.AnthropicError as exc:
             raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
         blocks = getattr(resp, "content", None)
@@ -89,17 +88,3 @@ class AnthropicProvider:
             output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
             model=str(getattr(resp, "model", "") or ""),
         )
-
-
-def _message(exc: anthropic.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return exc.message
-
-
-def _cause(exc: BaseException, secret: str) -> str:
-    cause = exc.__cause__ or exc.__context__ or exc
-    return redact(f"{type(cause).__name__}: {cause}", secret)[:200]
