@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import threading
 import time
 import urllib.request
@@ -475,6 +476,12 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], state: _State) -> None:
         self.state = state
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that gave up (its timeout, a killed worker) is routine here, not worth a traceback
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class FakeProviderServer:
