@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -59,9 +58,7 @@ def test_flushall_between_tests_part2(redis_client: redis.Redis) -> None:
 
 def test_kill_9_then_restart_reloads_aof(tmp_path: Path) -> None:
     server = EmbeddedRedis(tmp_path / "redis")
-    t0 = time.monotonic()
     server.start()
-    started_s = time.monotonic() - t0
     url = server.url
     client = server.client()
     for i in range(50):
@@ -86,7 +83,6 @@ def test_kill_9_then_restart_reloads_aof(tmp_path: Path) -> None:
     server.start()  # and a clean stop keeps everything too
     assert server.client().get("unit:7") == b"done-7"
     server.stop()
-    assert started_s < 5, f"redis-server took {started_s:.2f}s to start"
 
 
 def test_unix_socket_and_context_manager(tmp_path: Path) -> None:
