@@ -39,7 +39,8 @@ def raw(tmp: Path, store: str, run_id: str) -> bytes:
     return (tmp / store / run_id / "artifacts" / "raw_completions.json").read_bytes()
 
 
-def wait_for(cond: Callable[[], bool], timeout_s: float = 60.0) -> None:
+def wait_for(cond: Callable[[], bool], timeout_s: float = 180.0) -> None:
+    """Generous upper bounds: a loaded CI machine may be slow, and a pass costs no more for them."""
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -68,7 +69,7 @@ class Background:
         except BaseException as exc:
             self.error = exc
 
-    def join(self, timeout_s: float = 120.0) -> RunRecord:
+    def join(self, timeout_s: float = 300.0) -> RunRecord:
         self.thread.join(timeout_s)
         assert not self.thread.is_alive(), "run did not finish"
         if self.error:
@@ -127,7 +128,7 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     ]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     units = UNITS
-    wait_for(lambda: fake.stats().total_calls >= units // 2 or proc.poll() is not None, timeout_s=90)
+    wait_for(lambda: fake.stats().total_calls >= units // 2 or proc.poll() is not None, timeout_s=180)
     assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -148,12 +149,12 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     assert main(["status", "killed", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "interrupted"
 
-    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=180)
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     # 2 workers x a shard of 2 units each were in flight at most at the kill
     assert_guarantee(fake.stats().calls, units, in_flight_bound=4)
     assert raw(tmp_path, "store", "killed") == expected
-    wait_for(lambda: EmbeddedRedis.find_running(redis_dir) is None, timeout_s=15)  # stopped at the end
+    wait_for(lambda: EmbeddedRedis.find_running(redis_dir) is None, timeout_s=60)  # stopped at the end
 
 
 def _kill_workers(stage_prefix: str, limit: int) -> int:
@@ -231,13 +232,13 @@ def test_node_removed_mid_run(
     cfg, expected = slow_run(tmp_path, make_config, fake, redis_url, workers_per_node=1, lease_ms=6000)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "nodes")))
     units = UNITS
-    wait_for(lambda: fake.stats().total_calls >= units // 3, timeout_s=90)
+    wait_for(lambda: fake.stats().total_calls >= units // 3, timeout_s=180)
     victim = next(n for n in ray_cluster.worker_nodes)
     ray_cluster.remove_node(victim)
     new = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
     # the coordinator starts a worker for the node that joined (its name carries the node it is pinned to)
-    wait_for(lambda: new.node_id[:12] in _worker_nodes("punchline:nodes:"), timeout_s=60)
-    rec = bg.join(180)
+    wait_for(lambda: new.node_id[:12] in _worker_nodes("punchline:nodes:"), timeout_s=180)
+    rec = bg.join(300)
     assert rec.state == "finished"
     assert_guarantee(fake.stats().calls, units, in_flight_bound=2 * 2)
     assert raw(tmp_path, "store", "nodes") == expected
@@ -270,7 +271,7 @@ def test_redis_down_mid_run_no_call_is_made_until_it_is_back(
         time.sleep(3.0)
         assert fake.stats().total_calls == during, "a provider call was made while Redis was down"
         own.start()
-        rec = bg.join(180)
+        rec = bg.join(300)
     finally:
         own.stop()
     assert rec.state == "finished"
