@@ -33,7 +33,7 @@ def test_fake_provider_command_serves_until_interrupted(tmp_path: Path) -> None:
             assert b'"bad-model":404' in resp.read().replace(b" ", b"")
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=10)
+        out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert "stopped" in out
 
