@@ -149,7 +149,13 @@ def _simulator(cfg: RunConfig) -> Iterator[str | None]:
         return
     from workers.fake.server import FakeConfig, FakeProviderServer
 
-    server = FakeProviderServer(cfg.simulator or FakeConfig())
+    sim_cfg = cfg.simulator or FakeConfig()
+    if cfg.humor is not None and sim_cfg.humor_path is None:
+        # the simulator answers the run's own Humor items, right as often as each model's size says
+        from cluster.pipelines.humor import resolve_path
+
+        sim_cfg = msgspec.structs.replace(sim_cfg, humor_path=str(resolve_path(cfg, cfg.humor.data)))
+    server = FakeProviderServer(sim_cfg)
     server.start()
     for name in sim:
         p = cfg.providers[name]

@@ -26,6 +26,11 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--config", help="TOML file of FakeConfig knobs (top-level keys, e.g. error_503_rate = 0.1)")
     p.add_argument("--puns", action="append", help="puns JSON file the fake answers from (repeatable)")
+    p.add_argument(
+        "--humor",
+        action="append",
+        help="Humor file (MERA JSON or parquet) whose references the fake knows (repeatable)",
+    )
     p.set_defaults(func=cmd_fake_provider)
 
     i = sub.add_parser(
@@ -55,6 +60,8 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc), file=args.config) from None
     if args.puns:
         config = msgspec.structs.replace(config, puns_path=list(args.puns))
+    if args.humor:
+        config = msgspec.structs.replace(config, humor_path=list(args.humor))
     server = FakeProviderServer(config, host=args.host, port=args.port)
     try:
         server.serve_forever(on_ready=lambda url: print(f"fake provider listening on {url}", flush=True))

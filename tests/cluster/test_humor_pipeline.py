@@ -149,6 +149,22 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
         assert _artifact(store, second, name) == _artifact(store, first, name), name
 
 
+@pytest.mark.slow
+def test_humor_demo_on_the_simulator_ranks_models_by_size(tmp_path: Path, redis_url: str, ray_local) -> None:
+    """The shipped demo config: the driver starts the simulated provider with the run's own items as its
+    answer key, so the larger model scores higher and the judge mostly agrees with exact match."""
+    cfg = ROOT / "configs" / "humor_demo.toml"
+    store = tmp_path / "store"
+    rec = run(
+        str(cfg), RunOptions(run_id="demo", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(store))
+    )
+    assert rec.state == "finished", rec.failures
+    small, large = (json.loads(_artifact(store, "demo", f"report/{nick}/report.json")) for nick in ("8b", "70b"))
+    assert large["em"] > small["em"] > 0.1
+    assert large["class_accuracy"] > 0.4  # at random it would be 1/12
+    assert large["judge"]["kappa_with_em"] > 0.5
+
+
 def test_humor_run_rejects_a_puns_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = ROOT / "configs" / "demo.toml"
     assert main(["humor", "run", str(cfg), "--runs-dir", str(tmp_path)]) == 2

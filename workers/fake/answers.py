@@ -11,8 +11,12 @@ The fake recognises the prompt families punchline sends:
 * curation repair prompts (:data:`data.curation.REPAIR_MARKER`): the joke as JSON, reworded;
 * rating prompts (``"rate"`` + ``"json"``): ``[{"id", "rating"}]`` for prompts listing ``Joke id N:``
   lines (sometimes fenced; a reworded joke scores higher), else a JSON array of integer scores;
-* Humor prompts (``ОТВЕТ`` and ``РЕШЕНИЕ``): two lines, with format variants;
-* judge prompts (contain :data:`JUDGE_MARKER`, or ``"оцените"``): ``SCORE: 0|1``.
+* Humor prompts (``ОТВЕТ`` and ``РЕШЕНИЕ``): two lines, with format variants; for an item of the
+  fake's :class:`AnswerKey` the class and the letter are right as often as the model's size says
+  (so that a demo's scores rank models as real runs would), else drawn at random;
+* judge prompts (contain :data:`JUDGE_MARKER`, or ``"оцените"``): ``SCORE: 0|1``; a Humor judge prompt
+  is graded against its reference with the robust parser, and the grade is flipped now and then (a
+  judge that mostly agrees with exact match, but not always).
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ import msgspec
 from data.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
 from data.completions import SYSTEM_PROMPT
 from data.curation import REPAIR_MARKER
-from data.humor.schema import CLASSES
+from data.humor.loaders import load_items
+from data.humor.parser import parsed_output
+from data.humor.schema import CLASSES, HumorInputs
 
 JUDGE_MARKER = "JUDGE"
 """Put this string in a judge prompt so the fake answers it with a score line."""
@@ -80,6 +86,47 @@ class JokeBook:
         return cls(jokes)
 
 
+@dataclass
+class AnswerKey:
+    """Reference answers of Humor items, found by their texts inside a prompt.
+
+    Items reuse each other's texts as options, so an item is recognised by its main text *and* its four
+    options, in order, not by the main text alone.
+    """
+
+    items: list[tuple[tuple[str, ...], str]] = field(default_factory=list)  # (main text + options, "class,letter")
+
+    def __post_init__(self) -> None:
+        # longest first, so an item whose texts contain another item's texts is found first
+        self.items = sorted((i for i in self.items if all(i[0]) and i[1]), key=lambda i: -sum(map(len, i[0])))
+
+    @classmethod
+    def load(cls, path: str | list[str] | None) -> AnswerKey:
+        """Items of one or more MERA-layout files (JSON or parquet); items without a reference are skipped."""
+        paths = [] if path is None else [path] if isinstance(path, str) else path
+        return cls([(_texts(item.inputs), item.outputs) for p in paths for item in load_items(p)])
+
+    def reference(self, prompt: str) -> str | None:
+        return next((out for texts, out in self.items if _in_order(texts, prompt)), None)
+
+
+def _texts(inputs: HumorInputs) -> tuple[str, ...]:
+    return (inputs.main_text, inputs.option_a, inputs.option_b, inputs.option_c, inputs.option_d)
+
+
+def _in_order(texts: tuple[str, ...], prompt: str) -> bool:
+    main, *options = texts
+    if main not in prompt:
+        return False
+    at = 0
+    for text in options:
+        at = prompt.find(text, at)
+        if at < 0:
+            return False
+        at += len(text)
+    return True
+
+
 def _prompt_of(sentence: str) -> str:
     return sentence[: sentence.index("___")].rstrip()
 
@@ -97,6 +144,15 @@ def base_funny_propensity(model: str, overrides: dict[str, float]) -> float:
             return value
     size = model_size_b(model) or 8.0
     return min(0.6, 0.02 + 0.1 * math.log10(max(size, 1.0)))
+
+
+def humor_skill(model: str, overrides: dict[str, float]) -> float:
+    """Probability of naming the right class of a Humor item (the letter is a little easier)."""
+    for pattern, value in overrides.items():
+        if pattern in model:
+            return value
+    size = model_size_b(model) or 8.0
+    return min(0.9, 0.2 + 0.2 * math.log10(max(size, 1.0)))
 
 
 def joke_factor(seed: int, prompt: str) -> float:
@@ -121,20 +177,30 @@ class AnswerKnobs:
     noise_rate: float = 0.15
     format_variant_rate: float = 0.2
     funny_propensity: dict[str, float] = field(default_factory=dict)
+    humor_skill: dict[str, float] = field(default_factory=dict)
+    judge_flip_rate: float = 0.05
 
 
 def answer(
-    book: JokeBook, knobs: AnswerKnobs, *, key: str, choice: int, model: str, system: str, user: str, temperature: float
+    book: JokeBook,
+    knobs: AnswerKnobs,
+    *,
+    key: str,
+    choice: int,
+    model: str,
+    system: str,
+    user: str,
+    temperature: float,
+    answer_key: AnswerKey | None = None,
 ) -> str:
     """The text of one choice. At temperature 0 every choice of a key is the same (greedy)."""
     rng = rng_for(knobs.seed, key, 0 if temperature == 0 else choice)
     text = f"{system}\n{user}"
-    if JUDGE_MARKER in text:
-        return _judge(rng)
+    if JUDGE_MARKER in text or "оцените" in text.lower():
+        return _judge(rng, knobs, text)
     if "ОТВЕТ" in text and "РЕШЕНИЕ" in text:
-        return _humor(rng, knobs)
-    if "оцените" in text.lower():
-        return _judge(rng)
+        reference = answer_key.reference(text) if answer_key else None
+        return _humor(rng, knobs, model, reference)
     if "classify each candidate word" in text:
         return _classify(rng, knobs, book, text)
     if system.strip() in (SYSTEM_PROMPT, CLOZE_SYSTEM_PROMPT) or SYSTEM_PROMPT in text:
@@ -278,9 +344,16 @@ def _repair(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
     return f"```json\n{body}\n```" if rng.random() < knobs.noise_rate else body
 
 
-def _humor(rng: random.Random, knobs: AnswerKnobs) -> str:
+def _humor(rng: random.Random, knobs: AnswerKnobs, model: str, reference: str | None) -> str:
     cls = rng.choice(HUMOR_CLASSES)
     letter = rng.choice(HUMOR_LETTERS)
+    if reference is not None and "," in reference:
+        right_cls, right_letter = reference.rsplit(",", 1)
+        skill = humor_skill(model, knobs.humor_skill)
+        if rng.random() < skill:
+            cls = right_cls
+        if rng.random() < min(0.95, skill + 0.1):
+            letter = right_letter
     if rng.random() >= knobs.format_variant_rate:
         return f"ОТВЕТ {cls}\nРЕШЕНИЕ {letter}"
     variant = rng.randrange(3)
@@ -291,5 +364,16 @@ def _humor(rng: random.Random, knobs: AnswerKnobs) -> str:
     return f"Подумаем.\nОТВЕТ: «{cls}»\nРЕШЕНИЕ: {letter}."
 
 
-def _judge(rng: random.Random) -> str:
-    return f"SCORE: {1 if rng.random() < 0.7 else 0}"
+# the reference and the graded answer inside :func:`data.humor.judge.judge_request`'s prompt
+_JUDGE_REFERENCE_RE = re.compile(r"^Эталонный ответ: (.*)$", re.M)
+_JUDGE_ANSWER_RE = re.compile(r"=== ОТВЕТ МОДЕЛИ ===\n(.*?)\n=== КОНЕЦ ОТВЕТА МОДЕЛИ ===", re.S)
+
+
+def _judge(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
+    reference, graded = _JUDGE_REFERENCE_RE.search(text), _JUDGE_ANSWER_RE.search(text)
+    if reference is None or graded is None:
+        return f"SCORE: {1 if rng.random() < 0.7 else 0}"
+    right = parsed_output(graded.group(1)) == reference.group(1).strip()
+    if rng.random() < knobs.judge_flip_rate:
+        right = not right
+    return f"SCORE: {int(right)}"

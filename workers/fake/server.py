@@ -39,7 +39,7 @@ from typing import Any
 
 import msgspec
 
-from workers.fake.answers import AnswerKnobs, JokeBook, answer
+from workers.fake.answers import AnswerKey, AnswerKnobs, JokeBook, answer
 from workers.provider import ProviderKind, ProviderRequest, ProviderSettings
 from workers.providers import CHOICE_OFFSET_HEADER
 
@@ -79,6 +79,9 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     noise_rate: float = 0.15
     format_variant_rate: float = 0.2
     puns_path: str | list[str] | None = None  # puns JSON file(s); default: data/samples/puns_sample.json
+    humor_path: str | list[str] | None = None  # Humor answer key, MERA layout; default: data/samples/humor_sample.json
+    humor_skill: dict[str, float] = {}  # model-id substring -> P(right class) on a known Humor item
+    judge_flip_rate: float = 0.05  # how often the judge's grade disagrees with the reference
 
 
 class FakeStats(msgspec.Struct, kw_only=True):
@@ -91,12 +94,20 @@ class FakeStats(msgspec.Struct, kw_only=True):
     output_tokens: int = 0
 
 
-def default_puns_path() -> str | None:
+def _sample_path(name: str) -> str | None:
     try:
-        path = resources.files("data") / "samples" / "puns_sample.json"
+        path = resources.files("data") / "samples" / name
     except (ModuleNotFoundError, TypeError):
         return None
     return str(path) if path.is_file() else None
+
+
+def default_puns_path() -> str | None:
+    return _sample_path("puns_sample.json")
+
+
+def default_humor_path() -> str | None:
+    return _sample_path("humor_sample.json")
 
 
 def wire_key(
@@ -146,6 +157,7 @@ class _State:
         self.defaults = config
         self.config = config
         self.book = JokeBook.load(config.puns_path or default_puns_path())
+        self.answer_key = AnswerKey.load(config.humor_path or default_humor_path())
         self.reset()
 
     def reset(self) -> None:
@@ -163,6 +175,8 @@ class _State:
     def set_config(self, config: FakeConfig) -> None:
         if (config.puns_path or None) != (self.config.puns_path or None):
             self.book = JokeBook.load(config.puns_path or default_puns_path())
+        if (config.humor_path or None) != (self.config.humor_path or None):
+            self.answer_key = AnswerKey.load(config.humor_path or default_humor_path())
         with self.lock:
             self.config = config
             self.tat = 0.0
@@ -414,6 +428,8 @@ class _Handler(BaseHTTPRequestHandler):
             noise_rate=cfg.noise_rate,
             format_variant_rate=cfg.format_variant_rate,
             funny_propensity=cfg.funny_propensity,
+            humor_skill=cfg.humor_skill,
+            judge_flip_rate=cfg.judge_flip_rate,
         )
         system = "\n\n".join(c for r, c in req.messages if r == "system")
         user = next((c for r, c in reversed(req.messages) if r == "user"), "")
@@ -428,6 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
                     system=system,
                     user=user,
                     temperature=req.temperature,
+                    answer_key=state.answer_key,
                 ),
                 req.stop,
             )
