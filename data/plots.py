@@ -1,4 +1,4 @@
-"""Cloze report figures, rendered off-screen (Agg) to PNG bytes so callers can write them atomically.
+"""Tier and cloze report figures, rendered off-screen (Agg) to PNG bytes so callers can write them atomically.
 
 We build ``Figure`` objects directly instead of using pyplot: no global backend state, no GUI, safe
 in worker processes and threads.
@@ -7,6 +7,7 @@ in worker processes and threads.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -14,6 +15,7 @@ from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
     from data.cloze_report import ClozeReport
+    from data.schemas import PunEntry
 
 COLORS = {"straight": "#4A90D9", "funny": "#E85D75", "other": "#AAAAAA"}
 DPI = 120
@@ -67,4 +69,67 @@ def plot_funny_shift(report: ClozeReport) -> bytes:
     ax.set_ylim(0, max([*funny, *straight, 0.0]) + 15)
     ax.set_title("Context effect on pun answers")
     ax.legend()
+    return _png(fig)
+
+
+TIER_COLORS = {
+    "balanced": "#7B61C9",
+    "leaning": "#E8A33D",
+    "funny_dominated": COLORS["funny"],
+    "straight_dominated": COLORS["straight"],
+}
+
+
+def plot_tiers(puns: Sequence[PunEntry]) -> bytes:
+    """Where each ranked joke falls among the tier thresholds, and how often each model puns.
+
+    Left: balance against p_funny, one dot per joke coloured by tier, with the thresholds drawn, so a
+    reader sees how close to a boundary the jokes sit (and how a change of threshold would move them).
+    Right: each model's funny rate averaged over the jokes, the size effect the cloze tests build on.
+    """
+    from data.tiers import (
+        BALANCED_MIN_BALANCE,
+        FUNNY_DOMINATED_MIN_P_FUNNY,
+        LEANING_MIN_BALANCE,
+        MIN_P_FUNNY,
+        mean_model_funny_rate,
+        tier_counts,
+    )
+
+    ranked = [j for j in puns if isinstance(j.cloze_tier, str)]
+    counts = tier_counts(ranked)
+    fig = Figure(figsize=(11.0, 4.5))
+    scatter, bars = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    for tier, color in TIER_COLORS.items():
+        members = [j for j in ranked if j.cloze_tier == tier]
+        scatter.scatter(
+            [float(j.cloze_p_funny or 0) for j in members],
+            [float(j.cloze_balance or 0) for j in members],
+            s=18,
+            alpha=0.75,
+            color=color,
+            label=f"{tier.replace('_', ' ')} ({counts[tier]})",
+        )
+    for y in (BALANCED_MIN_BALANCE, LEANING_MIN_BALANCE):
+        scatter.axhline(y, color="#666666", linewidth=0.8, linestyle="--")
+    for x in (MIN_P_FUNNY, FUNNY_DOMINATED_MIN_P_FUNNY):
+        scatter.axvline(x, color="#666666", linewidth=0.8, linestyle=":")
+    scatter.set_xlim(-0.02, 1.02)
+    scatter.set_ylim(-0.02, 1.02)
+    scatter.set_xlabel("P(funny) over all samples")
+    scatter.set_ylabel("balance = min(P(straight), P(funny)) / max")
+    scatter.set_title(f"Tiers of {len(ranked)} jokes")
+    scatter.legend(fontsize=8, loc="upper right")
+
+    by_model = mean_model_funny_rate(ranked)
+    models = list(by_model)
+    means = [100 * by_model[m] for m in models]
+    bars.bar(range(len(models)), means, color=COLORS["funny"])
+    for i, v in enumerate(means):
+        bars.annotate(f"{v:.1f}%", (i, v), ha="center", va="bottom", fontsize=8)
+    bars.set_xticks(range(len(models)))
+    bars.set_xticklabels(models, rotation=30 if len(models) > 4 else 0)
+    bars.set_ylabel("% of samples that are the pun")
+    bars.set_ylim(0, max([*means, 1.0]) * 1.2)
+    bars.set_title("Funny rate per model (mean over jokes)")
     return _png(fig)

@@ -117,3 +117,13 @@ def tier_counts(puns: Iterable[PunEntry]) -> dict[str, int]:
         if isinstance(joke.cloze_tier, str):
             counts[joke.cloze_tier] += 1
     return counts
+
+
+def mean_model_funny_rate(puns: Iterable[PunEntry]) -> dict[str, float]:
+    """Each model's funny rate averaged over the ranked jokes that have one (models in first-seen order,
+    which is the config's): the size effect the cloze tests build on, in one number per model."""
+    rates: dict[str, list[float]] = {}
+    for joke in puns:
+        for model, rate in (joke.cloze_model_funny_rate or {}).items():
+            rates.setdefault(model, []).append(float(rate))
+    return {model: sum(r) / len(r) for model, r in rates.items()}

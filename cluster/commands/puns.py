@@ -44,6 +44,7 @@ def register(sub: Any) -> None:
     r.add_argument("--classified", required=True, help="stage 4 checkpoint (classified_completions.json)")
     r.add_argument("--puns", required=True, help="puns file to annotate (every joke needs a classified entry)")
     r.add_argument("--out", required=True, help="where to write the ranked puns file")
+    r.add_argument("--plot", metavar="PNG", help="also draw the tiers (balance vs P(funny), funny rate per model)")
     r.set_defaults(func=cmd_rank)
 
     c = ps.add_parser(
@@ -96,12 +97,19 @@ def cmd_rank(args: argparse.Namespace) -> int:
     from data.tiers import apply_rankings, rank, tier_counts
 
     out = puns_io.out_path(args.out)
+    plot = puns_io.out_path(args.plot) if args.plot else None
     puns = puns_io.load_puns(args.puns)
     classified = puns_io.load_classified(args.classified)
     ranked = apply_rankings(puns, rank(classified), file=args.classified)
     puns_io.dump_puns(out, ranked)
     counts = tier_counts(ranked)
     print(f"wrote {out}: {len(ranked)} jokes; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if plot is not None:
+        from data.jsonio import atomic_write_bytes
+        from data.plots import plot_tiers
+
+        atomic_write_bytes(plot, plot_tiers(ranked))
+        print(f"wrote {plot}")
     return 0
 
 

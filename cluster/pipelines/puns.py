@@ -24,6 +24,7 @@ from data.words import extract_word
 RAW = "raw_completions.json"
 CLASSIFIED = "classified_completions.json"
 RANKED = "puns_ranked.json"
+TIERS_PLOT = "tiers.png"
 TESTS = "contextual_cloze_tests.json"
 RESPONSES = "cloze_responses.json"
 
@@ -127,6 +128,7 @@ class RankStage:
         return []
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+        from data.plots import plot_tiers
         from data.tiers import apply_rankings, rank
 
         classified: ClassifiedCompletions = decode_bytes(
@@ -134,7 +136,8 @@ class RankStage:
         )
         ranked = apply_rankings(_jokes(ctx), rank(classified))
         ctx.write_artifact(RANKED, dumps_upstream(ranked).encode())
-        return [RANKED]
+        ctx.write_artifact(TIERS_PLOT, plot_tiers(ranked))
+        return [RANKED, TIERS_PLOT]
 
 
 class ClozeStage:

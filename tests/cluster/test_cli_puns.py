@@ -22,7 +22,8 @@ def built(shared_puns: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     d = tmp_path_factory.mktemp("puns_cli")
     ranked, tests = d / "ranked.json", d / "tests.json"
     assert main(["puns", "rank", "--classified", str(shared_puns / "classified_completions.json"),
-                 "--puns", str(shared_puns / "puns_205.json"), "--out", str(ranked)]) == 0  # fmt: skip
+                 "--puns", str(shared_puns / "puns_205.json"), "--out", str(ranked),
+                 "--plot", str(d / "tiers.png")]) == 0  # fmt: skip
     assert main(["puns", "cloze", "--puns", str(ranked), "--out", str(tests)]) == 0
     return ranked, tests
 
@@ -30,6 +31,7 @@ def built(shared_puns: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 def test_rank_and_cloze(shared_puns: Path, built: tuple[Path, Path]) -> None:
     ranked, tests = built
     assert ranked.read_bytes() == (shared_puns / "puns_205.json").read_bytes()
+    assert (ranked.parent / "tiers.png").read_bytes().startswith(b"\x89PNG")
     data = json.loads(tests.read_text())
     assert len(data) == 100 and [t["pair_id"] for t in data[:4]] == [0, 0, 1, 1]
 
@@ -100,6 +102,11 @@ def test_rank_bad_input_leaves_out_alone(capsys: pytest.CaptureFixture[str], sha
     out.write_text("keep me")
     assert main(["puns", "rank", "--classified", str(bad), "--puns", str(bad), "--out", str(out)]) == 2
     assert out.read_text() == "keep me"
+    # a --plot that is a folder is refused before anything is written
+    code, _, err = _run(capsys, "puns", "rank", "--classified", str(shared_puns / "classified_completions.json"),
+                        "--puns", str(shared_puns / "puns_205.json"), "--out", str(tmp_path / "new.json"),
+                        "--plot", str(tmp_path))  # fmt: skip
+    assert code == 2 and "is a directory" in err and not (tmp_path / "new.json").exists()
 
 
 def test_cloze_errors(capsys: pytest.CaptureFixture[str], shared_puns: Path, built: tuple[Path, Path],

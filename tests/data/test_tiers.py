@@ -10,7 +10,7 @@ import pytest
 from data.errors import InputError
 from data.puns_io import dump_puns, load_classified, load_puns
 from data.schemas import ClassifiedEntry, ModelCompletions, PunEntry
-from data.tiers import apply_rankings, assign_tier, rank, tier_counts
+from data.tiers import apply_rankings, assign_tier, mean_model_funny_rate, rank, tier_counts
 
 CLOZE_FIELDS = (
     "cloze_balance",
@@ -94,3 +94,26 @@ def test_apply_rankings_requires_every_joke() -> None:
         apply_rankings([joke], {})
     assert "joke index 9" in str(info.value)
     assert apply_rankings([joke], {}, strict=False) == [joke]
+
+
+def test_mean_model_funny_rate_over_the_jokes_that_have_one() -> None:
+    def joke(i: int, rates: dict[str, float] | None) -> PunEntry:
+        entry = PunEntry(index=i, id=i, sentence="A ___", straight=["a"], punny=["b"])
+        return entry if rates is None else msgspec.structs.replace(entry, cloze_model_funny_rate=rates)
+
+    puns = [joke(0, {"8b": 0.1, "70b": 0.5}), joke(1, {"8b": 0.3, "70b": 0.2, "405b": 0.9}), joke(2, None)]
+    means = mean_model_funny_rate(puns)
+    assert list(means) == ["8b", "70b", "405b"]  # first-seen (config) order, not sorted
+    assert means == pytest.approx({"8b": 0.2, "70b": 0.35, "405b": 0.9})
+    assert mean_model_funny_rate([joke(3, None)]) == {}
+
+
+def test_tiers_plot_is_a_deterministic_png(shared_puns: Path) -> None:
+    from data.plots import plot_tiers
+
+    puns = load_puns(shared_puns / "puns_205.json")
+    first = plot_tiers(puns)
+    assert first.startswith(b"\x89PNG\r\n\x1a\n") and len(first) > 20_000
+    assert plot_tiers(puns) == first  # the same bytes every time: artifacts compare byte for byte
+    assert plot_tiers(puns[:10]) != first
+    assert plot_tiers([PunEntry(index=0, id=0, sentence="A ___", straight=["a"], punny=["b"])]).startswith(b"\x89PNG")
