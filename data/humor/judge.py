@@ -19,13 +19,18 @@ import msgspec
 from data.errors import InputError, RetryableProviderError
 from data.humor.prompts import render_prompt
 from data.humor.schema import HumorItem
-from workers.fake.answers import JUDGE_MARKER
 from workers.provider import Message, ProviderRequest
 
 SCORE_MIN = 0.0
 SCORE_MAX = 1.0
 DEFAULT_THRESHOLD = 1.0
 JUDGE_MAX_TOKENS = 16
+
+JUDGE_MARKER = "JUDGE"
+"""In every judge prompt, so that the simulated provider answers it with a score line."""
+REFERENCE_LABEL = "Эталонный ответ:"
+ANSWER_BEGIN = "=== ОТВЕТ МОДЕЛИ ==="
+ANSWER_END = "=== КОНЕЦ ОТВЕТА МОДЕЛИ ==="
 
 JUDGE_SYSTEM = (
     f"{JUDGE_MARKER} Вы — строгий и беспристрастный эксперт, проверяющий ответы на задание по "
@@ -43,11 +48,11 @@ _JUDGE_USER = """{marker}
 {task}
 === КОНЕЦ ЗАДАНИЯ ===
 
-Эталонный ответ: {reference}
+{reference_label} {reference}
 
-=== ОТВЕТ МОДЕЛИ ===
+{answer_begin}
 {answer}
-=== КОНЕЦ ОТВЕТА МОДЕЛИ ===
+{answer_end}
 
 Выведите ровно одну строку в формате
 SCORE: <0 или 1>"""
@@ -64,7 +69,15 @@ def judge_request(
     provider: str, model_id: str, item: HumorItem, answer_text: str, *, max_tokens: int = JUDGE_MAX_TOKENS
 ) -> ProviderRequest:
     """The judge's request (temperature 0) for one item and the evaluated model's raw answer."""
-    user = _JUDGE_USER.format(marker=JUDGE_MARKER, task=render_prompt(item), reference=item.outputs, answer=answer_text)
+    user = _JUDGE_USER.format(
+        marker=JUDGE_MARKER,
+        task=render_prompt(item),
+        reference_label=REFERENCE_LABEL,
+        reference=item.outputs,
+        answer_begin=ANSWER_BEGIN,
+        answer=answer_text,
+        answer_end=ANSWER_END,
+    )
     return ProviderRequest(
         provider=provider,
         model=model_id,

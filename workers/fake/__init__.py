@@ -1,6 +1,6 @@
 """The offline simulated provider: a real HTTP server that the OpenAI and Anthropic SDKs accept."""
 
-from workers.fake.answers import JUDGE_MARKER
+from data.humor.judge import JUDGE_MARKER
 from workers.fake.server import (
     CHOICE_OFFSET_HEADER,
     FakeConfig,

@@ -35,12 +35,10 @@ import msgspec
 from data.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
 from data.completions import SYSTEM_PROMPT
 from data.curation import REPAIR_MARKER
+from data.humor.judge import ANSWER_BEGIN, ANSWER_END, JUDGE_MARKER, REFERENCE_LABEL
 from data.humor.loaders import load_items
 from data.humor.parser import parsed_output
-from data.humor.schema import CLASSES, HumorInputs
-
-JUDGE_MARKER = "JUDGE"
-"""Put this string in a judge prompt so the fake answers it with a score line."""
+from data.humor.schema import CLASSES, HumorInputs, split_output
 
 HUMOR_CLASSES: tuple[str, ...] = CLASSES  # the 12 canonical Humor classes
 HUMOR_LETTERS: tuple[str, ...] = ("А", "Б", "В", "Г")
@@ -137,22 +135,24 @@ def model_size_b(model: str) -> float | None:
     return sizes[-1] if sizes else None
 
 
-def base_funny_propensity(model: str, overrides: dict[str, float]) -> float:
-    """Probability of a punny word with neutral context; larger models are funnier."""
+def _by_size(model: str, overrides: dict[str, float], *, base: float, per_decade: float, cap: float) -> float:
+    """A per-model probability: the override whose pattern is in the model id, else one that grows with
+    the log of the model's size (8B when the id names none)."""
     for pattern, value in overrides.items():
         if pattern in model:
             return value
     size = model_size_b(model) or 8.0
-    return min(0.6, 0.02 + 0.1 * math.log10(max(size, 1.0)))
+    return min(cap, base + per_decade * math.log10(max(size, 1.0)))
+
+
+def base_funny_propensity(model: str, overrides: dict[str, float]) -> float:
+    """Probability of a punny word with neutral context; larger models are funnier."""
+    return _by_size(model, overrides, base=0.02, per_decade=0.1, cap=0.6)
 
 
 def humor_skill(model: str, overrides: dict[str, float]) -> float:
     """Probability of naming the right class of a Humor item (the letter is a little easier)."""
-    for pattern, value in overrides.items():
-        if pattern in model:
-            return value
-    size = model_size_b(model) or 8.0
-    return min(0.9, 0.2 + 0.2 * math.log10(max(size, 1.0)))
+    return _by_size(model, overrides, base=0.2, per_decade=0.2, cap=0.9)
 
 
 def joke_factor(seed: int, prompt: str) -> float:
@@ -347,8 +347,9 @@ def _repair(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
 def _humor(rng: random.Random, knobs: AnswerKnobs, model: str, reference: str | None) -> str:
     cls = rng.choice(HUMOR_CLASSES)
     letter = rng.choice(HUMOR_LETTERS)
-    if reference is not None and "," in reference:
-        right_cls, right_letter = reference.rsplit(",", 1)
+    right = split_output(reference) if reference is not None else None
+    if right is not None:
+        right_cls, right_letter = right
         skill = humor_skill(model, knobs.humor_skill)
         if rng.random() < skill:
             cls = right_cls
@@ -365,15 +366,16 @@ def _humor(rng: random.Random, knobs: AnswerKnobs, model: str, reference: str | 
 
 
 # the reference and the graded answer inside :func:`data.humor.judge.judge_request`'s prompt
-_JUDGE_REFERENCE_RE = re.compile(r"^Эталонный ответ: (.*)$", re.M)
-_JUDGE_ANSWER_RE = re.compile(r"=== ОТВЕТ МОДЕЛИ ===\n(.*?)\n=== КОНЕЦ ОТВЕТА МОДЕЛИ ===", re.S)
+_JUDGE_REFERENCE_RE = re.compile(rf"^{re.escape(REFERENCE_LABEL)} (.*)$", re.M)
+_JUDGE_ANSWER_RE = re.compile(rf"{re.escape(ANSWER_BEGIN)}\n(.*?)\n{re.escape(ANSWER_END)}", re.S)
 
 
 def _judge(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
     reference, graded = _JUDGE_REFERENCE_RE.search(text), _JUDGE_ANSWER_RE.search(text)
     if reference is None or graded is None:
         return f"SCORE: {1 if rng.random() < 0.7 else 0}"
-    right = parsed_output(graded.group(1)) == reference.group(1).strip()
+    parsed = parsed_output(graded.group(1))
+    right = parsed is not None and split_output(parsed) == split_output(reference.group(1))
     if rng.random() < knobs.judge_flip_rate:
         right = not right
     return f"SCORE: {int(right)}"
