@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cluster.driver import RunOptions, run  # noqa: E402
-from cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray  # noqa: E402
-from cluster.redis_server import EmbeddedRedis  # noqa: E402
-from workers.fake.server import FakeConfig, FakeProviderServer  # noqa: E402
+from punchline.cluster.driver import RunOptions, run  # noqa: E402
+from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray  # noqa: E402
+from punchline.cluster.redis_server import EmbeddedRedis  # noqa: E402
+from punchline.workers.fake.server import FakeConfig, FakeProviderServer  # noqa: E402
 
 MODELS = {
     "3b": "meta-llama/Llama-3.2-3B-Instruct-Turbo",

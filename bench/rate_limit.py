@@ -25,14 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cluster.redis_server import EmbeddedRedis, connect  # noqa: E402
-from data.completions import greedy_request  # noqa: E402
-from data.errors import ProviderError  # noqa: E402
-from schedulers.rate_limit import RedisRateLimiter  # noqa: E402
-from workers.fake.server import FakeConfig, FakeProviderServer  # noqa: E402
-from workers.provider import ProviderSettings  # noqa: E402
-from workers.providers import make_provider  # noqa: E402
-from workers.retry import AttemptEvent, RetryPolicy, call_with_retries  # noqa: E402
+from punchline.cluster.redis_server import EmbeddedRedis  # noqa: E402
+from punchline.data.completions import greedy_request  # noqa: E402
+from punchline.data.errors import ProviderError  # noqa: E402
+from punchline.data.provider_settings import ProviderSettings  # noqa: E402
+from punchline.schedulers.rate_limit import RedisRateLimiter  # noqa: E402
+from punchline.schedulers.redis_client import connect  # noqa: E402
+from punchline.workers.fake.server import FakeConfig, FakeProviderServer  # noqa: E402
+from punchline.workers.providers import make_provider  # noqa: E402
+from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries  # noqa: E402
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
 

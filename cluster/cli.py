@@ -1,7 +1,7 @@
 """The ``punchline`` command line.
 
 Each family of sub-commands lives in its own module under ``cluster/commands`` and registers itself
-here; a :class:`~data.errors.PunchlineError` becomes one clear line on stderr and exit status 2.
+here; a :class:`~punchline.data.errors.PunchlineError` becomes one clear line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from data.errors import PunchlineError
+from punchline.data.errors import PunchlineError
 
 COMMAND_MODULES = ("run", "puns", "providers", "humor")
 
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     import importlib
 
     for name in COMMAND_MODULES:
-        module = importlib.import_module(f"cluster.commands.{name}")
+        module = importlib.import_module(f"punchline.cluster.commands.{name}")
         module.register(sub)
     return parser
 

@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from data.errors import ConfigError
-from data.jsonio import validation_location
-from workers.fake.server import FakeConfig
-from workers.provider import ProviderSettings
+from punchline.data.errors import ConfigError
+from punchline.data.jsonio import validation_location
+from punchline.data.provider_settings import ProviderSettings
+from punchline.workers.fake.server import FakeConfig
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
 
@@ -194,9 +194,13 @@ def _check(cfg: RunConfig) -> None:
 
 
 def resolve_path(cfg: RunConfig, value: str) -> Path:
-    """Relative data paths in a config are relative to the working directory, then to the config file."""
-    p = Path(value)
-    if p.is_absolute() or p.exists():
+    """A relative data path in a config is relative to the config file's folder (so a run does not
+    depend on where it was started from); a path that exists only relative to the working directory
+    is still accepted, for configs written before that rule."""
+    p = Path(value).expanduser()
+    if p.is_absolute():
         return p
-    alt = Path(cfg.source).parent / p
-    return alt if alt.exists() else p
+    beside = Path(cfg.source).parent / p if cfg.source else p
+    if beside.exists() or not p.exists():
+        return beside
+    return p

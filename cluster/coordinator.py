@@ -18,11 +18,12 @@ from typing import Any
 import msgspec
 import structlog
 
-from cluster.pipeline import ShardOutput, Stage, StageContext, StagePlan, UnitResult, make_plan
-from data.errors import BudgetExceeded, InfraError, PunchlineError
-from data.store import Store
-from schedulers.ledger import Ledger, StageCounters, patiently
-from workers.shard_worker import WorkerConfig, WorkerReport, shard_key, worker_actor_class
+from punchline.cluster.pipeline import Stage, StageContext
+from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
+from punchline.data.store import Store
+from punchline.data.units import ShardOutput, StagePlan, UnitResult, make_plan
+from punchline.schedulers.ledger import Ledger, StageCounters, patiently
+from punchline.workers.shard_worker import WorkerConfig, WorkerReport, shard_key, worker_actor_class
 
 log = structlog.get_logger("punchline.coordinator")
 

@@ -20,14 +20,15 @@ from pathlib import Path
 import msgspec
 import structlog
 
-from cluster.config import SIMULATED, RunConfig, load_config
-from cluster.coordinator import Coordinator, ProgressFn
-from cluster.pipeline import Stage, StageContext
-from data.errors import ConfigError
-from data.store import Store, open_store
-from schedulers.budget import Budget, UsageRow
-from schedulers.ledger import Ledger, StageCounters, patiently
-from workers.shard_worker import WorkerConfig
+from punchline.cluster.config import SIMULATED, RunConfig, load_config
+from punchline.cluster.coordinator import Coordinator, ProgressFn
+from punchline.cluster.pipeline import Stage, StageContext
+from punchline.data.errors import ConfigError
+from punchline.data.store import Store
+from punchline.data.stores import open_store
+from punchline.schedulers.budget import Budget, UsageRow
+from punchline.schedulers.ledger import Ledger, StageCounters, patiently
+from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
 
@@ -103,14 +104,14 @@ def new_run_id(cfg: RunConfig) -> str:
 
 def pipeline_stages(cfg: RunConfig) -> list[Stage]:
     if cfg.run.pipeline == "puns":
-        from cluster.pipelines import puns
+        from punchline.cluster.pipelines import puns
 
         return puns.stages(cfg)
     if cfg.run.pipeline == "curate":
-        from cluster.pipelines import curate
+        from punchline.cluster.pipelines import curate
 
         return curate.stages(cfg)
-    from cluster.pipelines import humor
+    from punchline.cluster.pipelines import humor
 
     return humor.stages(cfg)
 
@@ -121,7 +122,8 @@ def _redis(url: str | None, run_dir: Path) -> Iterator[str]:
     if url:
         yield url
         return
-    from cluster.redis_server import EmbeddedRedis, connect
+    from punchline.cluster.redis_server import EmbeddedRedis
+    from punchline.schedulers.redis_client import connect
 
     left = EmbeddedRedis.find_running(run_dir / "redis")
     if left:  # a killed driver's server, still serving this run's files: reuse it, stop it at the end
@@ -147,12 +149,12 @@ def _simulator(cfg: RunConfig) -> Iterator[str | None]:
     if not sim:
         yield None
         return
-    from workers.fake.server import FakeConfig, FakeProviderServer
+    from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 
     sim_cfg = cfg.simulator or FakeConfig()
     if cfg.humor is not None and sim_cfg.humor_path is None:
         # the simulator answers the run's own Humor items, right as often as each model's size says
-        from cluster.pipelines.humor import resolve_path
+        from punchline.cluster.pipelines.humor import resolve_path
 
         sim_cfg = msgspec.structs.replace(sim_cfg, humor_path=str(resolve_path(cfg, cfg.humor.data)))
     server = FakeProviderServer(sim_cfg)
@@ -172,7 +174,7 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     data = msgspec.json.format(msgspec.json.encode(record), indent=2)
     store.put(f"{record.run_id}/run.json", data)
     run_dir.mkdir(parents=True, exist_ok=True)
-    from data.jsonio import atomic_write_bytes
+    from punchline.data.jsonio import atomic_write_bytes
 
     atomic_write_bytes(run_dir / "run.json", data)
 
@@ -195,7 +197,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             )
     run_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(ImportError):
-        from cluster.logging import configure_logging
+        from punchline.workers.logs import configure_logging
 
         configure_logging(run_dir, console=opts.verbose)
     slog = log.bind(run_id=run_id)
@@ -203,8 +205,8 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
     offline = opts.offline if opts.offline is not None else cfg.run.offline
     stages = pipeline_stages(cfg)
     with _redis(opts.redis_url or cfg.run.redis_url, run_dir) as redis_url, _simulator(cfg) as sim_url:
-        from cluster.ray_runtime import RaySettings, ensure_ray
-        from cluster.redis_server import connect
+        from punchline.cluster.ray_runtime import RaySettings, ensure_ray
+        from punchline.schedulers.redis_client import connect
 
         ray_address = opts.ray_address or cfg.run.ray_address
         ray_settings = RaySettings.from_env()
@@ -268,7 +270,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
                 _snapshot(store, run_dir, record)
             record.state = "finished" if not record.failures else "failed"
         except BaseException as exc:
-            from data.errors import BudgetExceeded
+            from punchline.data.errors import BudgetExceeded
 
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
             raise

@@ -13,9 +13,10 @@ from collections import defaultdict
 
 import msgspec
 
-from cluster.config import RunConfig
-from cluster.pipeline import StageContext, UnitSpec
-from data.stores.local import LocalStore
+from punchline.cluster.config import RunConfig
+from punchline.cluster.pipeline import StageContext
+from punchline.data.stores.local import LocalStore
+from punchline.data.units import UnitSpec
 
 
 class StageEstimate(msgspec.Struct, kw_only=True):
@@ -30,8 +31,8 @@ class StageEstimate(msgspec.Struct, kw_only=True):
 
 
 def _estimate(cfg: RunConfig, stage: str, units: list[UnitSpec], exact: bool, note: str = "") -> StageEstimate:
-    from schedulers.budget import estimate_request_cost
-    from workers.providers import wire_calls
+    from punchline.schedulers.budget import estimate_request_cost
+    from punchline.workers.providers import wire_calls
 
     per_model_req: dict[tuple[str, str], int] = defaultdict(int)
     per_model_tok: dict[tuple[str, str], int] = defaultdict(int)
@@ -63,7 +64,7 @@ def _estimate(cfg: RunConfig, stage: str, units: list[UnitSpec], exact: bool, no
 
 
 def plan_run(cfg: RunConfig) -> list[StageEstimate]:
-    from cluster.driver import pipeline_stages
+    from punchline.cluster.driver import pipeline_stages
 
     out: list[StageEstimate] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,24 +82,24 @@ def plan_run(cfg: RunConfig) -> list[StageEstimate]:
 
 def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
     """Units of a stage that needs earlier results: the most the config allows, priced like the first."""
-    from cluster.config import resolve_path
-    from data.puns_io import load_puns
+    from punchline.cluster.config import resolve_path
+    from punchline.data.puns_io import load_puns
 
     note = "upper bound: depends on earlier results"
     if cfg.puns is not None and stage == "classify" and cfg.puns.classify is not None:
         jokes = len(load_puns(resolve_path(cfg, cfg.puns.jokes)))
         n = math.ceil(jokes / cfg.puns.classify.batch_size)
         model = cfg.provider(cfg.puns.classify.provider).model_id(cfg.puns.classify.model)
-        from data.classify import classify_prompt  # noqa: F401  (same prompt shape as the real batches)
-        from workers.provider import Message, ProviderRequest
+        from punchline.data.classify import classify_prompt  # noqa: F401  (same prompt shape as the real batches)
+        from punchline.data.requests import Message, ProviderRequest
 
         req = ProviderRequest(
             provider=cfg.puns.classify.provider, model=model, messages=(Message("user", "x" * 4000),), max_tokens=4096
         )
         return _scaled(cfg, stage, req, n, note)
     if cfg.puns is not None and stage == "evaluate" and cfg.puns.evaluate is not None and cfg.puns.cloze:
-        from data.cloze_run import cloze_request
-        from data.schemas import ClozeTest
+        from punchline.data.cloze_run import cloze_request
+        from punchline.data.schemas import ClozeTest
 
         test = ClozeTest(
             pair_id=0,
@@ -129,7 +130,7 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
         ]
         return _estimate(cfg, stage, units, exact=False, note=note)
     if cfg.curate is not None and stage in ("repair", "rerate"):
-        from data.curation import load_candidates, rating_request, repair_request
+        from punchline.data.curation import load_candidates, rating_request, repair_request
 
         cur = cfg.curate
         cands = load_candidates(resolve_path(cfg, cur.jokes))
@@ -148,11 +149,11 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
             ]
         return _estimate(cfg, stage, units, exact=False, note=note)
     if cfg.humor is not None and stage == "judge" and cfg.humor.judge is not None:
-        from data.humor.loaders import load_items
+        from punchline.data.humor.loaders import load_items
 
         items = len(load_items(resolve_path(cfg, cfg.humor.data))) * len(cfg.humor.models)
         model = cfg.provider(cfg.humor.judge.provider).model_id(cfg.humor.judge.model)
-        from workers.provider import Message, ProviderRequest
+        from punchline.data.requests import Message, ProviderRequest
 
         req = ProviderRequest(
             provider=cfg.humor.judge.provider, model=model, messages=(Message("user", "x" * 6000),), max_tokens=16
@@ -171,7 +172,7 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
 
 
 def _scaled(cfg: RunConfig, stage: str, req: object, n: int, note: str) -> StageEstimate:
-    from workers.provider import ProviderRequest
+    from punchline.data.requests import ProviderRequest
 
     assert isinstance(req, ProviderRequest)
     units = [UnitSpec(unit_id=str(i), request=msgspec.structs.replace(req, sample_slot=i)) for i in range(n)]

@@ -8,7 +8,7 @@ workers run, so they import in workers without shipping code; on a cluster the i
 punchline installed the same way (see ``deploy/``).
 
 Ray's own logging is left alone (``configure_logging=False``) and worker output is not copied to
-the driver (``log_to_driver=False``): our processes log JSON lines themselves (cluster/logging.py).
+the driver (``log_to_driver=False``): our processes log JSON lines themselves (``punchline.workers.logs``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from data.errors import ConfigError, InfraError
+from punchline.data.errors import ConfigError, InfraError
 
 ENV_ADDRESS = ("PUNCHLINE_RAY_ADDRESS", "RAY_ADDRESS")
 NAMESPACE = "punchline"

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from data.errors import RetryableProviderError
-from data.schemas import ClassifiedEntry, RawCompletionEntry, WordClass
-from workers.provider import Message, ProviderRequest
+from punchline.data.errors import RetryableProviderError
+from punchline.data.requests import Message, ProviderRequest
+from punchline.data.schemas import ClassifiedEntry, RawCompletionEntry, WordClass
 
 BATCH_SIZE = 10
 MAX_TOKENS = 4096

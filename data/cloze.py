@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from msgspec import UnsetType
 
-from data.completions import truncate_before_blank
-from data.errors import InputError
-from data.schemas import BLANK, ClozeTest, PrimingType, PunEntry
+from punchline.data.completions import truncate_before_blank
+from punchline.data.errors import InputError
+from punchline.data.schemas import BLANK, ClozeTest, PrimingType, PunEntry
 
 DEFAULT_SEED = 42
 DEFAULT_PAIRS = 50

@@ -16,11 +16,11 @@ from typing import Protocol
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from data.errors import InputError, RetryableProviderError
-from data.jsonio import decode_file
-from data.puns_io import check_sentence
-from data.schemas import BLANK, PunEntry
-from workers.provider import Message, ProviderRequest
+from punchline.data.errors import InputError, RetryableProviderError
+from punchline.data.jsonio import decode_file
+from punchline.data.puns_io import check_sentence
+from punchline.data.requests import Message, ProviderRequest
+from punchline.data.schemas import BLANK, PunEntry
 
 MAX_TOKENS = 1024
 REPAIR_MARKER = "Improve this fill-in-the-blank pun"

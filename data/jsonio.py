@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from data.errors import InputError
+from punchline.data.errors import InputError
 
 T = TypeVar("T")
 

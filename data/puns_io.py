@@ -1,6 +1,6 @@
 """Loading, validating and writing the Puns artifacts.
 
-Decoding (via :mod:`data.jsonio`) already rejects wrong types and unknown tiers; the checks here
+Decoding (via :mod:`punchline.data.jsonio`) already rejects wrong types and unknown tiers; the checks here
 catch what a schema cannot express (exactly one blank, non-empty answer lists, unique indices,
 tests that point at jokes that exist) so that a bad file fails at load time with the file, the
 record and the field named, instead of as a ``KeyError`` half-way through a pipeline stage.
@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from data.errors import InputError
-from data.jsonio import decode_file, write_upstream_json
-from data.schemas import (
+from punchline.data.errors import InputError
+from punchline.data.jsonio import decode_file, write_upstream_json
+from punchline.data.schemas import (
     BLANK,
     ClassifiedCompletions,
     ClozeResponses,

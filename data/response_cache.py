@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from data.store import Store
-from workers.provider import ProviderRequest, ProviderResponse
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.data.store import Store
 
 CACHE_PREFIX = "_cache/"
 

@@ -38,14 +38,3 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are fine."""
-
-
-def open_store(url: str) -> Store:
-    """``s3://bucket/prefix`` gives the S3 backend; anything else is a local folder."""
-    if url.startswith("s3://"):
-        from data.stores.s3 import S3Settings, S3Store
-
-        return S3Store.from_url(url, S3Settings.from_env())
-    from data.stores.local import LocalStore
-
-    return LocalStore(url)

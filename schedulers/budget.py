@@ -20,8 +20,9 @@ from collections.abc import Callable, Mapping
 import msgspec
 import redis
 
-from cluster.redis_server import redis_errors
-from workers.provider import ProviderRequest, ProviderSettings
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest
+from punchline.schedulers.redis_client import redis_errors
 
 # KEYS: spent, reserved (hash holder -> usd), alive (zset holder -> expiry ms)
 # ARGV: holder, estimate_usd, max_usd (negative = no cap), ttl_ms

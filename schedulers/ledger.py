@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import redis
 
-from data.errors import LedgerUnavailable
+from punchline.data.errors import LedgerUnavailable
 
 # KEYS: lease, fence, done ; ARGV: owner, ttl_ms
 _ACQUIRE = """

@@ -13,7 +13,7 @@ burst of 429s seen by many workers counts once), and every ``recover_window_s`` 
 factor grows back by ``increase_step`` up to 1. Every worker reads the factor in the same script, so a
 slowdown is cluster-wide at once.
 
-Redis unreachable -> :class:`~data.errors.LedgerUnavailable`: no Redis, no paid call (fail closed).
+Redis unreachable -> :class:`~punchline.data.errors.LedgerUnavailable`: no Redis, no paid call (fail closed).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 import msgspec
 import redis
 
-from cluster.redis_server import redis_errors
-from workers.provider import ProviderSettings
+from punchline.data.provider_settings import ProviderSettings
+from punchline.schedulers.redis_client import redis_errors
 
 # KEYS: req_tat, tok_tat, state ; ARGV: rpm, tpm, requests, tokens, burst_requests, burst_s_tokens,
 #       increase_step, recover_window_ms, idle_ttl_ms.  Returns the wait in ms and the factor (x1e6).

@@ -1,6 +1,8 @@
 """Shared fixtures: each real service (Redis, moto's S3 server, the fake provider, Ray) is started
 once per session by its own module under ``tests/fixtures``."""
 
+import importlib.abc
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,22 @@ pytest_plugins = [
     "tests.fixtures.provider",
     "tests.fixtures.ray",
 ]
+
+
+class _NoTopLevelLayers(importlib.abc.MetaPathFinder):
+    """The checkout is on ``sys.path`` under pytest, so ``import data`` would quietly load a second copy
+    of a layer; the installed package has no such module, so any code that tries fails here as it would
+    for a user."""
+
+    LAYERS = frozenset({"cluster", "workers", "schedulers", "data"})
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname.partition(".")[0] in self.LAYERS:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (the layers are punchline.{fullname})")
+        return None
+
+
+sys.meta_path.insert(0, _NoTopLevelLayers())
 
 SHARED_PUNS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "puns"
 SHARED_HUMOR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "humor"

@@ -17,9 +17,11 @@ from typing import Protocol
 
 import msgspec
 
-from data.errors import FatalProviderError, ProviderError, RetryableProviderError
-from workers.provider import Provider, ProviderRequest, ProviderResponse, ProviderSettings
-from workers.providers import MalformedResponse, wire_calls
+from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.workers.provider import Provider
+from punchline.workers.providers import MalformedResponse, wire_calls
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):

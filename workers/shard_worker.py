@@ -20,13 +20,15 @@ from typing import Any
 import msgspec
 import structlog
 
-from cluster.pipeline import ShardOutput, StagePlan, UnitResult
-from data.errors import BudgetExceeded, LedgerUnavailable
-from data.response_cache import ResponseCache
-from data.store import Store, open_store
-from schedulers.ledger import Claim, Ledger
-from workers.provider import Provider, ProviderSettings
-from workers.unit_runner import UnitRunner
+from punchline.data.errors import BudgetExceeded, LedgerUnavailable
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.response_cache import ResponseCache
+from punchline.data.store import Store
+from punchline.data.stores import open_store
+from punchline.data.units import ShardOutput, StagePlan, UnitResult
+from punchline.schedulers.ledger import Claim, Ledger
+from punchline.workers.provider import Provider
+from punchline.workers.unit_runner import UnitRunner
 
 
 class WorkerConfig(msgspec.Struct, kw_only=True):
@@ -75,10 +77,10 @@ class ShardProcessor:
         self._executor_set = False
 
     def _runner(self, stage: str) -> UnitRunner:
-        from schedulers.budget import make_budget
-        from schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
-        from workers.providers import wire_calls
-        from workers.retry import AttemptEvent, RetryPolicy, call_with_retries
+        from punchline.schedulers.budget import make_budget
+        from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
+        from punchline.workers.providers import wire_calls
+        from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
         limiter = RedisRateLimiter(self.ledger.r, self.cfg.providers, RateLimitSettings.from_env())
@@ -206,8 +208,8 @@ class ShardProcessor:
 
 
 def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
-    from cluster.redis_server import connect
-    from workers.providers import make_provider
+    from punchline.schedulers.redis_client import connect
+    from punchline.workers.providers import make_provider
 
     providers = {name: make_provider(name, s) for name, s in cfg.providers.items()}
     return ShardProcessor(
@@ -221,7 +223,7 @@ class ShardWorker:
     def __init__(self, cfg_bytes: bytes, worker_id: str) -> None:
         cfg = msgspec.msgpack.decode(cfg_bytes, type=WorkerConfig)
         if cfg.log_path:
-            from cluster.logging import configure_logging
+            from punchline.workers.logs import configure_logging
 
             configure_logging(None, console=False, json_path=cfg.log_path)
         self.worker_id = f"{worker_id}@{socket.gethostname()}:{os.getpid()}"

@@ -24,8 +24,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from cluster.pipeline import UnitResult, UnitSpec
-from data.errors import (
+from punchline.data.errors import (
     BudgetExceeded,
     CacheMiss,
     LedgerUnavailable,
@@ -33,10 +32,12 @@ from data.errors import (
     PunchlineError,
     RetryableProviderError,
 )
-from data.response_cache import ResponseCache
-from schedulers.ledger import Grant, Ledger
-from workers.provider import Provider, ProviderResponse
-from workers.validators import validator
+from punchline.data.requests import ProviderResponse
+from punchline.data.response_cache import ResponseCache
+from punchline.data.units import UnitResult, UnitSpec
+from punchline.schedulers.ledger import Grant, Ledger
+from punchline.workers.provider import Provider
+from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.unit")
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from punchline.data.errors import ConfigError
+
 if TYPE_CHECKING:
-    from data.humor.report import HumorReport
+    from punchline.cluster.config import RunConfig
+    from punchline.cluster.driver import RunRecord
+    from punchline.data.humor.report import HumorReport
 
 
 def register(sub: Any) -> None:
@@ -60,15 +65,15 @@ def register(sub: Any) -> None:
         description="Collect answers on the engine (resumable), then score them like `humor score`.",
     )
     r.add_argument("config", help='run config (TOML) with pipeline = "humor"')
-    from cluster.commands.run import add_run_options
+    from punchline.cluster.commands.run import add_run_options
 
     add_run_options(r)
     r.set_defaults(func=cmd_run)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from data.humor.loaders import load_items
-    from data.humor.validate import validate_items
+    from punchline.data.humor.loaders import load_items
+    from punchline.data.humor.validate import validate_items
 
     rep = validate_items(load_items(args.file))
     if args.json:
@@ -104,9 +109,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores
-    from data.humor.loaders import load_humor, load_predictions
-    from data.humor.report import score_and_write
+    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores
+    from punchline.data.humor.loaders import load_humor, load_predictions
+    from punchline.data.humor.report import score_and_write
 
     source = load_humor(args.data)
     predictions = load_predictions(args.predictions)
@@ -150,6 +155,46 @@ def print_score_summary(report: HumorReport, written: list[str], console: Consol
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cluster.pipelines.humor import run_humor
-
     return int(run_humor(args) or 0)
+
+
+# --- `punchline humor run CONFIG [options]` ---------------------------------------------------------
+
+
+def run_humor(args: argparse.Namespace) -> int:
+    """Run a ``pipeline = "humor"`` config exactly like ``punchline run``, then print each model's scores."""
+    from punchline.cluster.commands.run import run_and_report, run_options
+    from punchline.cluster.config import load_config
+    from punchline.cluster.driver import RunRecord, new_run_id
+
+    cfg = load_config(args.config)
+    if cfg.run.pipeline != "humor":
+        raise ConfigError(
+            f'run.pipeline is {cfg.run.pipeline!r}; `humor run` needs pipeline = "humor" (use `punchline run`)',
+            file=args.config,
+            field="run.pipeline",
+        )
+    opts = run_options(args, run_id=args.run_id or new_run_id(cfg))
+    status = run_and_report(args.config, opts, args.no_progress or args.verbose)
+    record_path = Path(opts.runs_dir) / str(opts.run_id) / "run.json"
+    if record_path.exists():
+        record = msgspec.json.decode(record_path.read_bytes(), type=RunRecord)
+        _print_summaries(cfg, record)
+    return status
+
+
+def _print_summaries(cfg: RunConfig, record: RunRecord) -> None:
+    from punchline.cluster.pipelines.humor import report_artifact, report_prefix
+    from punchline.data.humor.report import REPORT_JSON, HumorReport
+    from punchline.data.stores import open_store
+
+    assert cfg.humor is not None
+    store_url, run_id = record.services.store_url, record.run_id
+    store = open_store(store_url)
+    for nick in cfg.humor.models:
+        raw = store.get(f"{run_id}/artifacts/{report_artifact(nick, REPORT_JSON)}")
+        if raw is None:
+            continue
+        report = msgspec.json.decode(raw, type=HumorReport)
+        print(f"\n{nick} ({cfg.provider(cfg.humor.provider).model_id(nick)}):")
+        print_score_summary(report, [f"{store_url}/{run_id}/artifacts/{report_prefix(nick)}/"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from data.errors import ConfigError, InputError
+from punchline.data.errors import ConfigError, InputError
 
 
 def register(sub: Any) -> None:
@@ -50,12 +50,12 @@ def register(sub: Any) -> None:
 
 
 def cmd_fake_provider(args: argparse.Namespace) -> int:
-    from workers.fake.server import FakeConfig, FakeProviderServer, load_config
+    from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
 
     config = FakeConfig()
     if args.config:
         try:
-            config = load_config(args.config)
+            config = load_knobs(args.config)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ConfigError(str(exc), file=args.config) from None
     if args.puns:
@@ -100,7 +100,7 @@ class ImportReport(msgspec.Struct, kw_only=True):
 
 
 def targets_from_config(path: str) -> LegacyTargets:
-    from cluster.config import load_config
+    from punchline.cluster.config import load_config
 
     cfg = load_config(path)
     if cfg.puns is None:
@@ -122,13 +122,13 @@ def targets_from_config(path: str) -> LegacyTargets:
 
 def import_legacy(raw_path: str, classified_path: str | None, store_url: str, targets: LegacyTargets) -> ImportReport:
     """Write the legacy answers into the store's response cache (existing entries are kept)."""
-    from data.classify import batches, candidates, classify_request
-    from data.completions import greedy_request, sample_request, truncate_before_blank
-    from data.jsonio import decode_file
-    from data.response_cache import ResponseCache
-    from data.schemas import ClassifiedCompletions, RawCompletions
-    from data.store import open_store
-    from workers.provider import ProviderRequest, ProviderResponse
+    from punchline.data.classify import batches, candidates, classify_request
+    from punchline.data.completions import greedy_request, sample_request, truncate_before_blank
+    from punchline.data.jsonio import decode_file
+    from punchline.data.requests import ProviderRequest, ProviderResponse
+    from punchline.data.response_cache import ResponseCache
+    from punchline.data.schemas import ClassifiedCompletions, RawCompletions
+    from punchline.data.stores import open_store
 
     raw: RawCompletions = decode_file(raw_path, RawCompletions)
     cache = ResponseCache(open_store(store_url))

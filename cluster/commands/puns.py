@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from data import puns_io
+from punchline.data import puns_io
 
 
 def register(sub: Any) -> None:
@@ -82,7 +82,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from data.tiers import tier_counts
+    from punchline.data.tiers import tier_counts
 
     puns = puns_io.load_puns(args.puns)
     counts = tier_counts(puns)
@@ -94,7 +94,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
-    from data.tiers import apply_rankings, rank, tier_counts
+    from punchline.data.tiers import apply_rankings, rank, tier_counts
 
     out = puns_io.out_path(args.out)
     plot = puns_io.out_path(args.plot) if args.plot else None
@@ -105,8 +105,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
     counts = tier_counts(ranked)
     print(f"wrote {out}: {len(ranked)} jokes; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if plot is not None:
-        from data.jsonio import atomic_write_bytes
-        from data.plots import plot_tiers
+        from punchline.data.jsonio import atomic_write_bytes
+        from punchline.data.plots import plot_tiers
 
         atomic_write_bytes(plot, plot_tiers(ranked))
         print(f"wrote {plot}")
@@ -114,7 +114,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze(args: argparse.Namespace) -> int:
-    from data.cloze import build_tests
+    from punchline.data.cloze import build_tests
 
     out = puns_io.out_path(args.out)
     puns = puns_io.load_puns(args.puns)
@@ -125,7 +125,7 @@ def cmd_cloze(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze_report(args: argparse.Namespace) -> int:
-    from data.cloze_report import build_report, to_markdown, write_report
+    from punchline.data.cloze_report import build_report, to_markdown, write_report
 
     puns = puns_io.load_puns(args.puns)
     tests = puns_io.load_cloze_tests(args.tests, puns, puns_file=args.puns)

@@ -14,8 +14,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from data.errors import InputError
-from schedulers.ledger import StageCounters
+from punchline.data.errors import InputError
+from punchline.schedulers.ledger import StageCounters
 
 
 def register(sub: Any) -> None:
@@ -83,7 +83,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 def run_options(args: argparse.Namespace, **overrides: Any) -> Any:
     """RunOptions from parsed :func:`add_run_options` arguments, over the environment."""
-    from cluster.driver import RunOptions
+    from punchline.cluster.driver import RunOptions
 
     values = dict(
         verbose=args.verbose,
@@ -125,7 +125,7 @@ class _Bars:
 
 def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
     """Run with progress bars, then print counters, artifacts and headlines; the exit status."""
-    from cluster.driver import run
+    from punchline.cluster.driver import run
 
     console = Console(stderr=True)
     bars = None if no_progress else _Bars(console)
@@ -158,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _load_record(runs_dir: str, run_id: str) -> Any:
-    from cluster.driver import RunRecord
+    from punchline.cluster.driver import RunRecord
 
     path = Path(runs_dir) / run_id / "run.json"
     if not path.exists():
@@ -169,8 +169,8 @@ def _load_record(runs_dir: str, run_id: str) -> Any:
 def _live_counters(record: Any) -> tuple[dict[str, StageCounters], dict[str, int], dict[str, dict[str, str]]] | None:
     """Counters from the run's Redis if it is still up (a running run), else None."""
     try:
-        from cluster.redis_server import connect
-        from schedulers.ledger import Ledger
+        from punchline.schedulers.ledger import Ledger
+        from punchline.schedulers.redis_client import connect
 
         ledger = Ledger(connect(record.services.redis_url))
         ledger.ping()
@@ -243,8 +243,8 @@ def _status(runs_dir: str, run_id: str) -> StatusView:
     counters, leased, failures = live if live else (record.counters, None, record.failures)
     usage = record.usage
     if live:
-        from cluster.redis_server import connect
-        from schedulers.budget import Budget
+        from punchline.schedulers.budget import Budget
+        from punchline.schedulers.redis_client import connect
 
         with contextlib.suppress(Exception):
             usage = Budget(connect(record.services.redis_url), record.run_id, None).usage()
@@ -294,7 +294,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from cluster.driver import RunRecord
+    from punchline.cluster.driver import RunRecord
 
     root = Path(args.runs_dir)
     table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
@@ -312,9 +312,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_failed(args: argparse.Namespace) -> int:
-    from cluster.driver import RunOptions
-    from cluster.pipeline import ShardOutput
-    from data.store import open_store
+    from punchline.cluster.driver import RunOptions
+    from punchline.data.stores import open_store
+    from punchline.data.units import ShardOutput
 
     record = _load_record(args.runs_dir, args.run_id)
     store = open_store(record.services.store_url)
@@ -336,8 +336,8 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from cluster.config import load_config
-    from cluster.planner import plan_run
+    from punchline.cluster.config import load_config
+    from punchline.cluster.planner import plan_run
 
     estimates = plan_run(load_config(args.config))
     if args.json:
@@ -373,9 +373,9 @@ def _print_headlines(console: Console, record: Any) -> None:
 
     from rich.markdown import Markdown
 
-    from data.store import open_store
+    from punchline.data.stores import open_store
 
-    headlines = getattr(importlib.import_module(f"cluster.pipelines.{record.pipeline}"), "headlines", None)
+    headlines = getattr(importlib.import_module(f"punchline.cluster.pipelines.{record.pipeline}"), "headlines", None)
     if headlines is None:
         return
     for text in headlines(open_store(record.services.store_url), record.run_id):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import msgspec
 
-from cluster.config import CurateSettings, RunConfig, resolve_path
-from cluster.pipeline import Stage, StageContext, UnitResult, UnitSpec
-from data.curation import (
+from punchline.cluster.config import CurateSettings, RunConfig, resolve_path
+from punchline.cluster.pipeline import Stage, StageContext
+from punchline.data.curation import (
     Candidate,
     MalformedRatings,
     MalformedRepair,
@@ -28,10 +28,11 @@ from data.curation import (
     rating_request,
     repair_request,
 )
-from data.errors import ConfigError
-from data.jsonio import decode_bytes, dumps_upstream
-from data.puns_io import validate_puns
-from data.store import Store
+from punchline.data.errors import ConfigError
+from punchline.data.jsonio import decode_bytes, dumps_upstream
+from punchline.data.puns_io import validate_puns
+from punchline.data.store import Store
+from punchline.data.units import UnitResult, UnitSpec
 
 FIRST = "ratings_first.json"
 REPAIRED = "repaired.json"

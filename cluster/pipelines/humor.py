@@ -12,7 +12,6 @@ coverage visibly instead of silently lowering the judge pass rate.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,14 +19,15 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from cluster.config import RunConfig, resolve_path
-from cluster.pipeline import Stage, StageContext, UnitResult, UnitSpec
-from data.errors import ConfigError, InputError
-from data.humor.loaders import Prediction, load_humor, load_items
-from data.humor.schema import HumorFile, HumorItem
+from punchline.cluster.config import RunConfig, resolve_path
+from punchline.cluster.pipeline import Stage, StageContext
+from punchline.data.errors import ConfigError, InputError
+from punchline.data.humor.loaders import Prediction, load_humor, load_items
+from punchline.data.humor.schema import HumorFile, HumorItem
+from punchline.data.units import UnitResult, UnitSpec
 
 if TYPE_CHECKING:
-    from cluster.driver import RunRecord
+    pass
 
 REPORT_PREFIX = "report"
 
@@ -133,7 +133,7 @@ def _score(
     judge_scores: Mapping[int, float | None] | None,
 ) -> list[str]:
     """Score one model into a temp dir and store every output file as ``report/<nick>/<file>``."""
-    from data.humor.report import score_and_write
+    from punchline.data.humor.report import score_and_write
 
     names = []
     with tempfile.TemporaryDirectory(prefix="punchline-humor-") as tmp:
@@ -151,7 +151,7 @@ class GenerateStage:
     name = "generate"
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from data.humor.prompts import answer_request
+        from punchline.data.humor.prompts import answer_request
 
         cfg = _settings(ctx).humor
         assert cfg is not None
@@ -195,7 +195,7 @@ class JudgeStage:
     name = "judge"
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from data.humor.judge import judge_request
+        from punchline.data.humor.judge import judge_request
 
         cfg = _settings(ctx).humor
         assert cfg is not None and cfg.judge is not None
@@ -217,7 +217,7 @@ class JudgeStage:
         return units
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.humor.judge import JudgeParseError, parse_score
+        from punchline.data.humor.judge import JudgeParseError, parse_score
 
         cfg = _settings(ctx).humor
         assert cfg is not None
@@ -249,45 +249,3 @@ def stages(cfg: RunConfig) -> list[Stage]:
     if cfg.humor.judge is not None:
         out.append(JudgeStage())
     return out
-
-
-# --- `punchline humor run CONFIG [options]` ---------------------------------------------------------
-
-
-def run_humor(args: argparse.Namespace) -> int:
-    """Run a ``pipeline = "humor"`` config exactly like ``punchline run``, then print each model's scores."""
-    from cluster.commands.run import run_and_report, run_options
-    from cluster.config import load_config
-    from cluster.driver import RunRecord, new_run_id
-
-    cfg = load_config(args.config)
-    if cfg.run.pipeline != "humor":
-        raise ConfigError(
-            f'run.pipeline is {cfg.run.pipeline!r}; `humor run` needs pipeline = "humor" (use `punchline run`)',
-            file=args.config,
-            field="run.pipeline",
-        )
-    opts = run_options(args, run_id=args.run_id or new_run_id(cfg))
-    status = run_and_report(args.config, opts, args.no_progress or args.verbose)
-    record_path = Path(opts.runs_dir) / str(opts.run_id) / "run.json"
-    if record_path.exists():
-        record = msgspec.json.decode(record_path.read_bytes(), type=RunRecord)
-        _print_summaries(cfg, record)
-    return status
-
-
-def _print_summaries(cfg: RunConfig, record: RunRecord) -> None:
-    from cluster.commands.humor import print_score_summary
-    from data.humor.report import REPORT_JSON, HumorReport
-    from data.store import open_store
-
-    assert cfg.humor is not None
-    store_url, run_id = record.services.store_url, record.run_id
-    store = open_store(store_url)
-    for nick in cfg.humor.models:
-        raw = store.get(f"{run_id}/artifacts/{report_artifact(nick, REPORT_JSON)}")
-        if raw is None:
-            continue
-        report = msgspec.json.decode(raw, type=HumorReport)
-        print(f"\n{nick} ({cfg.provider(cfg.humor.provider).model_id(nick)}):")
-        print_score_summary(report, [f"{store_url}/{run_id}/artifacts/{report_prefix(nick)}/"])

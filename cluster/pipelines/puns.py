@@ -12,14 +12,15 @@ from pathlib import Path
 
 import msgspec
 
-from cluster.config import RunConfig, resolve_path
-from cluster.pipeline import Stage, StageContext, UnitResult, UnitSpec
-from data.completions import greedy_request, sample_request, truncate_before_blank
-from data.jsonio import decode_bytes, dumps_upstream
-from data.puns_io import load_puns
-from data.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
-from data.store import Store
-from data.words import extract_word
+from punchline.cluster.config import RunConfig, resolve_path
+from punchline.cluster.pipeline import Stage, StageContext
+from punchline.data.completions import greedy_request, sample_request, truncate_before_blank
+from punchline.data.jsonio import decode_bytes, dumps_upstream
+from punchline.data.puns_io import load_puns
+from punchline.data.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
+from punchline.data.store import Store
+from punchline.data.units import UnitResult, UnitSpec
+from punchline.data.words import extract_word
 
 RAW = "raw_completions.json"
 CLASSIFIED = "classified_completions.json"
@@ -61,7 +62,7 @@ class CollectStage:
         return units
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.completions import build_raw_entry
+        from punchline.data.completions import build_raw_entry
 
         cfg = ctx.cfg.puns
         assert cfg is not None
@@ -90,7 +91,7 @@ class ClassifyStage:
         return decode_bytes(ctx.read_artifact(RAW), RawCompletions, source=ctx.artifact_key(RAW))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from data.classify import batches, classify_request
+        from punchline.data.classify import batches, classify_request
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.classify is not None
@@ -107,7 +108,7 @@ class ClassifyStage:
         return units
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.classify import Verdicts, merge_all, parse_verdicts
+        from punchline.data.classify import Verdicts, merge_all, parse_verdicts
 
         verdicts: Verdicts = {}
         for uid in sorted(results):
@@ -128,8 +129,8 @@ class RankStage:
         return []
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.plots import plot_tiers
-        from data.tiers import apply_rankings, rank
+        from punchline.data.plots import plot_tiers
+        from punchline.data.tiers import apply_rankings, rank
 
         classified: ClassifiedCompletions = decode_bytes(
             ctx.read_artifact(CLASSIFIED), ClassifiedCompletions, source=ctx.artifact_key(CLASSIFIED)
@@ -149,7 +150,7 @@ class ClozeStage:
         return []
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.cloze import build_tests
+        from punchline.data.cloze import build_tests
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.cloze is not None
@@ -167,12 +168,12 @@ class EvaluateStage:
     name = "evaluate"
 
     def _tests(self, ctx: StageContext) -> list:
-        from data.schemas import ClozeTest
+        from punchline.data.schemas import ClozeTest
 
         return decode_bytes(ctx.read_artifact(TESTS), list[ClozeTest], source=ctx.artifact_key(TESTS))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from data.cloze_run import cloze_request
+        from punchline.data.cloze_run import cloze_request
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.evaluate is not None
@@ -187,9 +188,9 @@ class EvaluateStage:
         ]
 
     def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
-        from data.cloze_report import build_report, write_report
-        from data.cloze_run import to_response
-        from data.schemas import ClozeModelResponses
+        from punchline.data.cloze_report import build_report, write_report
+        from punchline.data.cloze_run import to_response
+        from punchline.data.schemas import ClozeModelResponses
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.evaluate is not None
@@ -231,7 +232,7 @@ def stages(cfg: RunConfig) -> list[Stage]:
 
 def headlines(store: Store, run_id: str) -> list[str]:
     """What a person wants to see first after a run (markdown): the tiers and the cloze report."""
-    from data.tiers import tier_counts
+    from punchline.data.tiers import tier_counts
 
     out = []
     ranked = store.get(f"{run_id}/artifacts/{RANKED}")

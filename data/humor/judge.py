@@ -16,10 +16,10 @@ from pathlib import Path
 
 import msgspec
 
-from data.errors import InputError, RetryableProviderError
-from data.humor.prompts import render_prompt
-from data.humor.schema import HumorItem
-from workers.provider import Message, ProviderRequest
+from punchline.data.errors import InputError, RetryableProviderError
+from punchline.data.humor.prompts import render_prompt
+from punchline.data.humor.schema import HumorItem
+from punchline.data.requests import Message, ProviderRequest
 
 SCORE_MIN = 0.0
 SCORE_MAX = 1.0

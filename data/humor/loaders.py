@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from data.errors import InputError
-from data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
+from punchline.data.errors import InputError
+from punchline.data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
 
 _PATH_RE = re.compile(r"at `\$(?P<path>[^`]*)`")
 _ITEM_RE = re.compile(r"^data\[(\d+)\]\.?(.*)$")

@@ -9,7 +9,7 @@ The reference scorer does *not* parse robustly; it
 4. compares with SQuAD's ``compute_exact``.
 
 Decision: an answer with a single line makes the official scorer fail (there is no second line).
-We return ``""`` for it, i.e. it counts as wrong, and the robust :mod:`data.humor.parser` score is
+We return ``""`` for it, i.e. it counts as wrong, and the robust :mod:`punchline.data.humor.parser` score is
 reported beside it so that the difference is visible. Lines are split on ``"\\n"`` only and the text
 is not stripped first, exactly as described; whitespace inside the pieces is left to the SQuAD
 normalisation (which, note, joins the class and the letter: ``"ирония,Б"`` -> ``"иронияб"``).

@@ -1,10 +1,11 @@
 """Scores of a set of model answers against the references.
 
-``em`` uses the robust :mod:`data.humor.parser` (class compared by :func:`~data.humor.schema.class_key`,
-i.e. case-insensitive with ё == е, and the letter); ``em_mera`` is the official reading
-(:mod:`data.humor.mera`). Items without a prediction are scored as an empty answer (wrong) and
-counted in ``n_missing``. Precision of a class never predicted is 0 (sklearn's ``zero_division=0``).
-Bootstrap intervals are percentile intervals over items, seeded so reports are reproducible.
+``em`` uses the robust :mod:`punchline.data.humor.parser` (class compared by
+:func:`~punchline.data.humor.schema.class_key`, i.e. case-insensitive with ё == е, and the letter);
+``em_mera`` is the official reading (:mod:`punchline.data.humor.mera`). Items without a prediction are scored
+as an empty answer (wrong) and counted in ``n_missing``. Precision of a class never predicted is 0 (sklearn's
+``zero_division=0``). Bootstrap intervals are percentile intervals over items, seeded so reports are
+reproducible.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from data.errors import InputError
-from data.humor.mera import em_mera as _em_mera
-from data.humor.parser import ParsedAnswer, parse_answer
-from data.humor.schema import CLASSES, LETTERS, NOT_A_JOKE, HumorItem, class_key, split_output
+from punchline.data.errors import InputError
+from punchline.data.humor.mera import em_mera as _em_mera
+from punchline.data.humor.parser import ParsedAnswer, parse_answer
+from punchline.data.humor.schema import CLASSES, LETTERS, NOT_A_JOKE, HumorItem, class_key, split_output
 
 UNPARSED = "<unparsed>"
 

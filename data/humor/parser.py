@@ -28,7 +28,7 @@ import re
 
 import msgspec
 
-from data.humor.schema import CLASSES, class_key
+from punchline.data.humor.schema import CLASSES, class_key
 
 _LETTER_MAP = {
     "А": "А",

@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from data.errors import InputError
-from data.humor.schema import PLACEHOLDERS, HumorInputs, HumorItem, split_output
-from workers.provider import Message, ProviderRequest
+from punchline.data.errors import InputError
+from punchline.data.humor.schema import PLACEHOLDERS, HumorInputs, HumorItem, split_output
+from punchline.data.requests import Message, ProviderRequest
 
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 SHOT_SEPARATOR = "\n\n"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import msgspec
 
-from data.humor.judge import DEFAULT_THRESHOLD, JudgeStats, judge_stats
-from data.humor.metrics import UNPARSED, HumorMetrics, ItemScore, compute_metrics
-from data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
-from data.jsonio import atomic_write_bytes
+from punchline.data.humor.judge import DEFAULT_THRESHOLD, JudgeStats, judge_stats
+from punchline.data.humor.metrics import UNPARSED, HumorMetrics, ItemScore, compute_metrics
+from punchline.data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
+from punchline.data.jsonio import atomic_write_bytes
 
 SUBMISSION_NAME = "submission.json"
 REPORT_JSON = "report.json"

@@ -15,8 +15,8 @@ from typing import Literal
 
 import msgspec
 
-from data.humor.prompts import missing_placeholders
-from data.humor.schema import CLASSES, LETTERS, OPTION_FIELDS, HumorItem, split_output
+from punchline.data.humor.prompts import missing_placeholders
+from punchline.data.humor.schema import CLASSES, LETTERS, OPTION_FIELDS, HumorItem, split_output
 
 
 class Issue(msgspec.Struct):

@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from data.errors import InputError, StoreError
-from data.store import Store
+from punchline.data.errors import InputError, StoreError
+from punchline.data.store import Store
 
 TMP_DIR = ".tmp"
 

@@ -25,9 +25,9 @@ import botocore.exceptions
 import msgspec
 from botocore.config import Config
 
-from data.errors import ConfigError, StoreError
-from data.store import Store
-from data.stores.local import validate_key, validate_prefix
+from punchline.data.errors import ConfigError, StoreError
+from punchline.data.store import Store
+from punchline.data.stores.local import validate_key, validate_prefix
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

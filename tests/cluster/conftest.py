@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from punchline.workers.fake.server import FakeProviderServer
 from tests.conftest import SHARED_PUNS
-from workers.fake.server import FakeProviderServer
 
 SAMPLE = SHARED_PUNS / "puns_205.json"
 

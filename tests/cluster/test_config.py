@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import load_config
-from data.errors import ConfigError
+from punchline.cluster.config import load_config
+from punchline.data.errors import ConfigError
 
 GOOD = """
 [run]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.driver import RunOptions, run
-from data.curation import load_candidates
-from data.puns_io import load_puns
-from workers.fake.server import FakeProviderServer
+from punchline.cluster.driver import RunOptions, run
+from punchline.data.curation import load_candidates
+from punchline.data.puns_io import load_puns
+from punchline.workers.fake.server import FakeProviderServer
 
 CANDIDATES = Path(__file__).resolve().parents[2] / "data" / "samples" / "candidate_jokes.json"
 TOP = 20
@@ -156,7 +156,7 @@ def test_retry_failed_after_a_rater_outage_replans_the_later_stages(
 ) -> None:
     """A rater that failed leaves jokes unrated, so fewer are repaired; retry-failed re-rates them, the
     repair plan changes, and the stale repair/rerate shards are dropped instead of breaking the run."""
-    from cluster.cli import main
+    from punchline.cluster.cli import main
 
     cfg = curate_config(tmp_path, fake)
     clean = run(

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.driver import RunOptions, run
-from data.store import open_store
-from workers.fake.server import FakeProviderServer
+from punchline.cluster.driver import RunOptions, run
+from punchline.data.stores import open_store
+from punchline.workers.fake.server import FakeProviderServer
 
 
 def artifact(store_dir: Path, run_id: str, name: str) -> bytes:

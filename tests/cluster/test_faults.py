@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import ray
 
-from cluster.driver import RunOptions, RunRecord, run
-from workers.fake.server import FakeProviderServer
+from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +113,7 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     argv = [
         sys.executable,
         "-m",
-        "cluster.cli",
+        "punchline.cluster.cli",
         "run",
         str(cfg),
         "--run-id",
@@ -136,13 +136,13 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     assert before < units
 
     # the driver's embedded redis-server outlives it (its own session) and is found again by the resume
-    from cluster.redis_server import EmbeddedRedis
+    from punchline.cluster.redis_server import EmbeddedRedis
 
     redis_dir = tmp_path / "runs" / "killed" / "redis"
     left_behind = EmbeddedRedis.find_running(redis_dir)
     assert left_behind is not None
     # the run's record still says running, but `runs` and `status` know its driver is gone
-    from cluster.cli import main
+    from punchline.cluster.cli import main
 
     assert main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert "interrupted" in capsys.readouterr().out
@@ -180,7 +180,7 @@ def test_killed_worker_actors_are_replaced(
     wait_for(lambda: fake.stats().total_calls >= units // 3)
     assert _kill_workers("punchline:actors:collect:", limit=2) >= 1
     # status is live while the run goes on
-    from cluster.cli import main
+    from punchline.cluster.cli import main
 
     assert main(["status", "actors", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
     live = json.loads(capsys.readouterr().out)
@@ -256,7 +256,7 @@ def test_redis_down_mid_run_no_call_is_made_until_it_is_back(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
 ) -> None:
     """Fail closed: while Redis is down nobody may take a lease, so nobody calls; then the run resumes."""
-    from cluster.redis_server import EmbeddedRedis
+    from punchline.cluster.redis_server import EmbeddedRedis
 
     cfg, expected = slow_run(tmp_path, make_config, fake, redis_url, lease_ms=3000)
     own = EmbeddedRedis(tmp_path / "own-redis")

@@ -9,17 +9,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cluster.cli import main
-from cluster.config import load_config
-from cluster.driver import RunOptions, RunRecord, run
-from cluster.pipeline import StageContext, UnitResult
-from cluster.pipelines.humor import GenerateStage, JudgeStage, stages
-from data.humor.judge import JUDGE_SYSTEM
-from data.humor.loaders import load_items
-from data.humor.prompts import render_prompt
-from data.store import open_store
-from workers.fake.server import FakeProviderServer
-from workers.provider import ProviderResponse
+from punchline.cluster.cli import main
+from punchline.cluster.config import load_config
+from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.cluster.pipeline import StageContext
+from punchline.cluster.pipelines.humor import GenerateStage, JudgeStage, stages
+from punchline.data.humor.judge import JUDGE_SYSTEM
+from punchline.data.humor.loaders import load_items
+from punchline.data.humor.prompts import render_prompt
+from punchline.data.requests import ProviderResponse
+from punchline.data.stores import open_store
+from punchline.data.units import UnitResult
+from punchline.workers.fake.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "samples" / "humor_sample.json"

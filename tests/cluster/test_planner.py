@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.cli import main
-from cluster.config import load_config
-from cluster.planner import plan_run
-from workers.fake.server import FakeProviderServer
+from punchline.cluster.cli import main
+from punchline.cluster.config import load_config
+from punchline.cluster.planner import plan_run
+from punchline.workers.fake.server import FakeProviderServer
 
 
 def test_plan_counts_the_collect_requests_exactly(make_config, fake: FakeProviderServer, capsys) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import ray
 
-from cluster.ray_runtime import RaySettings, alive_nodes, all_nodes, cluster_cpus, ensure_ray, node_affinity
-from data.errors import ConfigError
+from punchline.cluster.ray_runtime import RaySettings, alive_nodes, all_nodes, cluster_cpus, ensure_ray, node_affinity
+from punchline.data.errors import ConfigError
 from tests.fixtures.ray import timings_s
 
 
@@ -29,15 +29,15 @@ def test_settings_from_env() -> None:
 
 @ray.remote
 def _where_is_schemas() -> tuple[str, int]:
-    import data.schemas
+    import punchline.data.schemas
 
-    return data.schemas.__file__ or "", os.getpid()
+    return punchline.data.schemas.__file__ or "", os.getpid()
 
 
 def test_local_ray_imports_project_modules(ray_local: RaySettings) -> None:
     ensure_ray(ray_local)  # second call is a no-op
     path, pid = ray.get(_where_is_schemas.remote(), timeout=120)
-    assert path.endswith(os.path.join("data", "schemas.py"))
+    assert path.endswith(os.path.join("punchline", "data", "schemas.py"))
     assert pid != os.getpid()
     nodes = alive_nodes()
     assert len(nodes) == 1 and nodes[0].cpus == 2 and nodes[0].alive
@@ -86,13 +86,13 @@ def test_cluster_place_actors_per_node_and_lose_one(ray_cluster: Any) -> None:
 
 @ray.remote
 def _read_store(url: str, key: str) -> bytes | None:
-    from data.store import open_store
+    from punchline.data.stores import open_store
 
     return open_store(url).get(key)
 
 
 def test_workers_reach_the_s3_store(ray_local: RaySettings, s3_url: str) -> None:
-    from data.store import open_store
+    from punchline.data.stores import open_store
 
     open_store(s3_url).put("from-driver", b"hello")
     assert ray.get(_read_store.remote(s3_url, "from-driver"), timeout=120) == b"hello"

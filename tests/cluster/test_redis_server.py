@@ -7,16 +7,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from cluster.redis_server import (
-    EmbeddedRedis,
-    RedisSettings,
-    connect,
-    find_redis_server,
-    redact_url,
-    redis_errors,
-    serves_dir,
-)
-from data.errors import ConfigError, LedgerUnavailable
+from punchline.cluster.redis_server import EmbeddedRedis, find_redis_server
+from punchline.data.errors import ConfigError, LedgerUnavailable
+from punchline.schedulers.redis_client import RedisSettings, connect, redact_url, redis_errors, serves_dir
 
 
 def test_settings_from_env_and_dsn() -> None:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from cluster.cli import main
-from cluster.commands.providers import UPSTREAM_MODELS
-from cluster.driver import RunOptions, run
-from data.jsonio import decode_file
-from data.schemas import RawCompletions
-from workers.fake.server import FakeProviderServer
+from punchline.cluster.cli import main
+from punchline.cluster.commands.providers import UPSTREAM_MODELS
+from punchline.cluster.driver import RunOptions, run
+from punchline.data.jsonio import decode_file
+from punchline.data.schemas import RawCompletions
+from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow
 

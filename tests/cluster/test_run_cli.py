@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cluster.cli import main
-from workers.fake.server import FakeProviderServer
+from punchline.cluster.cli import main
+from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from cluster.cli import main
-from workers.fake.server import FakeProviderServer
+from punchline.cluster.cli import main
+from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +58,8 @@ def test_a_key_missing_on_the_workers_fails_the_run_with_the_reason(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, monkeypatch
 ) -> None:
     """The driver has the variable but the (already running) workers do not: no endless restarts."""
-    from cluster.driver import RunOptions, run
-    from data.errors import InfraError
+    from punchline.cluster.driver import RunOptions, run
+    from punchline.data.errors import InfraError
 
     monkeypatch.setenv("PUNCHLINE_TEST_ONLY_IN_DRIVER", SECRET)
     cfg = make_config(jokes=1, models=("3b",), samples=2)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from data.classify import (
+from punchline.data.classify import (
     MalformedVerdicts,
     batches,
     candidates,
@@ -16,10 +16,10 @@ from data.classify import (
     merge_all,
     parse_verdicts,
 )
-from data.errors import RetryableProviderError
-from data.jsonio import dumps_upstream
-from data.puns_io import load_classified, load_raw_completions
-from data.schemas import RawCompletionEntry
+from punchline.data.errors import RetryableProviderError
+from punchline.data.jsonio import dumps_upstream
+from punchline.data.puns_io import load_classified, load_raw_completions
+from punchline.data.schemas import RawCompletionEntry
 
 
 def _as_raw(entry) -> RawCompletionEntry:

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data.cloze import build_tests, fill, select_pools
-from data.completions import truncate_before_blank
-from data.errors import InputError
-from data.jsonio import dumps_upstream
-from data.puns_io import load_puns
-from data.schemas import TIERS, PunEntry
+from punchline.data.cloze import build_tests, fill, select_pools
+from punchline.data.completions import truncate_before_blank
+from punchline.data.errors import InputError
+from punchline.data.jsonio import dumps_upstream
+from punchline.data.puns_io import load_puns
+from punchline.data.schemas import TIERS, PunEntry
 
 # sha256 of davidbau/puns datasets/contextual_cloze_tests_100.json at commit
 # b15585485ce1bbbce41c1198aa15880fb129fb18 (83507 bytes), computed from the text read through the

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from data.curation import (
+from punchline.data.curation import (
     Candidate,
     MalformedRatings,
     MalformedRepair,
@@ -22,11 +22,11 @@ from data.curation import (
     rating_request,
     repair_request,
 )
-from data.errors import InputError, RetryableProviderError
-from data.puns_io import validate_puns
-from workers.fake.answers import AnswerKnobs, JokeBook, answer
-from workers.provider import ProviderResponse
-from workers.validators import validator
+from punchline.data.errors import InputError, RetryableProviderError
+from punchline.data.puns_io import validate_puns
+from punchline.data.requests import ProviderResponse
+from punchline.workers.fake.answers import AnswerKnobs, JokeBook, answer
+from punchline.workers.validators import validator
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "candidate_jokes.json"
 

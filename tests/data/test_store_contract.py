@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from data.errors import InputError, StoreError
-from data.store import Store, open_store
-from data.stores.local import LocalStore
-from data.stores.s3 import S3Settings, S3Store
+from punchline.data.errors import InputError, StoreError
+from punchline.data.store import Store
+from punchline.data.stores import open_store
+from punchline.data.stores.local import LocalStore
+from punchline.data.stores.s3 import S3Settings, S3Store
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -10,11 +10,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from cluster.redis_server import connect, free_port
-from data.completions import sample_request
-from data.errors import LedgerUnavailable
-from schedulers.budget import Budget, estimate_request_cost, make_budget
-from workers.provider import ModelSettings, ProviderSettings
+from punchline.cluster.redis_server import free_port
+from punchline.data.completions import sample_request
+from punchline.data.errors import LedgerUnavailable
+from punchline.data.provider_settings import ModelSettings, ProviderSettings
+from punchline.schedulers.budget import Budget, estimate_request_cost, make_budget
+from punchline.schedulers.redis_client import connect
 
 
 def test_reserve_refuses_past_the_cap_and_settle_frees(redis_client: redis.Redis) -> None:

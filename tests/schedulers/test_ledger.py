@@ -7,9 +7,9 @@ import time
 import pytest
 import redis
 
-from cluster.redis_server import EmbeddedRedis
-from data.errors import LedgerUnavailable
-from schedulers.ledger import Claim, Grant, Ledger
+from punchline.cluster.redis_server import EmbeddedRedis
+from punchline.data.errors import LedgerUnavailable
+from punchline.schedulers.ledger import Claim, Grant, Ledger
 
 
 @pytest.fixture

@@ -13,13 +13,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from cluster.redis_server import connect, free_port
-from data.completions import greedy_request
-from data.errors import LedgerUnavailable, RetryableProviderError
-from schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
-from workers.fake import FakeProviderServer
-from workers.providers import make_provider
-from workers.retry import RetryPolicy, call_with_retries
+from punchline.cluster.redis_server import free_port
+from punchline.data.completions import greedy_request
+from punchline.data.errors import LedgerUnavailable, RetryableProviderError
+from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
+from punchline.schedulers.redis_client import connect
+from punchline.workers.fake import FakeProviderServer
+from punchline.workers.providers import make_provider
+from punchline.workers.retry import RetryPolicy, call_with_retries
 
 
 def _url(client: redis.Redis) -> str:

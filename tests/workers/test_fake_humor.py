@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from data.humor.judge import judge_request, parse_score
-from data.humor.loaders import load_items
-from data.humor.parser import parsed_output
-from data.humor.prompts import render_prompt
-from workers.fake.answers import HUMOR_CLASSES, AnswerKey, AnswerKnobs, JokeBook, answer, humor_skill
+from punchline.data.humor.judge import judge_request, parse_score
+from punchline.data.humor.loaders import load_items
+from punchline.data.humor.parser import parsed_output
+from punchline.data.humor.prompts import render_prompt
+from punchline.workers.fake.answers import HUMOR_CLASSES, AnswerKey, AnswerKnobs, JokeBook, answer, humor_skill
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "humor_sample.json"
 ITEMS = load_items(SAMPLE)

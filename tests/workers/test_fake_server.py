@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from data.completions import greedy_request, sample_request, truncate_before_blank
-from data.errors import RetryableProviderError
-from workers.fake import JUDGE_MARKER, FakeProviderServer, fetch_stats, request_wire_key
-from workers.fake.answers import HUMOR_CLASSES, AnswerKnobs, JokeBook, answer, model_size_b
-from workers.provider import Message, ProviderRequest
-from workers.providers import make_provider
+from punchline.data.completions import greedy_request, sample_request, truncate_before_blank
+from punchline.data.errors import RetryableProviderError
+from punchline.data.requests import Message, ProviderRequest
+from punchline.workers.fake import JUDGE_MARKER, FakeProviderServer, fetch_stats, request_wire_key
+from punchline.workers.fake.answers import HUMOR_CLASSES, AnswerKnobs, JokeBook, answer, model_size_b
+from punchline.workers.providers import make_provider
 
 M405 = "meta-llama/Meta-Llama-3.1-405B-Instruct-Turbo"
 M3 = "meta-llama/Llama-3.2-3B-Instruct-Turbo"
@@ -146,7 +146,7 @@ def test_model_size_parsing() -> None:
 
 
 def _funny_rate(book: JokeBook, model: str, context: str = "") -> float:
-    from data.completions import SYSTEM_PROMPT
+    from punchline.data.completions import SYSTEM_PROMPT
 
     knobs = AnswerKnobs(noise_rate=0.0)
     funny = total = 0
@@ -214,7 +214,7 @@ def test_classification_humor_judge_rating_answers(book: JokeBook) -> None:
 
 
 def test_unknown_sentence_and_message_struct(book: JokeBook) -> None:
-    from data.completions import SYSTEM_PROMPT
+    from punchline.data.completions import SYSTEM_PROMPT
 
     text = answer(
         book,
@@ -232,7 +232,7 @@ def test_unknown_sentence_and_message_struct(book: JokeBook) -> None:
 
 def test_greedy_cloze_priming_moves_answers(book: JokeBook) -> None:
     """Greedy (temperature 0) cloze prompts: the same answer for every call, funnier after puns."""
-    from data.completions import SYSTEM_PROMPT
+    from punchline.data.completions import SYSTEM_PROMPT
 
     knobs = AnswerKnobs(noise_rate=0.0)
     funny = {"straight": 0, "funny": 0}

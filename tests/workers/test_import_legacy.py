@@ -6,20 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cluster.cli import main
-from cluster.commands.providers import (
+from punchline.cluster.cli import main
+from punchline.cluster.commands.providers import (
     UPSTREAM_CLASSIFY,
     UPSTREAM_MODELS,
     LegacyTargets,
     import_legacy,
     targets_from_config,
 )
-from data.classify import batches, classify_request, merge_all, parse_verdicts
-from data.completions import greedy_request, sample_request, truncate_before_blank
-from data.jsonio import decode_file, dumps_upstream
-from data.response_cache import ResponseCache
-from data.schemas import RawCompletions
-from data.store import open_store
+from punchline.data.classify import batches, classify_request, merge_all, parse_verdicts
+from punchline.data.completions import greedy_request, sample_request, truncate_before_blank
+from punchline.data.jsonio import decode_file, dumps_upstream
+from punchline.data.response_cache import ResponseCache
+from punchline.data.schemas import RawCompletions
+from punchline.data.stores import open_store
 
 
 def _head(src: Path, dst: Path, count: int) -> Path:

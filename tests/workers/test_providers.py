@@ -10,11 +10,11 @@ import traceback
 
 import pytest
 
-from data.completions import greedy_request
-from data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
-from workers.fake import FakeProviderServer
-from workers.provider import ProviderSettings
-from workers.providers import make_provider, parse_retry_after, wire_calls
+from punchline.data.completions import greedy_request
+from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.workers.fake import FakeProviderServer
+from punchline.workers.providers import make_provider, parse_retry_after, wire_calls
 
 KINDS = ["openai", "anthropic"]
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"

@@ -8,12 +8,13 @@ import time
 
 import pytest
 
-from data.completions import greedy_request
-from data.errors import FatalProviderError, ProviderError, RetryableProviderError
-from workers.fake import FakeProviderServer
-from workers.provider import ProviderResponse, ProviderSettings
-from workers.providers import MalformedResponse, make_provider
-from workers.retry import AttemptEvent, RetryPolicy, call_with_retries
+from punchline.data.completions import greedy_request
+from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderResponse
+from punchline.workers.fake import FakeProviderServer
+from punchline.workers.providers import MalformedResponse, make_provider
+from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 
 MODEL = "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo"
 FAST = RetryPolicy(max_retries=3, base_delay_s=0.01, max_delay_s=0.05, max_malformed_retries=2)

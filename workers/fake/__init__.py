@@ -1,13 +1,13 @@
 """The offline simulated provider: a real HTTP server that the OpenAI and Anthropic SDKs accept."""
 
-from data.humor.judge import JUDGE_MARKER
-from workers.fake.server import (
+from punchline.data.humor.judge import JUDGE_MARKER
+from punchline.workers.fake.server import (
     CHOICE_OFFSET_HEADER,
     FakeConfig,
     FakeProviderServer,
     FakeStats,
     fetch_stats,
-    load_config,
+    load_knobs,
     request_wire_key,
 )
 
@@ -18,6 +18,6 @@ __all__ = [
     "FakeProviderServer",
     "FakeStats",
     "fetch_stats",
-    "load_config",
+    "load_knobs",
     "request_wire_key",
 ]

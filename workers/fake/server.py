@@ -2,13 +2,13 @@
 
 Tests and offline runs point a provider's ``base_url`` at it (``server.openai_base_url`` for
 ``kind = "openai"``, ``server.anthropic_base_url`` for ``kind = "anthropic"``). It answers
-deterministically (see :mod:`workers.fake.answers`) and injects faults on demand.
+deterministically (see :mod:`punchline.workers.fake.answers`) and injects faults on demand.
 
 **Request key.** Calls are counted per *wire key*: the first 40 hex digits of the sha256 of the
 canonical JSON array ``[model, [[role, content], ...], temperature, max_tokens, n, stop, seed]``
 built from the request body (Anthropic's ``system`` becomes a leading system message, its
 ``stop_sequences`` are ``stop``, its ``n`` is 1). :func:`request_wire_key` computes the same key from
-a :class:`~workers.provider.ProviderRequest`, so a test can look up the calls one request caused.
+a :class:`~punchline.workers.provider.ProviderRequest`, so a test can look up the calls one request caused.
 
 **Determinism.** Every fault is decided by a hash of (seed, wire key, choice offset, attempt number,
 fault name), where the attempt number counts the earlier non-rate-limited calls with the same key
@@ -39,9 +39,10 @@ from typing import Any
 
 import msgspec
 
-from workers.fake.answers import AnswerKey, AnswerKnobs, JokeBook, answer
-from workers.provider import ProviderKind, ProviderRequest, ProviderSettings
-from workers.providers import CHOICE_OFFSET_HEADER
+from punchline.data.provider_settings import ProviderKind, ProviderSettings
+from punchline.data.requests import ProviderRequest
+from punchline.workers.fake.answers import AnswerKey, AnswerKnobs, JokeBook, answer
+from punchline.workers.providers import CHOICE_OFFSET_HEADER
 
 FAULTS = (
     "rate_limited",
@@ -96,7 +97,7 @@ class FakeStats(msgspec.Struct, kw_only=True):
 
 def _sample_path(name: str) -> str | None:
     try:
-        path = resources.files("data") / "samples" / name
+        path = resources.files("punchline.data") / "samples" / name
     except (ModuleNotFoundError, TypeError):
         return None
     return str(path) if path.is_file() else None
@@ -594,6 +595,6 @@ def fetch_stats(url: str, *, timeout_s: float = 5.0) -> FakeStats:
         return msgspec.json.decode(resp.read(), type=FakeStats)
 
 
-def load_config(path: str | Path) -> FakeConfig:
+def load_knobs(path: str | Path) -> FakeConfig:
     """A ``FakeConfig`` from a TOML file (top-level keys are the knobs)."""
     return msgspec.toml.decode(Path(path).read_bytes(), type=FakeConfig)

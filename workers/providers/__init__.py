@@ -1,8 +1,8 @@
 """Provider implementations, and the boundary helpers they share.
 
 SDK exceptions never cross this package: each provider maps them to
-:class:`~data.errors.RetryableProviderError` (429, 408, 409, 5xx, timeouts, connection errors,
-malformed bodies) or :class:`~data.errors.FatalProviderError` (other 4xx), with a message that names
+:class:`~punchline.data.errors.RetryableProviderError` (429, 408, 409, 5xx, timeouts, connection errors,
+malformed bodies) or :class:`~punchline.data.errors.FatalProviderError` (other 4xx), with a message that names
 the provider, model and status but never the API key (any echo of it in a body is masked).
 """
 
@@ -14,8 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
-from workers.provider import Provider, ProviderRequest, ProviderSettings
+from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest
+from punchline.workers.provider import Provider
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 CHOICE_OFFSET_HEADER = "X-Choice-Offset"  # understood by workers.fake.server; ignored by real providers
@@ -28,11 +30,11 @@ class MalformedResponse(RetryableProviderError):
 def make_provider(name: str, settings: ProviderSettings) -> Provider:
     """The provider of ``settings.kind`` named ``name`` (the ``[providers.<name>]`` table)."""
     if settings.kind == "openai":
-        from workers.providers.openai_compat import OpenAICompatProvider
+        from punchline.workers.providers.openai_compat import OpenAICompatProvider
 
         return OpenAICompatProvider(name, settings)
     if settings.kind == "anthropic":
-        from workers.providers.anthropic import AnthropicProvider
+        from punchline.workers.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")

@@ -14,9 +14,10 @@ from typing import Any
 
 import anthropic
 
-from data.errors import RetryableProviderError
-from workers.provider import ProviderRequest, ProviderResponse, ProviderSettings
-from workers.providers import (
+from punchline.data.errors import RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.workers.providers import (
     CHOICE_OFFSET_HEADER,
     MalformedResponse,
     SdkProvider,

@@ -1,7 +1,7 @@
 """OpenAI-compatible chat completions (OpenAI, Together, vLLM, the fake provider) via ``openai.AsyncOpenAI``.
 
 The SDK's own retries are off (``max_retries=0``): retries, backoff and rate limiting belong to
-:mod:`workers.retry` and :mod:`schedulers.rate_limit`, which see every attempt cluster-wide.
+:mod:`punchline.workers.retry` and :mod:`punchline.schedulers.rate_limit`, which see every attempt cluster-wide.
 
 When ``settings.supports_n`` is false and ``request.n > 1``, :meth:`complete` makes ``n`` calls with
 the same parameters (``n=1``) one after another and concatenates their texts and token counts; a
@@ -16,9 +16,10 @@ from typing import Any
 
 import openai
 
-from data.errors import RetryableProviderError
-from workers.provider import ProviderRequest, ProviderResponse, ProviderSettings
-from workers.providers import (
+from punchline.data.errors import RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.workers.providers import (
     CHOICE_OFFSET_HEADER,
     MalformedResponse,
     SdkProvider,

@@ -1,9 +1,16 @@
 import pytest
 
-from data.errors import RetryableProviderError
-from data.humor.judge import JUDGE_MARKER, JudgeParseError, cohen_kappa, judge_request, judge_stats, parse_score
+from punchline.data.errors import RetryableProviderError
+from punchline.data.humor.judge import (
+    JUDGE_MARKER,
+    JudgeParseError,
+    cohen_kappa,
+    judge_request,
+    judge_stats,
+    parse_score,
+)
+from punchline.workers.fake.answers import AnswerKnobs, JokeBook, answer
 from tests.data.humor.conftest import make_item
-from workers.fake.answers import AnswerKnobs, JokeBook, answer
 
 
 def test_request_contains_task_reference_answer_and_marker() -> None:

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.errors import InputError
-from data.humor.loaders import load_humor, load_items, load_json, load_parquet, load_predictions
-from data.humor.schema import HumorShotsFile, HumorTestFile
+from punchline.data.errors import InputError
+from punchline.data.humor.loaders import load_humor, load_items, load_json, load_parquet, load_predictions
+from punchline.data.humor.schema import HumorShotsFile, HumorTestFile
 from tests.data.humor.conftest import make_item
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from data.humor.mera import compute_exact, em_mera, mera_extract, squad_normalize
+from punchline.data.humor.mera import compute_exact, em_mera, mera_extract, squad_normalize
 
 
 @pytest.mark.parametrize(

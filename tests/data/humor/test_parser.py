@@ -1,7 +1,7 @@
 import pytest
 
-from data.humor.parser import ParsedAnswer, parse_answer, parse_class, parse_letter
-from data.humor.schema import CLASSES
+from punchline.data.humor.parser import ParsedAnswer, parse_answer, parse_class, parse_letter
+from punchline.data.humor.schema import CLASSES
 
 OK_CASES = [
     # canonical two-line format

@@ -1,9 +1,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data.humor.mera import em_mera, mera_extract
-from data.humor.parser import parse_answer
-from data.humor.schema import CLASSES, LETTERS
+from punchline.data.humor.mera import em_mera, mera_extract
+from punchline.data.humor.parser import parse_answer
+from punchline.data.humor.schema import CLASSES, LETTERS
 
 FORMATS = [
     "ОТВЕТ {c}\nРЕШЕНИЕ {l}",

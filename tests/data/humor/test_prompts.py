@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from data.errors import InputError
-from data.humor.prompts import (
+from punchline.data.errors import InputError
+from punchline.data.humor.prompts import (
     answer_request,
     load_official_templates,
     missing_placeholders,
@@ -11,7 +11,7 @@ from data.humor.prompts import (
     render_prompt,
     shot_answer,
 )
-from data.humor.schema import HumorInputs
+from punchline.data.humor.schema import HumorInputs
 from tests.data.humor.conftest import make_item
 
 INPUTS = HumorInputs(

@@ -3,11 +3,11 @@ from pathlib import Path
 
 import msgspec
 
-from data.humor.judge import judge_stats
-from data.humor.loaders import load_humor
-from data.humor.metrics import compute_metrics
-from data.humor.report import build_report, submission, write_report
-from data.humor.schema import HumorTestFile
+from punchline.data.humor.judge import judge_stats
+from punchline.data.humor.loaders import load_humor
+from punchline.data.humor.metrics import compute_metrics
+from punchline.data.humor.report import build_report, submission, write_report
+from punchline.data.humor.schema import HumorTestFile
 from tests.data.humor.conftest import make_item
 
 ITEMS = [make_item(1, "ирония,Б"), make_item(2, "каламбур,А"), make_item(3, "не анекдот,Г")]

@@ -15,8 +15,15 @@ import pytest
 import ray
 import structlog
 
-from cluster.logging import MAX_LINE_BYTES, configure_logging, get_logger, read_log, redact_text, reset_logging
-from cluster.ray_runtime import RaySettings
+from punchline.cluster.ray_runtime import RaySettings
+from punchline.workers.logs import (
+    MAX_LINE_BYTES,
+    configure_logging,
+    get_logger,
+    read_log,
+    redact_text,
+    reset_logging,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +129,7 @@ def test_stdlib_warnings_pass_through(tmp_path: Path) -> None:
 
 _CHILD = """
 import sys
-from cluster.logging import configure_logging, get_logger
+from punchline.workers.logs import configure_logging, get_logger
 configure_logging(None, console=False, json_path=sys.argv[1])
 log = get_logger(worker=int(sys.argv[2]))
 for i in range(300):

@@ -1,0 +1,5 @@
+"""``python -m punchline``: the same CLI as the ``punchline`` script."""
+
+from punchline.cluster.cli import main
+
+raise SystemExit(main())
