@@ -28,7 +28,7 @@ class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     shard_size: int = 8
     lease_ms: int = 30_000
     workers_per_node: int = 2
-    shards_per_worker: int = 1  # shards a worker processes at once (their units run concurrently)
+    units_in_flight: int = 0  # units a worker runs at once, across shards; 0 = its providers' max_concurrency
     worker_cpus: float = 0.25
     max_cost_usd: float | None = None
     offline: bool = False
@@ -160,8 +160,10 @@ def _check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"run.pipeline is {cfg.run.pipeline!r} but there is no [{cfg.run.pipeline}] table", file=cfg.source
         )
-    if cfg.run.shards_per_worker < 1:
-        raise ConfigError("must be >= 1", file=cfg.source, field="run.shards_per_worker")
+    if cfg.run.units_in_flight < 0:
+        raise ConfigError(
+            "must be >= 0 (0: the providers' max_concurrency)", file=cfg.source, field="run.units_in_flight"
+        )
     if cfg.run.shard_size < 1:
         raise ConfigError("must be >= 1", file=cfg.source, field="run.shard_size")
     if cfg.run.lease_ms < 1000:

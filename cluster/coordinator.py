@@ -21,9 +21,20 @@ import structlog
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.store import Store
-from punchline.data.units import ShardOutput, StagePlan, UnitResult, make_plan
+from punchline.data.units import (
+    PlanPage,
+    ShardOutput,
+    ShardResults,
+    StagePlan,
+    UnitResult,
+    cut,
+    encode_page,
+    plan_page_key,
+    shard_key,
+    stage_prefix,
+)
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently
-from punchline.workers.shard_worker import WorkerConfig, WorkerReport, shard_key, worker_actor_class
+from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_actor_class
 
 log = structlog.get_logger("punchline.coordinator")
 
@@ -69,7 +80,7 @@ class WorkerPool:
         slot.actor = self.actor_cls.options(name=name, num_cpus=self.cpus, scheduling_strategy=strategy).remote(
             self.cfg_bytes, name
         )
-        slot.ref = slot.actor.work.remote(self.stage, self.plan_ref)
+        slot.ref = slot.actor.work.remote(self.plan_ref)
 
     def reconcile(self) -> None:
         alive = set(self.alive_nodes())
@@ -114,7 +125,7 @@ class WorkerPool:
     def resume_idle(self) -> None:
         for slot in self.slots.values():
             if slot.ref is None and slot.actor is not None:
-                slot.ref = slot.actor.work.remote(self.stage, self.plan_ref)
+                slot.ref = slot.actor.work.remote(self.plan_ref)
 
     def busy(self) -> int:
         return sum(1 for s in self.slots.values() if s.ref is not None)
@@ -139,6 +150,7 @@ class Coordinator:
         worker_cpus: float,
         progress: ProgressFn | None = None,
         poll_s: float = 0.5,
+        shards_per_page: int = 64,
         max_deaths_without_progress: int = 8,
     ) -> None:
         self.ctx = ctx
@@ -150,6 +162,7 @@ class Coordinator:
         self.worker_cpus = worker_cpus
         self.progress = progress
         self.poll_s = poll_s
+        self.shards_per_page = shards_per_page
         self.max_deaths_without_progress = max_deaths_without_progress
         self.pool: WorkerPool | None = None
 
@@ -167,15 +180,14 @@ class Coordinator:
 
     def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
         """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
-        units = stage.plan(self.ctx)
-        plan = make_plan(stage.name, units, self.shard_size)
-        results = self.execute(plan) if units else {}
+        plan, first_ids = self.write_plan(stage)
+        results = self.execute(plan, first_ids)
         artifacts = stage.reduce(self.ctx, results)
-        failed = {uid: str(r.error) for uid, r in sorted(results.items()) if r.error is not None}
+        failed = results.failed()
         manifest = {
             "stage": stage.name,
-            "units": len(units),
-            "shards": plan.shard_count(),
+            "units": plan.units_total,
+            "shards": plan.shards_total,
             "failed": len(failed),
             "artifacts": artifacts,
         }
@@ -183,28 +195,48 @@ class Coordinator:
             self.store.put(self.manifest_key(stage.name), msgspec.json.encode(manifest))
         return artifacts, failed
 
-    def _forget_stale_shards(self, plan: StagePlan) -> None:
-        """Shards cut from a different plan (an earlier stage was retried and its artifacts changed)
-        cannot be reused: drop them. Identical requests are still answered by the cache, so only the
-        units that really changed are paid for."""
-        import hashlib
+    def write_plan(self, stage: Stage) -> tuple[StagePlan, list[str]]:
+        """Stream the stage's units into plan pages in the store; the driver never holds the whole plan.
 
-        key = f"{self.ctx.run_id}/stages/{plan.stage}/plan.sha256"
-        digest = hashlib.sha256(msgspec.msgpack.encode(plan)).hexdigest().encode()
-        old = self.store.get(key)
-        if old is not None and old != digest:
-            prefix = f"{self.ctx.run_id}/stages/{plan.stage}/shards/"
+        A first pass only measures (count, digest, shard boundaries). If the store already has this exact
+        plan, nothing is written; otherwise shards cut from another plan are dropped (an earlier stage was
+        retried and its artifacts changed; the response cache keeps unchanged requests free) and a second
+        pass writes the pages.
+        """
+        run_id = self.ctx.run_id
+        shape = cut(stage.name, stage.plan(self.ctx), self.shard_size, self.shards_per_page)
+        plan = StagePlan(
+            run_id=run_id,
+            stage=stage.name,
+            shard_size=self.shard_size,
+            shards_per_page=self.shards_per_page,
+            units_total=shape.units_total,
+            shards_total=shape.shards_total,
+            digest=shape.digest,
+        )
+        digest_key = f"{stage_prefix(run_id, stage.name)}/plan.sha256"
+        old = self.store.get(digest_key)
+        if old is not None and old.decode() == plan.digest:
+            return plan, shape.first_ids
+        if old is not None:
+            prefix = f"{stage_prefix(run_id, stage.name)}/shards/"
             stale = list(self.store.list(prefix))
-            for shard in stale:
-                self.store.delete(shard)
-            log.warning("plan_changed", run_id=self.ctx.run_id, stage=plan.stage, dropped_shards=len(stale))
-        if old != digest:
-            self.store.put(key, digest)
+            for key in stale:
+                self.store.delete(key)
+            log.warning("plan_changed", run_id=run_id, stage=stage.name, dropped_shards=len(stale))
+
+        def put(page: PlanPage) -> None:
+            self.store.put(
+                plan_page_key(run_id, stage.name, page.first_shard // self.shards_per_page), encode_page(page)
+            )
+
+        cut(stage.name, stage.plan(self.ctx), self.shard_size, self.shards_per_page, on_page=put)
+        self.store.put(digest_key, plan.digest.encode())
+        return plan, shape.first_ids
 
     def _missing(self, plan: StagePlan) -> list[int]:
-        prefix = f"{self.ctx.run_id}/stages/{plan.stage}/shards/"
-        present = set(self.store.list(prefix))
-        return [i for i in range(plan.shard_count()) if shard_key(self.ctx.run_id, plan.stage, i) not in present]
+        present = set(self.store.list(f"{stage_prefix(self.ctx.run_id, plan.stage)}/shards/"))
+        return [i for i in range(plan.shards_total) if shard_key(self.ctx.run_id, plan.stage, i) not in present]
 
     def _init(self, plan: StagePlan, missing: list[int]) -> None:
         patiently(
@@ -212,24 +244,23 @@ class Coordinator:
             self.ctx.run_id,
             plan.stage,
             pending=missing,
-            shards_total=plan.shard_count(),
-            units_total=len(plan.units),
-            shards_done=plan.shard_count() - len(missing),
+            shards_total=plan.shards_total,
+            units_total=plan.units_total,
+            shards_done=plan.shards_total - len(missing),
         )
 
-    def execute(self, plan: StagePlan) -> dict[str, UnitResult]:
+    def execute(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
         import ray
 
         run_id, stage = self.ctx.run_id, plan.stage
-        self._forget_stale_shards(plan)
         missing = self._missing(plan)
         log.info(
             "stage_start",
             run_id=run_id,
             stage=stage,
-            shards=plan.shard_count(),
+            shards=plan.shards_total,
             missing=len(missing),
-            units=len(plan.units),
+            units=plan.units_total,
         )
         if missing:
             self._init(plan, missing)
@@ -251,7 +282,7 @@ class Coordinator:
                 raise
         if self.progress:
             self.progress(stage, patiently(self.ledger.counters, run_id, stage))
-        return self._load(plan)
+        return self._results(plan, first_ids)
 
     def _drive(self, plan: StagePlan, pool: WorkerPool) -> None:
         run_id, stage = self.ctx.run_id, plan.stage
@@ -291,16 +322,18 @@ class Coordinator:
             if not budget_hit:
                 pool.resume_idle()
 
-    def _load(self, plan: StagePlan) -> dict[str, UnitResult]:
+    def _results(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
         decoder = msgspec.msgpack.Decoder(ShardOutput)
-        results: dict[str, UnitResult] = {}
-        for i in range(plan.shard_count()):
-            raw = self.store.get(shard_key(self.ctx.run_id, plan.stage, i))
+
+        def load(index: int) -> list[UnitResult]:
+            raw = self.store.get(shard_key(self.ctx.run_id, plan.stage, index))
             if raw is None:
-                raise PunchlineError(f"stage {plan.stage}: shard {i} is missing from {self.store.url}")
-            for r in decoder.decode(raw).results:
-                results[r.unit_id] = r
-        expected = {u.unit_id for u in plan.units}
-        if set(results) != expected:
-            raise PunchlineError(f"stage {plan.stage}: shards do not match the plan (was the config changed?)")
-        return results
+                raise PunchlineError(f"stage {plan.stage}: shard {index} is missing from {self.store.url}")
+            results = decoder.decode(raw).results
+            if not results or results[0].unit_id != first_ids[index]:
+                raise PunchlineError(
+                    f"stage {plan.stage}: shard {index} does not match the plan (was the config changed?)"
+                )
+            return results
+
+        return ShardResults(load, first_ids, plan.units_total)

@@ -242,7 +242,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             offline=offline,
             max_cost_usd=max_cost,
             log_path=str((run_dir / "log.jsonl").resolve()),
-            shards_in_flight=cfg.run.shards_per_worker,
+            max_in_flight=cfg.run.units_in_flight,
         )
         ctx = StageContext(cfg, run_id, store)
         coord = Coordinator(

@@ -8,6 +8,7 @@ number of workers, the order of completion or the faults along the way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from punchline.cluster.config import RunConfig
@@ -39,10 +40,11 @@ class StageContext:
 class Stage(Protocol):
     name: str
 
-    def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        """The stage's units (may be empty for a reduce-only stage)."""
+    def plan(self, ctx: StageContext) -> Iterable[UnitSpec]:
+        """The stage's units in strictly increasing ``unit_id`` order (may be empty for a reduce-only stage);
+        a generator keeps a large plan out of memory, a small stage may return ``in_unit_order(units)``."""
         ...
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         """Build the stage's artifacts from its results; returns the artifact names written."""
         ...

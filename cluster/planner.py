@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterable
 
 import msgspec
 
@@ -30,10 +31,14 @@ class StageEstimate(msgspec.Struct, kw_only=True):
     note: str = ""
 
 
-def _estimate(cfg: RunConfig, stage: str, units: list[UnitSpec], exact: bool, note: str = "") -> StageEstimate:
+def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool, note: str = "") -> StageEstimate:
+    """Requests, tokens, dollars and the least wall time the rate limits allow (limits are per provider,
+    all models together, plus any model's own)."""
     from punchline.schedulers.budget import estimate_request_cost
     from punchline.workers.providers import wire_calls
 
+    per_provider_req: dict[str, int] = defaultdict(int)
+    per_provider_tok: dict[str, int] = defaultdict(int)
     per_model_req: dict[tuple[str, str], int] = defaultdict(int)
     per_model_tok: dict[tuple[str, str], int] = defaultdict(int)
     tin = tout = 0
@@ -42,15 +47,24 @@ def _estimate(cfg: RunConfig, stage: str, units: list[UnitSpec], exact: bool, no
         settings = cfg.provider(u.request.provider)
         i, o, c = estimate_request_cost(settings, u.request)
         tin, tout, usd = tin + i, tout + o, usd + c
-        per_model_req[(u.request.provider, u.request.model)] += wire_calls(settings, u.request)
+        calls = wire_calls(settings, u.request)
+        per_provider_req[u.request.provider] += calls
+        per_provider_tok[u.request.provider] += i + o
+        per_model_req[(u.request.provider, u.request.model)] += calls
         per_model_tok[(u.request.provider, u.request.model)] += i + o
     wall = 0.0
-    for key, n in per_model_req.items():
-        s = cfg.providers[key[0]]
+    for name, n in per_provider_req.items():
+        s = cfg.providers[name]
         if s.requests_per_minute:
             wall = max(wall, n / s.requests_per_minute * 60)
         if s.tokens_per_minute:
-            wall = max(wall, per_model_tok[key] / s.tokens_per_minute * 60)
+            wall = max(wall, per_provider_tok[name] / s.tokens_per_minute * 60)
+    for (name, model), n in per_model_req.items():
+        m_rpm, m_tpm = cfg.providers[name].model_limits(model)
+        if m_rpm:
+            wall = max(wall, n / m_rpm * 60)
+        if m_tpm:
+            wall = max(wall, per_model_tok[(name, model)] / m_tpm * 60)
     return StageEstimate(
         stage=stage,
         requests=sum(per_model_req.values()),
@@ -71,12 +85,12 @@ def plan_run(cfg: RunConfig) -> list[StageEstimate]:
         ctx = StageContext(cfg, "plan", LocalStore(tmp))
         for stage in pipeline_stages(cfg):
             try:
-                units = stage.plan(ctx)
+                estimate = _estimate(cfg, stage.name, stage.plan(ctx), exact=True)
             except FileNotFoundError:
                 out.append(_upper_bound(cfg, stage.name))
                 continue
-            if units:
-                out.append(_estimate(cfg, stage.name, units, exact=True))
+            if estimate.requests:
+                out.append(estimate)
     return out
 
 

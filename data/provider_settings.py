@@ -23,6 +23,9 @@ class ModelSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: str
     input_usd_per_mtok: float = 0.0
     output_usd_per_mtok: float = 0.0
+    # Optional limits of this model alone, on top of the provider's (which cover all its models).
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
 
 
 class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -54,6 +57,13 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
             if m.id == model_id:
                 return m
         return None
+
+    def model_limits(self, model_id: str) -> tuple[float, float]:
+        """(requests, tokens) per minute of one model by itself; 0 = no per-model limit."""
+        m = self.price(model_id)
+        if m is None:
+            return 0.0, 0.0
+        return m.requests_per_minute or 0.0, m.tokens_per_minute or 0.0
 
     def cost_usd(self, model_id: str, input_tokens: int, output_tokens: int) -> float:
         m = self.price(model_id)

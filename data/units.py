@@ -1,13 +1,22 @@
 """Units, shards and stage plans: what the coordinator hands out and the workers hand back.
 
-A stage's plan is a pure function of the config and earlier artifacts, cut into shards at the same
-boundaries on every node and every resume; these records cross processes (Ray) and files (the store).
+A stage's plan is a pure function of the config and earlier artifacts: its units come in strictly
+increasing ``unit_id`` order, so they are cut into shards at the same boundaries on every node and every
+resume without anyone holding the whole plan. The coordinator streams them into *plan pages* in the store
+(``shards_per_page`` shards each); a worker reads just the page of the shard it claimed. These records
+cross processes (Ray) and files (the store).
 """
 
 from __future__ import annotations
 
+import bisect
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
 import msgspec
 
+from punchline.data.errors import PunchlineError
 from punchline.data.requests import ProviderRequest, ProviderResponse
 
 
@@ -28,29 +37,217 @@ class UnitResult(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
+class ModelUsage(msgspec.Struct, kw_only=True):
+    """What one model's calls of a shard cost."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class ShardUsage(msgspec.Struct, kw_only=True):
+    """What a shard's units did and cost, kept in its shard file: the store, not Redis, is the record of
+    progress and spend (a wiped ledger loses its counters, never this)."""
+
+    units_ok: int = 0
+    units_failed: int = 0
+    cache_hits: int = 0
+    provider_requests: int = 0
+    provider_retries: int = 0
+    models: dict[str, ModelUsage] = {}
+
+    def add_call(self, model: str, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        m = self.models.setdefault(model, ModelUsage())
+        m.calls += 1
+        m.input_tokens += input_tokens
+        m.output_tokens += output_tokens
+        m.cost_usd += cost_usd
+
+    def counters(self) -> dict[str, float]:
+        """The ledger counters this shard adds (``status`` sums them)."""
+        return {
+            "units_done": self.units_ok,
+            "units_failed": self.units_failed,
+            "cache_hits": self.cache_hits,
+            "provider_requests": self.provider_requests,
+            "provider_retries": self.provider_retries,
+            "input_tokens": sum(m.input_tokens for m in self.models.values()),
+            "output_tokens": sum(m.output_tokens for m in self.models.values()),
+            "cost_usd": sum(m.cost_usd for m in self.models.values()),
+        }
+
+
 class ShardOutput(msgspec.Struct, kw_only=True):
     """The committed output of one shard: written once (``if_absent``) to the store."""
 
     stage: str
     shard: int
     results: list[UnitResult]
+    usage: ShardUsage | None = None
 
 
-class StagePlan(msgspec.Struct, kw_only=True):
+class PlanPage(msgspec.Struct, kw_only=True):
+    """Consecutive shards of a plan, as stored: ``shards[i]`` is shard ``first_shard + i``."""
+
     stage: str
-    units: list[UnitSpec]
+    first_shard: int
+    shards: list[list[UnitSpec]]
+
+
+class StagePlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What a stage's plan is, without its units (they are in the store's plan pages): small enough to
+    hand every worker, whatever the number of units."""
+
+    run_id: str
+    stage: str
     shard_size: int
+    shards_per_page: int
+    units_total: int
+    shards_total: int
+    digest: str  # sha256 over the units, in order: a changed plan invalidates earlier shards
 
     def shard_count(self) -> int:
-        return (len(self.units) + self.shard_size - 1) // self.shard_size
+        return self.shards_total
 
-    def shard(self, index: int) -> list[UnitSpec]:
-        return self.units[index * self.shard_size : (index + 1) * self.shard_size]
+    def page_of(self, shard: int) -> int:
+        return shard // self.shards_per_page
 
 
-def make_plan(stage: str, units: list[UnitSpec], shard_size: int) -> StagePlan:
-    """Sort units by id so shard boundaries do not depend on the order a stage listed them in."""
-    ids = [u.unit_id for u in units]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"stage {stage}: duplicate unit ids")
-    return StagePlan(stage=stage, units=sorted(units, key=lambda u: u.unit_id), shard_size=shard_size)
+def stage_prefix(run_id: str, stage: str) -> str:
+    return f"{run_id}/stages/{stage}"
+
+
+def shard_key(run_id: str, stage: str, shard: int) -> str:
+    return f"{stage_prefix(run_id, stage)}/shards/{shard:06d}.msgpack"
+
+
+def plan_page_key(run_id: str, stage: str, page: int) -> str:
+    return f"{stage_prefix(run_id, stage)}/plan/{page:06d}.msgpack"
+
+
+def in_unit_order(units: Iterable[UnitSpec]) -> list[UnitSpec]:
+    """A stage that builds its units in another order returns them through this."""
+    return sorted(units, key=lambda u: u.unit_id)
+
+
+class PlanOrderError(PunchlineError):
+    """A stage listed its units out of ``unit_id`` order, or twice: a bug in the stage."""
+
+
+def ordered(stage: str, units: Iterable[UnitSpec]) -> Iterator[UnitSpec]:
+    """The units, checked to come in strictly increasing ``unit_id`` order (so duplicates are caught too)."""
+    previous: str | None = None
+    for unit in units:
+        if previous is not None and unit.unit_id <= previous:
+            what = "twice" if unit.unit_id == previous else f"after {previous!r}"
+            raise PlanOrderError(f"stage {stage}: unit {unit.unit_id!r} listed {what} (plans go in unit_id order)")
+        previous = unit.unit_id
+        yield unit
+
+
+_unit_encoder = msgspec.msgpack.Encoder(order="deterministic")
+_page_encoder = msgspec.msgpack.Encoder()
+_page_decoder = msgspec.msgpack.Decoder(PlanPage)
+
+
+class PlanShape(msgspec.Struct, kw_only=True):
+    """One pass over a stage's units: how many, how cut, their digest and each shard's first unit id."""
+
+    units_total: int = 0
+    shards_total: int = 0
+    digest: str = ""
+    first_ids: list[str] = []
+
+
+def cut(
+    stage: str,
+    units: Iterable[UnitSpec],
+    shard_size: int,
+    shards_per_page: int,
+    on_page: Callable[[PlanPage], None] | None = None,
+) -> PlanShape:
+    """Cut units (in order) into shards and pages, streaming: memory is one page, not the plan."""
+    h = hashlib.sha256(f"{stage}\x00{shard_size}\x00".encode())
+    shape = PlanShape()
+    page = PlanPage(stage=stage, first_shard=0, shards=[])
+    shard: list[UnitSpec] = []
+
+    def close_shard() -> None:
+        nonlocal page
+        page.shards.append(list(shard))
+        shard.clear()
+        shape.shards_total += 1
+        if len(page.shards) == shards_per_page:
+            if on_page is not None:
+                on_page(page)
+            page = PlanPage(stage=stage, first_shard=shape.shards_total, shards=[])
+
+    for unit in ordered(stage, units):
+        if not shard:
+            shape.first_ids.append(unit.unit_id)
+        shard.append(unit)
+        h.update(_unit_encoder.encode(unit))
+        shape.units_total += 1
+        if len(shard) == shard_size:
+            close_shard()
+    if shard:
+        close_shard()
+    if page.shards and on_page is not None:
+        on_page(page)
+    shape.digest = h.hexdigest()
+    return shape
+
+
+def encode_page(page: PlanPage) -> bytes:
+    return _page_encoder.encode(page)
+
+
+def decode_page(raw: bytes) -> PlanPage:
+    return _page_decoder.decode(raw)
+
+
+class ShardResults(Mapping[str, UnitResult]):
+    """A finished stage's results, read shard by shard from the store as a reduce step asks for them.
+
+    Units are sorted, so ``first_ids`` (each shard's first unit id) locates any unit with a binary
+    search; a few decoded shards are kept, and a reduce that walks the plan in order reads each once.
+    Memory stays at a few shards however large the stage.
+    """
+
+    def __init__(
+        self, load: Callable[[int], list[UnitResult]], first_ids: list[str], units_total: int, keep_shards: int = 64
+    ) -> None:
+        self._load = load
+        self._first_ids = first_ids
+        self._units_total = units_total
+        self._keep = keep_shards
+        self._cache: OrderedDict[int, dict[str, UnitResult]] = OrderedDict()
+
+    def _shard(self, index: int) -> dict[str, UnitResult]:
+        hit = self._cache.get(index)
+        if hit is not None:
+            self._cache.move_to_end(index)
+            return hit
+        loaded = {r.unit_id: r for r in self._load(index)}
+        self._cache[index] = loaded
+        if len(self._cache) > self._keep:
+            self._cache.popitem(last=False)
+        return loaded
+
+    def __getitem__(self, unit_id: str) -> UnitResult:
+        index = bisect.bisect_right(self._first_ids, unit_id) - 1
+        if index < 0:
+            raise KeyError(unit_id)
+        return self._shard(index)[unit_id]
+
+    def __iter__(self) -> Iterator[str]:
+        for index in range(len(self._first_ids)):
+            yield from self._shard(index)
+
+    def __len__(self) -> int:
+        return self._units_total
+
+    def failed(self) -> dict[str, str]:
+        """Failed unit -> reason, in unit order."""
+        return {uid: str(r.error) for uid in self for r in [self[uid]] if r.error is not None}

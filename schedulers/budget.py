@@ -24,43 +24,75 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.schedulers.redis_client import redis_errors
 
-# KEYS: spent, reserved (hash holder -> usd), alive (zset holder -> expiry ms)
-# ARGV: holder, estimate_usd, max_usd (negative = no cap), ttl_ms
-_RESERVE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-for _, h in ipairs(dead) do
-  redis.call('HDEL', KEYS[2], h)
-  redis.call('ZREM', KEYS[3], h)
+# Shared Lua: KEYS[k0+1..k0+3] = spent, reserved (hash holder -> usd), alive (zset holder -> expiry ms).
+# budget_reserve(k0, holder, estimate, cap, ttl_ms) -> 1 if it fits (and is held), 0 if it would break the cap.
+# budget_settle(k0, holder, reserved, actual, ttl_ms) replaces a reservation by the actual cost.
+BUDGET_LUA = """
+local function budget_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local reserved = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[2])) do reserved = reserved + tonumber(v) end
-local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
-local est = tonumber(ARGV[2])
-local cap = tonumber(ARGV[3])
-if cap >= 0 and spent + reserved + est > cap + 1e-9 then return 0 end
-redis.call('HINCRBYFLOAT', KEYS[2], ARGV[1], est)
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
-return 1
+local function budget_reserve(k0, holder, est, cap, ttl)
+  local now = budget_now()
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[k0 + 3], '-inf', now)
+  for _, h in ipairs(dead) do
+    redis.call('HDEL', KEYS[k0 + 2], h)
+    redis.call('ZREM', KEYS[k0 + 3], h)
+  end
+  local reserved = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[k0 + 2])) do reserved = reserved + tonumber(v) end
+  local spent = tonumber(redis.call('GET', KEYS[k0 + 1]) or '0')
+  if cap >= 0 and spent + reserved + est > cap + 1e-9 then return 0 end
+  redis.call('HINCRBYFLOAT', KEYS[k0 + 2], holder, est)
+  redis.call('ZADD', KEYS[k0 + 3], now + ttl, holder)
+  return 1
+end
+local function budget_settle(k0, holder, reserved, actual, ttl)
+  local now = budget_now()
+  if reserved ~= 0 and redis.call('HEXISTS', KEYS[k0 + 2], holder) == 1 then
+    local left = tonumber(redis.call('HINCRBYFLOAT', KEYS[k0 + 2], holder, -reserved))
+    if left <= 1e-9 then redis.call('HDEL', KEYS[k0 + 2], holder) end
+  end
+  if redis.call('HEXISTS', KEYS[k0 + 2], holder) == 1 then
+    redis.call('ZADD', KEYS[k0 + 3], now + ttl, holder)
+  else
+    redis.call('ZREM', KEYS[k0 + 3], holder)
+  end
+  if actual ~= 0 then redis.call('INCRBYFLOAT', KEYS[k0 + 1], actual) end
+end
 """
 
-# KEYS: spent, reserved, alive ; ARGV: holder, reserved_usd, actual_usd, ttl_ms
-_SETTLE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if tonumber(ARGV[2]) ~= 0 and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  local left = tonumber(redis.call('HINCRBYFLOAT', KEYS[2], ARGV[1], -tonumber(ARGV[2])))
-  if left <= 1e-9 then redis.call('HDEL', KEYS[2], ARGV[1]) end
-end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
-else
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
-if tonumber(ARGV[3]) ~= 0 then redis.call('INCRBYFLOAT', KEYS[1], ARGV[3]) end
+# ARGV: holder, estimate_usd, max_usd (negative = no cap), ttl_ms
+_RESERVE = (
+    BUDGET_LUA
+    + """
+return budget_reserve(0, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+"""
+)
+
+# ARGV: holder, reserved_usd, actual_usd, ttl_ms
+_SETTLE = (
+    BUDGET_LUA
+    + """
+budget_settle(0, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
 return 1
 """
+)
+
+
+def budget_keys(run_id: str, namespace: str = "pl") -> list[str]:
+    """spent, reserved, alive: the keys every budget script of a run takes, in this order."""
+    base = f"{namespace}:budget:{run_id}"
+    return [f"{base}:spent", f"{base}:reserved", f"{base}:alive"]
+
+
+def usage_key(run_id: str, namespace: str = "pl") -> str:
+    return f"{namespace}:budget:{run_id}:usage"
+
+
+def usage_field(stage: str, model: str, what: str) -> str:
+    """A field of the usage hash: ``what`` is ``in``, ``out`` or ``usd``."""
+    return f"{stage}\x1f{model}\x1f{what}"
 
 
 class UsageRow(msgspec.Struct, kw_only=True):
@@ -88,9 +120,9 @@ class Budget:
         self.max_cost_usd = max_cost_usd
         self.holder = uuid.uuid4().hex
         self.ttl_ms = int(reservation_ttl_s * 1000)
-        base = f"{namespace}:budget:{run_id}"
-        self._keys = [f"{base}:spent", f"{base}:reserved", f"{base}:alive"]
-        self._usage_key = f"{base}:usage"
+        self.namespace = namespace
+        self._keys = budget_keys(run_id, namespace)
+        self._usage_key = usage_key(run_id, namespace)
         self._reserve = client.register_script(_RESERVE)
         self._settle = client.register_script(_SETTLE)
 
@@ -111,12 +143,11 @@ class Budget:
 
     def record(self, stage: str, model: str, input_tokens: int, output_tokens: int, usd: float) -> None:
         """Account tokens and dollars per (stage, model); reporting only, the cap uses ``settle``."""
-        field = f"{stage}\x1f{model}"
         with redis_errors("budget"):
             pipe = self.r.pipeline(transaction=True)
-            pipe.hincrby(self._usage_key, f"{field}\x1fin", input_tokens)
-            pipe.hincrby(self._usage_key, f"{field}\x1fout", output_tokens)
-            pipe.hincrbyfloat(self._usage_key, f"{field}\x1fusd", usd)
+            pipe.hincrby(self._usage_key, usage_field(stage, model, "in"), input_tokens)
+            pipe.hincrby(self._usage_key, usage_field(stage, model, "out"), output_tokens)
+            pipe.hincrbyfloat(self._usage_key, usage_field(stage, model, "usd"), usd)
             pipe.execute()
 
     def spent_usd(self) -> float:

@@ -1,18 +1,17 @@
-"""The Redis ledger: leases with fencing tokens, done-records, the shard queue and progress counters.
+"""The Redis ledger as the coordinator sees it: a stage's shard queue, its progress counters, its failures.
 
-Two kinds of lease live here, with the same Lua primitives:
+Workers take and commit leases through :mod:`punchline.schedulers.leases` (asynchronous, one round trip per
+step); this module builds the queue those leases come from and reads what they left behind, for the
+coordinator, the driver and ``status``. Key names of both live in :class:`StageKeys` and :func:`request_key`.
 
-* a **request lease** (global, keyed by the request's content hash, shared by every run): a worker
-  may call a paid provider only while it holds it, so two overlapping runs never pay twice;
-* a **shard lease** (per run and stage): which worker is processing which shard. A shard whose
-  worker died becomes claimable again when its lease expires.
-
-Every acquisition increments a fencing token. A commit carries the token it was granted and is
-rejected if anyone acquired the same lease since (the holder was presumed dead and replaced), so a
-zombie worker can never double-count or overwrite a takeover's commit.
+A stage's queue is two sorted sets, so every claim is O(log N) whatever the number of shards:
+``todo`` (shards nobody has claimed, scored by shard number) and ``leased`` (claimed shards, scored by
+their lease deadline in ms); ``holders`` maps a leased shard to ``owner|token``. A claim takes the
+leased shard whose deadline passed longest ago, else pops the lowest ``todo`` shard. A commit removes
+the shard from both, so a finished stage leaves only its counters behind.
 
 Redis is not the source of truth for results: the checkpoint store is. If Redis is wiped, the queue
-is rebuilt from the store (see ``init_stage``) and the response cache prevents paying again.
+is rebuilt from the store (see :meth:`Ledger.init_stage`) and the response cache prevents paying again.
 """
 
 from __future__ import annotations
@@ -26,88 +25,31 @@ import redis
 
 from punchline.data.errors import LedgerUnavailable
 
-# KEYS: lease, fence, done ; ARGV: owner, ttl_ms
-_ACQUIRE = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return {2, 0} end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('PTTL', KEYS[1])} end
-local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
-return {1, token}
-"""
-
-# KEYS: lease ; ARGV: owner, token, ttl_ms
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] .. '|' .. ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3]) return 1
-end
-return 0
-"""
-
-# A commit is valid if nobody acquired the lease after us: the fence still equals our token and the
-# lease is ours or has lapsed without a successor.
-# KEYS: lease, fence, done ; ARGV: owner, token, value
-_COMMIT = """
-local fence = redis.call('GET', KEYS[2])
-if fence ~= ARGV[2] then return 0 end
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] .. '|' .. ARGV[2] then return 0 end
-redis.call('SET', KEYS[3], ARGV[3])
-redis.call('DEL', KEYS[1])
-return 1
-"""
-
-# KEYS: lease ; ARGV: owner, token
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] .. '|' .. ARGV[2] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-# Claim the first shard of the stage's to-do set that nobody holds.
-# KEYS: todo, meta ; ARGV: prefix, owner, ttl_ms
-# returns {1, shard, token} | {0, min_pttl} (all held by others) | {-1} (nothing to do) | {-2} (no stage meta)
-_CLAIM = """
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-2} end
-local todo = redis.call('SMEMBERS', KEYS[1])
-if #todo == 0 then return {-1} end
-table.sort(todo, function(a, b) return tonumber(a) < tonumber(b) end)
-local wait = -1
-for _, shard in ipairs(todo) do
-  local lease = ARGV[1] .. shard .. ':lease'
-  local pttl = redis.call('PTTL', lease)
-  if pttl < 0 then
-    local token = redis.call('INCR', ARGV[1] .. shard .. ':fence')
-    redis.call('SET', lease, ARGV[2] .. '|' .. token, 'PX', ARGV[3])
-    return {1, tonumber(shard), token}
-  end
-  if wait < 0 or pttl < wait then wait = pttl end
-end
-return {0, wait}
-"""
-
-# KEYS: lease, fence, todo, done_set ; ARGV: owner, token, shard
-_COMMIT_SHARD = """
-local fence = redis.call('GET', KEYS[2])
-if fence ~= ARGV[2] then return 0 end
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] .. '|' .. ARGV[2] then return 0 end
-redis.call('SREM', KEYS[3], ARGV[3])
-redis.call('SADD', KEYS[4], ARGV[3])
-redis.call('DEL', KEYS[1])
-return 1
-"""
+_INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
 
 
-class Grant(msgspec.Struct, frozen=True):
-    """A held lease: present the token when renewing or committing."""
-
-    key: str
-    owner: str
-    token: int
+def request_key(namespace: str, key: str) -> str:
+    """The lease of one provider request (global: shared by every run using this ledger)."""
+    return f"{namespace}:req:{key}"
 
 
-class Claim(msgspec.Struct, frozen=True):
-    shard: int
-    grant: Grant
+def fence_key(namespace: str) -> str:
+    """One counter hands out every fencing token, so a token is never reused (even after a lease is gone)."""
+    return f"{namespace}:fence"
+
+
+class StageKeys:
+    """The Redis keys of one stage of one run."""
+
+    def __init__(self, namespace: str, run_id: str, stage: str) -> None:
+        base = f"{namespace}:run:{run_id}:stage:{stage}"
+        self.base = base
+        self.todo = f"{base}:todo"
+        self.leased = f"{base}:leased"
+        self.holders = f"{base}:holders"
+        self.meta = f"{base}:meta"
+        self.counters = f"{base}:counters"
+        self.failed = f"{base}:failed"
 
 
 class StageCounters(msgspec.Struct, kw_only=True):
@@ -128,20 +70,15 @@ class StageCounters(msgspec.Struct, kw_only=True):
     updated_at: float = 0.0
 
 
+_FLOAT_COUNTERS = frozenset({"cost_usd", "started_at", "updated_at"})
+
+
 class Ledger:
-    """All Redis state of the engine. Every Redis failure surfaces as :class:`LedgerUnavailable`."""
+    """The coordinator's view of the ledger. Every Redis failure surfaces as :class:`LedgerUnavailable`."""
 
     def __init__(self, client: redis.Redis, *, namespace: str = "pl") -> None:
         self.r = client
         self.ns = namespace
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._commit = client.register_script(_COMMIT)
-        self._release = client.register_script(_RELEASE)
-        self._claim = client.register_script(_CLAIM)
-        self._commit_shard = client.register_script(_COMMIT_SHARD)
-
-    # --- helpers ---------------------------------------------------------------------------------
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -153,44 +90,11 @@ class Ledger:
                 raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
             raise
 
-    def _req(self, key: str) -> list[str]:
-        base = f"{self.ns}:req:{key}"
-        return [f"{base}:lease", f"{base}:fence", f"{base}:done"]
-
-    def _stage(self, run_id: str, stage: str) -> str:
-        return f"{self.ns}:run:{run_id}:stage:{stage}"
+    def keys(self, run_id: str, stage: str) -> StageKeys:
+        return StageKeys(self.ns, run_id, stage)
 
     def ping(self) -> None:
         self._call(self.r.ping)
-
-    # --- request leases --------------------------------------------------------------------------
-
-    def acquire_request(self, key: str, owner: str, lease_ms: int) -> Grant | int | None:
-        """A :class:`Grant`, or the ms left on someone else's lease, or None if the request is done."""
-        status, value = self._call(self._acquire, keys=self._req(key), args=[owner, lease_ms])
-        if status == 1:
-            return Grant(key, owner, int(value))
-        if status == 2:
-            return None
-        return max(int(value), 1)
-
-    def renew(self, grant: Grant, lease_ms: int, *, lease_key: str | None = None) -> bool:
-        lk = lease_key or self._req(grant.key)[0]
-        return bool(self._call(self._renew, keys=[lk], args=[grant.owner, grant.token, lease_ms]))
-
-    def commit_request(self, grant: Grant, pointer: str) -> bool:
-        """Mark the request done (pointing at its stored result); False if our lease was taken over."""
-        return bool(self._call(self._commit, keys=self._req(grant.key), args=[grant.owner, grant.token, pointer]))
-
-    def release_request(self, grant: Grant) -> None:
-        self._call(self._release, keys=[self._req(grant.key)[0]], args=[grant.owner, grant.token])
-
-    def forget_request(self, key: str) -> None:
-        """Drop a done-record whose result the store does not have (the store is the truth)."""
-        self._call(self.r.delete, self._req(key)[2])
-
-    def request_done(self, key: str) -> bool:
-        return bool(self._call(self.r.exists, self._req(key)[2]))
 
     # --- stages and shards -----------------------------------------------------------------------
 
@@ -198,72 +102,48 @@ class Ledger:
         self, run_id: str, stage: str, *, pending: Iterable[int], shards_total: int, units_total: int, shards_done: int
     ) -> None:
         """(Re)build the stage's queue from what the store says is still missing."""
-        base = self._stage(run_id, stage)
-        pending = list(pending)
+        k = self.keys(run_id, stage)
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(f"{base}:todo", f"{base}:failed")
-        if pending:
-            pipe.sadd(f"{base}:todo", *[str(s) for s in pending])
-        pipe.hset(f"{base}:meta", mapping={"shards_total": shards_total, "units_total": units_total})
-        pipe.hsetnx(f"{base}:counters", "started_at", time.time())
+        pipe.delete(k.todo, k.leased, k.holders, k.failed)
+        chunk: dict[str, int] = {}
+        for shard in pending:
+            chunk[str(shard)] = shard
+            if len(chunk) >= _INIT_CHUNK:
+                pipe.zadd(k.todo, chunk)
+                chunk = {}
+        if chunk:
+            pipe.zadd(k.todo, chunk)
+        pipe.hset(k.meta, mapping={"shards_total": shards_total, "units_total": units_total})
+        pipe.hsetnx(k.counters, "started_at", time.time())
         pipe.hset(
-            f"{base}:counters",
+            k.counters,
             mapping={"shards_total": shards_total, "units_total": units_total, "shards_done": shards_done},
         )
         self._call(pipe.execute)
 
     def stage_initialized(self, run_id: str, stage: str) -> bool:
-        return bool(self._call(self.r.exists, f"{self._stage(run_id, stage)}:meta"))
+        return bool(self._call(self.r.exists, self.keys(run_id, stage).meta))
 
-    def claim_shard(self, run_id: str, stage: str, owner: str, lease_ms: int) -> Claim | int:
-        """A :class:`Claim`, or: ``>0`` ms to wait (all held), ``-1`` nothing left, ``-2`` stage unknown."""
-        base = self._stage(run_id, stage)
-        res = self._call(self._claim, keys=[f"{base}:todo", f"{base}:meta"], args=[f"{base}:shard:", owner, lease_ms])
-        if res[0] == 1:
-            shard = int(res[1])
-            return Claim(shard, Grant(f"{base}:shard:{shard}", owner, int(res[2])))
-        if res[0] == 0:
-            return max(int(res[1]), 1)
-        return int(res[0])
-
-    def renew_shard(self, grant: Grant, lease_ms: int) -> bool:
-        return self.renew(grant, lease_ms, lease_key=f"{grant.key}:lease")
-
-    def commit_shard(self, run_id: str, stage: str, claim: Claim) -> bool:
-        base = self._stage(run_id, stage)
-        g = claim.grant
-        ok = self._call(
-            self._commit_shard,
-            keys=[f"{g.key}:lease", f"{g.key}:fence", f"{base}:todo", f"{base}:done"],
-            args=[g.owner, g.token, claim.shard],
-        )
-        if ok:
-            self._call(self.r.hincrby, f"{base}:counters", "shards_done", 1)
-        return bool(ok)
-
-    def release_shard(self, claim: Claim) -> None:
-        self._call(self._release, keys=[f"{claim.grant.key}:lease"], args=[claim.grant.owner, claim.grant.token])
-
-    def pending_shards(self, run_id: str, stage: str) -> set[int]:
-        return {int(s) for s in self._call(self.r.smembers, f"{self._stage(run_id, stage)}:todo")}
+    def pending_shards(self, run_id: str, stage: str) -> int:
+        """Shards not committed yet: waiting in the queue or held by a worker."""
+        k = self.keys(run_id, stage)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zcard(k.todo)
+        pipe.zcard(k.leased)
+        return int(sum(self._call(pipe.execute)))
 
     def leased_shards(self, run_id: str, stage: str) -> int:
-        base = self._stage(run_id, stage)
-        pending = self.pending_shards(run_id, stage)
-        if not pending:
-            return 0
-        pipe = self.r.pipeline(transaction=False)
-        for s in pending:
-            pipe.exists(f"{base}:shard:{s}:lease")
-        return sum(self._call(pipe.execute))
+        """Shards held under a live lease right now."""
+        now_ms = int(time.time() * 1000)
+        return int(self._call(self.r.zcount, self.keys(run_id, stage).leased, now_ms, "+inf"))
 
     # --- counters ----------------------------------------------------------------------------------
 
     def count(self, run_id: str, stage: str, **increments: float) -> None:
-        key = f"{self._stage(run_id, stage)}:counters"
+        key = self.keys(run_id, stage).counters
         pipe = self.r.pipeline(transaction=False)
         for name, value in increments.items():
-            if name == "cost_usd":
+            if name in _FLOAT_COUNTERS:
                 pipe.hincrbyfloat(key, name, float(value))
             else:
                 pipe.hincrby(key, name, int(value))
@@ -271,23 +151,20 @@ class Ledger:
         self._call(pipe.execute)
 
     def counters(self, run_id: str, stage: str) -> StageCounters:
-        raw = self._call(self.r.hgetall, f"{self._stage(run_id, stage)}:counters")
+        raw = self._call(self.r.hgetall, self.keys(run_id, stage).counters)
         values: dict[str, Any] = {}
         for k, v in raw.items():
             name = k.decode() if isinstance(k, bytes) else k
             text = v.decode() if isinstance(v, bytes) else v
             if name in StageCounters.__struct_fields__:
-                values[name] = float(text) if name in ("cost_usd", "started_at", "updated_at") else int(float(text))
+                values[name] = float(text) if name in _FLOAT_COUNTERS else int(float(text))
         return StageCounters(**values)
 
     def record_failure(self, run_id: str, stage: str, unit_id: str, reason: str) -> None:
-        self._call(self.r.hset, f"{self._stage(run_id, stage)}:failed", unit_id, reason[:500])
-
-    def clear_failure(self, run_id: str, stage: str, unit_id: str) -> None:
-        self._call(self.r.hdel, f"{self._stage(run_id, stage)}:failed", unit_id)
+        self._call(self.r.hset, self.keys(run_id, stage).failed, unit_id, reason[:500])
 
     def failures(self, run_id: str, stage: str) -> dict[str, str]:
-        raw = self._call(self.r.hgetall, f"{self._stage(run_id, stage)}:failed")
+        raw = self._call(self.r.hgetall, self.keys(run_id, stage).failed)
         return {
             (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in raw.items()

@@ -1,17 +1,24 @@
-"""One rate limiter for every worker on every node: GCRA in Redis, per (provider, model).
+"""One rate limiter for every worker on every node: GCRA in Redis, per provider (and optionally per model).
 
-Each (provider, model) has two GCRA cells, one for requests and one for tokens, and a shared *rate
-factor*. ``acquire`` runs one Lua script that *reserves* the next conformant slot in both cells
-(advancing their theoretical arrival times) and answers how long the caller must wait for it; the
-caller sleeps that long and then calls. Because slots are handed out in Redis (with Redis' own
-clock), N workers on M nodes together send at most the configured rate, evenly spaced, instead of
-each sending 1/N of it in bursts.
+``requests_per_minute`` and ``tokens_per_minute`` of a ``[providers.<name>]`` table limit that provider
+as a whole: all its models, all workers, all runs sharing the ledger, because that is what a provider's
+quota means. A model may add its own, separate limit (``requests_per_minute`` on the model's entry);
+a call then waits for both.
 
-Throttling is AIMD: a 429 anywhere calls :meth:`RedisRateLimiter.on_throttled`, which multiplies the
-factor of that (provider, model) by ``decrease_factor`` (at most once per ``throttle_cooldown_s``, so a
-burst of 429s seen by many workers counts once), and every ``recover_window_s`` without a new 429 the
-factor grows back by ``increase_step`` up to 1. Every worker reads the factor in the same script, so a
-slowdown is cluster-wide at once.
+Each limited scope has two GCRA cells, one for requests and one for tokens, and the provider has a
+*rate factor*. Reserving runs one Lua script that advances the cells' theoretical arrival times and
+answers how long the caller must wait for its slot; the caller sleeps that long and then calls. Because
+slots are handed out in Redis (with Redis' own clock), N workers on M nodes together send at most the
+configured rate, evenly spaced. Tokens are reserved from an estimate (``max_tokens`` per choice plus
+the prompt) and the unused part is given back when the answer's real usage is known.
+
+The unit path does not call this module's scripts directly: :mod:`punchline.schedulers.leases` runs
+:data:`GCRA_LUA` inside the lease script, so taking a request's lease and its rate slot is one round trip.
+This class serves retries (each retry needs a new slot) and 429 feedback.
+
+Throttling is AIMD: a 429 anywhere lowers the provider's factor by ``decrease_factor`` (at most once per
+``throttle_cooldown_s``, so a burst of 429s seen by many workers counts once), and every
+``recover_window_s`` without a new 429 it grows back by ``increase_step`` up to 1.
 
 Redis unreachable -> :class:`~punchline.data.errors.LedgerUnavailable`: no Redis, no paid call (fail closed).
 """
@@ -19,6 +26,7 @@ Redis unreachable -> :class:`~punchline.data.errors.LedgerUnavailable`: no Redis
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections.abc import Mapping
 
@@ -26,40 +34,92 @@ import msgspec
 import redis
 
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest
 from punchline.schedulers.redis_client import redis_errors
 
-# KEYS: req_tat, tok_tat, state ; ARGV: rpm, tpm, requests, tokens, burst_requests, burst_s_tokens,
-#       increase_step, recover_window_ms, idle_ttl_ms.  Returns the wait in ms and the factor (x1e6).
-_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local factor = tonumber(redis.call('HGET', KEYS[3], 'f') or '1')
-local changed = tonumber(redis.call('HGET', KEYS[3], 'c') or '0')
-local window = tonumber(ARGV[8])
-if factor < 1 and now - changed >= window then
-  local steps = math.floor((now - changed) / window)
-  factor = math.min(1, factor + steps * tonumber(ARGV[7]))
-  redis.call('HSET', KEYS[3], 'f', tostring(factor), 'c', tostring(changed + steps * window))
-  redis.call('PEXPIRE', KEYS[3], ARGV[9])
+# Shared Lua: KEYS[k0+1..k0+5] = provider req, provider tok, provider state, model req, model tok.
+# ARGV[a0+1..a0+11] = provider rpm, provider tpm, model rpm, model tpm, requests, tokens, burst_requests,
+#                     burst_s_tokens, increase_step, recover_window_ms, idle_ttl_ms.
+# rl_reserve returns the wait in ms (0 when nothing is limited) and the factor.
+GCRA_LUA = """
+local function rl_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
-local wait = 0
-local function cell(key, per_min, cost, burst)
+local function rl_factor(state, now, step, window, idle)
+  local factor = tonumber(redis.call('HGET', state, 'f') or '1')
+  local changed = tonumber(redis.call('HGET', state, 'c') or '0')
+  if factor < 1 and now - changed >= window then
+    local steps = math.floor((now - changed) / window)
+    factor = math.min(1, factor + steps * step)
+    redis.call('HSET', state, 'f', tostring(factor), 'c', tostring(changed + steps * window))
+    redis.call('PEXPIRE', state, idle)
+  end
+  return factor
+end
+local function rl_cell(key, per_min, cost, burst, factor, now, idle)
   local interval = 60000 / (per_min * factor)
   local tat = tonumber(redis.call('GET', key) or '0')
   if tat < now then tat = now end
   local new_tat = tat + interval * cost
-  local w = new_tat - burst * interval - now
-  if w > wait then wait = w end
-  redis.call('SET', key, tostring(new_tat), 'PX', math.ceil(new_tat - now) + tonumber(ARGV[9]))
+  redis.call('SET', key, tostring(new_tat), 'PX', math.ceil(new_tat - now) + idle)
+  return new_tat - burst * interval - now
 end
-local rpm = tonumber(ARGV[1])
-local tpm = tonumber(ARGV[2])
-if rpm > 0 then cell(KEYS[1], rpm, tonumber(ARGV[3]), tonumber(ARGV[5])) end
-if tpm > 0 and tonumber(ARGV[4]) > 0 then
-  cell(KEYS[2], tpm, tonumber(ARGV[4]), tpm / 60 * tonumber(ARGV[6]))
+local function rl_reserve(k0, a0)
+  local p_rpm, p_tpm = tonumber(ARGV[a0 + 1]), tonumber(ARGV[a0 + 2])
+  local m_rpm, m_tpm = tonumber(ARGV[a0 + 3]), tonumber(ARGV[a0 + 4])
+  if p_rpm <= 0 and p_tpm <= 0 and m_rpm <= 0 and m_tpm <= 0 then return 0, 1 end
+  local requests, tokens = tonumber(ARGV[a0 + 5]), tonumber(ARGV[a0 + 6])
+  local burst_r, burst_s = tonumber(ARGV[a0 + 7]), tonumber(ARGV[a0 + 8])
+  local idle = tonumber(ARGV[a0 + 11])
+  local now = rl_now()
+  local factor = rl_factor(KEYS[k0 + 3], now, tonumber(ARGV[a0 + 9]), tonumber(ARGV[a0 + 10]), idle)
+  local wait = 0
+  local function take(key, per_min, cost, burst)
+    if per_min > 0 and cost > 0 then
+      local w = rl_cell(key, per_min, cost, burst, factor, now, idle)
+      if w > wait then wait = w end
+    end
+  end
+  take(KEYS[k0 + 1], p_rpm, requests, burst_r)
+  take(KEYS[k0 + 2], p_tpm, tokens, p_tpm / 60 * burst_s)
+  take(KEYS[k0 + 4], m_rpm, requests, burst_r)
+  take(KEYS[k0 + 5], m_tpm, tokens, m_tpm / 60 * burst_s)
+  return math.ceil(wait), factor
 end
-return {math.ceil(wait), math.floor(factor * 1000000)}
+local function rl_refund(k0, a0, unused)
+  if unused <= 0 then return end
+  local now = rl_now()
+  local factor = tonumber(redis.call('HGET', KEYS[k0 + 3], 'f') or '1')
+  for i, cell in ipairs({{k0 + 2, a0 + 2}, {k0 + 5, a0 + 4}}) do
+    local per_min = tonumber(ARGV[cell[2]])
+    if per_min > 0 then
+      local tat = tonumber(redis.call('GET', KEYS[cell[1]]) or '0')
+      if tat > now then
+        local back = math.max(now, tat - unused * 60000 / (per_min * factor))
+        redis.call('SET', KEYS[cell[1]], tostring(back), 'PX', math.ceil(back - now) + tonumber(ARGV[a0 + 11]))
+      end
+    end
+  end
+end
 """
+
+_RESERVE = (
+    GCRA_LUA
+    + """
+local wait, factor = rl_reserve(0, 0)
+return {wait, math.floor(factor * 1000000)}
+"""
+)
+
+# ARGV[12] = unused tokens to give back
+_REFUND = (
+    GCRA_LUA
+    + """
+rl_refund(0, 0, tonumber(ARGV[12]))
+return 1
+"""
+)
 
 # KEYS: state ; ARGV: decrease_factor, min_factor, cooldown_ms, idle_ttl_ms.  Returns factor (x1e6).
 _THROTTLED = """
@@ -85,7 +145,7 @@ class RateLimitSettings(msgspec.Struct, frozen=True, kw_only=True):
     increase_step: float = 0.1
     recover_window_s: float = 5.0
     throttle_cooldown_s: float = 2.0
-    idle_ttl_s: float = 3600.0  # Redis forgets a (provider, model) idle this long
+    idle_ttl_s: float = 3600.0  # Redis forgets a scope idle this long
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RateLimitSettings:
@@ -100,12 +160,52 @@ class RateLimitSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """A provider's limits (all models together) and optional per-model limits by model id."""
+
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
+    models: dict[str, tuple[float, float]] = {}
 
     @classmethod
     def from_provider(cls, settings: ProviderSettings) -> Limits:
-        return cls(requests_per_minute=settings.requests_per_minute, tokens_per_minute=settings.tokens_per_minute)
+        per_model = {m.id: settings.model_limits(m.id) for m in settings.models.values()}
+        return cls(
+            requests_per_minute=settings.requests_per_minute,
+            tokens_per_minute=settings.tokens_per_minute,
+            models={k: v for k, v in per_model.items() if v != (0.0, 0.0)},
+        )
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.requests_per_minute or self.tokens_per_minute or self.models)
+
+
+def estimate_tokens(request: ProviderRequest) -> int:
+    """Tokens one request may bill: input (chars / 4) plus ``max_tokens`` per choice."""
+    chars = sum(len(m.content) for m in request.messages)
+    return math.ceil(chars / 4) + request.max_tokens * request.n
+
+
+class RateScope:
+    """Keys and script arguments of one (provider, model) under a provider's limits; shared by the
+    limiter below and the lease script, so both reserve from the same cells."""
+
+    def __init__(self, namespace: str, provider: str, model: str, limits: Limits, settings: RateLimitSettings):
+        base = f"{namespace}:rl:{provider}"
+        self.keys = [f"{base}:req", f"{base}:tok", f"{base}:state", f"{base}:m:{model}:req", f"{base}:m:{model}:tok"]
+        m_rpm, m_tpm = limits.models.get(model, (0.0, 0.0))
+        self.rates = [limits.requests_per_minute or 0, limits.tokens_per_minute or 0, m_rpm, m_tpm]
+        self.limited = any(self.rates)
+        self.tail = [
+            settings.burst_requests,
+            settings.burst_s_tokens,
+            settings.increase_step,
+            int(settings.recover_window_s * 1000),
+            int(settings.idle_ttl_s * 1000),
+        ]
+
+    def args(self, requests: int, tokens: int) -> list[float | int]:
+        return [*self.rates, requests, tokens, *self.tail]
 
 
 class RedisRateLimiter:
@@ -126,63 +226,61 @@ class RedisRateLimiter:
         self.limits = {
             name: lim if isinstance(lim, Limits) else Limits.from_provider(lim) for name, lim in limits.items()
         }
-        self._acquire = client.register_script(_ACQUIRE)
+        self._reserve = client.register_script(_RESERVE)
+        self._refund = client.register_script(_REFUND)
         self._throttled = client.register_script(_THROTTLED)
+        self._scopes: dict[tuple[str, str], RateScope | None] = {}
 
-    def _keys(self, provider: str, model: str) -> list[str]:
-        base = f"{self.settings.namespace}:rl:{provider}:{model}"
-        return [f"{base}:req", f"{base}:tok", f"{base}:state"]
-
-    def _limited(self, provider: str) -> Limits | None:
-        lim = self.limits.get(provider)
-        if lim is None or not (lim.requests_per_minute or lim.tokens_per_minute):
-            return None
-        return lim
+    def scope(self, provider: str, model: str) -> RateScope | None:
+        """The limited scope of a (provider, model), or None if nothing limits it."""
+        key = (provider, model)
+        if key not in self._scopes:
+            lim = self.limits.get(provider)
+            scope = RateScope(self.settings.namespace, provider, model, lim, self.settings) if lim else None
+            self._scopes[key] = scope if scope is not None and scope.limited else None
+        return self._scopes[key]
 
     def reserve(self, provider: str, model: str, tokens: int = 0, requests: int = 1) -> float:
         """Reserve the next slot; returns the seconds to wait before using it (blocking Redis call)."""
-        lim = self._limited(provider)
-        if lim is None:
+        scope = self.scope(provider, model)
+        if scope is None:
             return 0.0
-        s = self.settings
-        args = [
-            lim.requests_per_minute or 0,
-            lim.tokens_per_minute or 0,
-            requests,
-            tokens,
-            s.burst_requests,
-            s.burst_s_tokens,
-            s.increase_step,
-            int(s.recover_window_s * 1000),
-            int(s.idle_ttl_s * 1000),
-        ]
         with redis_errors("rate limiter"):
-            wait_ms, _ = self._acquire(keys=self._keys(provider, model), args=args)
+            wait_ms, _ = self._reserve(keys=scope.keys, args=scope.args(requests, tokens))
         return max(0, int(wait_ms)) / 1000.0
 
     async def acquire(self, provider: str, model: str, tokens: int = 0, requests: int = 1) -> None:
         """Wait until this worker may send ``requests`` calls billing about ``tokens`` tokens."""
-        if self._limited(provider) is None:
+        if self.scope(provider, model) is None:
             return
         wait_s = await asyncio.to_thread(self.reserve, provider, model, tokens, requests)
         if wait_s > 0:
             await asyncio.sleep(wait_s)
 
+    def refund(self, provider: str, model: str, unused_tokens: int) -> None:
+        """Give back tokens reserved from an estimate that the answer did not use."""
+        scope = self.scope(provider, model)
+        if scope is None or unused_tokens <= 0:
+            return
+        with redis_errors("rate limiter"):
+            self._refund(keys=scope.keys, args=[*scope.args(0, 0), unused_tokens])
+
     def throttled(self, provider: str, model: str) -> float:
-        """Record a 429: lower the rate of (provider, model) cluster-wide; returns the new factor."""
-        if self._limited(provider) is None:
+        """Record a 429: lower the provider's rate cluster-wide; returns the new factor."""
+        scope = self.scope(provider, model)
+        if scope is None:
             return 1.0
         s = self.settings
         args = [s.decrease_factor, s.min_factor, int(s.throttle_cooldown_s * 1000), int(s.idle_ttl_s * 1000)]
         with redis_errors("rate limiter"):
-            factor = self._throttled(keys=self._keys(provider, model)[2:], args=args)
+            factor = self._throttled(keys=[scope.keys[2]], args=args)
         return int(factor) / 1e6
 
     async def on_throttled(self, provider: str, model: str) -> None:
         await asyncio.to_thread(self.throttled, provider, model)
 
-    def factor(self, provider: str, model: str) -> float:
-        """The current rate factor (1 = full configured rate), as last written to Redis."""
+    def factor(self, provider: str, model: str = "") -> float:
+        """The provider's current rate factor (1 = full configured rate), as last written to Redis."""
         with redis_errors("rate limiter"):
-            raw = self.r.hget(self._keys(provider, model)[2], "f")
+            raw = self.r.hget(f"{self.settings.namespace}:rl:{provider}:state", "f")
         return float(raw) if raw is not None else 1.0

@@ -10,7 +10,6 @@ after which the last error is raised.
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -20,6 +19,7 @@ import msgspec
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.schedulers.rate_limit import estimate_tokens
 from punchline.workers.provider import Provider
 from punchline.workers.providers import MalformedResponse, wire_calls
 
@@ -64,12 +64,6 @@ class RateLimiter(Protocol):
     async def on_throttled(self, provider: str, model: str) -> None: ...
 
 
-def estimate_tokens(request: ProviderRequest) -> int:
-    """Tokens one request may bill: input (chars / 4) plus ``max_tokens`` per choice."""
-    chars = sum(len(m.content) for m in request.messages)
-    return math.ceil(chars / 4) + request.max_tokens * request.n
-
-
 async def call_with_retries(
     provider: Provider,
     request: ProviderRequest,
@@ -78,13 +72,15 @@ async def call_with_retries(
     rate_limiter: RateLimiter | None = None,
     on_attempt: Callable[[AttemptEvent], None] | None = None,
     rng: random.Random | None = None,
+    slot_reserved: bool = False,
 ) -> ProviderResponse:
+    """``slot_reserved``: the first attempt's rate-limit slot was reserved with the request's lease."""
     calls = wire_calls(provider.settings, request)
     tokens = estimate_tokens(request)
     malformed = 0
     retry = 0
     while True:
-        if rate_limiter is not None:
+        if rate_limiter is not None and not (slot_reserved and retry == 0 and malformed == 0):
             await rate_limiter.acquire(provider.name, request.model, tokens, calls)
         try:
             response = await provider.complete(request)

@@ -1,10 +1,14 @@
 """The Ray actor that does the work: it pulls shards from the ledger's queue until none is left.
 
-Workers are interchangeable and stateless beyond their connections; the coordinator starts them
-on every node, replaces the dead ones, and adds more when nodes join. A shard is processed only
-under its lease (renewed by a heartbeat) and committed with its fencing token, so a worker that is
-killed at any instant leaves nothing half-done: its shard becomes claimable again once the lease
-expires.
+Workers are interchangeable and stateless beyond their connections; the coordinator starts them on every
+node, replaces the dead ones, and adds more when nodes join. A shard is processed only under its lease
+and committed with its fencing token, so a worker killed at any instant leaves nothing half-done: its
+shard becomes claimable again once the lease expires.
+
+There is no barrier between shards: a worker keeps ``max_in_flight`` units running and claims the next
+shard as soon as a slot frees up, so the provider never idles while a shard's slowest unit finishes, its
+file is written and its commit goes out. One heartbeat per worker renews every lease it holds (shards and
+requests) in one round trip.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import contextlib
 import os
 import socket
 import time
+import uuid
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,11 +28,22 @@ import structlog
 
 from punchline.data.errors import BudgetExceeded, LedgerUnavailable
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.store import Store
 from punchline.data.stores import open_store
-from punchline.data.units import ShardOutput, StagePlan, UnitResult
-from punchline.schedulers.ledger import Claim, Ledger
+from punchline.data.units import (
+    ShardOutput,
+    ShardUsage,
+    StagePlan,
+    UnitResult,
+    UnitSpec,
+    decode_page,
+    plan_page_key,
+    shard_key,
+)
+from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases
+from punchline.schedulers.ledger import StageKeys
 from punchline.workers.provider import Provider
 from punchline.workers.unit_runner import UnitRunner
 
@@ -42,7 +59,12 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     offline: bool = False
     max_cost_usd: float | None = None
     log_path: str | None = None
-    shards_in_flight: int = 1
+    max_in_flight: int = 0  # units running at once per worker; 0 = the largest provider max_concurrency
+
+    def window(self) -> int:
+        if self.max_in_flight > 0:
+            return self.max_in_flight
+        return max((p.max_concurrency for p in self.providers.values()), default=8)
 
 
 class WorkerReport(msgspec.Struct, kw_only=True):
@@ -53,167 +75,330 @@ class WorkerReport(msgspec.Struct, kw_only=True):
     stage_reset: bool = False
 
 
-def shard_key(run_id: str, stage: str, shard: int) -> str:
-    return f"{run_id}/stages/{stage}/shards/{shard:06d}.msgpack"
-
-
 _encoder = msgspec.msgpack.Encoder()
+
+
+class _Held:
+    """The leases a worker holds right now (renewed together by its heartbeat)."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, int], Grant] = {}
+        self.shards: dict[int, Claim] = {}
+
+    def hold(self, grant: Grant) -> None:
+        self.requests[(grant.key, grant.token)] = grant
+
+    def drop(self, grant: Grant) -> None:
+        self.requests.pop((grant.key, grant.token), None)
+
+
+class _PlanPages:
+    """A few recently read plan pages: consecutive claims mostly land on the same page."""
+
+    def __init__(self, store: Store, keep: int = 4) -> None:
+        self.store = store
+        self.keep = keep
+        self.pages: OrderedDict[tuple[str, int], list[list[UnitSpec]]] = OrderedDict()
+
+    def _read(self, plan: StagePlan, page: int) -> list[list[UnitSpec]]:
+        raw = self.store.get(plan_page_key(plan.run_id, plan.stage, page))
+        if raw is None:
+            raise FileNotFoundError(f"plan page {page} of stage {plan.stage} is missing from {self.store.url}")
+        return decode_page(raw).shards
+
+    async def shard(self, plan: StagePlan, shard: int) -> list[UnitSpec]:
+        page = plan.page_of(shard)
+        key = (plan.stage, page)
+        if key not in self.pages:
+            self.pages[key] = await asyncio.to_thread(self._read, plan, page)
+            if len(self.pages) > self.keep:
+                self.pages.popitem(last=False)
+        return self.pages[key][shard - page * plan.shards_per_page]
 
 
 class ShardProcessor:
     """The worker's logic without Ray, so it can be tested and reused in-process."""
 
     def __init__(
-        self, cfg: WorkerConfig, worker_id: str, *, ledger: Ledger, store: Store, providers: dict[str, Provider]
+        self,
+        cfg: WorkerConfig,
+        worker_id: str,
+        *,
+        leases: Leases,
+        store: Store,
+        providers: dict[str, Provider],
+        limiter: Any = None,
+        namespace: str = "pl",
     ) -> None:
         self.cfg = cfg
         self.worker_id = worker_id
-        self.ledger = ledger
+        self.leases = leases
         self.store = store
         self.cache = ResponseCache(store)
         self.providers = providers
+        self.limiter = limiter
+        self.ns = namespace
         self.log = structlog.get_logger("punchline.worker").bind(run_id=cfg.run_id, worker=worker_id)
-        self.io_threads = 64
+        self.pages = _PlanPages(store)
+        self.held = _Held()
         self._executor_set = False
 
-    def _runner(self, stage: str) -> UnitRunner:
-        from punchline.schedulers.budget import make_budget
-        from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
-        from punchline.workers.providers import wire_calls
+    def _runner(self) -> UnitRunner:
+        from punchline.schedulers.budget import estimate_request_cost
         from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
-        limiter = RedisRateLimiter(self.ledger.r, self.cfg.providers, RateLimitSettings.from_env())
-        run_id = self.cfg.run_id
+        limiter = self.limiter
 
-        def counter(http_calls: int) -> Any:
+        async def call(provider: Provider, request: Any, usage: ShardUsage, slot_reserved: bool) -> Any:
+            from punchline.workers.providers import wire_calls
+
+            http_calls = wire_calls(provider.settings, request)
+
             def on_attempt(event: AttemptEvent) -> None:
                 """Every HTTP call is a provider request (an attempt of a split ``n`` makes ``n``);
                 failed attempts are also retries. ``status`` shows both."""
-                extra = {"provider_retries": 1} if event.error is not None else {}
-                with contextlib.suppress(LedgerUnavailable):
-                    self.ledger.count(run_id, stage, provider_requests=http_calls, **extra)
+                usage.provider_requests += http_calls
+                if event.error is not None:
+                    usage.provider_retries += 1
 
-            return on_attempt
-
-        async def call(provider: Provider, request: Any) -> Any:
-            on_attempt = counter(wire_calls(provider.settings, request))
             return await call_with_retries(
-                provider, request, policies[provider.name], rate_limiter=limiter, on_attempt=on_attempt
+                provider,
+                request,
+                policies[provider.name],
+                rate_limiter=limiter,
+                on_attempt=on_attempt,
+                slot_reserved=slot_reserved,
             )
 
-        budget, estimate = make_budget(self.ledger.r, self.cfg.run_id, self.cfg.max_cost_usd, self.cfg.providers)
+        def estimate(request: ProviderRequest) -> float:
+            settings = self.cfg.providers.get(request.provider)
+            return 0.0 if settings is None else estimate_request_cost(settings, request)[2]
+
         return UnitRunner(
-            ledger=self.ledger,
+            leases=self.leases,
             cache=self.cache,
             providers=self.providers,
             call=call,
+            book=self.held,
             owner=self.worker_id,
             lease_ms=self.cfg.lease_ms,
-            run_id=self.cfg.run_id,
-            stage=stage,
+            rate_scope=limiter.scope if limiter is not None else (lambda provider, model: None),
             offline=self.cfg.offline,
-            budget=budget,
-            estimate_usd=estimate,
+            estimate_usd=estimate if self.cfg.max_cost_usd is not None else None,
         )
 
-    async def work(self, stage: str, plan: StagePlan) -> WorkerReport:
-        if not self._executor_set:  # every Redis and store call runs in a thread: asyncio's default pool
-            # (cpus + 4 threads) would serialise a shard's units behind a few blocking calls
+    async def work(self, plan: StagePlan) -> WorkerReport:
+        if not self._executor_set:  # store calls run in threads: asyncio's default pool (cpus + 4 threads)
+            # would serialise a window of units behind a few blocking reads
             asyncio.get_running_loop().set_default_executor(
-                ThreadPoolExecutor(max_workers=self.io_threads, thread_name_prefix="punchline-io")
+                ThreadPoolExecutor(max_workers=max(16, 2 * self.cfg.window()), thread_name_prefix="punchline-io")
             )
             self._executor_set = True
-        report = WorkerReport(worker_id=self.worker_id)
-        runner = self._runner(stage)
-        # several shards in flight per worker: a shard's units wait for its slowest one, and its commit
-        # and the next claim are round trips; overlapping shards keeps the provider busy meanwhile
-        await asyncio.gather(*(self._loop(stage, plan, runner, report) for _ in range(self.cfg.shards_in_flight)))
-        return report
+        run = _StageRun(self, plan)
+        return await run.go()
 
-    async def _loop(self, stage: str, plan: StagePlan, runner: UnitRunner, report: WorkerReport) -> None:
-        log = self.log.bind(stage=stage)
-        while not report.budget_exhausted and not report.stage_reset:
-            try:
-                claim = await asyncio.to_thread(
-                    self.ledger.claim_shard, self.cfg.run_id, stage, self.worker_id, self.cfg.lease_ms
-                )
-            except LedgerUnavailable as exc:
-                log.warning("ledger_unavailable", error=str(exc))
-                await asyncio.sleep(1.0)
-                continue
-            if claim == -1:
-                return
-            if claim == -2:  # Redis lost the stage (wiped): the coordinator rebuilds it from the store
-                report.stage_reset = True
-                return
-            if isinstance(claim, int):
-                await asyncio.sleep(min(claim, 1_000) / 1000)
-                continue
-            try:
-                committed = await self._process(stage, plan, claim, runner)
-            except BudgetExceeded as exc:
-                log.warning("budget_exhausted", error=str(exc))
-                with contextlib.suppress(LedgerUnavailable):
-                    self.ledger.release_shard(claim)
-                report.budget_exhausted = True
-                return
-            if committed:
-                report.shards_committed += 1
-            else:
-                report.shards_lost += 1
 
-    async def _process(self, stage: str, plan: StagePlan, claim: Claim, runner: UnitRunner) -> bool:
-        log = self.log.bind(stage=stage, shard=claim.shard)
-        key = shard_key(self.cfg.run_id, stage, claim.shard)
-        started = time.monotonic()
-        stop = asyncio.Event()
-        heartbeat = asyncio.create_task(self._heartbeat(claim, stop))
+class _StageRun:
+    """One ``work`` call: claim shards while there is room in the window, run their units, commit them."""
+
+    def __init__(self, proc: ShardProcessor, plan: StagePlan) -> None:
+        self.p = proc
+        self.plan = plan
+        self.keys = StageKeys(proc.ns, plan.run_id, plan.stage)
+        self.report = WorkerReport(worker_id=proc.worker_id)
+        self.runner = proc._runner()
+        self.window = proc.cfg.window()
+        self.slots = asyncio.Semaphore(self.window)
+        self.pending_units = 0  # units of held shards not finished yet
+        self.room = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stop = False
+        self.log = proc.log.bind(stage=plan.stage)
+
+    async def go(self) -> WorkerReport:
+        heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            if not await asyncio.to_thread(self.store.exists, key):
-                units = plan.shard(claim.shard)
-                # let every unit finish (in-flight calls complete even when the budget stops the rest)
-                outcomes = await asyncio.gather(*(runner.run(u) for u in units), return_exceptions=True)
-                for outcome in outcomes:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                results: list[UnitResult] = [o for o in outcomes if isinstance(o, UnitResult)]
-                output = ShardOutput(stage=stage, shard=claim.shard, results=results)
-                await asyncio.to_thread(self.store.put, key, _encoder.encode(output), if_absent=True)
-                ok = sum(1 for r in results if r.error is None)
-                with contextlib.suppress(LedgerUnavailable):  # progress only; the shard file is the truth
-                    await asyncio.to_thread(self.ledger.count, self.cfg.run_id, stage, units_done=ok)
+            await self._claim_loop()
+            while self.tasks:
+                await asyncio.wait(set(self.tasks))
         finally:
-            stop.set()
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
-        committed = False
+        return self.report
+
+    def _unit_done(self) -> None:
+        self.pending_units -= 1
+        self.room.set()
+
+    async def _wait_for_room(self, timeout_s: float | None = None) -> None:
+        self.room.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.room.wait(), timeout_s)
+
+    async def _claim_loop(self) -> None:
+        cfg = self.p.cfg
+        while not self.stop:
+            if self.pending_units >= self.window:
+                await self._wait_for_room()
+                continue
+            try:
+                claim = await self.p.leases.claim(self.keys, self.p.worker_id, cfg.lease_ms)
+            except LedgerUnavailable as exc:
+                self.log.warning("ledger_unavailable", error=str(exc))
+                await asyncio.sleep(1.0)
+                continue
+            if claim == -1:  # nothing left to claim; what we hold finishes in go()
+                return
+            if claim == -2:  # Redis lost the stage (wiped): the coordinator rebuilds it from the store
+                self.report.stage_reset = True
+                return
+            if isinstance(claim, int):  # everything left is held by others: wait for them or our own units
+                wait_s = min(claim, 1_000) / 1000
+                if self.tasks:
+                    await self._wait_for_room(wait_s)
+                else:
+                    await asyncio.sleep(wait_s)
+                continue
+            self.p.held.shards[claim.shard] = claim
+            try:
+                units = await self.p.pages.shard(self.plan, claim.shard)
+            except BaseException:
+                self.p.held.shards.pop(claim.shard, None)
+                with contextlib.suppress(LedgerUnavailable):
+                    await self.p.leases.release_shard(self.keys, claim)
+                raise
+            self.pending_units += len(units)
+            task = asyncio.create_task(self._shard(claim, units))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _unit(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None) -> UnitResult:
+        try:
+            if cached is not None:
+                return await self.runner.run(unit, usage, cached)
+            async with self.slots:
+                return await self.runner.run(unit, usage)
+        finally:
+            self._unit_done()
+
+    def _lookup(self, units: list[UnitSpec]) -> list[ProviderResponse | None]:
+        """The cached answers of a shard's units, in one thread hop for the whole shard."""
+        out: list[ProviderResponse | None] = []
+        for u in units:
+            hit = self.p.cache.get(u.request.key())
+            out.append(hit.response if hit else None)
+        return out
+
+    async def _shard(self, claim: Claim, units: list[UnitSpec]) -> None:
+        key = shard_key(self.plan.run_id, self.plan.stage, claim.shard)
+        started = time.monotonic()
+        usage = ShardUsage()
+        finished = 0
+        try:
+            if await asyncio.to_thread(self.p.store.exists, key):
+                cached: list[ProviderResponse | None] = []
+            else:
+                cached = await asyncio.to_thread(self._lookup, units)
+            if cached:
+                outcomes = await asyncio.gather(
+                    *(self._unit(u, usage, c) for u, c in zip(units, cached, strict=True)), return_exceptions=True
+                )
+                finished = len(units)
+                budget = next((o for o in outcomes if isinstance(o, BudgetExceeded)), None)
+                if budget is not None:
+                    self.log.warning("budget_exhausted", error=str(budget))
+                    self.report.budget_exhausted = True
+                    self.stop = True
+                    with contextlib.suppress(LedgerUnavailable):
+                        await self.p.leases.release_shard(self.keys, claim)
+                    return
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                results = [o for o in outcomes if isinstance(o, UnitResult)]
+                output = ShardOutput(stage=self.plan.stage, shard=claim.shard, results=results, usage=usage)
+                await asyncio.to_thread(self.p.store.put, key, _encoder.encode(output), if_absent=True)
+                failures = {r.unit_id: str(r.error)[:500] for r in results if r.error is not None}
+                if failures:
+                    with contextlib.suppress(LedgerUnavailable):
+                        await self.p.leases.record_failures(self.keys, failures)
+            committed = await self._commit(claim, usage)
+        finally:
+            for _ in range(len(units) - finished):
+                self._unit_done()
+            self.p.held.shards.pop(claim.shard, None)
+        if committed:
+            self.report.shards_committed += 1
+        else:
+            self.report.shards_lost += 1
+        self.log.info(
+            "shard_done", shard=claim.shard, committed=committed, elapsed_s=round(time.monotonic() - started, 3)
+        )
+
+    async def _commit(self, claim: Claim, usage: ShardUsage) -> bool:
+        from punchline.schedulers.budget import usage_field
+
+        rows: dict[str, float] = {}
+        for model, m in usage.models.items():
+            rows[usage_field(self.plan.stage, model, "in")] = m.input_tokens
+            rows[usage_field(self.plan.stage, model, "out")] = m.output_tokens
+            rows[usage_field(self.plan.stage, model, "usd")] = m.cost_usd
         for _ in range(60):
             try:
-                committed = await asyncio.to_thread(self.ledger.commit_shard, self.cfg.run_id, stage, claim)
-                break
+                return await self.p.leases.commit_shard(self.keys, claim, counters=usage.counters(), usage=rows)
             except LedgerUnavailable:
                 await asyncio.sleep(1.0)
-        log.info("shard_done", committed=committed, elapsed_s=round(time.monotonic() - started, 3))
-        return committed
+        return False
 
-    async def _heartbeat(self, claim: Claim, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await asyncio.sleep(self.cfg.lease_ms / 3000)
-            with contextlib.suppress(LedgerUnavailable):
-                if not await asyncio.to_thread(self.ledger.renew_shard, claim.grant, self.cfg.lease_ms):
-                    self.log.warning("shard_lease_lost", shard=claim.shard)
-                    return
+    async def _heartbeat(self) -> None:
+        """Renew every lease this worker holds, in one round trip; it must never die quietly, or the
+        leases would lapse under running calls and others would pay for them again."""
+        period_s = self.p.cfg.lease_ms / 4000
+        while True:
+            await asyncio.sleep(period_s)
+            requests = list(self.p.held.requests.values())
+            shards = list(self.p.held.shards.values())
+            try:
+                lost_requests, lost_shards = await self.p.leases.renew(
+                    self.p.cfg.lease_ms, requests=requests, shards={self.keys: shards}
+                )
+            except LedgerUnavailable:
+                continue
+            except Exception as exc:  # a bug here must not stop the heartbeat
+                self.log.error("heartbeat_failed", error=f"{type(exc).__name__}: {exc}")
+                continue
+            for g in lost_requests:
+                self.log.warning("lease_lost", key=g.key)
+            for c in lost_shards:
+                self.log.warning("shard_lease_lost", shard=c.shard)
 
 
 def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
-    from punchline.schedulers.redis_client import connect
+    import redis.asyncio
+
+    from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
+    from punchline.schedulers.redis_client import RedisSettings, connect
     from punchline.workers.providers import make_provider
 
     providers = {name: make_provider(name, s) for name, s in cfg.providers.items()}
+    settings = RedisSettings.from_dsn(cfg.redis_url)
+    client = redis.asyncio.Redis.from_url(
+        settings.url,
+        socket_timeout=settings.socket_timeout_s,
+        socket_connect_timeout=settings.connect_timeout_s,
+        health_check_interval=settings.health_check_interval_s,
+    )
+    budget = BudgetTerms(run_id=cfg.run_id, cap_usd=cfg.max_cost_usd, holder=uuid.uuid4().hex)
+    limiter = RedisRateLimiter(connect(settings), cfg.providers, RateLimitSettings.from_env())
     return ShardProcessor(
-        cfg, worker_id, ledger=Ledger(connect(cfg.redis_url)), store=open_store(cfg.store_url), providers=providers
+        cfg,
+        worker_id,
+        leases=Leases(client, budget=budget),
+        store=open_store(cfg.store_url),
+        providers=providers,
+        limiter=limiter,
     )
 
 
@@ -229,9 +414,9 @@ class ShardWorker:
         self.worker_id = f"{worker_id}@{socket.gethostname()}:{os.getpid()}"
         self.processor = build_processor(cfg, self.worker_id)
 
-    async def work(self, stage: str, plan_bytes: bytes) -> bytes:
+    async def work(self, plan_bytes: bytes) -> bytes:
         plan = msgspec.msgpack.decode(plan_bytes, type=StagePlan)
-        report = await self.processor.work(stage, plan)
+        report = await self.processor.work(plan)
         return msgspec.msgpack.encode(report)
 
     def ping(self) -> str:

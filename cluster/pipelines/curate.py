@@ -8,6 +8,8 @@ jokes it cannot rank, and the run is reported failed so ``retry-failed`` can fil
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from punchline.cluster.config import CurateSettings, RunConfig, resolve_path
@@ -32,7 +34,7 @@ from punchline.data.errors import ConfigError
 from punchline.data.jsonio import decode_bytes, dumps_upstream
 from punchline.data.puns_io import validate_puns
 from punchline.data.store import Store
-from punchline.data.units import UnitResult, UnitSpec
+from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 
 FIRST = "ratings_first.json"
 REPAIRED = "repaired.json"
@@ -68,10 +70,12 @@ def _rating_units(ctx: StageContext, stage: str, jokes: list[Candidate]) -> list
                     check="curate_ratings:" + ",".join(str(c.id) for c in batch),
                 )
             )
-    return units
+    return in_unit_order(units)
 
 
-def _collect_ratings(ctx: StageContext, stage: str, jokes: list[Candidate], results: dict[str, UnitResult]) -> Ratings:
+def _collect_ratings(
+    ctx: StageContext, stage: str, jokes: list[Candidate], results: Mapping[str, UnitResult]
+) -> Ratings:
     """Scores of every unit that succeeded; a failed unit's jokes stay unrated by that rater."""
     cfg = _settings(ctx)
     out: Ratings = {}
@@ -97,7 +101,7 @@ class RateStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         return _rating_units(ctx, self.name, _candidates(ctx))
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         ratings = _collect_ratings(ctx, self.name, _candidates(ctx), results)
         ctx.write_artifact(FIRST, dumps_upstream(ratings).encode())
         return [FIRST]
@@ -116,16 +120,16 @@ class RepairStage:
         ref = _settings(ctx).repair
         assert ref is not None
         model_id = ctx.cfg.provider(ref.provider).model_id(ref.model)
-        return [
+        return in_unit_order(
             UnitSpec(
                 unit_id=f"repair/{c.id:08d}",
                 request=repair_request(ref.provider, model_id, c),
                 check=f"curate_repair:{c.id}",
             )
             for c in self._weak(ctx)
-        ]
+        )
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         repaired = []
         for c in self._weak(ctx):
             r = results.get(f"repair/{c.id:08d}")
@@ -150,7 +154,7 @@ class RerateStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         return _rating_units(ctx, self.name, self._repaired(ctx))
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         ratings = _collect_ratings(ctx, self.name, self._repaired(ctx), results)
         ctx.write_artifact(RERATED, dumps_upstream(ratings).encode())
         return [RERATED]
@@ -164,7 +168,7 @@ class BuildStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         return []
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         cfg = _settings(ctx)
         first: Ratings = _read(ctx, FIRST, Ratings)  # type: ignore[assignment]
         repaired: list[Candidate] = []

@@ -24,7 +24,7 @@ from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.humor.loaders import Prediction, load_humor, load_items
 from punchline.data.humor.schema import HumorFile, HumorItem
-from punchline.data.units import UnitResult, UnitSpec
+from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 
 if TYPE_CHECKING:
     pass
@@ -163,9 +163,9 @@ class GenerateStage:
             for nick in cfg.models:
                 request = answer_request(cfg.provider, settings.model_id(nick), item, prefix, max_tokens=cfg.max_tokens)
                 units.append(UnitSpec(unit_id=_unit_id(self.name, nick, item.id), request=request))
-        return units
+        return in_unit_order(units)
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         cfg = _settings(ctx).humor
         assert cfg is not None
         source = _source(ctx)
@@ -214,9 +214,9 @@ class JudgeStage:
                         check="judge_score",
                     )
                 )
-        return units
+        return in_unit_order(units)
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         from punchline.data.humor.judge import JudgeParseError, parse_score
 
         cfg = _settings(ctx).humor

@@ -8,6 +8,7 @@ engine run and the offline tools produce byte-identical files.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -19,7 +20,7 @@ from punchline.data.jsonio import decode_bytes, dumps_upstream
 from punchline.data.puns_io import load_puns
 from punchline.data.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
 from punchline.data.store import Store
-from punchline.data.units import UnitResult, UnitSpec
+from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.data.words import extract_word
 
 RAW = "raw_completions.json"
@@ -40,28 +41,24 @@ class CollectStage:
 
     name = "collect"
 
-    def plan(self, ctx: StageContext) -> list[UnitSpec]:
+    def plan(self, ctx: StageContext) -> Iterator[UnitSpec]:
+        """Generated in unit order (jokes by index, models by nickname, greedy before samples), so the
+        driver never holds the plan: it is the largest stage by far."""
         cfg = ctx.cfg.puns
         assert cfg is not None
         settings = ctx.cfg.provider(cfg.collect.provider)
-        units = []
-        for joke in _jokes(ctx):
+        for joke in sorted(_jokes(ctx), key=lambda j: f"{j.index:05d}"):
             prompt = truncate_before_blank(joke.sentence)
-            for nick in cfg.collect.models:
+            for nick in sorted(cfg.collect.models):
                 model_id = settings.model_id(nick)
                 base = f"collect/{joke.index:05d}/{nick}"
-                units.append(
-                    UnitSpec(unit_id=f"{base}/greedy", request=greedy_request(cfg.collect.provider, model_id, prompt))
+                yield UnitSpec(unit_id=f"{base}/greedy", request=greedy_request(cfg.collect.provider, model_id, prompt))
+                yield UnitSpec(
+                    unit_id=f"{base}/samples",
+                    request=sample_request(cfg.collect.provider, model_id, prompt, n=cfg.collect.samples),
                 )
-                units.append(
-                    UnitSpec(
-                        unit_id=f"{base}/samples",
-                        request=sample_request(cfg.collect.provider, model_id, prompt, n=cfg.collect.samples),
-                    )
-                )
-        return units
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         from punchline.data.completions import build_raw_entry
 
         cfg = ctx.cfg.puns
@@ -105,9 +102,9 @@ class ClassifyStage:
                     check="classify_json",
                 )
             )
-        return units
+        return in_unit_order(units)
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         from punchline.data.classify import Verdicts, merge_all, parse_verdicts
 
         verdicts: Verdicts = {}
@@ -128,7 +125,7 @@ class RankStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         return []
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         from punchline.data.plots import plot_tiers
         from punchline.data.tiers import apply_rankings, rank
 
@@ -149,7 +146,7 @@ class ClozeStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         return []
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         from punchline.data.cloze import build_tests
 
         cfg = ctx.cfg.puns
@@ -178,16 +175,16 @@ class EvaluateStage:
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.evaluate is not None
         settings = ctx.cfg.provider(cfg.evaluate.provider)
-        return [
+        return in_unit_order(
             UnitSpec(
                 unit_id=f"evaluate/{nick}/{i:05d}",
                 request=cloze_request(cfg.evaluate.provider, settings.model_id(nick), test),
             )
             for nick in cfg.evaluate.models
             for i, test in enumerate(self._tests(ctx))
-        ]
+        )
 
-    def reduce(self, ctx: StageContext, results: dict[str, UnitResult]) -> list[str]:
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         from punchline.data.cloze_report import build_report, write_report
         from punchline.data.cloze_run import to_response
         from punchline.data.schemas import ClozeModelResponses

@@ -45,7 +45,7 @@ def engine_config(
     workers_per_node: int = 2,
     classify: bool = False,
     unseen: bool = False,
-    shards_per_worker: int = 1,
+    units_in_flight: int = 4,
     name: str = "cfg.toml",
 ) -> Path:
     """A collect(-and-classify) config; lease_ms is short so takeovers happen within the test."""
@@ -60,7 +60,7 @@ name = "t"
 shard_size = {shard_size}
 lease_ms = {lease_ms}
 workers_per_node = {workers_per_node}
-shards_per_worker = {shards_per_worker}
+units_in_flight = {units_in_flight}
 
 [providers.sim]
 kind = "openai"

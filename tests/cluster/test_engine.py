@@ -103,11 +103,11 @@ def test_a_run_on_the_s3_store_matches_the_local_store(
 
 
 @pytest.mark.slow
-def test_several_shards_per_worker_give_the_same_bytes(
+def test_units_in_flight_across_shards_give_the_same_bytes(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local
 ) -> None:
     one = make_config(jokes=5, name="one.toml")
-    many = make_config(jokes=5, shards_per_worker=3, workers_per_node=1, name="many.toml")
+    many = make_config(jokes=5, units_in_flight=7, workers_per_node=1, name="many.toml")
     a = run(str(one), opts(tmp_path, redis_url, "one", tmp_path / "s1"))
     fake.reset()
     b = run(str(many), opts(tmp_path, redis_url, "many", tmp_path / "s2"))

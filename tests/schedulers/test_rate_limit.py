@@ -54,8 +54,8 @@ def test_reservations_are_evenly_spaced_across_limiters(redis_client: redis.Redi
     for batch in per_limiter:
         for (lo_a, _), (_, hi_b) in itertools.pairwise(batch):
             assert hi_b - lo_a >= 0.1 - 1e-3
-    # another model of the same provider has its own cell
-    assert limiters[0].reserve("p", "other") == 0.0
+    # the limit is the provider's: another model of it waits for the same cell
+    assert limiters[0].reserve("p", "other") > 0.0
     # a provider without limits is never delayed
     assert limiters[0].reserve("unlimited", "m") == 0.0
 

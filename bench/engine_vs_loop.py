@@ -1,0 +1,456 @@
+"""Benchmark: the engine against a hand-written asyncio loop, at scale, under a rate limit, on a resume.
+
+    .venv/bin/python bench/engine_vs_loop.py [--jokes 205] [--quick]
+
+Every figure is measured in this run and printed beside its baseline or target:
+
+* **throughput** at 0 ms and 200 ms provider latency: the Puns collect stage (jokes x 5 models x (greedy +
+  20 samples)) through the engine with the demo's defaults (2 workers x max_concurrency 8, so C = 16 calls
+  in flight), and the same requests through a bare asyncio loop (``openai.AsyncOpenAI``, a semaphore of
+  16). The fake provider runs in its own process (``punchline fake-provider``) and both rates are its own
+  counts over the steady part of the run (10 % to 90 % of the calls). Targets: engine >= 0.8 of the loop at
+  0 ms, >= 0.9 of C / latency at 200 ms.
+* **rate limit**: five models on one provider limited to 600 requests/minute (the fake enforces it with
+  GCRA): achieved rate, 429s, failed units. Target: within 5 % of 600/min, < 1 % 429s, no failed unit.
+* **resume to first call**: a run stopped by its budget, resumed: seconds until the first new call.
+* **claim cost**: mean ``claim`` latency with 100, 10,000 and 100,000 shards queued. Target: 100k <= 2x 100.
+* **memory** at 1x / 10x / 100x synthetic jokes (each scale in its own driver process): driver and worker
+  peak RSS, Redis bytes kept per unit after the run, AOF bytes per unit. Targets: driver at 100x <= 1.5x
+  of 10x; Redis <= 100 B per unit.
+
+``--quick`` skips the 100x memory run (about ten minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {
+    "3b": "meta-llama/Llama-3.2-3B-Instruct-Turbo",
+    "8b": "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo",
+    "70b": "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo",
+    "3.3-70b": "meta-llama/Llama-3.3-70B-Instruct-Turbo",
+    "405b": "meta-llama/Meta-Llama-3.1-405B-Instruct-Turbo",
+}
+C = 16  # calls in flight: 2 workers x max_concurrency 8 (the demo's defaults)
+
+
+# --- inputs -------------------------------------------------------------------------------------------
+
+
+def synthetic_jokes(n: int) -> list[dict[str, Any]]:
+    """``n`` distinct jokes built from the team's samples (each sentence gets a numbered subject)."""
+    sample = json.loads((ROOT / "data" / "samples" / "puns_sample.json").read_text())
+    jokes = []
+    for i in range(n):
+        base = dict(sample[i % len(sample)])
+        round_ = i // len(sample)
+        base["index"] = i
+        base["id"] = 100_000 + i
+        if round_:
+            base["sentence"] = f"(Take {round_}) " + base["sentence"]
+        jokes.append(base)
+    return jokes
+
+
+def write_config(
+    tmp: Path, name: str, base_url: str, jokes: Path, *, rpm: float | None = None, max_cost: float | None = None
+) -> Path:
+    rows = "\n".join(
+        f'"{k}" = {{ id = "{v}", input_usd_per_mtok = 0.2, output_usd_per_mtok = 0.2 }}' for k, v in MODELS.items()
+    )
+    limit = f"requests_per_minute = {rpm}\n" if rpm else ""
+    cap = f"max_cost_usd = {max_cost}\n" if max_cost is not None else ""
+    path = tmp / f"{name}.toml"
+    path.write_text(f"""
+[run]
+pipeline = "puns"
+{cap}
+[providers.together]
+kind = "openai"
+base_url = "{base_url}"
+max_concurrency = 8
+timeout_s = 30
+{limit}
+[providers.together.models]
+{rows}
+
+[puns]
+jokes = "{jokes}"
+collect = {{ provider = "together", models = {json.dumps(list(MODELS))}, samples = 20 }}
+""")
+    return path
+
+
+# --- the fake provider, in its own process ------------------------------------------------------------
+
+
+class Fake:
+    def __init__(self, tmp: Path, jokes: Path, **knobs: Any) -> None:
+        cfg = tmp / f"fake-{time.monotonic_ns()}.toml"
+        cfg.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in knobs.items()))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "punchline",
+                "fake-provider",
+                "--port",
+                "0",
+                "--config",
+                str(cfg),
+                "--puns",
+                str(jokes),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        self.url = line.rsplit(" ", 1)[1].strip()
+        self.base_url = f"{self.url}/v1"
+
+    def stats(self) -> Any:
+        from punchline.workers.fake import fetch_stats
+
+        return fetch_stats(self.url)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.communicate(timeout=30)
+
+
+class CallClock:
+    """Polls the provider's call count; the steady rate is taken between 10 % and 90 % of ``total``."""
+
+    def __init__(self, fake: Fake) -> None:
+        self.fake = fake
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append((time.monotonic(), self.fake.stats().total_calls))
+            time.sleep(0.05)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.samples.append((time.monotonic(), self.fake.stats().total_calls))
+
+    def first_call_at(self, baseline: int = 0) -> float:
+        return next(t for t, n in self.samples if n > baseline)
+
+    def steady_rate(self) -> float:
+        start = self.samples[0][1]
+        total = self.samples[-1][1] - start
+        lo = next(s for s in self.samples if s[1] - start >= 0.1 * total)
+        hi = next(s for s in self.samples if s[1] - start >= 0.9 * total)
+        return (hi[1] - lo[1]) / max(hi[0] - lo[0], 1e-9)
+
+
+# --- the two contenders -------------------------------------------------------------------------------
+
+
+def plan_requests(config: Path) -> list[Any]:
+    from punchline.cluster.config import load_config
+    from punchline.cluster.pipeline import StageContext
+    from punchline.cluster.pipelines.puns import CollectStage
+    from punchline.data.stores.local import LocalStore
+
+    cfg = load_config(config)
+    with tempfile.TemporaryDirectory() as tmp:
+        return [u.request for u in CollectStage().plan(StageContext(cfg, "plan", LocalStore(tmp)))]
+
+
+async def bare_loop(base_url: str, requests: list[Any]) -> None:
+    """What a researcher would write by hand: one client, a semaphore of C, gather."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=3, timeout=30)
+    slots = asyncio.Semaphore(C)
+
+    async def one(req: Any) -> list[str]:
+        async with slots:
+            resp = await client.chat.completions.create(
+                model=req.model,
+                messages=[{"role": m.role, "content": m.content} for m in req.messages],
+                temperature=req.temperature,
+                max_tokens=req.max_tokens,
+                n=req.n,
+                **({"stop": list(req.stop)} if req.stop else {}),
+                **({"seed": req.seed} if req.seed is not None else {}),
+            )
+            return [c.message.content or "" for c in resp.choices]
+
+    await asyncio.gather(*(one(r) for r in requests))
+    await client.close()
+
+
+def engine_run(config: Path, tmp: Path, redis_url: str, run_id: str, store: Path, **opts: Any) -> Any:
+    from punchline.cluster.driver import RunOptions, run
+
+    return run(
+        str(config),
+        RunOptions(run_id=run_id, runs_dir=str(tmp / "runs"), redis_url=redis_url, store=str(store), **opts),
+    )
+
+
+# --- the measurements ---------------------------------------------------------------------------------
+
+
+def throughput(tmp: Path, jokes: Path, redis_url: str, latency_ms: float) -> dict[str, float]:
+    fake = Fake(tmp, jokes, latency_ms_min=latency_ms, latency_ms_max=latency_ms)
+    try:
+        config = write_config(tmp, f"tp{latency_ms:.0f}", fake.base_url, jokes)
+        requests = plan_requests(config)
+        clock = CallClock(fake)
+        asyncio.run(bare_loop(fake.base_url, requests))
+        clock.finish()
+        loop_rate = clock.steady_rate()
+        clock = CallClock(fake)
+        rec = engine_run(config, tmp, redis_url, f"tp{latency_ms:.0f}", tmp / f"store-tp{latency_ms:.0f}")
+        clock.finish()
+        assert rec.state == "finished", rec.failures
+        return {"requests": len(requests), "loop": loop_rate, "engine": clock.steady_rate()}
+    finally:
+        fake.stop()
+
+
+def rate_limited(tmp: Path, jokes: Path, redis_url: str, rpm: float) -> dict[str, float]:
+    fake = Fake(tmp, jokes, latency_ms_min=5, latency_ms_max=40, requests_per_minute=rpm)
+    try:
+        config = write_config(tmp, "rl", fake.base_url, jokes, rpm=rpm)
+        clock = CallClock(fake)
+        rec = engine_run(config, tmp, redis_url, "rl", tmp / "store-rl")
+        clock.finish()
+        stats = fake.stats()
+        failed = sum(len(f) for f in rec.failures.values()) if rec.failures else 0
+        return {
+            "rate_per_min": clock.steady_rate() * 60,
+            "calls": stats.total_calls,
+            "throttled": stats.faults.get("rate_limited", 0),
+            "failed_units": failed,
+        }
+    finally:
+        fake.stop()
+
+
+def resume_to_first_call(tmp: Path, jokes: Path, redis_url: str) -> float:
+    fake = Fake(tmp, jokes, latency_ms_min=20, latency_ms_max=20)
+    try:
+        capped = write_config(tmp, "capped", fake.base_url, jokes, max_cost=0.0005)
+        rec = engine_run(capped, tmp, redis_url, "resume", tmp / "store-resume")
+        assert rec.state != "finished", "the budget should have stopped the first run"
+        before = fake.stats().total_calls
+        full = write_config(tmp, "resume", fake.base_url, jokes)
+        clock = CallClock(fake)
+        started = time.monotonic()
+        rec = engine_run(full, tmp, redis_url, "resume", tmp / "store-resume")
+        clock.finish()
+        assert rec.state == "finished", rec.failures
+        return clock.first_call_at(before) - started
+    finally:
+        fake.stop()
+
+
+def claim_cost(redis_url: str) -> dict[int, float]:
+    import redis as redis_sync
+    import redis.asyncio
+
+    from punchline.schedulers.leases import BudgetTerms, Leases
+    from punchline.schedulers.ledger import Ledger, StageKeys
+
+    out = {}
+    for shards in (100, 10_000, 100_000):
+        Ledger(redis_sync.Redis.from_url(redis_url)).init_stage(
+            "claims", f"s{shards}", pending=range(shards), shards_total=shards, units_total=shards, shards_done=0
+        )
+
+        async def go(n: int = shards) -> float:
+            client = redis.asyncio.Redis.from_url(redis_url)
+            leases = Leases(client, budget=BudgetTerms(run_id="claims"))
+            keys = StageKeys("pl", "claims", f"s{n}")
+            await leases.claim(keys, "warm", 60_000)
+            count = min(n - 1, 500)
+            t0 = time.perf_counter()
+            for _ in range(count):
+                await leases.claim(keys, "w", 60_000)
+            elapsed = time.perf_counter() - t0
+            await client.aclose()
+            return elapsed / count * 1000
+
+        out[shards] = asyncio.run(go())
+    return out
+
+
+def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
+    """One scale in this process (the driver): prints a JSON line with the figures."""
+    import psutil
+    import redis as redis_sync
+
+    from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
+
+    jokes = tmp / f"jokes-{scale}.json"
+    jokes.write_text(json.dumps(synthetic_jokes(jokes_n * scale)))
+    fake = Fake(tmp, jokes)
+    client = redis_sync.Redis.from_url(redis_url)
+    client.flushall()
+    before = int(client.info("memory")["used_memory"])
+    aof_before = _aof_bytes(client)
+    worker_peak = [0]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for proc in psutil.process_iter(["cmdline", "memory_info"]):
+                cmd = " ".join(proc.info["cmdline"] or [])
+                if "ShardWorker" in cmd and proc.info["memory_info"] is not None:
+                    worker_peak[0] = max(worker_peak[0], proc.info["memory_info"].rss)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    try:
+        ensure_ray(RaySettings(num_cpus=2))
+        watcher.start()
+        config = write_config(tmp, f"mem{scale}", fake.base_url, jokes)
+        rec = engine_run(config, tmp, redis_url, f"mem{scale}", tmp / f"store-mem{scale}")
+        assert rec.state == "finished", rec.failures
+        units = rec.counters["collect"].units_total
+    finally:
+        stop.set()
+        fake.stop()
+        shutdown_ray()
+    after = int(client.info("memory")["used_memory"])
+    print(
+        json.dumps(
+            {
+                "scale": scale,
+                "units": units,
+                "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "worker_peak_mb": worker_peak[0] / 2**20,
+                "redis_bytes_per_unit": (after - before) / units,
+                "aof_bytes_per_unit": (_aof_bytes(client) - aof_before) / units,
+            }
+        )
+    )
+
+
+def _aof_bytes(client: Any) -> int:
+    info = client.info("persistence")
+    return int(info.get("aof_current_size", 0) or 0)
+
+
+def memory(tmp: Path, redis_url: str, jokes_n: int, scales: list[int]) -> list[dict[str, float]]:
+    rows = []
+    for scale in scales:
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--memory-child",
+                str(scale),
+                "--jokes",
+                str(jokes_n),
+                "--tmp",
+                str(tmp),
+                "--redis-url",
+                redis_url,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"memory run at {scale}x failed:\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jokes", type=int, default=205, help="jokes at 1x (the Puns study has 205)")
+    ap.add_argument("--rate-jokes", type=int, default=40, help="jokes in the rate-limited run")
+    ap.add_argument("--rpm", type=float, default=600.0)
+    ap.add_argument("--quick", action="store_true", help="memory at 1x and 10x only")
+    ap.add_argument("--only", default="", help="comma list of: throughput,rate,resume,claims,memory")
+    ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--redis-url", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    os.environ.setdefault("PUNCHLINE_LOG_LEVEL", "warning")
+    if args.memory_child:
+        memory_child(args.memory_child, args.jokes, Path(args.tmp), args.redis_url)
+        return
+    only = set(filter(None, args.only.split(","))) or {"throughput", "rate", "resume", "claims", "memory"}
+
+    from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
+    from punchline.cluster.redis_server import EmbeddedRedis
+
+    with tempfile.TemporaryDirectory() as tmp_s, EmbeddedRedis(Path(tmp_s) / "redis") as server:
+        tmp = Path(tmp_s)
+        jokes = tmp / "jokes.json"
+        jokes.write_text(json.dumps(synthetic_jokes(args.jokes)))
+        rate_jokes = tmp / "rate-jokes.json"
+        rate_jokes.write_text(json.dumps(synthetic_jokes(args.rate_jokes)))
+        print(f"2 cores, C = {C} calls in flight, {len(MODELS)} models, 20 samples + greedy per joke and model\n")
+        if only & {"throughput", "rate", "resume"}:
+            ensure_ray(RaySettings(num_cpus=2))
+        if "throughput" in only:
+            for latency in (0.0, 200.0):
+                r = throughput(tmp, jokes, server.url, latency)
+                line = f"latency {latency:5.0f} ms, {r['requests']} requests: loop {r['loop']:6.1f} req/s, "
+                line += f"engine {r['engine']:6.1f} req/s, engine/loop {r['engine'] / r['loop']:.2f}"
+                if latency:
+                    ceiling = C / (latency / 1000)
+                    line += (
+                        f", engine/(C/latency) {r['engine'] / ceiling:.2f}, loop/(C/latency) {r['loop'] / ceiling:.2f}"
+                    )
+                print(line, flush=True)
+        if "rate" in only:
+            r = rate_limited(tmp, rate_jokes, server.url, args.rpm)
+            print(
+                f"rate limit {args.rpm:.0f}/min on the provider, 5 models: achieved {r['rate_per_min']:.1f}/min "
+                f"(ratio {r['rate_per_min'] / args.rpm:.3f}), {r['throttled']} of {r['calls']} calls 429 "
+                f"({100 * r['throttled'] / max(r['calls'], 1):.2f} %), {r['failed_units']} failed units",
+                flush=True,
+            )
+        if "resume" in only:
+            print(f"resume to first call: {resume_to_first_call(tmp, jokes, server.url):.2f} s", flush=True)
+        if only & {"throughput", "rate", "resume"}:
+            shutdown_ray()
+        if "claims" in only:
+            cost = claim_cost(server.url)
+            cells = ", ".join(f"{n:,} shards {ms:.3f} ms" for n, ms in cost.items())
+            print(f"claim cost: {cells}; 100k / 100 = {cost[100_000] / cost[100]:.2f}", flush=True)
+        if "memory" in only:
+            rows = memory(tmp, server.url, args.jokes, [1, 10] if args.quick else [1, 10, 100])
+            for r in rows:
+                print(
+                    f"memory {r['scale']:>3}x ({r['units']:>7,} units): driver peak {r['driver_peak_mb']:7.1f} MB, "
+                    f"worker peak {r['worker_peak_mb']:6.1f} MB, Redis {r['redis_bytes_per_unit']:7.1f} B/unit, "
+                    f"AOF {r['aof_bytes_per_unit']:7.1f} B/unit",
+                    flush=True,
+                )
+            by = {r["scale"]: r for r in rows}
+            if 100 in by:
+                print(f"driver peak 100x / 10x = {by[100]['driver_peak_mb'] / by[10]['driver_peak_mb']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

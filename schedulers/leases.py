@@ -1,0 +1,391 @@
+"""Leases as a worker takes them: one asynchronous round trip per step of the unit path.
+
+Two kinds of lease, each with a fencing token from one global counter (so a token is never reused):
+
+* a **request lease** (global, keyed by the request's content hash, shared by every run): a worker may
+  call a paid provider only while it holds it, so two overlapping runs never pay twice. Taking it is one
+  Lua script that also reserves the call's rate-limit slot (:data:`~punchline.schedulers.rate_limit.GCRA_LUA`)
+  and, when the run has a cost cap, the call's estimated cost (:data:`~punchline.schedulers.budget.BUDGET_LUA`).
+  Committing it is one script that deletes the lease, settles the cost and gives back unused tokens.
+  Nothing is left behind: the answer is in the store, and the store is the truth.
+* a **shard lease** (per run and stage): which worker processes which shard. Claims are O(log N)
+  (see :mod:`punchline.schedulers.ledger`); the commit also adds the shard's counters and usage, so
+  progress costs no round trip per unit.
+
+A commit carries ``owner|token`` and is rejected if anyone has taken the lease since (the holder was
+presumed dead and replaced), so a zombie can never release a successor's lease.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+import redis
+import redis.asyncio
+
+from punchline.data.errors import LedgerUnavailable
+from punchline.schedulers.budget import BUDGET_LUA, budget_keys, usage_key
+from punchline.schedulers.ledger import StageKeys, fence_key, request_key
+from punchline.schedulers.rate_limit import GCRA_LUA, RateScope
+
+# KEYS: lease, fence, rate scope (5), budget (3)
+# ARGV: owner, ttl_ms, rate args (11), holder, estimate_usd, cap_usd (<0: no budget), budget_ttl_ms
+# -> {1, token, wait_ms} granted | {0, pttl} held by another | {3} over budget
+_ACQUIRE = (
+    GCRA_LUA
+    + BUDGET_LUA
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('PTTL', KEYS[1])} end
+local cap = tonumber(ARGV[16])
+if cap >= 0 and budget_reserve(7, ARGV[14], tonumber(ARGV[15]), cap, tonumber(ARGV[17])) == 0 then return {3} end
+local wait = rl_reserve(2, 2)
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', tonumber(ARGV[2]) + wait)
+return {1, token, wait}
+"""
+)
+
+# KEYS: lease, rate scope (5), budget (3)
+# ARGV: owner|token, rate args (11), unused_tokens, holder, reserved_usd, actual_usd, cap_usd, budget_ttl_ms
+# -> 1 committed | 0 the lease was no longer ours (lapsed or taken over)
+_COMMIT = (
+    GCRA_LUA
+    + BUDGET_LUA
+    + """
+local ok = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  ok = 1
+end
+rl_refund(1, 1, tonumber(ARGV[13]))
+if tonumber(ARGV[17]) >= 0 then
+  budget_settle(6, ARGV[14], tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[18]))
+end
+return ok
+"""
+)
+
+# KEYS: lease ; ARGV: owner|token
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: leases... ; ARGV: ttl_ms, holder values...  -> list of 1/0
+_RENEW_REQUESTS = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ARGV[1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+# KEYS: todo, leased, holders, meta, fence ; ARGV: owner, ttl_ms
+# -> {1, shard, token} | {0, ms until a lease expires} | {-1} nothing left | {-2} stage unknown (Redis wiped)
+_CLAIM = """
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-2} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local shard
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1)
+if #expired > 0 then
+  shard = expired[1]
+else
+  local popped = redis.call('ZPOPMIN', KEYS[1])
+  if #popped == 0 then
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if #first == 0 then return {-1} end
+    return {0, math.max(1, tonumber(first[2]) - now)}
+  end
+  shard = popped[1]
+end
+local token = redis.call('INCR', KEYS[5])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), shard)
+redis.call('HSET', KEYS[3], shard, ARGV[1] .. '|' .. token)
+return {1, tonumber(shard), token}
+"""
+
+# KEYS: leased, holders ; ARGV: ttl_ms, then (shard, holder) pairs -> list of 1/0
+_RENEW_SHARDS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
+# KEYS: leased, holders, counters, usage ; ARGV: shard, holder, n_counters, then counter (name, value)
+# pairs, then usage (field, value) pairs. Counters and usage are added even when the lease was lost: the
+# calls were made either way. -> 1 committed | 0 lost
+_COMMIT_SHARD = """
+local ok = 0
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HINCRBY', KEYS[3], 'shards_done', 1)
+  ok = 1
+end
+local n = tonumber(ARGV[3])
+for i = 4, 3 + 2 * n, 2 do
+  if ARGV[i] == 'cost_usd' then redis.call('HINCRBYFLOAT', KEYS[3], ARGV[i], ARGV[i + 1])
+  else redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1]) end
+end
+for i = 4 + 2 * n, #ARGV, 2 do
+  if string.sub(ARGV[i], -3) == 'usd' then redis.call('HINCRBYFLOAT', KEYS[4], ARGV[i], ARGV[i + 1])
+  else redis.call('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
+end
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[3], 'updated_at', t[1] .. '.' .. string.format('%06d', t[2]))
+return ok
+"""
+
+# KEYS: todo, leased, holders ; ARGV: shard, holder
+_RELEASE_SHARD = """
+if redis.call('HGET', KEYS[3], ARGV[1]) == ARGV[2] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+class Grant(msgspec.Struct, frozen=True):
+    """A held request lease: present it when renewing or committing."""
+
+    key: str  # the request's content hash
+    owner: str
+    token: int
+    wait_s: float = 0.0  # how long to wait for the rate-limit slot reserved with it
+    reserved_usd: float = 0.0
+
+    @property
+    def holder(self) -> str:
+        return f"{self.owner}|{self.token}"
+
+
+class Claim(msgspec.Struct, frozen=True):
+    """A held shard lease."""
+
+    shard: int
+    owner: str
+    token: int
+
+    @property
+    def holder(self) -> str:
+        return f"{self.owner}|{self.token}"
+
+
+class Held(msgspec.Struct, frozen=True):
+    """Someone else holds the request: ``wait_ms`` left on their lease."""
+
+    wait_ms: int
+
+
+class OverBudget(msgspec.Struct, frozen=True):
+    """The run's cost cap would be exceeded by this call."""
+
+
+class BudgetTerms(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's cost cap as the lease scripts take it (no cap: nothing is reserved or settled)."""
+
+    run_id: str
+    cap_usd: float | None = None
+    holder: str = ""
+    ttl_ms: int = 900_000
+
+
+_NO_RATE = [0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1]
+_NO_RATE_KEYS = ["{none}:req", "{none}:tok", "{none}:state", "{none}:mreq", "{none}:mtok"]
+
+
+def _unavailable(exc: BaseException) -> LedgerUnavailable:
+    return LedgerUnavailable(f"Redis is unreachable: {type(exc).__name__}: {exc}")
+
+
+class Leases:
+    """A worker's lease client over ``redis.asyncio``: no thread hop, no blocking call on the event loop."""
+
+    def __init__(self, client: redis.asyncio.Redis, *, budget: BudgetTerms, namespace: str = "pl") -> None:
+        self.r = client
+        self.ns = namespace
+        self.budget = budget
+        self._budget_keys = budget_keys(budget.run_id, namespace)
+        self._fence = fence_key(namespace)
+        self._acquire = client.register_script(_ACQUIRE)
+        self._commit = client.register_script(_COMMIT)
+        self._release = client.register_script(_RELEASE)
+        self._renew_requests = client.register_script(_RENEW_REQUESTS)
+        self._claim = client.register_script(_CLAIM)
+        self._renew_shards = client.register_script(_RENEW_SHARDS)
+        self._commit_shard = client.register_script(_COMMIT_SHARD)
+        self._release_shard = client.register_script(_RELEASE_SHARD)
+
+    async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await script(keys=list(keys), args=list(args))
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise _unavailable(exc) from None
+        except redis.exceptions.ResponseError as exc:
+            if "LOADING" in str(exc) or "BUSY" in str(exc):
+                raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
+            raise
+
+    @property
+    def _cap(self) -> float:
+        return -1.0 if self.budget.cap_usd is None else float(self.budget.cap_usd)
+
+    # --- request leases ----------------------------------------------------------------------------
+
+    async def acquire(
+        self,
+        key: str,
+        owner: str,
+        lease_ms: int,
+        *,
+        rate: RateScope | None = None,
+        requests: int = 1,
+        tokens: int = 0,
+        estimate_usd: float = 0.0,
+    ) -> Grant | Held | OverBudget:
+        """Take a request's lease, its rate-limit slot and (with a cap) its cost reservation at once."""
+        rate_keys = rate.keys if rate is not None else _NO_RATE_KEYS
+        rate_args = rate.args(requests, tokens) if rate is not None else _NO_RATE
+        est = estimate_usd if self.budget.cap_usd is not None else 0.0
+        res = await self._run(
+            self._acquire,
+            [request_key(self.ns, key), self._fence, *rate_keys, *self._budget_keys],
+            [owner, lease_ms, *rate_args, self.budget.holder, repr(est), repr(self._cap), self.budget.ttl_ms],
+        )
+        if res[0] == 1:
+            return Grant(key, owner, int(res[1]), wait_s=max(0, int(res[2])) / 1000, reserved_usd=est)
+        if res[0] == 0:
+            return Held(max(int(res[1]), 1))
+        return OverBudget()
+
+    async def commit(
+        self,
+        grant: Grant,
+        *,
+        rate: RateScope | None = None,
+        unused_tokens: int = 0,
+        actual_usd: float = 0.0,
+    ) -> bool:
+        """Release the lease after the answer is stored, settle its cost, give back unused tokens.
+        False if the lease was no longer ours (the answer is stored either way)."""
+        rate_keys = rate.keys if rate is not None else _NO_RATE_KEYS
+        rate_args = rate.args(0, 0) if rate is not None else _NO_RATE
+        res = await self._run(
+            self._commit,
+            [request_key(self.ns, grant.key), *rate_keys, *self._budget_keys],
+            [
+                grant.holder,
+                *rate_args,
+                max(0, unused_tokens) if rate is not None else 0,
+                self.budget.holder,
+                repr(grant.reserved_usd),
+                repr(actual_usd),
+                repr(self._cap),
+                self.budget.ttl_ms,
+            ],
+        )
+        return bool(res)
+
+    async def release(self, grant: Grant) -> None:
+        """Give a lease back without an answer (the call failed); a held cost reservation is dropped."""
+        if grant.reserved_usd and self.budget.cap_usd is not None:
+            await self.commit(grant, actual_usd=0.0)
+            return
+        await self._run(self._release, [request_key(self.ns, grant.key)], [grant.holder])
+
+    # --- shard leases -----------------------------------------------------------------------------
+
+    async def claim(self, keys: StageKeys, owner: str, lease_ms: int) -> Claim | int:
+        """A :class:`Claim`, or: ``>0`` ms to wait (all held), ``-1`` nothing left, ``-2`` stage unknown."""
+        res = await self._run(
+            self._claim, [keys.todo, keys.leased, keys.holders, keys.meta, self._fence], [owner, lease_ms]
+        )
+        if res[0] == 1:
+            return Claim(int(res[1]), owner, int(res[2]))
+        if res[0] == 0:
+            return max(int(res[1]), 1)
+        return int(res[0])
+
+    async def commit_shard(
+        self, keys: StageKeys, claim: Claim, *, counters: Mapping[str, float], usage: Mapping[str, float]
+    ) -> bool:
+        args: list[Any] = [claim.shard, claim.holder, len(counters)]
+        for name, value in counters.items():
+            args += [name, repr(float(value)) if name == "cost_usd" else int(value)]
+        for field, value in usage.items():
+            args += [field, repr(float(value)) if field.endswith("usd") else int(value)]
+        res = await self._run(
+            self._commit_shard, [keys.leased, keys.holders, keys.counters, usage_key(self.budget.run_id, self.ns)], args
+        )
+        return bool(res)
+
+    async def record_failures(self, keys: StageKeys, failures: Mapping[str, str]) -> None:
+        """Failed units with their reasons, for ``status`` (the shard file has them too)."""
+        mapping: Any = dict(failures)
+        try:
+            await self.r.hset(keys.failed, mapping=mapping)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise _unavailable(exc) from None
+
+    async def release_shard(self, keys: StageKeys, claim: Claim) -> None:
+        await self._run(self._release_shard, [keys.todo, keys.leased, keys.holders], [claim.shard, claim.holder])
+
+    # --- heartbeats -------------------------------------------------------------------------------
+
+    async def renew(
+        self, lease_ms: int, *, requests: Sequence[Grant] = (), shards: Mapping[StageKeys, Sequence[Claim]] = {}
+    ) -> tuple[list[Grant], list[Claim]]:
+        """Extend every lease a worker holds in one round trip; returns the ones it has lost."""
+        pipe = self.r.pipeline(transaction=False)
+        if requests:
+            await self._renew_requests(
+                keys=[request_key(self.ns, g.key) for g in requests],
+                args=[lease_ms, *[g.holder for g in requests]],
+                client=pipe,
+            )
+        groups = [(k, list(c)) for k, c in shards.items() if c]
+        for k, claims in groups:
+            pairs: list[Any] = []
+            for c in claims:
+                pairs += [c.shard, c.holder]
+            await self._renew_shards(keys=[k.leased, k.holders], args=[lease_ms, *pairs], client=pipe)
+        if not requests and not groups:
+            return [], []
+        try:
+            results = await pipe.execute()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise _unavailable(exc) from None
+        lost_requests: list[Grant] = []
+        lost_shards: list[Claim] = []
+        idx = 0
+        if requests:
+            lost_requests = [g for g, ok in zip(requests, results[0], strict=True) if not ok]
+            idx = 1
+        for (_, claims), oks in zip(groups, results[idx:], strict=True):
+            lost_shards += [c for c, ok in zip(claims, oks, strict=True) if not ok]
+        return lost_requests, lost_shards
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
