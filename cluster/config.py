@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from punchline.data.errors import ConfigError
+from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
 from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import ProviderSettings
 from punchline.workers.fake.server import FakeConfig
@@ -82,7 +83,7 @@ class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     models: list[str]
     shots: str | None = None
     k_shot: int = 0
-    max_tokens: int = 64
+    max_tokens: int = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
     judge: JudgeSettings | None = None
 
 
