@@ -58,12 +58,18 @@ class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     provider: str
     models: list[str]
+    # score the answers against this puns file's lists instead of the run's own (upstream's analysis
+    # scored against the lists of its day, which had grown since classification)
+    score_against: str | None = None
 
 
 class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate."""
 
     jokes: str
+    # a classified_completions.json: drop from the jokes' lists every word it calls "other", i.e. use
+    # the lists as they were when it was made (data/puns_history.py)
+    lists_at_classification: str | None = None
     collect: CollectSettings
     classify: ClassifySettings | None = None
     cloze: ClozeSettings | None = None
