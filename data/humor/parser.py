@@ -9,16 +9,20 @@ hedge: when a part is not recoverable, or the answer names several values for it
 Rules (documented here and in the README because the metrics depend on them):
 
 * Markers: ``ОТВЕТ`` / ``РЕШЕНИЕ`` (and English ``ANSWER`` / ``SOLUTION``) as whole words; ``РЕШЕНИЕА``
-  (the letter glued to the marker) reads as ``РЕШЕНИЕ А``. Upper-case markers are tried first; only
-  if none of them yields a value are markers in any case tried (prose "решение основано на..." after a
-  proper answer is ignored). If a marker's line holds nothing after it, the next non-empty line is used
-  unless that line starts with a marker itself (so ``ОТВЕТ\\nостроумный ответ`` is read).
-* Every marker of the chosen tier counts, not just the last: the class is the one class all of them
-  name, the letter the one letter all of them name. Several classes or letters in one answer
-  (``РЕШЕНИЕ А, Г``, ``А и Г``, ``А Г``, ``Б или В``, ``ирония или каламбур``), or two answers that
-  disagree (``ОТВЕТ игра слов / РЕШЕНИЕ А / ОТВЕТ оксюморон``), give None and ``ambiguous``. A value
-  preceded by "не" is not named ("оксюморон, а не ирония"); a segment listing all four letters is the
-  format's list echoed back, not an answer.
+  (the letter glued to the marker) reads as ``РЕШЕНИЕ А``. Trusted first: upper-case markers, and
+  markers in any case that open their line with a short value ("Ответ: ирония"); only if none of them
+  yields a value, any marker at all (prose: "решение основано на том, что ..." after a proper answer is
+  ignored). If a marker's line holds nothing after it, the next non-empty line is used unless that line
+  starts with a marker itself (so ``ОТВЕТ\nостроумный ответ`` is read).
+* The two-line format with a marker missing counts as an answer too: ``ирония`` / ``РЕШЕНИЕ Б``,
+  ``ирония РЕШЕНИЕ Б``, ``ОТВЕТ ирония`` / ``Б``, and a line that is just a class followed by a line
+  that is just a letter.
+* Every answer in the text counts, not just the last: the class is the one class all of them name, the
+  letter the one letter all of them name. Several classes or letters in one answer (``РЕШЕНИЕ А, Г``,
+  ``А и Г``, ``А Г``, ``Б или В``, ``ирония или каламбур``), or two answers that disagree (``ОТВЕТ игра
+  слов / РЕШЕНИЕ А / ОТВЕТ оксюморон``), give None and ``ambiguous``. A value preceded by "не" is not
+  named ("оксюморон, а не ирония"); a segment listing all four letters is the format's list echoed back,
+  not an answer.
 * The class part must name one of the 12 classes: exactly (modulo case, ё/е, quotes, punctuation,
   hyphens), or among other words ("класс «ирония»", "игра слов (омонимия)").
 * The letter is А, Б, В or Г in either case. A lower-case а/б/в/г, and a capital А/В, followed by a
@@ -27,12 +31,13 @@ Rules (documented here and in the README because the metrics depend on them):
   answering with A/B/C/D means them (A→А, B→Б, C→В, D→Г). Latin look-alikes are read as the Cyrillic
   letter they look like only inside Cyrillic text: a word mixing scripts (``иpония`` with a Latin ``p``)
   is read in Cyrillic, and a Latin ``A``/``B`` beside Cyrillic letters reads as ``А``/``В``.
-* Without markers, an answer shaped like the reference (``ирония, Б``) or the two lines without their
-  markers (``ирония`` / ``Б``) is accepted.
+* Without any marker, an answer shaped like the reference (``ирония, Б``) or the two lines without their
+  markers (``ирония`` / ``Б``, also "Это ирония" / "Г.") is accepted.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 
@@ -198,9 +203,16 @@ def parse_letter(segment: str) -> str | None:
     return next(iter(found)) if len(found) == 1 else None
 
 
-def _segments(text: str, marker: re.Pattern[str], stop: re.Pattern[str] | None) -> list[str]:
+class _Segment(msgspec.Struct, frozen=True):
+    text: str  # what follows the marker, up to the end of its line (or the value on the next line)
+    start: int  # where the marker is
+    line_start: bool  # the marker opens its line (after markdown, quotes, dashes): a label, not prose
+    line_end: int  # where the line holding the value ends
+
+
+def _segments(text: str, marker: re.Pattern[str], stop: re.Pattern[str] | None) -> list[_Segment]:
     """What follows each occurrence of ``marker`` up to the end of its line (or ``stop``)."""
-    out: list[str] = []
+    out: list[_Segment] = []
     for m in marker.finditer(text):
         end = text.find("\n", m.end())
         end = len(text) if end < 0 else end
@@ -209,15 +221,95 @@ def _segments(text: str, marker: re.Pattern[str], stop: re.Pattern[str] | None) 
             s = stop.search(line_rest)
             if s:
                 line_rest = line_rest[: s.start()]
+        value_end = end
         if not line_rest.strip(_LEAD_CHARS) and end < len(text):
             # The value may sit on the next non-empty line ("ОТВЕТ:\nирония"), unless that is a marker's line.
+            offset = end + 1
             for nxt in text[end + 1 :].split("\n"):
                 if nxt.strip(_LEAD_CHARS):
                     if not _STARTS_WITH_MARKER.match(nxt.strip(_LEAD_CHARS)):
-                        line_rest = nxt
+                        line_rest, value_end = nxt, offset + len(nxt)
                     break
-        out.append(line_rest)
+                offset += len(nxt) + 1
+        line_begin = text.rfind("\n", 0, m.start()) + 1
+        out.append(_Segment(line_rest, m.start(), not text[line_begin : m.start()].strip(_LEAD_CHARS), value_end))
     return out
+
+
+_LABEL_MAX_TOKENS = 6  # "Ответ: игра слов" is a label; "решение основано на том, что ..." is prose
+
+
+def _tiers(
+    text: str, upper: re.Pattern[str], anycase: re.Pattern[str], stop: re.Pattern[str] | None
+) -> list[list[_Segment]]:
+    """Markers in the order they are trusted: upper-case markers and any-case labels (a marker opening its
+    line with a short value after it), then any marker at all (prose included)."""
+    first = _segments(text, upper, stop)
+    taken = {seg.start for seg in first}
+    every = _segments(text, anycase, stop)
+    first += [
+        seg
+        for seg in every
+        if seg.start not in taken and seg.line_start and len(_TOKEN.findall(seg.text)) <= _LABEL_MAX_TOKENS
+    ]
+    return [first, every]
+
+
+def _nonempty_lines(text: str) -> list[tuple[int, str]]:
+    """``(offset, line)`` of every line with more than markdown or punctuation on it."""
+    out, offset = [], 0
+    for line in text.split("\n"):
+        if line.strip(_LEAD_CHARS):
+            out.append((offset, line))
+        offset += len(line) + 1
+    return out
+
+
+def _lone_class(line: str) -> set[str]:
+    """The class a line consists of ("ирония", "«Не анекдот»", "Это ирония"), not a marker's line."""
+    if _STARTS_WITH_MARKER.match(line.strip(_LEAD_CHARS)):
+        return set()
+    found = _classes_named(line)
+    if len(found) != 1:
+        return set()
+    words = len(normalize_class_text(_cyrillic_words(line)).split())
+    return found if words <= len(next(iter(found)).split()) + 1 else set()
+
+
+def _lone_letter(line: str) -> list[str]:
+    """The letter a line consists of ("Б", "Г.", "**В**")."""
+    tokens = [t.text for t in _tokens(line)]
+    return tokens if len(tokens) == 1 and tokens[0] in _LETTER_GLYPHS else []
+
+
+class _Answers(msgspec.Struct):
+    """Classes and letter glyphs named outside the markers' own segments: the two-line format with a
+    marker missing (``ирония`` / ``РЕШЕНИЕ Б``, ``ОТВЕТ ирония`` / ``Б``) or with both missing."""
+
+    classes: set[str]
+    glyphs: list[str]
+
+
+def _unmarked_answers(text: str, cls_segments: list[_Segment], letter_segments: list[_Segment]) -> _Answers:
+    lines = _nonempty_lines(text)
+    found = _Answers(set(), [])
+    for (_, line), (_, nxt) in itertools.pairwise(lines):  # a bare pair: "ирония" / "Б"
+        classes, glyphs = _lone_class(line), _lone_letter(nxt)
+        if classes and glyphs:
+            found.classes |= classes
+            found.glyphs += glyphs
+    for seg in letter_segments:  # "ирония" / "РЕШЕНИЕ Б", or "ирония РЕШЕНИЕ Б" on one line
+        line_begin = text.rfind("\n", 0, seg.start) + 1
+        before = [line for offset, line in lines if offset < line_begin]
+        if not seg.line_start:
+            found.classes |= _lone_class(text[line_begin : seg.start])
+        elif before:
+            found.classes |= _lone_class(before[-1])
+    for seg in cls_segments:  # "ОТВЕТ ирония" / "Б"
+        after = [line for offset, line in lines if offset > seg.line_end]
+        if after and _classes_named(seg.text):
+            found.glyphs += _lone_letter(after[0])
+    return found
 
 
 class _Part(msgspec.Struct, frozen=True):
@@ -231,12 +323,12 @@ def _decide(named: set[str]) -> _Part:
     return _Part(None, len(named) > 1)
 
 
-def _class_part(text: str) -> tuple[_Part, list[str]]:
-    for marker in (_ANSWER_UPPER, _ANSWER_ANY):
-        named: set[str] = set()
+def _class_part(tiers: list[list[_Segment]], extra: set[str]) -> tuple[_Part, list[_Segment]]:
+    for n, segments in enumerate(tiers):
+        named: set[str] = set(extra) if n == 0 else set()
         yielding = []
-        for seg in _segments(text, marker, _SOLUTION_ANY):
-            found = _classes_named(seg)
+        for seg in segments:
+            found = _classes_named(seg.text)
             if found:
                 named |= found
                 yielding.append(seg)
@@ -245,11 +337,11 @@ def _class_part(text: str) -> tuple[_Part, list[str]]:
     return _Part(None, False), []
 
 
-def _letter_part(text: str) -> _Part:
-    for marker in (_SOLUTION_UPPER, _SOLUTION_ANY):
-        glyphs: list[str] = []
-        for seg in _segments(text, marker, None):
-            seg_glyphs = letter_glyphs(seg)
+def _letter_part(tiers: list[list[_Segment]], extra: list[str]) -> _Part:
+    for n, segments in enumerate(tiers):
+        glyphs: list[str] = list(extra) if n == 0 else []
+        for seg in segments:
+            seg_glyphs = letter_glyphs(seg.text)
             if len(_read_letters(seg_glyphs)) == len(LETTERS):
                 continue  # "(А, Б, В, Г)": the format's list echoed back, not an answer
             glyphs += seg_glyphs
@@ -262,12 +354,12 @@ def _letter_part(text: str) -> _Part:
 _BARE = re.compile(r"^\s*(?P<cls>[^,;\n]+?)\s*[,;]\s*(?P<letter>[^\n]+?)\s*$")
 
 
-def _trailing_letter(segments: list[str], cls: str) -> _Part:
+def _trailing_letter(segments: list[_Segment], cls: str) -> _Part:
     """``ОТВЕТ ирония, Б`` (both parts on the answer line): the letters after the class."""
     glyphs: list[str] = []
     key = class_key(cls)
     for seg in segments:
-        norm = normalize_class_text(_cyrillic_words(seg))
+        norm = normalize_class_text(_cyrillic_words(seg.text))
         if norm.startswith(key):
             rest = norm[len(key) :].split()
             if rest and all(t in _LETTER_GLYPHS or t in _CONNECTORS for t in rest):
@@ -297,10 +389,13 @@ def _bare(text: str) -> ParsedAnswer | None:
 def parse_answer(text: str) -> ParsedAnswer:
     """Read ``(class, letter)`` from a raw model answer; unreadable or ambiguous parts are None."""
     text = _cyrillic_words(text)
-    cls, segments = _class_part(text)
-    letter = _letter_part(text)
+    cls_tiers = _tiers(text, _ANSWER_UPPER, _ANSWER_ANY, _SOLUTION_ANY)
+    letter_tiers = _tiers(text, _SOLUTION_UPPER, _SOLUTION_ANY, None)
+    unmarked = _unmarked_answers(text, cls_tiers[0], letter_tiers[0])
+    cls, cls_segments = _class_part(cls_tiers, unmarked.classes)
+    letter = _letter_part(letter_tiers, unmarked.glyphs)
     if cls.value is not None and letter.value is None and not letter.ambiguous:
-        letter = _trailing_letter(segments, cls.value)
+        letter = _trailing_letter(cls_segments, cls.value)
     if (cls.value, letter.value) == (None, None) and not (cls.ambiguous or letter.ambiguous):
         bare = _bare(text)
         if bare is not None:

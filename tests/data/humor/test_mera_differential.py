@@ -4,7 +4,9 @@ The transcription below is MERA's ``remove_whitespace_and_nones`` filter (benchm
 in MERA-Evaluation/MERA) and SQuAD's ``normalize_answer`` / ``compute_exact`` (transformers'
 ``squad_metrics``), kept as close to the originals as Python allows and independent of our module.
 A generated corpus of answers (right, wrong class, wrong letter, both wrong) over many surface forms
-must be scored identically by both; where the official filter raises, ours must give 0.
+must be scored identically by both; where the official filter raises, ours must give 0. On the same
+corpus the robust parser must never credit a wrong answer, and must credit every answer the official
+scorer credits unless it refused it as ambiguous (two answers that disagree: the official takes the first).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import string
 from collections import Counter
 
 from punchline.data.humor.mera import em_mera
-from punchline.data.humor.schema import CLASSES, LETTERS
+from punchline.data.humor.parser import parse_answer
+from punchline.data.humor.schema import CLASSES, LETTERS, class_key, split_output
 
 # --- the official scorer, transcribed -----------------------------------------------------------
 
@@ -67,7 +70,7 @@ def official_em(gold: str, text: str) -> int | None:
 
 # --- the corpus ----------------------------------------------------------------------------------
 
-LATIN = {"А": "A", "В": "B"}  # Cyrillic letters with a Latin look-alike
+LATIN = {"А": "A", "Б": "B", "В": "C", "Г": "D"}  # a model answering by position
 # Canonical forms are repeated so that a fair share of the right answers is credited officially.
 TRAILING = ["", "", "", " ", "\t", "  ", " \t", "\u00a0", "\r"]
 LEADING = ["", "", "", "", " ", "  ", "\t"]
@@ -183,3 +186,20 @@ def test_corpus_covers_the_whitespace_cases_where_the_old_reading_differed() -> 
 
     only_when_stripped = [t for _, g, t in corpus() if official_em(g, t) == 1 and unstripped(g, t) == 0]
     assert len(only_when_stripped) >= 50
+
+
+def test_robust_parser_credits_what_the_official_scorer_credits_and_never_a_wrong_answer() -> None:
+    credited: Counter[str] = Counter()
+    for outcome, gold, text in corpus():
+        parsed = parse_answer(text)
+        cls, letter = split_output(gold) or ("", "")
+        robust = int(parsed.cls is not None and class_key(parsed.cls) == class_key(cls) and parsed.letter == letter)
+        official = official_em(gold, text) or 0
+        if outcome != "right":
+            assert not robust, (gold, text, parsed)
+        elif official and not robust:
+            assert parsed.ambiguous, (gold, text, parsed)
+            credited["official only, ambiguous"] += 1
+        credited[f"{outcome}: robust {robust}, official {official}"] += 1
+    assert credited["right: robust 1, official 0"] >= 200  # more lenient: colons, quotes, Latin, one line...
+    assert credited["official only, ambiguous"] >= 10  # a second answer that disagrees: never credited

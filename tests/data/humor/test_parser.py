@@ -52,6 +52,15 @@ OK_CASES = [
     ("ОТВЕТ ирония\nРЕШЕНИЕ: В (там тоже ирония)", "ирония", "В"),
     ("ОТВЕТ ирония\nРЕШЕНИЕ Б\n\nИтого: ОТВЕТ ирония, РЕШЕНИЕ Б", "ирония", "Б"),
     ("ОТВЕТ ирония\nРЕШЕНИЕ: Б, а не В", "ирония", "Б"),
+    # the two-line format with one marker missing, or both parts on one line without ОТВЕТ
+    ("ирония\nРЕШЕНИЕ Б", "ирония", "Б"),
+    ("ОТВЕТ ирония\nБ", "ирония", "Б"),
+    ("ОТВЕТ:\nирония\nБ.", "ирония", "Б"),
+    ("«ирония» РЕШЕНИЕ Б", "ирония", "Б"),
+    ("Разберём текст.\nИРОНИЯ\nБ", "ирония", "Б"),
+    # a lower-case marker in prose is not an answer; one that labels a short value is
+    ("Решение: сначала рассмотрим вариант А, затем Б и В.\nОТВЕТ ирония\nРЕШЕНИЕ Г", "ирония", "Г"),
+    ("Ответ: ирония\nРЕШЕНИЕ Г", "ирония", "Г"),
     # the format's letter list echoed back is not an answer
     ("РЕШЕНИЕ может быть только из списка (А, Б, В, Г).\nОТВЕТ ирония\nРЕШЕНИЕ Б", "ирония", "Б"),
     # one line
@@ -181,6 +190,16 @@ def test_two_answers_that_disagree_only_in_the_letter_give_none() -> None:
     assert _ambiguous("ОТВЕТ ирония\nРЕШЕНИЕ А\nОТВЕТ ирония\nРЕШЕНИЕ Б") == ParsedAnswer(
         "ирония", None, ambiguous=True
     )
+
+
+def test_a_lower_case_answer_that_disagrees_with_an_upper_case_one_gives_none() -> None:
+    text = "ответ: игра паттернов\nрешение: А\n\nОТВЕТ ирония\nРЕШЕНИЕ А"
+    assert _ambiguous(text) == ParsedAnswer(None, "А", ambiguous=True)
+
+
+def test_an_answer_without_markers_that_disagrees_with_a_marked_one_gives_none() -> None:
+    assert _ambiguous("логика абсурда\nРЕШЕНИЕ А\n\nОТВЕТ ирония\nРЕШЕНИЕ А").cls is None
+    assert _ambiguous("ИРОНИЯ\nГ.\n\nОТВЕТ ирония\nРЕШЕНИЕ А").letter is None
 
 
 def test_latin_and_cyrillic_letters_that_disagree_give_none() -> None:
