@@ -169,6 +169,7 @@ def cmd_cloze_report(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     import hashlib
+    import tempfile
     from pathlib import Path
 
     import msgspec
@@ -180,19 +181,29 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from punchline.cluster.pipelines import puns_reproduce as rep
     from punchline.cluster.pipelines.puns import run_jokes
     from punchline.data.jsonio import atomic_write_bytes
+    from punchline.data.puns_io import dump_cloze_tests
     from punchline.data.stores import open_store
 
     upstream = rep.find_upstream(args.upstream, cloze=args.cloze, tests=args.published_tests)
     text = rep.reproduce_config_text(args.config, upstream)
     run_id = args.run_id or f"puns-reproduce-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
     opts = run_options(args, run_id=run_id, offline=True)
+    with tempfile.TemporaryDirectory() as tmp:  # check everything before writing anything
+        (Path(tmp) / rep.CONFIG_NAME).write_text(text, encoding="utf-8")
+        cfg = load_config(Path(tmp) / rep.CONFIG_NAME)
+        tests = rep.answered_tests(cfg, upstream) if upstream.cloze_answers else None
+        if upstream.cloze_answers:  # the recorded answers must fit the tests they are keyed by
+            answered = tests if tests is not None else puns_io.load_cloze_tests(str(upstream.published_tests))
+            puns_io.load_cloze_responses(upstream.cloze_answers, answered)
     run_dir = Path(opts.runs_dir) / run_id
     config_path = run_dir / rep.CONFIG_NAME
     atomic_write_bytes(config_path, text.encode("utf-8"))
+    tests_path = upstream.published_tests if upstream.cloze_answers else None
+    if tests is not None:
+        tests_path = str(run_dir / rep.ANSWERED_TESTS_NAME)
+        dump_cloze_tests(tests_path, tests)
     cfg = load_config(config_path)
     store_url = opts.store or cfg.run.store or opts.runs_dir
-
-    tests_path = rep.answered_tests(cfg, upstream, run_dir) if upstream.cloze_answers else None
     imported = import_legacy(
         upstream.raw,
         upstream.classified,

@@ -167,13 +167,12 @@ def predicted_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest]:
     return build_tests(ranked, seed=cfg.puns.cloze.seed, pairs=cfg.puns.cloze.pairs)
 
 
-def answered_tests(cfg: RunConfig, upstream: UpstreamFiles, run_dir: Path) -> str:
-    """The tests file the recorded cloze answers are keyed by: upstream's published tests if present,
-    else the tests this run will build, provided they are the published selection (same jokes, prompts)."""
+def answered_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest] | None:
+    """The tests the recorded cloze answers are keyed by, when upstream's published tests file is not at
+    hand (None when it is: the answers are keyed by it): the tests this run will build, provided they are
+    the published selection (same jokes, order, prompts), so that each answer keeps its prompt."""
     if upstream.published_tests is not None:
-        return upstream.published_tests
-    from punchline.data.puns_io import dump_cloze_tests
-
+        return None
     tests = predicted_tests(cfg, upstream)
     if not is_published_selection(tests):
         raise InputError(
@@ -181,9 +180,7 @@ def answered_tests(cfg: RunConfig, upstream: UpstreamFiles, run_dir: Path) -> st
             f"replayed against them; put contextual_cloze_tests_100.json into {upstream.folder}",
             file=upstream.cloze_answers,
         )
-    path = run_dir / ANSWERED_TESTS_NAME
-    dump_cloze_tests(path, tests)
-    return str(path)
+    return tests
 
 
 class ModelShift(msgspec.Struct):

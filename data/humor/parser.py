@@ -73,7 +73,7 @@ _ANSWER_ANY = re.compile(r"(?<!\w)(?:ответ|answer)(?!\w)", re.IGNORECASE)
 _GLUED = r"(?:(?!\w)|(?=[АБВГ](?!\w)))"  # "РЕШЕНИЕА": the letter glued to the marker
 _SOLUTION_UPPER = re.compile(r"(?<!\w)(?:РЕШЕНИЕ|SOLUTION)" + _GLUED)
 _SOLUTION_ANY = re.compile(r"(?<!\w)(?:решение|solution)" + _GLUED, re.IGNORECASE)
-_STARTS_WITH_MARKER = re.compile(r"(?:ответ|answer|решение|solution)" + _GLUED, re.IGNORECASE)
+_STARTS_WITH_MARKER = re.compile(r"(?:ответ|answer)(?!\w)|(?:решение|solution)" + _GLUED, re.IGNORECASE)
 
 _LEAD_CHARS = " \t\r:：-—–=*_#>«»“”„\"'`"
 _NON_WORD = re.compile(r"[^\w\s]|_")

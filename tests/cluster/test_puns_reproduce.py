@@ -103,6 +103,21 @@ def test_bad_upstream_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
     assert not list(tmp_path.iterdir())  # nothing started, nothing written
 
 
+def test_cloze_answers_that_do_not_fit_stop_before_anything_is_written(
+    shared_puns: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer = {"pair_id": 3, "type": "straight", "raw_response": "a", "extracted_word": "a"}  # test 0 is pair 0
+    bad = {"3b": {"model_id": "x", "responses": {"0": answer}}}
+    cloze = tmp_path / "cloze.json"
+    cloze.write_text(json.dumps(bad))
+    runs = tmp_path / "runs"
+    argv = ["puns", "reproduce", "--upstream", str(shared_puns), "--cloze", str(cloze), "--runs-dir", str(runs)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cloze.json" in err and "response '0'" in err and "pair_id" in err and "Traceback" not in err
+    assert not runs.exists()
+
+
 def _reproduction(**changes: Any) -> Reproduction:
     base = Reproduction(
         state="finished",
