@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from punchline.data.errors import ConfigError
+from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
 from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import ProviderSettings
 from punchline.workers.fake.server import FakeConfig
@@ -57,12 +58,18 @@ class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     provider: str
     models: list[str]
+    # score the answers against this puns file's lists instead of the run's own (upstream's analysis
+    # scored against the lists of its day, which had grown since classification)
+    score_against: str | None = None
 
 
 class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate."""
 
     jokes: str
+    # a classified_completions.json: drop from the jokes' lists every word it calls "other", i.e. use
+    # the lists as they were when it was made (data/puns_history.py)
+    lists_at_classification: str | None = None
     collect: CollectSettings
     classify: ClassifySettings | None = None
     cloze: ClozeSettings | None = None
@@ -82,7 +89,7 @@ class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     models: list[str]
     shots: str | None = None
     k_shot: int = 0
-    max_tokens: int = 64
+    max_tokens: int = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
     judge: JudgeSettings | None = None
 
 

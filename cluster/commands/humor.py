@@ -143,6 +143,7 @@ def print_score_summary(report: HumorReport, written: list[str], console: Consol
     t.add_row("class accuracy", f"{100 * metrics.class_accuracy:.1f} %")
     t.add_row("letter accuracy", f"{100 * metrics.letter_accuracy:.1f} %")
     t.add_row("parse failures", f"{100 * metrics.parse_failure_rate:.1f} %")
+    t.add_row("ambiguous (never credited)", f"{100 * metrics.ambiguous_rate:.1f} % ({metrics.ambiguous})")
     t.add_row("missing predictions", str(metrics.n_missing))
     if judge is not None:
         t.add_row("judge pass rate", "–" if judge.pass_rate is None else f"{100 * judge.pass_rate:.1f} %")

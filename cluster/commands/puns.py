@@ -9,9 +9,12 @@ as it was.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from punchline.data import puns_io
+
+if TYPE_CHECKING:
+    from punchline.cluster.pipelines.puns_reproduce import Reproduction, UpstreamFiles
 
 
 def register(sub: Any) -> None:
@@ -80,6 +83,33 @@ def register(sub: Any) -> None:
     s.add_argument("--out", required=True, help="output folder (created if missing)")
     s.set_defaults(func=cmd_cloze_report)
 
+    from punchline.cluster.commands.run import add_run_options
+
+    rp = ps.add_parser(
+        "reproduce",
+        help="reproduce the published study from upstream's recorded outputs (no provider call, no key)",
+        description="Run the whole Puns pipeline over upstream's jokes offline, replaying its recorded model "
+        "outputs: the lists as they were when upstream classified (today's lists minus the words its "
+        "classifier called 'other'), raw_completions.json, classified_completions.json and the recorded cloze "
+        "answers (cloze_benchmark_raw.json) loaded into the response cache with import-legacy, the cloze answers "
+        "scored against today's lists as the published analysis did. Prints the tiers (published: 42/51/24/88), "
+        "checks the cloze tests against the published ones and prints the context-effect table beside the "
+        "published one (+2, +2, +38, +36, +42 pp). Exit status 1 if anything differs from the publication.",
+    )
+    rp.add_argument("--upstream", required=True, help="folder with puns_205.json and its checkpoints")
+    rp.add_argument(
+        "--config",
+        default="configs/puns_reproduce.toml",
+        help="the study's config (default configs/puns_reproduce.toml); its [puns] paths are set to --upstream",
+    )
+    rp.add_argument("--cloze", help="the recorded cloze answers (default: cloze_benchmark_raw.json in --upstream)")
+    rp.add_argument(
+        "--published-tests",
+        help="upstream's contextual_cloze_tests_100.json, to compare with (default: looked for in --upstream)",
+    )
+    add_run_options(rp)
+    rp.set_defaults(func=cmd_reproduce)
+
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from punchline.data.tiers import tier_counts
@@ -135,3 +165,104 @@ def cmd_cloze_report(args: argparse.Namespace) -> int:
     print(to_markdown(report), end="")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    import msgspec
+
+    from punchline.cluster.commands.providers import describe_import, import_legacy, targets_from_config
+    from punchline.cluster.commands.run import run_and_report, run_options
+    from punchline.cluster.config import load_config
+    from punchline.cluster.driver import RunRecord
+    from punchline.cluster.pipelines import puns_reproduce as rep
+    from punchline.cluster.pipelines.puns import run_jokes
+    from punchline.data.jsonio import atomic_write_bytes
+    from punchline.data.puns_io import dump_cloze_tests
+    from punchline.data.stores import open_store
+
+    upstream = rep.find_upstream(args.upstream, cloze=args.cloze, tests=args.published_tests)
+    text = rep.reproduce_config_text(args.config, upstream)
+    run_id = args.run_id or f"puns-reproduce-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    opts = run_options(args, run_id=run_id, offline=True)
+    with tempfile.TemporaryDirectory() as tmp:  # check everything before writing anything
+        (Path(tmp) / rep.CONFIG_NAME).write_text(text, encoding="utf-8")
+        cfg = load_config(Path(tmp) / rep.CONFIG_NAME)
+        tests = rep.answered_tests(cfg, upstream) if upstream.cloze_answers else None
+        if upstream.cloze_answers:  # the recorded answers must fit the tests they are keyed by
+            answered = tests if tests is not None else puns_io.load_cloze_tests(str(upstream.published_tests))
+            puns_io.load_cloze_responses(upstream.cloze_answers, answered)
+    run_dir = Path(opts.runs_dir) / run_id
+    config_path = run_dir / rep.CONFIG_NAME
+    atomic_write_bytes(config_path, text.encode("utf-8"))
+    tests_path = upstream.published_tests if upstream.cloze_answers else None
+    if tests is not None:
+        tests_path = str(run_dir / rep.ANSWERED_TESTS_NAME)
+        dump_cloze_tests(tests_path, tests)
+    cfg = load_config(config_path)
+    store_url = opts.store or cfg.run.store or opts.runs_dir
+    imported = import_legacy(
+        upstream.raw,
+        upstream.classified,
+        store_url,
+        targets_from_config(str(config_path)),
+        jokes=run_jokes(cfg),
+        cloze_path=upstream.cloze_answers,
+        tests_path=tests_path,
+    )
+    print(describe_import(imported, store_url), flush=True)
+    code = run_and_report(str(config_path), opts, args.no_progress or args.verbose)
+    record = msgspec.json.decode((run_dir / "run.json").read_bytes(), type=RunRecord)
+    result = rep.summarize(open_store(record.services.store_url), record, upstream)
+    print(render_reproduction(result, upstream))
+    return code or (0 if result.matches else 1)
+
+
+def render_reproduction(r: Reproduction, upstream: UpstreamFiles) -> str:
+    """The reproduction beside the publication, as plain text (markdown tables)."""
+    from punchline.data.puns_history import PUBLISHED_TIERS
+
+    def ok(flag: bool) -> str:
+        return "as published" if flag else "DIFFERENT from the publication"
+
+    jokes = len({w.index for w in r.removed_words})
+    lines = [
+        "",
+        "## Puns study, reproduced from upstream's recorded outputs",
+        "",
+        f"- run {r.state}: {r.provider_calls} provider calls; {r.cache_hits} of {r.units} answers replayed from "
+        "the response cache",
+        f"- lists as upstream classified them: {len(r.removed_words)} words removed from {jokes} jokes' lists "
+        '(upstream\'s classifier called them "other"; they were added to puns_205.json afterwards)',
+        "- tiers: " + ", ".join(f"{t} {r.tiers.get(t, 0)}" for t in PUBLISHED_TIERS) + f" — {ok(r.tiers_match)}",
+        f"- cloze tests: {r.tests}; jokes, order, prompts, tiers and balances {ok(r.tests_match)}",
+    ]
+    if r.published_file is not None:
+        pf = r.published_file
+        lines.append(
+            f"  (against {upstream.published_tests}: selection {ok(pf.same_selection)}; the word lists differ in "
+            f"{pf.lists_differ} tests, the published file carries the lists of the day it was written)"
+        )
+    if r.table_match is None:
+        lines += [
+            "- context effect: NOT reproduced — the recorded cloze answers (cloze_benchmark_raw.json, upstream's "
+            f"results/) are not in {upstream.folder}; put them there or pass --cloze FILE",
+        ]
+        return "\n".join(lines)
+    lines += [
+        "- context effect, recorded answers scored against today's lists (as the published analysis did):",
+        "",
+        "| Model | P(funny \\| straight ctx) | P(funny \\| funny ctx) | Delta (pp) | published Delta (pp) |",
+        "|-------|------------------------:|---------------------:|-----------:|---------------------:|",
+    ]
+    for s in r.shifts:
+        published = "–" if s.published_delta_pp is None else f"{s.published_delta_pp:+.0f}"
+        lines.append(
+            f"| {s.nick} | {100 * s.p_funny_straight_ctx:.1f}% | {100 * s.p_funny_funny_ctx:.1f}% | "
+            f"{s.delta_pp:+.1f} | {published} |"
+        )
+    lines += ["", f"- context-effect table {ok(bool(r.table_match))}"]
+    return "\n".join(lines)

@@ -31,9 +31,22 @@ TESTS = "contextual_cloze_tests.json"
 RESPONSES = "cloze_responses.json"
 
 
+def run_jokes(cfg: RunConfig) -> list[PunEntry]:
+    """The jokes a run works on: the ``jokes`` file, with the lists as they were at classification time
+    when ``lists_at_classification`` names a classified checkpoint."""
+    assert cfg.puns is not None
+    jokes = load_puns(resolve_path(cfg, cfg.puns.jokes))
+    if cfg.puns.lists_at_classification is None:
+        return jokes
+    from punchline.data.puns_history import lists_as_classified
+    from punchline.data.puns_io import load_classified
+
+    path = resolve_path(cfg, cfg.puns.lists_at_classification)
+    return lists_as_classified(jokes, load_classified(path), file=str(path))[0]
+
+
 def _jokes(ctx: StageContext) -> list[PunEntry]:
-    assert ctx.cfg.puns is not None
-    return load_puns(resolve_path(ctx.cfg, ctx.cfg.puns.jokes))
+    return run_jokes(ctx.cfg)
 
 
 class CollectStage:
@@ -201,10 +214,11 @@ class EvaluateStage:
                 per[str(i)] = to_response(test, r.texts[0] if r and r.texts else "")
             responses[nick] = ClozeModelResponses(model_id=settings.model_id(nick), responses=per)
         ctx.write_artifact(RESPONSES, dumps_upstream(responses).encode())
-        ranked: list[PunEntry] = decode_bytes(
-            ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED)
-        )
-        report = build_report(responses, tests, ranked)
+        if cfg.evaluate.score_against is not None:
+            lists = load_puns(resolve_path(ctx.cfg, cfg.evaluate.score_against))
+        else:
+            lists = decode_bytes(ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED))
+        report = build_report(responses, tests, lists)
         names = [RESPONSES]
         with tempfile.TemporaryDirectory() as tmp:
             write_report(report, Path(tmp))

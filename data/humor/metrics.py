@@ -2,8 +2,10 @@
 
 ``em`` uses the robust :mod:`punchline.data.humor.parser` (class compared by
 :func:`~punchline.data.humor.schema.class_key`, i.e. case-insensitive with ё == е, and the letter);
-``em_mera`` is the official reading (:mod:`punchline.data.humor.mera`). Items without a prediction are scored
-as an empty answer (wrong) and counted in ``n_missing``. Precision of a class never predicted is 0 (sklearn's
+``em_mera`` is the official reading (:mod:`punchline.data.humor.mera`). ``ambiguous`` counts the answers
+the parser refused because they hedge (several classes or letters) or contradict themselves; they are
+also parse failures. Items without a prediction are scored as an empty answer (wrong) and counted in
+``n_missing``. Precision of a class never predicted is 0 (sklearn's
 ``zero_division=0``). Bootstrap intervals are percentile intervals over items, seeded so reports are
 reproducible.
 """
@@ -55,6 +57,8 @@ class HumorMetrics(msgspec.Struct, kw_only=True):
     parse_failure_rate: float  # no full "class,letter" could be read
     class_parse_failure_rate: float
     letter_parse_failure_rate: float
+    ambiguous: int  # answers that named several classes or letters, or disagreed with themselves: never credited
+    ambiguous_rate: float
     macro_f1: float
     per_class: dict[str, ClassStats]
     confusion: ConfusionMatrix
@@ -173,6 +177,8 @@ def compute_metrics(
         parse_failure_rate=_ratio(sum(1 for s in scores if s.parsed.as_output() is None), n),
         class_parse_failure_rate=_ratio(sum(1 for s in scores if s.parsed.cls is None), n),
         letter_parse_failure_rate=_ratio(sum(1 for s in scores if s.parsed.letter is None), n),
+        ambiguous=sum(1 for s in scores if s.parsed.ambiguous),
+        ambiguous_rate=_ratio(sum(1 for s in scores if s.parsed.ambiguous), n),
         macro_f1=_ratio(sum(st.f1 for st in present), len(present)),
         per_class=per_class,
         confusion=ConfusionMatrix(rows=list(CLASSES), cols=[*CLASSES, UNPARSED], counts=counts),

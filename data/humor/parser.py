@@ -2,52 +2,64 @@
 
 Models rarely follow the two-line format to the letter: they add colons, dashes, markdown bold,
 quotes, reasoning before or after, put both parts on one line, write the class in another case or
-the letter as a Latin look-alike. This parser accepts all of that but never guesses: when the class
-or the letter is not recoverable, that part is ``None`` (and the answer counts as unparsed).
+the letter in Latin. This parser accepts all of that but never guesses and never gives credit to a
+hedge: when a part is not recoverable, or the answer names several values for it, that part is
+``None`` (and the answer counts as unparsed; a hedge is also flagged ``ambiguous``).
 
-Rules (documented here because the metrics depend on them):
+Rules (documented here and in the README because the metrics depend on them):
 
-* Markers ``ОТВЕТ`` / ``РЕШЕНИЕ`` are found as whole words. Upper-case markers are tried first, then
-  markers in any case; within a tier the *last* marker that yields a value wins (models reason first
-  and answer last; a prose "ответ" inside the class name "остроумный ответ" yields nothing and is
-  skipped). If a marker's line holds nothing after it, the next non-empty line is used.
+* Markers: ``ОТВЕТ`` / ``РЕШЕНИЕ`` (and English ``ANSWER`` / ``SOLUTION``) as whole words; ``РЕШЕНИЕА``
+  (the letter glued to the marker) reads as ``РЕШЕНИЕ А``. Trusted first: upper-case markers, and
+  markers in any case that open their line with a short value ("Ответ: ирония"); only if none of them
+  yields a value, any marker at all (prose: "решение основано на том, что ..." after a proper answer is
+  ignored). If a marker's line holds nothing after it, the next non-empty line is used unless that line
+  starts with a marker itself (so ``ОТВЕТ\nостроумный ответ`` is read).
+* The two-line format with a marker missing counts as an answer too: ``ирония`` / ``РЕШЕНИЕ Б``,
+  ``ирония РЕШЕНИЕ Б``, ``ОТВЕТ ирония`` / ``Б``, and a line that is just a class followed by a line
+  that is just a letter.
+* Every answer in the text counts, not just the last: the class is the one class all of them name, the
+  letter the one letter all of them name. Several classes or letters in one answer (``РЕШЕНИЕ А, Г``,
+  ``А и Г``, ``А Г``, ``Б или В``, ``ирония или каламбур``), or two answers that disagree (``ОТВЕТ игра
+  слов / РЕШЕНИЕ А / ОТВЕТ оксюморон``), give None and ``ambiguous``. A value preceded by "не" is not
+  named ("оксюморон, а не ирония"); a segment listing all four letters is the format's list echoed back,
+  not an answer.
 * The class part must name one of the 12 classes: exactly (modulo case, ё/е, quotes, punctuation,
-  hyphens), or as the only class mentioned ("класс «ирония»", "игра слов (омонимия)"); a class
-  preceded by "не " does not count as mentioned ("оксюморон, а не ирония").
-* The letter is А, Б, В or Г in either case; Latin ``A``/``a`` reads as А and Latin ``B`` as В
-  (look-alikes). Latin ``C``/``D`` are *not* read as В/Г: that would be positional guessing. A lower
-  case first word is a letter only if no word follows it ("в тексте Б" is a preposition, then Б);
-  alternatives ("Б или В") read as None.
-* Without markers, an answer shaped like the reference (``ирония, Б``) or the two lines without their
-  markers (``ирония`` / ``Б``) is accepted.
+  hyphens), or among other words ("класс «ирония»", "игра слов (омонимия)").
+* The letter is А, Б, В or Г in either case. A lower-case а/б/в/г, and a capital А/В, followed by a
+  word is a conjunction or preposition ("в тексте Б", "А именно"), not a letter.
+* Latin letters: when every letter an answer gives is Latin, they are read by position, as a model
+  answering with A/B/C/D means them (A→А, B→Б, C→В, D→Г). Latin look-alikes are read as the Cyrillic
+  letter they look like only inside Cyrillic text: a word mixing scripts (``иpония`` with a Latin ``p``)
+  is read in Cyrillic, and a Latin ``A``/``B`` beside Cyrillic letters reads as ``А``/``В``.
+* Without any marker, an answer shaped like the reference (``ирония, Б``) or the two lines without their
+  markers (``ирония`` / ``Б``, also "Это ирония" / "Г.") is accepted.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterable
 
 import msgspec
 
-from punchline.data.humor.schema import CLASSES, class_key
+from punchline.data.humor.schema import CLASSES, LETTERS, class_key
 
-_LETTER_MAP = {
-    "А": "А",
-    "Б": "Б",
-    "В": "В",
-    "Г": "Г",
-    "а": "А",
-    "б": "Б",
-    "в": "В",
-    "г": "Г",
-    "A": "А",  # Latin look-alikes
-    "a": "А",
-    "B": "В",
-}
+_CYRILLIC_LETTERS = {"А": "А", "Б": "Б", "В": "В", "Г": "Г", "а": "А", "б": "Б", "в": "В", "г": "Г"}
+_LATIN_BY_POSITION = {"A": "А", "B": "Б", "C": "В", "D": "Г", "a": "А", "b": "Б", "c": "В", "d": "Г"}
+_LATIN_LOOKALIKE = {"A": "А", "a": "А", "B": "В"}  # Latin glyphs that look like an option letter
+_LETTER_GLYPHS = frozenset(_CYRILLIC_LETTERS) | frozenset(_LATIN_BY_POSITION)
+# Latin glyphs with a Cyrillic twin, for words typed in mixed scripts ("иpония", "РЕШЕНИE")
+_TO_CYRILLIC = str.maketrans("AaBCcEeHKMOoPpTXxy", "АаВСсЕеНКМОоРрТХху")
+_WORD = re.compile(r"\w+")
+_HAS_CYRILLIC = re.compile(r"[а-яёА-ЯЁ]")
+_HAS_LATIN = re.compile(r"[A-Za-z]")
 
 
 class ParsedAnswer(msgspec.Struct, frozen=True):
     cls: str | None
     letter: str | None
+    ambiguous: bool = False  # the answer named several classes or letters (so a part is None)
 
     def as_output(self) -> str | None:
         """``"class,letter"`` in the reference's format, or None unless both parts were read."""
@@ -56,22 +68,33 @@ class ParsedAnswer(msgspec.Struct, frozen=True):
         return f"{self.cls},{self.letter}"
 
 
-_ANSWER_UPPER = re.compile(r"(?<!\w)ОТВЕТ(?!\w)")
-_ANSWER_ANY = re.compile(r"(?<!\w)ответ(?!\w)", re.IGNORECASE)
-_SOLUTION_UPPER = re.compile(r"(?<!\w)РЕШЕНИЕ(?!\w)")
-_SOLUTION_ANY = re.compile(r"(?<!\w)решение(?!\w)", re.IGNORECASE)
+_ANSWER_UPPER = re.compile(r"(?<!\w)(?:ОТВЕТ|ANSWER)(?!\w)")
+_ANSWER_ANY = re.compile(r"(?<!\w)(?:ответ|answer)(?!\w)", re.IGNORECASE)
+_GLUED = r"(?:(?!\w)|(?=[АБВГ](?!\w)))"  # "РЕШЕНИЕА": the letter glued to the marker
+_SOLUTION_UPPER = re.compile(r"(?<!\w)(?:РЕШЕНИЕ|SOLUTION)" + _GLUED)
+_SOLUTION_ANY = re.compile(r"(?<!\w)(?:решение|solution)" + _GLUED, re.IGNORECASE)
+_STARTS_WITH_MARKER = re.compile(r"(?:ответ|answer)(?!\w)|(?:решение|solution)" + _GLUED, re.IGNORECASE)
 
 _LEAD_CHARS = " \t\r:：-—–=*_#>«»“”„\"'`"
 _NON_WORD = re.compile(r"[^\w\s]|_")
 _KEYS = {class_key(c).replace("-", " "): c for c in CLASSES}
 _KEY_RES = {k: re.compile(r"(?<!\w)" + re.escape(k) + r"(?!\w)") for k in _KEYS}
-_NAMED_LETTER = re.compile(
-    r"(?:вариант|текст|буква|ответ|опци|пункт|номер)\w*\s*[«\"'(]?\s*([АБВГабвгAaB])(?!\w)", re.IGNORECASE
-)
-_UPPER_LETTER = re.compile(r"(?<!\w)([АБВГAB])(?!\w)")
 _TOKEN = re.compile(r"\S+")
-_ALTERNATIVES = {"или", "либо", "/", "or"}
-_TOKEN_STRIP = ".,;:!?)(]['\"«»“”„*`_"
+_SEPARATORS = re.compile(r"([,;/])")  # "А/Б", "А,Г": separators even without a space
+_CONNECTORS = {"и", "или", "либо", "or", "and", "&", "/"}
+_TOKEN_STRIP = ".,;:!?)(]['\"«»“”„*`_/—–-"
+
+
+def _cyrillic_words(text: str) -> str:
+    """Latin look-alikes inside words that are otherwise Cyrillic, replaced by their Cyrillic twins."""
+
+    def fix(m: re.Match[str]) -> str:
+        word = m.group(0)
+        if _HAS_CYRILLIC.search(word) and _HAS_LATIN.search(word):
+            return word.translate(_TO_CYRILLIC)
+        return word
+
+    return _WORD.sub(fix, text)
 
 
 def normalize_class_text(text: str) -> str:
@@ -79,13 +102,13 @@ def normalize_class_text(text: str) -> str:
     return " ".join(_NON_WORD.sub(" ", text.lower().replace("ё", "е")).split())
 
 
-def parse_class(segment: str) -> str | None:
-    """The canonical class named by ``segment`` (see the module rules), else None."""
-    norm = normalize_class_text(segment)
+def _classes_named(segment: str) -> set[str]:
+    """Every class ``segment`` names, exactly or among other words; one preceded by "не" is not named."""
+    norm = normalize_class_text(_cyrillic_words(segment))
     if not norm:
-        return None
+        return set()
     if norm in _KEYS:
-        return _KEYS[norm]
+        return {_KEYS[norm]}
     found: set[str] = set()
     for key, rx in _KEY_RES.items():
         for m in rx.finditer(norm):
@@ -93,32 +116,104 @@ def parse_class(segment: str) -> str | None:
             # "не анекдот" contains no other key, but "анекдот" alone is not a class: fine.
             if not negated:
                 found.add(_KEYS[key])
-    return found.pop() if len(found) == 1 else None
+    return found
+
+
+def parse_class(segment: str) -> str | None:
+    """The one class named by ``segment`` (see the module rules), else None."""
+    found = _classes_named(segment)
+    return next(iter(found)) if len(found) == 1 else None
+
+
+class _Token(msgspec.Struct, frozen=True):
+    text: str  # without surrounding punctuation
+    closed: bool  # punctuation follows it ("А," "Б)" "В —"): the next word is not its continuation
+    opened: bool = False  # punctuation precedes it ("(там"): it does not continue the word before
+
+
+def _tokens(segment: str) -> list[_Token]:
+    out: list[_Token] = []
+    after_mark = False  # the previous raw token was punctuation only ("—", "(")
+    for raw in _TOKEN.findall(_SEPARATORS.sub(r" \1 ", segment.strip(_LEAD_CHARS))):
+        text = raw.strip(_TOKEN_STRIP)
+        if not text:  # a dash or a bracket on its own separates the tokens around it
+            if out:
+                out[-1] = msgspec.structs.replace(out[-1], closed=True)
+            after_mark = True
+            continue
+        out.append(_Token(text, raw.rstrip(_TOKEN_STRIP) != raw, after_mark or raw.lstrip(_TOKEN_STRIP) != raw))
+        after_mark = False
+    return out
+
+
+def _is_letter(tokens: list[_Token], i: int) -> bool:
+    """Whether ``tokens[i]`` is an option letter rather than a one-letter word."""
+    tok = tokens[i]
+    if tok.text not in _LETTER_GLYPHS:
+        return False
+    if i > 0 and tokens[i - 1].text.lower() == "не":
+        return False  # "а не Б": named only to be ruled out
+    nxt = tokens[i + 1] if i + 1 < len(tokens) else _Token("", True, True)
+    followed_by_word = (
+        not tok.closed
+        and not nxt.opened
+        and nxt.text[:1].isalpha()
+        and nxt.text not in _LETTER_GLYPHS
+        and nxt.text.lower() not in _CONNECTORS
+    )
+    # Б and Г are never words; а/в (and a capital А/В starting a sentence) are: "в тексте Б", "А именно"
+    return not followed_by_word or tok.text in ("Б", "Г", "C", "D")
+
+
+def letter_glyphs(segment: str) -> list[str]:
+    """The option letters ``segment`` names, as written (Cyrillic or Latin glyphs), in order.
+
+    A segment that starts with letters is read up to the first word that is not a letter or a
+    connector (``"А и Г"``, ``"Б — потому что в тексте Г..."`` -> ``["Б"]``); otherwise every letter in
+    it counts (``"вариант Б"``, ``"в тексте Б"``).
+    """
+    tokens = _tokens(segment)
+    if tokens and _is_letter(tokens, 0):
+        run = []
+        for i, tok in enumerate(tokens):
+            if _is_letter(tokens, i):
+                run.append(tok.text)
+            elif tok.text.lower() not in _CONNECTORS:
+                break
+        return run
+    return [tok.text for i, tok in enumerate(tokens) if _is_letter(tokens, i)]
+
+
+def _read_letters(glyphs: Iterable[str]) -> set[str]:
+    """Cyrillic option letters from glyphs: Latin by position if every glyph is Latin, else by look."""
+    glyphs = list(glyphs)
+    if glyphs and all(g in _LATIN_BY_POSITION for g in glyphs):
+        return {_LATIN_BY_POSITION[g] for g in glyphs}
+    out = set()
+    for g in glyphs:
+        letter = _CYRILLIC_LETTERS.get(g) or _LATIN_LOOKALIKE.get(g)
+        if letter is not None:
+            out.add(letter)
+    return out
 
 
 def parse_letter(segment: str) -> str | None:
-    """The option letter named by ``segment`` (see the module rules), else None."""
-    seg = segment.strip(_LEAD_CHARS)
-    tokens = [t.strip(_TOKEN_STRIP) for t in _TOKEN.findall(seg)]
-    tokens = [t for t in tokens if t]
-    if tokens and len(tokens[0]) == 1 and tokens[0] in _LETTER_MAP:
-        first = tokens[0]
-        if len(tokens) > 1 and tokens[1].lower() in _ALTERNATIVES:
-            return None
-        follows_word = len(tokens) > 1 and tokens[1][0].isalpha()
-        if first.isupper() or not follows_word:
-            return _LETTER_MAP[first]
-    m = _NAMED_LETTER.search(seg)
-    if m and m.group(1) in _LETTER_MAP:
-        return _LETTER_MAP[m.group(1)]
-    found = {_LETTER_MAP[x] for x in _UPPER_LETTER.findall(seg)}
-    return found.pop() if len(found) == 1 else None
+    """The one option letter named by ``segment`` (see the module rules), else None."""
+    found = _read_letters(letter_glyphs(segment))
+    return next(iter(found)) if len(found) == 1 else None
 
 
-def _segments(text: str, marker: re.Pattern[str], stop: re.Pattern[str] | None) -> list[str]:
-    """What follows each occurrence of ``marker`` up to the end of its line (or ``stop``), last first."""
-    out: list[str] = []
-    for m in reversed(list(marker.finditer(text))):
+class _Segment(msgspec.Struct, frozen=True):
+    text: str  # what follows the marker, up to the end of its line (or the value on the next line)
+    start: int  # where the marker is
+    line_start: bool  # the marker opens its line (after markdown, quotes, dashes): a label, not prose
+    line_end: int  # where the line holding the value ends
+
+
+def _segments(text: str, marker: re.Pattern[str], stop: re.Pattern[str] | None) -> list[_Segment]:
+    """What follows each occurrence of ``marker`` up to the end of its line (or ``stop``)."""
+    out: list[_Segment] = []
+    for m in marker.finditer(text):
         end = text.find("\n", m.end())
         end = len(text) if end < 0 else end
         line_rest = text[m.end() : end]
@@ -126,70 +221,186 @@ def _segments(text: str, marker: re.Pattern[str], stop: re.Pattern[str] | None) 
             s = stop.search(line_rest)
             if s:
                 line_rest = line_rest[: s.start()]
+        value_end = end
         if not line_rest.strip(_LEAD_CHARS) and end < len(text):
-            # The value may sit on the next non-empty line ("ОТВЕТ:\nирония").
+            # The value may sit on the next non-empty line ("ОТВЕТ:\nирония"), unless that is a marker's line.
+            offset = end + 1
             for nxt in text[end + 1 :].split("\n"):
                 if nxt.strip(_LEAD_CHARS):
-                    if not (_ANSWER_ANY.search(nxt) or _SOLUTION_ANY.search(nxt)):
-                        line_rest = nxt
+                    if not _STARTS_WITH_MARKER.match(nxt.strip(_LEAD_CHARS)):
+                        line_rest, value_end = nxt, offset + len(nxt)
                     break
-        out.append(line_rest)
+                offset += len(nxt) + 1
+        line_begin = text.rfind("\n", 0, m.start()) + 1
+        out.append(_Segment(line_rest, m.start(), not text[line_begin : m.start()].strip(_LEAD_CHARS), value_end))
     return out
 
 
-def _first_class(text: str) -> tuple[str | None, str]:
-    for marker in (_ANSWER_UPPER, _ANSWER_ANY):
-        for seg in _segments(text, marker, _SOLUTION_ANY):
-            cls = parse_class(seg)
-            if cls is not None:
-                return cls, seg
-    return None, ""
+_LABEL_MAX_TOKENS = 6  # "Ответ: игра слов" is a label; "решение основано на том, что ..." is prose
 
 
-def _first_letter(text: str) -> str | None:
-    for marker in (_SOLUTION_UPPER, _SOLUTION_ANY):
-        for seg in _segments(text, marker, None):
-            letter = parse_letter(seg)
-            if letter is not None:
-                return letter
-    return None
+def _tiers(
+    text: str, upper: re.Pattern[str], anycase: re.Pattern[str], stop: re.Pattern[str] | None
+) -> list[list[_Segment]]:
+    """Markers in the order they are trusted: upper-case markers and any-case labels (a marker opening its
+    line with a short value after it), then any marker at all (prose included)."""
+    first = _segments(text, upper, stop)
+    taken = {seg.start for seg in first}
+    every = _segments(text, anycase, stop)
+    first += [
+        seg
+        for seg in every
+        if seg.start not in taken and seg.line_start and len(_TOKEN.findall(seg.text)) <= _LABEL_MAX_TOKENS
+    ]
+    return [first, every]
 
 
-_BARE = re.compile(r"^\s*(?P<cls>[^,;\n]+?)\s*[,;]\s*(?P<letter>\S+)\s*$")
+def _nonempty_lines(text: str) -> list[tuple[int, str]]:
+    """``(offset, line)`` of every line with more than markdown or punctuation on it."""
+    out, offset = [], 0
+    for line in text.split("\n"):
+        if line.strip(_LEAD_CHARS):
+            out.append((offset, line))
+        offset += len(line) + 1
+    return out
 
 
-def _trailing_letter(segment: str, cls: str) -> str | None:
-    """``ОТВЕТ ирония, Б`` (both parts on the answer line): the single letter after the class."""
-    norm = normalize_class_text(segment)
+def _lone_class(line: str) -> set[str]:
+    """The class a line consists of ("ирония", "«Не анекдот»", "Это ирония"), not a marker's line."""
+    if _STARTS_WITH_MARKER.match(line.strip(_LEAD_CHARS)):
+        return set()
+    found = _classes_named(line)
+    if len(found) != 1:
+        return set()
+    words = len(normalize_class_text(_cyrillic_words(line)).split())
+    return found if words <= len(next(iter(found)).split()) + 1 else set()
+
+
+def _lone_letter(line: str) -> list[str]:
+    """The letter a line consists of ("Б", "Г.", "**В**")."""
+    tokens = [t.text for t in _tokens(line)]
+    return tokens if len(tokens) == 1 and tokens[0] in _LETTER_GLYPHS else []
+
+
+class _Answers(msgspec.Struct):
+    """Classes and letter glyphs named outside the markers' own segments: the two-line format with a
+    marker missing (``ирония`` / ``РЕШЕНИЕ Б``, ``ОТВЕТ ирония`` / ``Б``) or with both missing."""
+
+    classes: set[str]
+    glyphs: list[str]
+
+
+def _unmarked_answers(text: str, cls_segments: list[_Segment], letter_segments: list[_Segment]) -> _Answers:
+    lines = _nonempty_lines(text)
+    found = _Answers(set(), [])
+    for (_, line), (_, nxt) in itertools.pairwise(lines):  # a bare pair: "ирония" / "Б"
+        classes, glyphs = _lone_class(line), _lone_letter(nxt)
+        if classes and glyphs:
+            found.classes |= classes
+            found.glyphs += glyphs
+    for seg in letter_segments:  # "ирония" / "РЕШЕНИЕ Б", or "ирония РЕШЕНИЕ Б" on one line
+        line_begin = text.rfind("\n", 0, seg.start) + 1
+        before = [line for offset, line in lines if offset < line_begin]
+        if not seg.line_start:
+            found.classes |= _lone_class(text[line_begin : seg.start])
+        elif before:
+            found.classes |= _lone_class(before[-1])
+    for seg in cls_segments:  # "ОТВЕТ ирония" / "Б"
+        after = [line for offset, line in lines if offset > seg.line_end]
+        if after and _classes_named(seg.text):
+            found.glyphs += _lone_letter(after[0])
+    return found
+
+
+class _Part(msgspec.Struct, frozen=True):
+    value: str | None
+    ambiguous: bool
+
+
+def _decide(named: set[str]) -> _Part:
+    if len(named) == 1:
+        return _Part(next(iter(named)), False)
+    return _Part(None, len(named) > 1)
+
+
+def _class_part(tiers: list[list[_Segment]], extra: set[str]) -> tuple[_Part, list[_Segment]]:
+    for n, segments in enumerate(tiers):
+        named: set[str] = set(extra) if n == 0 else set()
+        yielding = []
+        for seg in segments:
+            found = _classes_named(seg.text)
+            if found:
+                named |= found
+                yielding.append(seg)
+        if named:
+            return _decide(named), yielding
+    return _Part(None, False), []
+
+
+def _letter_part(tiers: list[list[_Segment]], extra: list[str]) -> _Part:
+    for n, segments in enumerate(tiers):
+        glyphs: list[str] = list(extra) if n == 0 else []
+        for seg in segments:
+            seg_glyphs = letter_glyphs(seg.text)
+            if len(_read_letters(seg_glyphs)) == len(LETTERS):
+                continue  # "(А, Б, В, Г)": the format's list echoed back, not an answer
+            glyphs += seg_glyphs
+        named = _read_letters(glyphs)
+        if named:
+            return _decide(named)
+    return _Part(None, False)
+
+
+_BARE = re.compile(r"^\s*(?P<cls>[^,;\n]+?)\s*[,;]\s*(?P<letter>[^\n]+?)\s*$")
+
+
+def _trailing_letter(segments: list[_Segment], cls: str) -> _Part:
+    """``ОТВЕТ ирония, Б`` (both parts on the answer line): the letters after the class."""
+    glyphs: list[str] = []
     key = class_key(cls)
-    if not norm.startswith(key):
-        return None
-    rest = norm[len(key) :].split()
-    if len(rest) == 1 and rest[0] in _LETTER_MAP:
-        return _LETTER_MAP[rest[0]]
+    for seg in segments:
+        norm = normalize_class_text(_cyrillic_words(seg.text))
+        if norm.startswith(key):
+            rest = norm[len(key) :].split()
+            if rest and all(t in _LETTER_GLYPHS or t in _CONNECTORS for t in rest):
+                glyphs += [t for t in rest if t in _LETTER_GLYPHS]
+    return _decide(_read_letters(glyphs))
+
+
+def _bare(text: str) -> ParsedAnswer | None:
+    """``ирония, Б`` or ``ирония\\nБ``: the reference's shape without markers; None if not that shape."""
+    shapes = []
+    bare = _BARE.match(text.strip())
+    if bare:
+        shapes.append((bare.group("cls"), bare.group("letter")))
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) == 2:
+        shapes.append((lines[0], lines[1]))
+    for cls_text, letter_text in shapes:
+        classes = _classes_named(cls_text)
+        tokens = [t.text for t in _tokens(letter_text)]
+        if not classes or not tokens or not all(t in _LETTER_GLYPHS or t.lower() in _CONNECTORS for t in tokens):
+            continue
+        cls, letter = _decide(classes), _decide(_read_letters(t for t in tokens if t in _LETTER_GLYPHS))
+        return ParsedAnswer(cls.value, letter.value, cls.ambiguous or letter.ambiguous)
     return None
 
 
 def parse_answer(text: str) -> ParsedAnswer:
-    """Read ``(class, letter)`` from a raw model answer; unreadable parts are None."""
-    cls, seg = _first_class(text)
-    letter = _first_letter(text)
-    if cls is not None and letter is None:
-        letter = _trailing_letter(seg, cls)
-    if cls is None and letter is None:
-        bare = _BARE.match(text.strip())
-        if bare:
-            c = parse_class(bare.group("cls"))
-            token = bare.group("letter").strip(_TOKEN_STRIP)
-            if c is not None and token in _LETTER_MAP:
-                return ParsedAnswer(c, _LETTER_MAP[token])
-        lines = [line for line in text.splitlines() if line.strip()]
-        if len(lines) == 2:  # "ирония\nБ": the two-line format without its markers
-            c = parse_class(lines[0])
-            token = lines[1].strip().strip(_TOKEN_STRIP)
-            if c is not None and token in _LETTER_MAP:
-                return ParsedAnswer(c, _LETTER_MAP[token])
-    return ParsedAnswer(cls, letter)
+    """Read ``(class, letter)`` from a raw model answer; unreadable or ambiguous parts are None."""
+    text = _cyrillic_words(text)
+    cls_tiers = _tiers(text, _ANSWER_UPPER, _ANSWER_ANY, _SOLUTION_ANY)
+    letter_tiers = _tiers(text, _SOLUTION_UPPER, _SOLUTION_ANY, None)
+    unmarked = _unmarked_answers(text, cls_tiers[0], letter_tiers[0])
+    cls, cls_segments = _class_part(cls_tiers, unmarked.classes)
+    letter = _letter_part(letter_tiers, unmarked.glyphs)
+    if cls.value is not None and letter.value is None and not letter.ambiguous:
+        letter = _trailing_letter(cls_segments, cls.value)
+    if (cls.value, letter.value) == (None, None) and not (cls.ambiguous or letter.ambiguous):
+        bare = _bare(text)
+        if bare is not None:
+            return bare
+    return ParsedAnswer(cls.value, letter.value, cls.ambiguous or letter.ambiguous)
 
 
 def parsed_output(text: str) -> str | None:
@@ -197,4 +408,12 @@ def parsed_output(text: str) -> str | None:
     return parse_answer(text).as_output()
 
 
-__all__ = ["ParsedAnswer", "normalize_class_text", "parse_answer", "parse_class", "parse_letter", "parsed_output"]
+__all__ = [
+    "ParsedAnswer",
+    "letter_glyphs",
+    "normalize_class_text",
+    "parse_answer",
+    "parse_class",
+    "parse_letter",
+    "parsed_output",
+]

@@ -18,8 +18,9 @@ from punchline.data.requests import Message, ProviderRequest
 
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 SHOT_SEPARATOR = "\n\n"
-#: Enough for the two answer lines plus some chatter; MERA generates greedily.
-ANSWER_MAX_TOKENS = 64
+#: lm-eval's default ``max_gen_toks`` for ``generate_until`` tasks (MERA's Humor sets none): room for the
+#: reasoning some models write before the two answer lines. MERA generates greedily.
+ANSWER_MAX_TOKENS = 256
 
 
 def render_instruction(template: str, inputs: HumorInputs) -> str:

@@ -84,6 +84,7 @@ def render_markdown(report: HumorReport) -> str:
         f"| «не анекдот» precision / recall, % | {_pct(r.not_a_joke_precision)} / {_pct(r.not_a_joke_recall)} |",
         f"| parse failures, % | {_pct(r.parse_failure_rate)} (class {_pct(r.class_parse_failure_rate)}, "
         f"letter {_pct(r.letter_parse_failure_rate)}) |",
+        f"| ambiguous answers (hedges, answers that disagree), % | {_pct(r.ambiguous_rate)} ({r.ambiguous}) |",
         "",
         f"Intervals: 95 % percentile bootstrap, {r.bootstrap_resamples} resamples, seed {r.bootstrap_seed}.",
         "",

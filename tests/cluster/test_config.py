@@ -69,3 +69,9 @@ def test_malformed_toml(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_humor_answers_may_be_256_tokens_long_by_default() -> None:
+    from punchline.cluster.config import HumorSettings
+
+    assert HumorSettings(data="x.json", provider="p", models=["m"]).max_tokens == 256  # lm-eval's default

@@ -13,11 +13,14 @@ from punchline.data.humor.mera import compute_exact, em_mera, mera_extract, squa
         ("ОТВЕТ ирония\nРЕШЕНИЕ Б\nпояснение", "ирония,Б"),  # third line ignored
         ("\nОТВЕТ ирония\nРЕШЕНИЕ Б", ",ОТВЕТ ирония"),  # a leading newline shifts the lines
         ("", ""),
-        ("ОТВЕТ ирония РЕШЕНИЕ Б", ""),  # single line: the official scorer fails; we count it wrong
-        ("ОТВЕТ ирония\r\nРЕШЕНИЕ Б", "ирония\r,Б"),
+        ("ОТВЕТ ирония РЕШЕНИЕ Б", None),  # single line: the official filter raises IndexError
+        ("ОТВЕТ ирония\r\nРЕШЕНИЕ Б", "ирония,Б"),  # strip() removes the \r of a CRLF line end
+        ("ОТВЕТ ирония \t\nРЕШЕНИЕ  Б ", "ирония,Б"),  # trailing space and tab; two spaces after РЕШЕНИЕ
+        ("  ОТВЕТ ирония\n\tРЕШЕНИЕ Б", "ирония,Б"),  # lstrip() before the split
+        ("ОТВЕТ  ирония\nРЕШЕНИЕ\tБ", "ирония,РЕШЕНИЕ\tБ"),  # a tab is not the marker's space
     ],
 )
-def test_mera_extract(text: str, extracted: str) -> None:
+def test_mera_extract(text: str, extracted: str | None) -> None:
     assert mera_extract(text) == extracted
 
 
@@ -49,7 +52,9 @@ def test_compute_exact() -> None:
         ("ОТВЕТ эллипсис\nРЕШЕНИЕ Г", 1),
         ("ОТВЕТ Эллипсис.\nРЕШЕНИЕ Г.", 1),
         ("ОТВЕТ: эллипсис\nРЕШЕНИЕ: Г", 0),  # colon: the marker with a space is not found
-        ("ОТВЕТ эллипсис \nРЕШЕНИЕ Г", 0),  # trailing space -> "эллипсис г"
+        ("ОТВЕТ эллипсис \nРЕШЕНИЕ Г", 1),  # the official filter strips the trailing space
+        ("ОТВЕТ эллипсис\r\nРЕШЕНИЕ Г\r\n", 1),  # CRLF
+        ("ОТВЕТ эллипсис\nРЕШЕНИЕ  Г", 1),  # two spaces after РЕШЕНИЕ
         ("ОТВЕТ «эллипсис»\nРЕШЕНИЕ Г", 0),
         ("ОТВЕТ эллипсис РЕШЕНИЕ Г", 0),  # one line
         ("ОТВЕТ эллипсис\nРЕШЕНИЕ В", 0),

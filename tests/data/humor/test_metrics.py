@@ -84,3 +84,18 @@ def test_all_correct() -> None:
     assert m.em == m.em_mera == m.class_accuracy == m.letter_accuracy == 1.0
     assert m.parse_failure_rate == 0.0 and m.n_missing == 0
     assert m.macro_f1 == 1.0
+
+
+def test_hedges_are_counted_as_ambiguous_and_never_credited() -> None:
+    preds = {
+        1: "ОТВЕТ ирония\nРЕШЕНИЕ А, Б",  # the right letter among two: a hedge
+        2: "ОТВЕТ ирония\nРЕШЕНИЕ А\nОТВЕТ каламбур",  # two classes: the right one and another
+        3: _ans("не анекдот", "В"),
+        4: "ОТВЕТ ирония\nРЕШЕНИЕ Г",
+        5: "ОТВЕТ каламбур\nРЕШЕНИЕ Г\nИли нет: ОТВЕТ ирония\nРЕШЕНИЕ А",  # two answers that disagree
+    }
+    m, scores = compute_metrics(ITEMS, preds, resamples=50)
+    assert [s.parsed.ambiguous for s in scores] == [True, True, False, False, True]
+    assert [s.em for s in scores] == [0, 0, 1, 0, 0]
+    assert (m.ambiguous, m.ambiguous_rate) == (3, pytest.approx(3 / 5))
+    assert m.parse_failure_rate == pytest.approx(3 / 5)  # an ambiguous answer is also unparsed

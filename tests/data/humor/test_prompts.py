@@ -56,6 +56,11 @@ def test_k_shot_prompt_and_request() -> None:
     assert req.key() == answer_request("fake", "m-8b", item, shots).key()
 
 
+def test_answers_may_be_256_tokens_long_by_default() -> None:
+    # lm-eval's default for generation; 64 cut the reasoning some models write before the answer
+    assert answer_request("fake", "m", make_item(3, "")).max_tokens == 256
+
+
 def test_shot_without_answer_is_an_error() -> None:
     with pytest.raises(InputError) as err:
         shot_answer(make_item(9, ""))

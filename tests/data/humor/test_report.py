@@ -11,7 +11,7 @@ from punchline.data.humor.schema import HumorTestFile
 from tests.data.humor.conftest import make_item
 
 ITEMS = [make_item(1, "ирония,Б"), make_item(2, "каламбур,А"), make_item(3, "не анекдот,Г")]
-PREDS = {1: "ОТВЕТ: Ирония\nРЕШЕНИЕ: б", 2: "не знаю", 3: "ОТВЕТ не анекдот\nРЕШЕНИЕ Г"}
+PREDS = {1: "ОТВЕТ: Ирония\nРЕШЕНИЕ: б", 2: "ОТВЕТ каламбур\nРЕШЕНИЕ А или Б", 3: "ОТВЕТ не анекдот\nРЕШЕНИЕ Г"}
 
 
 def test_write_report(tmp_path: Path) -> None:
@@ -31,6 +31,7 @@ def test_write_report(tmp_path: Path) -> None:
     rep = json.loads(Path(paths.report_json).read_text(encoding="utf-8"))
     assert rep["n"] == 3 and rep["em"] == 2 / 3 and rep["em_mera"] == 1 / 3
     assert rep["answers"] == {"1": "ирония,Б", "2": None, "3": "не анекдот,Г"}
+    assert (rep["ambiguous"], rep["ambiguous_rate"]) == (1, 1 / 3)  # "А или Б" is a hedge
     assert rep["judge"]["n_missing"] == 1 and rep["judge"]["n_scored"] == 2
     assert rep["judge_scores"] == {"1": 1.0, "2": None, "3": 0.0}
     for key in ("class_accuracy", "letter_accuracy", "per_class", "confusion", "predicted_letters", "em_ci95"):
@@ -38,8 +39,9 @@ def test_write_report(tmp_path: Path) -> None:
 
     md = Path(paths.report_md).read_text(encoding="utf-8")
     assert "| ирония | 1 | 1 | 1 | 100.0 | 100.0 | 100.0 |" in md
-    assert "| каламбур | 1 | 0 | 0 | 0.0 | 0.0 | 0.0 |" in md
+    assert "| каламбур | 1 | 1 | 1 | 100.0 | 100.0 | 100.0 |" in md  # the class was read; the letter was a hedge
     assert "Cohen's kappa" in md
+    assert "| ambiguous answers (hedges, answers that disagree), % | 33.3 (1) |" in md
     assert Path(paths.confusion_png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "confusion.png",
