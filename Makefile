@@ -29,8 +29,7 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python bench/rate_limit.py
-	$(BIN)/python bench/engine_throughput.py
+	$(BIN)/python bench/engine_vs_loop.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -30,6 +30,9 @@ class StageContext:
     def write_artifact(self, name: str, data: bytes) -> None:
         self.store.put(self.artifact_key(name), data)
 
+    def write_artifact_chunks(self, name: str, chunks: Iterable[bytes]) -> None:
+        self.store.put_chunks(self.artifact_key(name), chunks)
+
     def read_artifact(self, name: str) -> bytes:
         raw = self.store.get(self.artifact_key(name))
         if raw is None:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +68,17 @@ def decode_bytes(raw: bytes, type_: type[T] | Any, *, source: str) -> T:
 def dumps_upstream(obj: Any) -> str:
     """The exact text upstream's ``json.dump(obj, f, indent=2)`` produces."""
     return json.dumps(msgspec.to_builtins(obj), indent=2)
+
+
+def upstream_object_chunks(items: Iterable[tuple[str, Any]]) -> Iterator[bytes]:
+    """``dumps_upstream(dict(items)).encode()`` in pieces, one member at a time, so a large artifact is
+    never held as Python objects and text at once. The bytes are identical (the store tests check)."""
+    first = True
+    for key, value in items:
+        body = json.dumps(msgspec.to_builtins(value), indent=2).replace("\n", "\n  ")
+        yield (("{\n  " if first else ",\n  ") + json.dumps(key) + ": " + body).encode("utf-8")
+        first = False
+    yield b"{}" if first else b"\n}"
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

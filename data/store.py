@@ -9,7 +9,7 @@ expired and the one that took over) keeps the first, byte-identical, copy.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 class Store(abc.ABC):
@@ -23,6 +23,13 @@ class Store(abc.ABC):
 
         With ``if_absent`` the write happens only if nothing is there yet; returns whether it wrote.
         """
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
+        """Write the concatenation of ``chunks`` at ``key`` (readers see old or new, never half).
+
+        For artifacts too large to hold twice: a backend that can stream (the local folder) never holds
+        the whole value; the default joins the chunks first."""
+        self.put(key, b"".join(chunks))
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes | None:

@@ -72,23 +72,27 @@ class CollectStage:
                 )
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
+        """raw_completions.json, written joke by joke: at a million units it is never held whole."""
         from punchline.data.completions import build_raw_entry
+        from punchline.data.jsonio import upstream_object_chunks
 
         cfg = ctx.cfg.puns
         assert cfg is not None
-        raw: RawCompletions = {}
-        for joke in _jokes(ctx):
-            models = {}
-            for nick in cfg.collect.models:
-                base = f"collect/{joke.index:05d}/{nick}"
-                greedy = results[f"{base}/greedy"].response
-                samples = results[f"{base}/samples"].response
-                models[nick] = ModelCompletions(
-                    greedy=extract_word(greedy.texts[0]) if greedy and greedy.texts else "",
-                    samples=[w for t in (samples.texts if samples else []) if (w := extract_word(t))],
-                )
-            raw[str(joke.index)] = build_raw_entry(joke, models)
-        ctx.write_artifact(RAW, dumps_upstream(raw).encode())
+
+        def entries() -> Iterator[tuple[str, object]]:
+            for joke in _jokes(ctx):
+                models = {}
+                for nick in cfg.collect.models:
+                    base = f"collect/{joke.index:05d}/{nick}"
+                    greedy = results[f"{base}/greedy"].response
+                    samples = results[f"{base}/samples"].response
+                    models[nick] = ModelCompletions(
+                        greedy=extract_word(greedy.texts[0]) if greedy and greedy.texts else "",
+                        samples=[w for t in (samples.texts if samples else []) if (w := extract_word(t))],
+                    )
+                yield str(joke.index), build_raw_entry(joke, models)
+
+        ctx.write_artifact_chunks(RAW, upstream_object_chunks(entries()))
         return [RAW]
 
 

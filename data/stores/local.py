@@ -13,7 +13,7 @@ import contextlib
 import errno
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from punchline.data.errors import InputError, StoreError
@@ -103,6 +103,29 @@ class LocalStore(Store):
         except OSError as exc:
             if exc.errno in (errno.EISDIR, errno.ENOTDIR):
                 raise StoreError(f"{self.url}: key {key!r} collides with a folder of keys") from exc
+            raise StoreError(f"{self.url}: cannot write {key!r}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
+        final = self._path(key)
+        tmp_dir = self.root / TMP_DIR
+        try:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=final.name[:40] + ".", suffix=".tmp", dir=tmp_dir)
+        except OSError as exc:
+            raise StoreError(f"{self.url}: cannot prepare write of {key!r}: {exc}") from exc
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                for chunk in chunks:
+                    fh.write(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+            _fsync_dir(final.parent)
+        except OSError as exc:
             raise StoreError(f"{self.url}: cannot write {key!r}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)

@@ -75,6 +75,13 @@ class TestStoreContract:
         with pytest.raises(InputError):
             store.get(key)
 
+    def test_put_chunks_writes_their_concatenation(self, store: Store) -> None:
+        chunks = [b"{", b'"a": 1', b"", b"}"] + [bytes([i % 256]) * 1000 for i in range(50)]
+        store.put("art/big.json", b"old")
+        store.put_chunks("art/big.json", iter(chunks))
+        assert store.get("art/big.json") == b"".join(chunks)
+        assert list(store.list("art/")) == ["art/big.json"]
+
     def test_binary_data(self, store: Store) -> None:
         blob = bytes(range(256)) * 1000 + b"\x00\xff"
         store.put("bin/blob", blob)
