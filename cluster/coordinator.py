@@ -25,8 +25,8 @@ from punchline.data.units import (
     PlanPage,
     ShardOutput,
     ShardResults,
+    ShardUsage,
     StagePlan,
-    UnitResult,
     cut,
     encode_page,
     plan_page_key,
@@ -165,6 +165,7 @@ class Coordinator:
         self.shards_per_page = shards_per_page
         self.max_deaths_without_progress = max_deaths_without_progress
         self.pool: WorkerPool | None = None
+        self.store_usage: dict[str, ShardUsage] = {}  # per stage, from its shard files (the store is the truth)
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""
@@ -184,6 +185,7 @@ class Coordinator:
         results = self.execute(plan, first_ids)
         artifacts = stage.reduce(self.ctx, results)
         failed = results.failed()
+        self.store_usage[stage.name] = results.usage()
         manifest = {
             "stage": stage.name,
             "units": plan.units_total,
@@ -325,15 +327,15 @@ class Coordinator:
     def _results(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
         decoder = msgspec.msgpack.Decoder(ShardOutput)
 
-        def load(index: int) -> list[UnitResult]:
+        def load(index: int) -> ShardOutput:
             raw = self.store.get(shard_key(self.ctx.run_id, plan.stage, index))
             if raw is None:
                 raise PunchlineError(f"stage {plan.stage}: shard {index} is missing from {self.store.url}")
-            results = decoder.decode(raw).results
-            if not results or results[0].unit_id != first_ids[index]:
+            output = decoder.decode(raw)
+            if not output.results or output.results[0].unit_id != first_ids[index]:
                 raise PunchlineError(
                     f"stage {plan.stage}: shard {index} does not match the plan (was the config changed?)"
                 )
-            return results
+            return output
 
         return ShardResults(load, first_ids, plan.units_total)

@@ -26,8 +26,8 @@ from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
 from punchline.data.stores import open_store
-from punchline.schedulers.budget import Budget, UsageRow
-from punchline.schedulers.ledger import Ledger, StageCounters, patiently
+from punchline.schedulers.budget import Budget, UsageRow, usage_rows
+from punchline.schedulers.ledger import Ledger, StageCounters, patiently, with_store_totals
 from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
@@ -263,7 +263,9 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
                     continue
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
-                record.counters[stage.name] = patiently(ledger.counters, run_id, stage.name)
+                record.counters[stage.name] = with_store_totals(
+                    patiently(ledger.counters, run_id, stage.name), coord.store_usage[stage.name]
+                )
                 record.failures.pop(stage.name, None)
                 if failures:
                     record.failures[stage.name] = failures
@@ -278,9 +280,11 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             coord.close()
             for name in record.stages:
                 with contextlib.suppress(Exception):
-                    record.counters[name] = ledger.counters(run_id, name)
+                    counters = ledger.counters(run_id, name)
+                    done = coord.store_usage.get(name)
+                    record.counters[name] = with_store_totals(counters, done) if done else counters
             with contextlib.suppress(Exception):
-                record.usage = Budget(ledger.r, run_id, None).usage()
+                record.usage = usage_rows(Budget(ledger.r, run_id, None).usage(), coord.store_usage)
             record.finished_at = time.time()
             with contextlib.suppress(Exception):
                 _snapshot(store, run_dir, record)

@@ -64,6 +64,19 @@ class ShardUsage(msgspec.Struct, kw_only=True):
         m.output_tokens += output_tokens
         m.cost_usd += cost_usd
 
+    def add(self, other: ShardUsage) -> None:
+        self.units_ok += other.units_ok
+        self.units_failed += other.units_failed
+        self.cache_hits += other.cache_hits
+        self.provider_requests += other.provider_requests
+        self.provider_retries += other.provider_retries
+        for model, m in other.models.items():
+            mine = self.models.setdefault(model, ModelUsage())
+            mine.calls += m.calls
+            mine.input_tokens += m.input_tokens
+            mine.output_tokens += m.output_tokens
+            mine.cost_usd += m.cost_usd
+
     def counters(self) -> dict[str, float]:
         """The ledger counters this shard adds (``status`` sums them)."""
         return {
@@ -212,24 +225,28 @@ class ShardResults(Mapping[str, UnitResult]):
 
     Units are sorted, so ``first_ids`` (each shard's first unit id) locates any unit with a binary
     search; a few decoded shards are kept, and a reduce that walks the plan in order reads each once.
-    Memory stays at a few shards however large the stage.
+    Memory stays at a few shards however large the stage. Each shard's usage is kept as it is read, so
+    :meth:`usage` (what the stage cost, from the store) costs no second pass over shards already read.
     """
 
     def __init__(
-        self, load: Callable[[int], list[UnitResult]], first_ids: list[str], units_total: int, keep_shards: int = 64
+        self, load: Callable[[int], ShardOutput], first_ids: list[str], units_total: int, keep_shards: int = 64
     ) -> None:
         self._load = load
         self._first_ids = first_ids
         self._units_total = units_total
         self._keep = keep_shards
         self._cache: OrderedDict[int, dict[str, UnitResult]] = OrderedDict()
+        self._usage: dict[int, ShardUsage] = {}
 
     def _shard(self, index: int) -> dict[str, UnitResult]:
         hit = self._cache.get(index)
         if hit is not None:
             self._cache.move_to_end(index)
             return hit
-        loaded = {r.unit_id: r for r in self._load(index)}
+        output = self._load(index)
+        self._usage[index] = output.usage or ShardUsage()
+        loaded = {r.unit_id: r for r in output.results}
         self._cache[index] = loaded
         if len(self._cache) > self._keep:
             self._cache.popitem(last=False)
@@ -251,3 +268,12 @@ class ShardResults(Mapping[str, UnitResult]):
     def failed(self) -> dict[str, str]:
         """Failed unit -> reason, in unit order."""
         return {uid: str(r.error) for uid in self for r in [self[uid]] if r.error is not None}
+
+    def usage(self) -> ShardUsage:
+        """What the stage's shards did and cost, as their files record it."""
+        total = ShardUsage()
+        for index in range(len(self._first_ids)):
+            if index not in self._usage:
+                self._shard(index)
+            total.add(self._usage[index])
+        return total

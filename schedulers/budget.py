@@ -22,6 +22,7 @@ import redis
 
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
+from punchline.data.units import ShardUsage
 from punchline.schedulers.redis_client import redis_errors
 
 # Shared Lua: KEYS[k0+1..k0+3] = spent, reserved (hash holder -> usd), alive (zset holder -> expiry ms).
@@ -174,6 +175,19 @@ class Budget:
             else:
                 row.usd = float(v)
         return [rows[k] for k in sorted(rows)]
+
+
+def usage_rows(ledger: list[UsageRow], store: Mapping[str, ShardUsage]) -> list[UsageRow]:
+    """Tokens and dollars per (stage, model): the ledger's rows, corrected by the shard files of finished
+    stages (a wiped ledger forgets, the store does not); the larger figure wins, as for the counters."""
+    rows = {(r.stage, r.model): msgspec.structs.replace(r) for r in ledger}
+    for stage, usage in store.items():
+        for model, m in usage.models.items():
+            row = rows.setdefault((stage, model), UsageRow(stage=stage, model=model))
+            row.input_tokens = max(row.input_tokens, m.input_tokens)
+            row.output_tokens = max(row.output_tokens, m.output_tokens)
+            row.usd = max(row.usd, m.cost_usd)
+    return [rows[k] for k in sorted(rows)]
 
 
 def estimate_request_cost(settings: ProviderSettings, request: ProviderRequest) -> tuple[int, int, float]:

@@ -24,6 +24,7 @@ import msgspec
 import redis
 
 from punchline.data.errors import LedgerUnavailable
+from punchline.data.units import ShardUsage
 
 _INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
 
@@ -71,6 +72,21 @@ class StageCounters(msgspec.Struct, kw_only=True):
 
 
 _FLOAT_COUNTERS = frozenset({"cost_usd", "started_at", "updated_at"})
+
+
+def with_store_totals(counters: StageCounters, usage: ShardUsage) -> StageCounters:
+    """The ledger's counters corrected by what the shard files record: a wiped ledger forgets what was
+    done before the wipe, the store does not. Units come from the store; calls, tokens and dollars take
+    the larger figure (the ledger also counts calls of workers that died before writing their shard)."""
+    store = usage.counters()
+    out = msgspec.structs.replace(counters)
+    out.units_done = int(store["units_done"])
+    out.units_failed = int(store["units_failed"])
+    out.shards_done = max(out.shards_done, out.shards_total) if out.shards_total else out.shards_done
+    for name in ("cache_hits", "provider_requests", "provider_retries", "input_tokens", "output_tokens"):
+        setattr(out, name, max(int(getattr(out, name)), int(store[name])))
+    out.cost_usd = max(out.cost_usd, float(store["cost_usd"]))
+    return out
 
 
 class Ledger:

@@ -226,6 +226,13 @@ def test_redis_wiped_mid_run_resumes_from_the_store(
     # a wipe drops every lease at once: as if both workers had died
     assert_guarantee(fake.stats().calls, units, deaths=2)
     assert raw(tmp_path, "store", "wiped") == expected
+    # the wipe took the ledger's counters, not the record: the shard files have what every unit did and cost
+    c = rec.counters["collect"]
+    assert (c.units_done, c.units_failed, c.shards_done) == (units, 0, units // 2)
+    assert units <= c.provider_requests <= units + 2 * IN_FLIGHT
+    per_call = {row.model: row.usd for row in rec.usage}
+    assert set(per_call) == {"sim/llama-3b", "sim/llama-70b"} and all(usd > 0 for usd in per_call.values())
+    assert c.cost_usd == pytest.approx(sum(per_call.values()), rel=0.5)
 
 
 def test_node_removed_mid_run(
