@@ -164,6 +164,51 @@ class CallClock:
         return (hi[1] - lo[1]) / max(hi[0] - lo[0], 1e-9)
 
 
+class CpuMeter:
+    """CPU seconds spent by processes whose command line contains ``marker`` (Ray workers come and go,
+    so they are polled and their last reading kept), plus this process (the driver or the loop)."""
+
+    def __init__(self, marker: str, services: dict[str, int]) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.marker = marker
+        self.services = services
+        self.seen: dict[int, float] = {}
+        self.base = {name: self._cpu(pid) for name, pid in services.items()}
+        self.self_start = self._self()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _cpu(self, pid: int) -> float:
+        try:
+            t = self.psutil.Process(pid).cpu_times()
+            return float(t.user + t.system)
+        except self.psutil.Error:
+            return 0.0
+
+    @staticmethod
+    def _self() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            if self.marker:
+                for proc in self.psutil.process_iter(["cmdline"]):
+                    if self.marker in " ".join(proc.info["cmdline"] or []):
+                        self.seen[proc.pid] = max(self.seen.get(proc.pid, 0.0), self._cpu(proc.pid))
+            time.sleep(0.2)
+
+    def finish(self) -> dict[str, float]:
+        self.stop.set()
+        self.thread.join()
+        out = {"self": self._self() - self.self_start, "workers": sum(self.seen.values())}
+        out.update({name: self._cpu(pid) - self.base[name] for name, pid in self.services.items()})
+        return out
+
+
 # --- the two contenders -------------------------------------------------------------------------------
 
 
@@ -214,20 +259,37 @@ def engine_run(config: Path, tmp: Path, redis_url: str, run_id: str, store: Path
 # --- the measurements ---------------------------------------------------------------------------------
 
 
-def throughput(tmp: Path, jokes: Path, redis_url: str, latency_ms: float) -> dict[str, float]:
+def throughput(tmp: Path, jokes: Path, redis_pid: int, redis_url: str, latency_ms: float) -> dict[str, float]:
     fake = Fake(tmp, jokes, latency_ms_min=latency_ms, latency_ms_max=latency_ms)
     try:
         config = write_config(tmp, f"tp{latency_ms:.0f}", fake.base_url, jokes)
         requests = plan_requests(config)
         clock = CallClock(fake)
+        cpu = CpuMeter("", {"fake": fake.proc.pid})
         asyncio.run(bare_loop(fake.base_url, requests))
         clock.finish()
+        loop_cpu = cpu.finish()
         loop_rate = clock.steady_rate()
+        run_id = f"tp{latency_ms:.0f}"
         clock = CallClock(fake)
-        rec = engine_run(config, tmp, redis_url, f"tp{latency_ms:.0f}", tmp / f"store-tp{latency_ms:.0f}")
+        cpu = CpuMeter(f"punchline:{run_id}:", {"fake": fake.proc.pid, "redis": redis_pid})
+        rec = engine_run(config, tmp, redis_url, run_id, tmp / f"store-tp{latency_ms:.0f}")
         clock.finish()
+        engine_cpu = cpu.finish()
         assert rec.state == "finished", rec.failures
-        return {"requests": len(requests), "loop": loop_rate, "engine": clock.steady_rate()}
+        n = len(requests) / 1000  # CPU ms per request
+        return {
+            "requests": len(requests),
+            "loop": loop_rate,
+            "engine": clock.steady_rate(),
+            "loop_cpu_ms": loop_cpu["self"] / n,
+            "engine_cpu_ms": (engine_cpu["self"] + engine_cpu["workers"]) / n,
+            "engine_workers_ms": engine_cpu["workers"] / n,
+            "engine_driver_ms": engine_cpu["self"] / n,
+            "redis_ms": engine_cpu["redis"] / n,
+            "fake_loop_ms": loop_cpu["fake"] / n,
+            "fake_engine_ms": engine_cpu["fake"] / n,
+        }
     finally:
         fake.stop()
 
@@ -413,7 +475,7 @@ def main() -> None:
             ensure_ray(RaySettings(num_cpus=2))
         if "throughput" in only:
             for latency in (0.0, 200.0):
-                r = throughput(tmp, jokes, server.url, latency)
+                r = throughput(tmp, jokes, server.pid or 0, server.url, latency)
                 line = f"latency {latency:5.0f} ms, {r['requests']} requests: loop {r['loop']:6.1f} req/s, "
                 line += f"engine {r['engine']:6.1f} req/s, engine/loop {r['engine'] / r['loop']:.2f}"
                 if latency:
@@ -422,6 +484,12 @@ def main() -> None:
                         f", engine/(C/latency) {r['engine'] / ceiling:.2f}, loop/(C/latency) {r['loop'] / ceiling:.2f}"
                     )
                 print(line, flush=True)
+                print(
+                    f"    CPU per request: loop {r['loop_cpu_ms']:.2f} ms; engine {r['engine_cpu_ms']:.2f} ms "
+                    f"(workers {r['engine_workers_ms']:.2f}, driver {r['engine_driver_ms']:.2f}) + Redis "
+                    f"{r['redis_ms']:.2f} ms; the fake provider {r['fake_loop_ms']:.2f} / {r['fake_engine_ms']:.2f} ms",
+                    flush=True,
+                )
         if "rate" in only:
             r = rate_limited(tmp, rate_jokes, server.url, args.rpm)
             print(
