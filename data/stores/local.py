@@ -75,39 +75,16 @@ class LocalStore(Store):
         return self.root / validate_key(key)
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
-        final = self._path(key)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InputError("store values are bytes", field="data", record=key)
-        tmp_dir = self.root / TMP_DIR
-        try:
-            tmp_dir.mkdir(parents=True, exist_ok=True)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=final.name[:40] + ".", suffix=".tmp", dir=tmp_dir)
-        except OSError as exc:
-            raise StoreError(f"{self.url}: cannot prepare write of {key!r}: {exc}") from exc
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if if_absent:
-                try:
-                    os.link(tmp, final)
-                except FileExistsError:
-                    return False
-            else:
-                os.replace(tmp, final)
-            _fsync_dir(final.parent)
-            return True
-        except OSError as exc:
-            if exc.errno in (errno.EISDIR, errno.ENOTDIR):
-                raise StoreError(f"{self.url}: key {key!r} collides with a folder of keys") from exc
-            raise StoreError(f"{self.url}: cannot write {key!r}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
+        return self._write(key, [data], if_absent=if_absent)
 
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> None:
+        self._write(key, chunks, if_absent=False)
+
+    def _write(self, key: str, chunks: Iterable[bytes], *, if_absent: bool) -> bool:
+        """Write into a synced temp file, then link it (``if_absent``: fails if the key exists) or rename it
+        into place, and sync the folder: readers see old or new, never half, even after a crash."""
         final = self._path(key)
         tmp_dir = self.root / TMP_DIR
         try:
@@ -123,9 +100,18 @@ class LocalStore(Store):
                     fh.write(chunk)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, final)
+            if if_absent:
+                try:
+                    os.link(tmp, final)
+                except FileExistsError:
+                    return False
+            else:
+                os.replace(tmp, final)
             _fsync_dir(final.parent)
+            return True
         except OSError as exc:
+            if exc.errno in (errno.EISDIR, errno.ENOTDIR):
+                raise StoreError(f"{self.url}: key {key!r} collides with a folder of keys") from exc
             raise StoreError(f"{self.url}: cannot write {key!r}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
