@@ -75,6 +75,7 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     fail_status: int = 503
     fail_retry_after_s: float | None = None  # sent as Retry-After / retry-after-ms with fail_status
     status_for_model: dict[str, int] = {}
+    latency_ms_for_model: dict[str, float] = {}  # model id -> fixed latency (instead of the min-max range)
     require_api_key: str | None = None  # when set, any other key gets 401 (echoing a masked key)
     funny_propensity: dict[str, float] = {}  # model-id substring -> P(punny word), neutral context
     noise_rate: float = 0.15
@@ -372,7 +373,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(api, 429, "rate limit exceeded (fake provider)", retry_after)
             return
         latency_s = (
-            cfg.latency_ms_min + (cfg.latency_ms_max - cfg.latency_ms_min) * _unit(cfg.seed, key, attempt)
+            cfg.latency_ms_for_model[req.model]
+            if req.model in cfg.latency_ms_for_model
+            else cfg.latency_ms_min + (cfg.latency_ms_max - cfg.latency_ms_min) * _unit(cfg.seed, key, attempt)
         ) / 1e3
         if latency_s > 0 and state.stop_event.wait(latency_s):
             return

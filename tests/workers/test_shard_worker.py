@@ -1,0 +1,121 @@
+"""The shard worker without Ray, against real Redis, a real store and the fake provider over HTTP:
+no barrier between shards, a window of units in flight, and the shard file as the record of what ran."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import msgspec
+import redis
+import redis.asyncio
+
+from punchline.data.completions import greedy_request
+from punchline.data.provider_settings import ModelSettings
+from punchline.data.stores.local import LocalStore
+from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
+from punchline.schedulers.leases import BudgetTerms, Leases
+from punchline.schedulers.ledger import Ledger
+from punchline.schedulers.rate_limit import RedisRateLimiter
+from punchline.workers.fake.server import FakeProviderServer
+from punchline.workers.providers import make_provider
+from punchline.workers.shard_worker import ShardProcessor, WorkerConfig
+
+
+def _plan(store: LocalStore, run_id: str, units: list[UnitSpec], shard_size: int) -> StagePlan:
+    def put(page: object) -> None:
+        assert hasattr(page, "first_shard")
+        store.put(plan_page_key(run_id, "s", page.first_shard // 4), encode_page(page))  # type: ignore[arg-type]
+
+    shape = cut("s", units, shard_size, 4, on_page=put)
+    return StagePlan(
+        run_id=run_id,
+        stage="s",
+        shard_size=shard_size,
+        shards_per_page=4,
+        units_total=shape.units_total,
+        shards_total=shape.shards_total,
+        digest=shape.digest,
+    )
+
+
+def _run(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, units: list[UnitSpec], *, window: int
+) -> tuple[StagePlan, LocalStore, list[tuple[float, int]]]:
+    run_id = f"w-{uuid.uuid4().hex[:8]}"
+    store = LocalStore(tmp_path / "store")
+    plan = _plan(store, run_id, units, shard_size=2)
+    Ledger(redis_client).init_stage(
+        run_id,
+        "s",
+        pending=range(plan.shards_total),
+        shards_total=plan.shards_total,
+        units_total=len(units),
+        shards_done=0,
+    )
+    settings = fake.provider_settings(
+        "openai",
+        max_concurrency=window,
+        models={m: ModelSettings(id=m, input_usd_per_mtok=1.0) for m in ("fast", "slow")},
+    )
+    kw = redis_client.connection_pool.connection_kwargs
+    url = f"redis://{kw['host']}:{kw['port']}/0"
+    cfg = WorkerConfig(run_id=run_id, redis_url=url, store_url=store.url, providers={"p": settings}, lease_ms=5_000)
+    seen: list[tuple[float, int]] = []
+
+    async def go() -> None:
+        client = redis.asyncio.Redis.from_url(url)
+        proc = ShardProcessor(
+            cfg,
+            "w1",
+            leases=Leases(client, budget=BudgetTerms(run_id=run_id)),
+            store=store,
+            providers={"p": make_provider("p", settings)},
+            limiter=RedisRateLimiter(redis_client, {"p": settings}),
+        )
+        task = asyncio.create_task(proc.work(plan))
+        while not task.done():  # what the provider has seen, over time
+            seen.append((time.monotonic(), fake.stats().total_calls))
+            await asyncio.sleep(0.02)
+        await task
+        await client.aclose()
+
+    asyncio.run(go())
+    return plan, store, seen
+
+
+def test_a_slow_unit_does_not_hold_up_the_next_shards(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """Shard 0 holds one 1.5-second call; with a window of 4 the worker goes on claiming and finishing the
+    later shards meanwhile (a shard barrier would leave the provider idle until the slow call returned)."""
+    fake.configure(latency_ms_for_model={"slow": 1500.0, "fast": 10.0})
+    units = [UnitSpec(unit_id="u000", request=greedy_request("p", "slow", "The slow one ___"))]
+    units += [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "fast", f"Joke {i} ___")) for i in range(1, 20)]
+    plan, store, seen = _run(tmp_path, redis_client, fake, units, window=4)
+    first_call = next(t for t, n in seen if n >= 1)
+    before_slow_returned = max(n for t, n in seen if t < first_call + 1.2)
+    assert before_slow_returned >= 12, f"only {before_slow_returned} calls while the slow one ran"
+    # every shard committed once, with its results and usage in the shard file
+    decoder = msgspec.msgpack.Decoder(ShardOutput)
+    outputs = [decoder.decode(store.get(shard_key(plan.run_id, "s", i)) or b"") for i in range(plan.shards_total)]
+    assert [r.unit_id for o in outputs for r in o.results] == [u.unit_id for u in units]
+    assert sum(o.usage.units_ok for o in outputs if o.usage) == 20
+    assert sum(o.usage.provider_requests for o in outputs if o.usage) == 20
+    assert fake.stats().total_calls == 20
+    c = Ledger(redis_client).counters(plan.run_id, "s")
+    assert (c.shards_done, c.units_done, c.provider_requests) == (10, 20, 20)
+    assert c.cost_usd > 0
+
+
+def test_the_window_bounds_calls_in_flight(tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer) -> None:
+    """Twelve 300 ms calls through a window of 3: never more than 3 at the provider at once, so the
+    calls arrive in four waves."""
+    fake.configure(latency_ms_for_model={"slow": 300.0})
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "slow", f"Joke {i} ___")) for i in range(12)]
+    _, _, seen = _run(tmp_path, redis_client, fake, units, window=3)
+    first_call = next(t for t, n in seen if n >= 1)
+    assert max(n for t, n in seen if t < first_call + 0.25) <= 3  # the first wave has not returned yet
+    assert fake.stats().total_calls == 12
