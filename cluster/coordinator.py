@@ -308,12 +308,16 @@ class Coordinator:
             if self.progress:
                 self.progress(stage, counters)
             now = time.monotonic()
-            if reports or now - last_check > 2.0:
+            lost = counters.shards_total == 0 and not patiently(self.ledger.stage_initialized, run_id, stage)
+            # Listing the store is the truth but not free (25,000 shard files on S3 are 25 list pages): do it
+            # when the ledger says the stage may be done, a worker came back, the ledger lost the stage, or
+            # every 30 s as a backstop.
+            if lost or reports or counters.shards_done >= plan.shards_total or now - last_check > 30.0:
                 last_check = now
                 missing = self._missing(plan)
                 if not missing:
                     return
-                if not patiently(self.ledger.stage_initialized, run_id, stage):
+                if lost:
                     log.warning("stage_state_lost", run_id=run_id, stage=stage, missing=len(missing))
                     self._init(plan, missing)
             if budget_hit and pool.busy() == 0:
