@@ -110,6 +110,13 @@ def ensure_ray(settings: RaySettings) -> None:
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
 
 
+def driver_node_ip() -> str:
+    """The address other nodes reach this process's Ray node at (after :func:`ensure_ray`)."""
+    import ray
+
+    return str(ray.util.get_node_ip_address())
+
+
 def shutdown_ray() -> None:
     import ray
 

@@ -25,6 +25,7 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.response_cache import ResponseCache
 from punchline.data.store import Store
 from punchline.data.stores import open_store
+from punchline.data.stores.sentinel import Sentinel, ensure_sees
 from punchline.data.units import ShardOutput, StagePlan, UnitResult
 from punchline.schedulers.ledger import Claim, Ledger
 from punchline.workers.provider import Provider
@@ -43,6 +44,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     max_cost_usd: float | None = None
     log_path: str | None = None
     shards_in_flight: int = 1
+    store_sentinel: Sentinel | None = None  # checked at start: this node must see the driver's store
 
 
 class WorkerReport(msgspec.Struct, kw_only=True):
@@ -228,6 +230,7 @@ class ShardWorker:
             configure_logging(None, console=False, json_path=cfg.log_path)
         self.worker_id = f"{worker_id}@{socket.gethostname()}:{os.getpid()}"
         self.processor = build_processor(cfg, self.worker_id)
+        ensure_sees(self.processor.store, cfg.store_sentinel, f"worker {self.worker_id}")
 
     async def work(self, stage: str, plan_bytes: bytes) -> bytes:
         plan = msgspec.msgpack.decode(plan_bytes, type=StagePlan)
