@@ -30,6 +30,7 @@ class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     workers_per_node: int = 2
     shards_per_worker: int = 1  # shards a worker processes at once (their units run concurrently)
     worker_cpus: float = 0.25
+    max_workers: int = 0  # worker nodes to ask the autoscaler for while shards outnumber workers (0: never)
     max_cost_usd: float | None = None
     offline: bool = False
     store: str | None = None

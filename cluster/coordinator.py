@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from punchline.cluster.autoscale import Autoscaler
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.store import Store
@@ -140,6 +141,7 @@ class Coordinator:
         progress: ProgressFn | None = None,
         poll_s: float = 0.5,
         max_deaths_without_progress: int = 8,
+        autoscaler: Autoscaler | None = None,
     ) -> None:
         self.ctx = ctx
         self.store: Store = ctx.store
@@ -152,9 +154,12 @@ class Coordinator:
         self.poll_s = poll_s
         self.max_deaths_without_progress = max_deaths_without_progress
         self.pool: WorkerPool | None = None
+        self.autoscaler = autoscaler  # asks for worker nodes while shards outnumber workers
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""
+        if self.autoscaler is not None:
+            self.autoscaler.release()
         if self.pool is not None:
             self.pool.shutdown()
             self.pool = None
@@ -265,6 +270,10 @@ class Coordinator:
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)
+            if self.autoscaler is not None:
+                self.autoscaler.update(
+                    pending_shards=counters.shards_total - counters.shards_done, live_workers=len(pool.slots)
+                )
             if counters.shards_done != shards_done:
                 shards_done, pool.deaths_since_progress = counters.shards_done, 0
             if pool.deaths_since_progress >= self.max_deaths_without_progress:
@@ -279,6 +288,8 @@ class Coordinator:
                 last_check = now
                 missing = self._missing(plan)
                 if not missing:
+                    if self.autoscaler is not None:
+                        self.autoscaler.release()
                     return
                 if not patiently(self.ledger.stage_initialized, run_id, stage):
                     log.warning("stage_state_lost", run_id=run_id, stage=stage, missing=len(missing))

@@ -20,6 +20,8 @@ from pathlib import Path
 import msgspec
 import structlog
 
+from punchline.cluster import autoscale
+from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
@@ -82,6 +84,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     store: str | None = None
     ray_address: str | None = None
     max_cost_usd: float | None = None
+    max_workers: int | None = None  # worker nodes to ask the autoscaler for (--max-workers)
     offline: bool | None = None
     verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
 
@@ -181,7 +184,13 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     atomic_write_bytes(run_dir / "run.json", data)
 
 
-def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = None) -> RunRecord:
+def run(
+    config_path: str,
+    opts: RunOptions,
+    *,
+    progress: ProgressFn | None = None,
+    request_resources: RequestResources | None = None,
+) -> RunRecord:
     cfg = load_config(config_path)
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
@@ -259,6 +268,13 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             workers_per_node=cfg.run.workers_per_node,
             worker_cpus=cfg.run.worker_cpus,
             progress=progress,
+            autoscaler=autoscale.for_run(
+                cfg.run.max_workers,
+                cfg.run.workers_per_node,
+                cfg.run.worker_cpus,
+                flag=opts.max_workers,
+                request_resources=request_resources,
+            ),
         )
         slog.info("run_start", stages=record.stages, store=store.url)
         try:
