@@ -295,6 +295,8 @@ def run(
             from punchline.data.errors import BudgetExceeded
 
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (`punchline stop`, a pod deleted)
+                record.state = "interrupted"
             raise
         finally:
             coord.close()
