@@ -295,8 +295,8 @@ def run(
             from punchline.data.errors import BudgetExceeded
 
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
-            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (`punchline stop`, a pod deleted)
-                record.state = "interrupted"
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C; SIGTERM (Ray's handler exits):
+                record.state = "interrupted"  # `punchline stop`, `ray job stop`, a deleted pod
             raise
         finally:
             coord.close()

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,24 +130,6 @@ class _Bars:
         )
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (``punchline stop``, ``ray job stop``, a pod being deleted) ends the run like Ctrl-C: the
-    workers are stopped and the run record says interrupted, so a resume knows where it stands."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
     """Run with progress bars, then print counters, artifacts and headlines; the exit status."""
     from punchline.cluster.driver import run
@@ -160,8 +139,7 @@ def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
     if bars:
         bars.progress.start()
     try:
-        with _sigterm_interrupts():
-            record = run(config, opts, progress=bars)
+        record = run(config, opts, progress=bars)
     finally:
         if bars:
             bars.progress.stop()

@@ -124,7 +124,9 @@ def artifacts(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(tmp_path: Path, ray_local: Any) -> None:
+def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
+    tmp_path: Path, ray_local: Any, redis_url: str
+) -> None:
     local = run(str(DEMO), RunOptions(run_id="local", runs_dir=str(tmp_path / "local-runs"), store=str(tmp_path / "l")))
     assert local.state == "finished"
     expected = artifacts(tmp_path / "l" / "local" / "artifacts")
@@ -140,6 +142,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(tmp_path:
         cluster.wait_for_nodes(2)
         cli = Cli(cluster.env, project)
         address = ["--address", cluster.dashboard_url]
+        services = ["--store", str(store), "--redis-url", redis_url]  # as on a cluster: shared services
 
         def state(job: str) -> str:
             done = cli("jobs", *address)
@@ -147,7 +150,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(tmp_path:
             return next((ln for ln in done.stdout.splitlines() if job in ln), "")
 
         # submit, then stop mid-run
-        sub = cli("submit", "configs/demo.toml", *address, "--store", str(store), "--run-id", "sub")
+        sub = cli("submit", "configs/demo.toml", *address, *services, "--run-id", "sub")
         assert sub.returncode == 0, sub.stderr
         first = sub.stdout.strip()
         assert first.startswith("punchline-sub-") and "punchline logs" in sub.stderr
@@ -163,7 +166,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(tmp_path:
         assert not (store / "sub" / "artifacts" / "puns_ranked.json").exists()
 
         # resume: the same config and run id; follow its log to the end
-        again = cli("submit", "configs/demo.toml", *address, "--store", str(store), "--run-id", "sub")
+        again = cli("submit", "configs/demo.toml", *address, *services, "--run-id", "sub")
         assert again.returncode == 0, again.stderr
         second = again.stdout.strip()
         followed = cli("logs", second, *address, "--follow")
@@ -178,7 +181,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(tmp_path:
         # `ray job submit --working-dir` of the user's folder: refused while the store is relative, then fine
         ray_cli = [str(Path(sys.executable).parent / "ray"), "job", "submit", *address, "--working-dir", str(project)]
         cmd = [sys.executable.rsplit("/", 1)[-1], "-m", "punchline", "run", "configs/small.toml", "--no-progress"]
-        for job, extra in (("wd-relative", []), ("wd-shared", ["--store", str(store)])):
+        for job, extra in (("wd-relative", ["--redis-url", redis_url]), ("wd-shared", services)):
             done = subprocess.run(
                 [*ray_cli, "--submission-id", job, "--no-wait", "--", *cmd, "--run-id", job, *extra],
                 cwd=project,
