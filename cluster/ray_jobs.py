@@ -170,14 +170,31 @@ def submit(address: str, config_path: str, run_id: str, opts: SubmitOptions, *, 
     return job_id
 
 
+def run_id_of(metadata: dict[str, str] | None, entrypoint: str) -> str | None:
+    """The run a job drives: from ``punchline submit``'s metadata, else from a ``punchline run``
+    entrypoint (``ray job submit … -- punchline run CONFIG --run-id ID``; "" when it has none);
+    None for a job that is not a punchline run."""
+    if metadata and metadata.get(RUN_ID_KEY):
+        return metadata[RUN_ID_KEY]
+    try:
+        argv = shlex.split(entrypoint)
+    except ValueError:
+        return None
+    if not any(a.rsplit("/", 1)[-1] == "punchline" for a in argv) or "run" not in argv:
+        return None
+    return next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--run-id"), "")
+
+
 def list_jobs(address: str, *, everything: bool = False) -> list[JobRow]:
+    """Submitted jobs that run punchline (every submitted job with ``everything``), oldest first."""
     rows = []
     for job in _call(address, "list", lambda c: c.list_jobs()):
         if not job.submission_id:  # drivers attached by ray.init, not submitted jobs
             continue
-        run_id = (job.metadata or {}).get(RUN_ID_KEY, "")
-        if not run_id and not everything:
+        found = run_id_of(job.metadata, job.entrypoint or "")
+        if found is None and not everything:
             continue
+        run_id = found or ""
         rows.append(
             JobRow(
                 job_id=job.submission_id,

@@ -25,7 +25,7 @@ import pytest
 from punchline.cluster.cli import build_parser
 from punchline.cluster.config import load_config, resolve_path
 from punchline.cluster.driver import RunOptions, RunRecord, run
-from punchline.cluster.ray_jobs import SubmitOptions, entrypoint, jobs_address, refuse_secrets, stage
+from punchline.cluster.ray_jobs import SubmitOptions, entrypoint, jobs_address, refuse_secrets, run_id_of, stage
 from punchline.data.errors import ConfigError, InputError
 from tests.fixtures.ray_start import RayStartCluster
 
@@ -63,6 +63,14 @@ def test_the_entrypoint_is_a_punchline_run_our_parser_accepts() -> None:
     args = build_parser().parse_args(argv[3:])
     assert (args.command, args.config, args.run_id, args.store) == ("run", "configs/my run.toml", "r-1", "s3://b/p")
     assert (args.redis_url, args.max_workers, args.max_cost_usd, args.verbose) == ("redis://redis:6379/0", 8, 2.5, True)
+
+
+def test_jobs_know_their_run_from_metadata_or_the_entrypoint() -> None:
+    assert run_id_of({"punchline_run_id": "r1"}, "python -m punchline run c.toml --run-id other") == "r1"
+    assert run_id_of({}, "python -m punchline run configs/demo.toml --run-id wd-1 --store s3://b") == "wd-1"
+    assert run_id_of(None, "/opt/venv/bin/punchline run configs/demo.toml") == ""  # a punchline run, id chosen later
+    assert run_id_of(None, "python train.py --run-id x") is None
+    assert run_id_of(None, "echo 'unbalanced") is None
 
 
 def test_a_redis_password_never_goes_into_a_job() -> None:
@@ -127,7 +135,13 @@ def artifacts(root: Path) -> dict[str, bytes]:
 def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
     tmp_path: Path, ray_local: Any, redis_url: str
 ) -> None:
+    started = time.monotonic()
+
+    def mark(what: str) -> None:
+        print(f"\n{time.monotonic() - started:6.1f}s  {what}")
+
     local = run(str(DEMO), RunOptions(run_id="local", runs_dir=str(tmp_path / "local-runs"), store=str(tmp_path / "l")))
+    mark("local demo run finished")
     assert local.state == "finished"
     expected = artifacts(tmp_path / "l" / "local" / "artifacts")
 
@@ -140,6 +154,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         cluster.start_head(dashboard=True)
         cluster.add_worker()
         cluster.wait_for_nodes(2)
+        mark("ray start head (dashboard) + worker: 2 nodes alive")
         cli = Cli(cluster.env, project)
         address = ["--address", cluster.dashboard_url]
         services = ["--store", str(store), "--redis-url", redis_url]  # as on a cluster: shared services
@@ -156,6 +171,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         assert first.startswith("punchline-sub-") and "punchline logs" in sub.stderr
         shards = store / "sub" / "stages" / "collect" / "shards"
         wait_for(lambda: shards.is_dir() and any(shards.iterdir()), "a first shard")
+        mark("submitted; first shard committed")
         assert "RUNNING" in state(first)
         stopped = cli("stop", first, *address, "--wait")
         assert stopped.returncode == 0 and "STOPPED" in stopped.stderr, stopped.stderr
@@ -163,6 +179,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         assert "sub" in row and "STOPPED" in row
         record = msgspec.json.decode((store / "sub" / "run.json").read_bytes(), type=RunRecord)
         assert record.state == "interrupted"
+        mark("stopped; run record says interrupted")
         assert not (store / "sub" / "artifacts" / "puns_ranked.json").exists()
 
         # resume: the same config and run id; follow its log to the end
@@ -176,6 +193,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         assert "SUCCEEDED" in state(second)
         assert "run sub: finished" in cli("logs", second, *address).stdout
         assert artifacts(store / "sub" / "artifacts") == expected
+        mark(f"resumed run finished; {len(expected)} artifacts identical to the local run's")
         assert cli("logs", "no-such-job", *address).returncode == 2
 
         # `ray job submit --working-dir` of the user's folder: refused while the store is relative, then fine
@@ -197,8 +215,10 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         refused = cli("logs", "wd-relative", *address).stdout.strip().splitlines()
         assert refused[-1].startswith("punchline: error: store ") and "--store s3://bucket/prefix" in refused[-1]
         assert "ImportError" not in "\n".join(refused)
+        mark("ray job submit --working-dir with a relative store: refused")
         wait_for(lambda: any(s in state("wd-shared") for s in ("FAILED", "SUCCEEDED")), "the shared-store job")
         assert "SUCCEEDED" in state("wd-shared"), cli("logs", "wd-shared", *address).stdout[-3000:]
         assert (store / "wd-shared" / "artifacts" / "raw_completions.json").is_file()
+        mark("ray job submit --working-dir with a shared store: succeeded")
     finally:
         cluster.shutdown()
