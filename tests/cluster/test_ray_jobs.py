@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import pytest
@@ -193,6 +194,9 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         assert "SUCCEEDED" in state(second)
         assert "run sub: finished" in cli("logs", second, *address).stdout
         assert artifacts(store / "sub" / "artifacts") == expected
+        # the demo's simulated provider listened on the driver node's address, where workers on other nodes reach it
+        record = msgspec.json.decode((store / "sub" / "run.json").read_bytes(), type=RunRecord)
+        assert urlsplit(record.services.simulator_url).hostname == cluster.node_ip != "127.0.0.1"
         mark(f"resumed run finished; {len(expected)} artifacts identical to the local run's")
         assert cli("logs", "no-such-job", *address).returncode == 2
 
