@@ -31,6 +31,7 @@ class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     workers_per_node: int = 2
     units_in_flight: int = 0  # units a worker runs at once, across shards; 0 = its providers' max_concurrency
     worker_cpus: float = 0.25
+    max_workers: int = 0  # worker nodes to ask the autoscaler for while shards outnumber workers (0: never)
     max_cost_usd: float | None = None
     offline: bool = False
     store: str | None = None

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from punchline.cluster.autoscale import Autoscaler
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.store import Store
@@ -152,6 +153,7 @@ class Coordinator:
         poll_s: float = 0.5,
         shards_per_page: int = 64,
         max_deaths_without_progress: int = 8,
+        autoscaler: Autoscaler | None = None,
     ) -> None:
         self.ctx = ctx
         self.store: Store = ctx.store
@@ -166,9 +168,12 @@ class Coordinator:
         self.max_deaths_without_progress = max_deaths_without_progress
         self.pool: WorkerPool | None = None
         self.store_usage: dict[str, ShardUsage] = {}  # per stage, from its shard files (the store is the truth)
+        self.autoscaler = autoscaler  # asks for worker nodes while shards outnumber workers
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""
+        if self.autoscaler is not None:
+            self.autoscaler.release()
         if self.pool is not None:
             self.pool.shutdown()
             self.pool = None
@@ -298,6 +303,10 @@ class Coordinator:
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)
+            if self.autoscaler is not None:
+                self.autoscaler.update(
+                    pending_shards=counters.shards_total - counters.shards_done, live_workers=len(pool.slots)
+                )
             if counters.shards_done != shards_done:
                 shards_done, pool.deaths_since_progress = counters.shards_done, 0
             if pool.deaths_since_progress >= self.max_deaths_without_progress:
@@ -316,6 +325,8 @@ class Coordinator:
                 last_check = now
                 missing = self._missing(plan)
                 if not missing:
+                    if self.autoscaler is not None:
+                        self.autoscaler.release()
                     return
                 if lost:
                     log.warning("stage_state_lost", run_id=run_id, stage=stage, missing=len(missing))

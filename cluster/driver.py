@@ -20,9 +20,12 @@ from pathlib import Path
 import msgspec
 import structlog
 
+from punchline.cluster import autoscale
+from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
 from punchline.data.stores import open_store
@@ -81,6 +84,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     store: str | None = None
     ray_address: str | None = None
     max_cost_usd: float | None = None
+    max_workers: int | None = None  # worker nodes to ask the autoscaler for (--max-workers)
     offline: bool | None = None
     verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
 
@@ -143,8 +147,9 @@ def _redis(url: str | None, run_dir: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _simulator(cfg: RunConfig) -> Iterator[str | None]:
-    """Start the offline simulated provider if any provider's base_url says ``simulated``."""
+def _simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | None]:
+    """Start the offline simulated provider if any provider's base_url says ``simulated``, listening on
+    ``host`` (on a cluster the driver node's address, so that workers on other nodes reach it)."""
     sim = [n for n, p in cfg.providers.items() if p.base_url == SIMULATED]
     if not sim:
         yield None
@@ -157,7 +162,7 @@ def _simulator(cfg: RunConfig) -> Iterator[str | None]:
         from punchline.cluster.pipelines.humor import resolve_path
 
         sim_cfg = msgspec.structs.replace(sim_cfg, humor_path=str(resolve_path(cfg, cfg.humor.data)))
-    server = FakeProviderServer(sim_cfg)
+    server = FakeProviderServer(sim_cfg, host=host)
     server.start()
     for name in sim:
         p = cfg.providers[name]
@@ -179,11 +184,17 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     atomic_write_bytes(run_dir / "run.json", data)
 
 
-def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = None) -> RunRecord:
+def run(
+    config_path: str,
+    opts: RunOptions,
+    *,
+    progress: ProgressFn | None = None,
+    request_resources: RequestResources | None = None,
+) -> RunRecord:
     cfg = load_config(config_path)
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
-    store_url = opts.store or cfg.run.store or opts.runs_dir
+    store_url = opts.store or config_store(cfg) or opts.runs_dir
     store = open_store(store_url)
     existing = store.get(f"{run_id}/run.json")
     config_toml = Path(config_path).read_text()
@@ -204,8 +215,8 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
     max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
     offline = opts.offline if opts.offline is not None else cfg.run.offline
     stages = pipeline_stages(cfg)
-    with _redis(opts.redis_url or cfg.run.redis_url, run_dir) as redis_url, _simulator(cfg) as sim_url:
-        from punchline.cluster.ray_runtime import RaySettings, ensure_ray
+    with _redis(opts.redis_url or cfg.run.redis_url, run_dir) as redis_url, contextlib.ExitStack() as services_up:
+        from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ensure_ray
         from punchline.schedulers.redis_client import connect
 
         ray_address = opts.ray_address or cfg.run.ray_address
@@ -213,6 +224,9 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
         if ray_address:
             ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
         ensure_ray(ray_settings)
+        sentinel = ensure_shared(store, run_id, local_ray=ray_settings.is_local)  # before any paid call
+        sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
+        sim_url = services_up.enter_context(_simulator(cfg, sim_host))
         if ray_settings.is_local:  # workers share this machine's environment: check the keys are there now
             for name, settings in cfg.providers.items():
                 settings.api_key(name)
@@ -236,13 +250,14 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
         worker_cfg = WorkerConfig(
             run_id=run_id,
             redis_url=redis_url,
-            store_url=store_url,
+            store_url=store.url,  # absolute: a worker's cwd is not the driver's
             providers=cfg.providers,
             lease_ms=cfg.run.lease_ms,
             offline=offline,
             max_cost_usd=max_cost,
             log_path=str((run_dir / "log.jsonl").resolve()),
             max_in_flight=cfg.run.units_in_flight,
+            store_sentinel=sentinel,
         )
         ctx = StageContext(cfg, run_id, store)
         coord = Coordinator(
@@ -253,6 +268,13 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             workers_per_node=cfg.run.workers_per_node,
             worker_cpus=cfg.run.worker_cpus,
             progress=progress,
+            autoscaler=autoscale.for_run(
+                cfg.run.max_workers,
+                cfg.run.workers_per_node,
+                cfg.run.worker_cpus,
+                flag=opts.max_workers,
+                request_resources=request_resources,
+            ),
         )
         slog.info("run_start", stages=record.stages, store=store.url)
         try:
@@ -275,6 +297,8 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
             from punchline.data.errors import BudgetExceeded
 
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C; SIGTERM (Ray's handler exits):
+                record.state = "interrupted"  # `punchline stop`, `ray job stop`, a deleted pod
             raise
         finally:
             coord.close()

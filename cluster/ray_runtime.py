@@ -32,6 +32,7 @@ DEFAULT_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 FORWARD_ENV = (
     "PUNCHLINE_S3_ENDPOINT_URL",
     "PUNCHLINE_S3_ADDRESSING_STYLE",
+    "PUNCHLINE_S3_OUTAGE_S",
     "AWS_ENDPOINT_URL",
     "AWS_DEFAULT_REGION",
     "AWS_REGION",
@@ -108,6 +109,13 @@ def ensure_ray(settings: RaySettings) -> None:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
+
+
+def driver_node_ip() -> str:
+    """The address other nodes reach this process's Ray node at (after :func:`ensure_ray`)."""
+    import ray
+
+    return str(ray.util.get_node_ip_address())
 
 
 def shutdown_ray() -> None:

@@ -32,6 +32,7 @@ from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.store import Store
 from punchline.data.stores import open_store
+from punchline.data.stores.sentinel import Sentinel, ensure_sees
 from punchline.data.units import (
     ShardOutput,
     ShardUsage,
@@ -65,6 +66,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
         if self.max_in_flight > 0:
             return self.max_in_flight
         return max((p.max_concurrency for p in self.providers.values()), default=8)
+    store_sentinel: Sentinel | None = None  # checked at start: this node must see the driver's store
 
 
 class WorkerReport(msgspec.Struct, kw_only=True):
@@ -413,6 +415,7 @@ class ShardWorker:
             configure_logging(None, console=False, json_path=cfg.log_path)
         self.worker_id = f"{worker_id}@{socket.gethostname()}:{os.getpid()}"
         self.processor = build_processor(cfg, self.worker_id)
+        ensure_sees(self.processor.store, cfg.store_sentinel, f"worker {self.worker_id}")
 
     async def work(self, plan_bytes: bytes) -> bytes:
         plan = msgspec.msgpack.decode(plan_bytes, type=StagePlan)

@@ -75,6 +75,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
     p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
     p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
+    p.add_argument(
+        "--max-workers",
+        type=int,
+        help="ask the autoscaler for up to this many worker nodes while shards outnumber workers "
+        "(env PUNCHLINE_MAX_WORKERS; config [run] max_workers; default 0: never ask)",
+    )
     p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
     p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
@@ -92,6 +98,7 @@ def run_options(args: argparse.Namespace, **overrides: Any) -> Any:
         store=args.store,
         ray_address=args.ray_address,
         max_cost_usd=args.max_cost_usd,
+        max_workers=args.max_workers,
         offline=args.offline,
         runs_dir=args.runs_dir,
     )

@@ -10,19 +10,28 @@ write, not a wrong result, but the ledger (Redis), not the store, must then be t
 One more corner of conditional writes: if a PUT times out after S3 stored it, botocore's retry
 gets 412 and ``put`` reports False although our bytes are there. Callers that care compare the
 stored bytes with theirs (``get(key) == data``) instead of trusting the flag alone.
+
+**Outages are waited out**, as Redis outages are: a connection error, a timeout or a 5xx (after
+botocore's own few quick retries) makes the operation retry with backoff for up to
+``S3Settings.outage_s`` (``PUNCHLINE_S3_OUTAGE_S``, 10 minutes by default) before it raises
+:class:`StoreError`. The caller blocks meanwhile, so a worker that has paid for an answer holds it
+in memory, its leases kept alive by their heartbeats, until the store accepts it: an outage costs
+time, not calls. Errors that waiting cannot fix (403, 404 bucket, bad keys) raise at once.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions
 import msgspec
+import structlog
 from botocore.config import Config
 
 from punchline.data.errors import ConfigError, StoreError
@@ -34,6 +43,11 @@ if TYPE_CHECKING:
 
 _NOT_IMPLEMENTED = {"NotImplemented", "InvalidArgument", "InvalidRequest"}
 _MISSING = {"404", "NoSuchKey", "NotFound"}
+# Answers that mean "the service is unwell, ask again later" (besides any 5xx).
+_TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed"}
+
+log = structlog.get_logger("punchline.store.s3")
+T = TypeVar("T")
 
 
 class S3Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,21 +61,34 @@ class S3Settings(msgspec.Struct, frozen=True, kw_only=True):
     secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
     session_token_env: str = "AWS_SESSION_TOKEN"
     addressing_style: str = "auto"
-    max_attempts: int = 5
+    max_attempts: int = 5  # botocore's own quick retries of one operation
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
+    outage_s: float = 600.0  # how long an operation waits out connection errors and 5xx before it fails
+    retry_initial_s: float = 0.5  # first pause between those retries, doubled up to retry_max_s
+    retry_max_s: float = 10.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> S3Settings:
         """``PUNCHLINE_S3_ENDPOINT_URL`` (else ``AWS_ENDPOINT_URL``), ``AWS_DEFAULT_REGION``
-        (else ``AWS_REGION``), ``PUNCHLINE_S3_ADDRESSING_STYLE`` (auto|path|virtual)."""
+        (else ``AWS_REGION``), ``PUNCHLINE_S3_ADDRESSING_STYLE`` (auto|path|virtual),
+        ``PUNCHLINE_S3_OUTAGE_S`` (seconds an operation waits out an unreachable or failing S3)."""
         source = os.environ if env is None else env
         endpoint = source.get("PUNCHLINE_S3_ENDPOINT_URL") or source.get("AWS_ENDPOINT_URL") or None
         region = source.get("AWS_DEFAULT_REGION") or source.get("AWS_REGION") or None
         style = source.get("PUNCHLINE_S3_ADDRESSING_STYLE", "auto") or "auto"
         if style not in ("auto", "path", "virtual"):
             raise ConfigError(f"want auto, path or virtual, got {style!r}", field="PUNCHLINE_S3_ADDRESSING_STYLE")
-        return cls(endpoint_url=endpoint, region=region, addressing_style=style)
+        values: dict[str, Any] = {"endpoint_url": endpoint, "region": region, "addressing_style": style}
+        raw = source.get("PUNCHLINE_S3_OUTAGE_S", "").strip()
+        if raw:
+            try:
+                values["outage_s"] = float(raw)
+            except ValueError:
+                raise ConfigError(f"not a number of seconds: {raw!r}", field="PUNCHLINE_S3_OUTAGE_S") from None
+            if not values["outage_s"] >= 0:
+                raise ConfigError(f"must be >= 0, got {raw}", field="PUNCHLINE_S3_OUTAGE_S")
+        return cls(**values)
 
     def make_client(self) -> S3Client:
         config = Config(
@@ -92,6 +119,23 @@ def _code(exc: botocore.exceptions.ClientError) -> tuple[str, int]:
     error = exc.response.get("Error", {})
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     return str(error.get("Code", "")), int(status or 0)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether waiting may help: S3 unreachable (connection refused/reset, timeouts, a body cut
+    short) or unwell (5xx, SlowDown). Credentials, permissions and missing buckets are not."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code, status = _code(exc)
+        return status >= 500 or code in _TRANSIENT_CODES
+    return isinstance(
+        exc,
+        (
+            botocore.exceptions.ConnectionError,  # EndpointConnectionError, ConnectionClosedError, timeouts, proxy
+            botocore.exceptions.HTTPClientError,
+            botocore.exceptions.IncompleteReadError,
+            botocore.exceptions.ResponseStreamingError,
+        ),
+    )
 
 
 class S3Store(Store):
@@ -137,27 +181,50 @@ class S3Store(Store):
     def _fail(self, action: str, key: str, exc: Exception) -> StoreError:
         return StoreError(f"{self.url}: cannot {action} {key!r}: {exc}")
 
+    def _patiently(self, action: str, key: str, op: Callable[[], T]) -> T:
+        """Run ``op``, retrying transient failures with backoff for up to ``settings.outage_s``."""
+        started = time.monotonic()
+        delay = self.settings.retry_initial_s
+        attempts = 0
+        while True:
+            try:
+                return op()
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+                waited = time.monotonic() - started
+                if not transient(exc):
+                    raise self._fail(action, key, exc) from exc
+                if waited >= self.settings.outage_s:
+                    raise StoreError(
+                        f"{self.url}: cannot {action} {key!r}: S3 unreachable or failing for "
+                        f"{waited:.0f}s (PUNCHLINE_S3_OUTAGE_S={self.settings.outage_s:g}): {exc}"
+                    ) from exc
+                attempts += 1
+                if attempts == 1 or attempts % 10 == 0:
+                    log.warning("s3_unavailable", store=self.url, action=action, key=key, error=str(exc)[:300])
+                time.sleep(max(0.0, min(delay, self.settings.outage_s - waited)))
+                delay = min(delay * 2, self.settings.retry_max_s)
+
     # -- Store --
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         name = self._object_key(key)
         body = bytes(data)
-        try:
-            if not if_absent:
-                self.client.put_object(Bucket=self.bucket, Key=name, Body=body)
-                return True
-            if self._conditional_puts:
-                result = self._put_if_none_match(name, body)
-                if result is not None:
-                    return result
-                self._conditional_puts = False
-            # Fallback for servers without conditional writes; racy, see the module docstring.
-            if self._head(name):
-                return False
+        return self._patiently("write", key, lambda: self._put(name, body, if_absent))
+
+    def _put(self, name: str, body: bytes, if_absent: bool) -> bool:
+        if not if_absent:
             self.client.put_object(Bucket=self.bucket, Key=name, Body=body)
             return True
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            raise self._fail("write", key, exc) from exc
+        if self._conditional_puts:
+            result = self._put_if_none_match(name, body)
+            if result is not None:
+                return result
+            self._conditional_puts = False
+        # Fallback for servers without conditional writes; racy, see the module docstring.
+        if self._head(name):
+            return False
+        self.client.put_object(Bucket=self.bucket, Key=name, Body=body)
+        return True
 
     def _put_if_none_match(self, name: str, body: bytes) -> bool | None:
         """True if we wrote, False if someone was first, None if the server cannot do it."""
@@ -189,42 +256,40 @@ class S3Store(Store):
 
     def get(self, key: str) -> bytes | None:
         name = self._object_key(key)
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=name)
-            return response["Body"].read()
-        except botocore.exceptions.ClientError as exc:
-            code, status = _code(exc)
-            if status == 404 or code in _MISSING:
-                return None
-            raise self._fail("read", key, exc) from exc
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._fail("read", key, exc) from exc
+
+        def read() -> bytes | None:
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=name)
+                return response["Body"].read()
+            except botocore.exceptions.ClientError as exc:
+                code, status = _code(exc)
+                if status == 404 or code in _MISSING:
+                    return None
+                raise
+
+        return self._patiently("read", key, read)
 
     def exists(self, key: str) -> bool:
         name = self._object_key(key)
-        try:
-            return self._head(name)
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            raise self._fail("check", key, exc) from exc
+        return self._patiently("check", key, lambda: self._head(name))
 
     def list(self, prefix: str = "") -> Iterator[str]:
         """Keys under ``prefix``, sorted (S3 lists in UTF-8 byte order, which is code point order)."""
         validate_prefix(prefix)
         root = f"{self.prefix}/" if self.prefix else ""
-        keys: list[str] = []
-        try:
+
+        def listing() -> list[str]:
+            keys: list[str] = []
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
                 for item in page.get("Contents", []):
                     keys.append(item["Key"][len(root) :])
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            raise self._fail("list", prefix, exc) from exc
+            return keys
+
+        keys = self._patiently("list", prefix, listing)
         keys.sort()
         return iter(keys)
 
     def delete(self, key: str) -> None:
         name = self._object_key(key)
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=name)
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            raise self._fail("delete", key, exc) from exc
+        self._patiently("delete", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=name))

@@ -1,0 +1,144 @@
+"""``punchline submit | jobs | logs | stop``: runs as Ray jobs on a cluster (through its dashboard).
+
+The work is done by :mod:`punchline.cluster.ray_jobs`; this module parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ADDRESS_HELP = (
+    "the cluster's dashboard, e.g. http://HEAD:8265 (env PUNCHLINE_JOBS_ADDRESS or RAY_API_SERVER_ADDRESS; "
+    "default http://127.0.0.1:8265, e.g. through `kubectl port-forward` or `ray dashboard`)"
+)
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser(
+        "submit",
+        help="run (or resume) a pipeline as a Ray job on a cluster",
+        description="Submit `punchline run CONFIG` as a Ray job: the driver runs on the head node, managed by Ray, "
+        "so it outlives this terminal. The job carries the config and the input files it names (nothing else from "
+        "this folder, no environment, no secrets); the code is the punchline installed on the cluster. The store "
+        "must be one every node sees (--store s3://bucket/prefix or a shared mount; env PUNCHLINE_STORE on the "
+        "nodes). Prints the job id and the run id; submit the same config with --run-id RUN to resume.",
+    )
+    s.add_argument("config", help="run config (TOML)")
+    s.add_argument("--address", help=ADDRESS_HELP)
+    s.add_argument("--run-id", help="resume this run (or name a new one)")
+    s.add_argument("--store", help="checkpoint store every node sees: s3://bucket/prefix or a shared folder")
+    s.add_argument("--redis-url", help="the ledger, without a password (else PUNCHLINE_REDIS_URL on the nodes)")
+    s.add_argument("--max-workers", type=int, help="ask the autoscaler for up to this many worker nodes")
+    s.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
+    s.add_argument("--offline", action="store_true", help="never call a provider: cache misses fail")
+    s.add_argument("--python", default="python", help="the interpreter on the cluster (default: python)")
+    s.set_defaults(func=cmd_submit)
+
+    j = sub.add_parser("jobs", help="punchline runs submitted to a cluster, with their state")
+    j.add_argument("--address", help=ADDRESS_HELP)
+    j.add_argument("--all", action="store_true", help="every submitted Ray job, not only punchline runs")
+    j.set_defaults(func=cmd_jobs)
+
+    lg = sub.add_parser("logs", help="the output of a submitted run (its driver's log lines)")
+    lg.add_argument("job_id")
+    lg.add_argument("--address", help=ADDRESS_HELP)
+    lg.add_argument(
+        "-f", "--follow", action="store_true", help="stream until the job ends; exit 0 only if it succeeded"
+    )
+    lg.set_defaults(func=cmd_logs)
+
+    st = sub.add_parser(
+        "stop",
+        help="stop a submitted run (resume it later with submit --run-id)",
+        description="Stop a job: its driver gets SIGTERM, its workers end with it; everything committed is kept.",
+    )
+    st.add_argument("job_id")
+    st.add_argument("--address", help=ADDRESS_HELP)
+    st.add_argument("--wait", action="store_true", help="wait until the job has stopped")
+    st.set_defaults(func=cmd_stop)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from punchline.cluster import ray_jobs
+    from punchline.cluster.config import load_config
+    from punchline.cluster.driver import new_run_id
+
+    address = ray_jobs.jobs_address(args.address)
+    opts = ray_jobs.SubmitOptions(
+        store=args.store,
+        redis_url=args.redis_url,
+        max_workers=args.max_workers,
+        max_cost_usd=args.max_cost_usd,
+        offline=args.offline,
+        python=args.python,
+    )
+    ray_jobs.refuse_secrets(opts)
+    run_id = args.run_id or new_run_id(load_config(args.config))
+    with tempfile.TemporaryDirectory(prefix="punchline-job-") as staging:
+        job_id = ray_jobs.submit(address, args.config, run_id, opts, staging=Path(staging))
+    print(job_id)
+    err = Console(stderr=True)
+    err.print(f"submitted run [bold]{run_id}[/bold] as job [bold]{job_id}[/bold] to {address}")
+    err.print(f"  watch:  punchline logs {job_id} --follow")
+    err.print(f"  stop:   punchline stop {job_id}")
+    err.print(f"  resume: punchline submit {args.config} --run-id {run_id} …(same options)")
+    return 0
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "-"
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from punchline.cluster import ray_jobs
+
+    rows = ray_jobs.list_jobs(ray_jobs.jobs_address(args.address), everything=args.all)
+    table = Table("job id", "run id", "status", "started (UTC)", "ended (UTC)", "message")
+    for row in rows:
+        table.add_row(row.job_id, row.run_id, row.status, _when(row.start_time_s), _when(row.end_time_s), row.message)
+    Console(width=max(Console().width, 140)).print(table)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from punchline.cluster import ray_jobs
+
+    address = ray_jobs.jobs_address(args.address)
+    if not args.follow:
+        sys.stdout.write(ray_jobs.logs(address, args.job_id))
+        return 0
+
+    async def stream() -> None:
+        async for chunk in ray_jobs.follow(address, args.job_id):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
+    asyncio.run(stream())
+    state = ray_jobs.status(address, args.job_id)
+    while state not in ray_jobs.TERMINAL:  # the log stream can end a moment before the status does
+        time.sleep(0.5)
+        state = ray_jobs.status(address, args.job_id)
+    Console(stderr=True).print(f"job {args.job_id}: {state}")
+    return 0 if state == "SUCCEEDED" else 1
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from punchline.cluster import ray_jobs
+
+    address = ray_jobs.jobs_address(args.address)
+    ray_jobs.stop(address, args.job_id)
+    state = ray_jobs.status(address, args.job_id)
+    while args.wait and state not in ray_jobs.TERMINAL:
+        time.sleep(0.5)
+        state = ray_jobs.status(address, args.job_id)
+    Console(stderr=True).print(f"job {args.job_id}: {state} (resume with `punchline submit CONFIG --run-id RUN`)")
+    return 0

@@ -1,0 +1,228 @@
+"""Runs as Ray jobs (cluster/ray_jobs.py, ``punchline submit | jobs | logs | stop``).
+
+The slow test starts a real cluster with ``ray start`` (a head with its dashboard on 127.0.0.1 and a
+worker node), submits the demo from a user folder that has its own ``data/`` and ``cluster/``
+packages, stops it mid-run, resumes it by submitting the same run id, and compares every artifact
+with a local run's; then ``ray job submit --working-dir`` of that folder, the command a Ray user
+types, is refused with one line while its store would land in the job's temporary copy, and
+succeeds with a store every node sees.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+import pytest
+
+from punchline.cluster.cli import build_parser
+from punchline.cluster.config import load_config, resolve_path
+from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.cluster.ray_jobs import SubmitOptions, entrypoint, jobs_address, refuse_secrets, run_id_of, stage
+from punchline.data.errors import ConfigError, InputError
+from tests.fixtures.ray_start import RayStartCluster
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "configs" / "demo.toml"
+
+
+def test_stage_carries_the_config_and_its_inputs_and_nothing_else(tmp_path: Path) -> None:
+    into = tmp_path / "job"
+    rel = stage(str(DEMO), into)
+    assert rel == "configs/demo.toml"
+    files = sorted(p.relative_to(into).as_posix() for p in into.rglob("*") if p.is_file())
+    assert files == ["configs/demo.toml", "data/samples/puns_sample.json"]
+    staged = load_config(into / rel)
+    assert resolve_path(staged, staged.puns.jokes).read_bytes() == (REPO / "data/samples/puns_sample.json").read_bytes()  # type: ignore[union-attr]
+
+
+def test_stage_leaves_absolute_paths_and_names_a_missing_input(tmp_path: Path) -> None:
+    jokes = tmp_path / "elsewhere" / "jokes.json"
+    jokes.parent.mkdir()
+    shutil.copy(REPO / "data/samples/puns_sample.json", jokes)
+    text = DEMO.read_text().replace('"../data/samples/puns_sample.json"', f'"{jokes}"')
+    (tmp_path / "abs.toml").write_text(text)
+    assert stage(str(tmp_path / "abs.toml"), tmp_path / "job") == "abs.toml"
+    assert [p.name for p in (tmp_path / "job").rglob("*") if p.is_file()] == ["abs.toml"]
+    (tmp_path / "missing.toml").write_text(DEMO.read_text().replace("puns_sample.json", "nope.json"))
+    with pytest.raises(InputError, match=r"nope\.json"):
+        stage(str(tmp_path / "missing.toml"), tmp_path / "job2")
+
+
+def test_the_entrypoint_is_a_punchline_run_our_parser_accepts() -> None:
+    opts = SubmitOptions(store="s3://b/p", redis_url="redis://redis:6379/0", max_workers=8, max_cost_usd=2.5)
+    argv = shlex.split(entrypoint("configs/my run.toml", "r-1", opts))
+    assert argv[:3] == ["python", "-m", "punchline"]
+    args = build_parser().parse_args(argv[3:])
+    assert (args.command, args.config, args.run_id, args.store) == ("run", "configs/my run.toml", "r-1", "s3://b/p")
+    assert (args.redis_url, args.max_workers, args.max_cost_usd, args.verbose) == ("redis://redis:6379/0", 8, 2.5, True)
+
+
+def test_jobs_know_their_run_from_metadata_or_the_entrypoint() -> None:
+    assert run_id_of({"punchline_run_id": "r1"}, "python -m punchline run c.toml --run-id other") == "r1"
+    assert run_id_of({}, "python -m punchline run configs/demo.toml --run-id wd-1 --store s3://b") == "wd-1"
+    assert run_id_of(None, "/opt/venv/bin/punchline run configs/demo.toml") == ""  # a punchline run, id chosen later
+    assert run_id_of(None, "python train.py --run-id x") is None
+    assert run_id_of(None, "echo 'unbalanced") is None
+
+
+def test_a_redis_password_never_goes_into_a_job() -> None:
+    with pytest.raises(ConfigError, match="PUNCHLINE_REDIS_URL on the cluster's nodes") as caught:
+        refuse_secrets(SubmitOptions(redis_url="redis://:hunter2@redis:6379/0"))
+    assert "hunter2" not in str(caught.value)
+    refuse_secrets(SubmitOptions(redis_url="redis://redis:6379/0"))
+
+
+def test_the_dashboard_address_flag_then_environment_then_local() -> None:
+    assert jobs_address("http://h:8265", {"PUNCHLINE_JOBS_ADDRESS": "http://x:1"}) == "http://h:8265"
+    assert jobs_address(None, {"PUNCHLINE_JOBS_ADDRESS": "http://x:1", "RAY_ADDRESS": "http://y:2"}) == "http://x:1"
+    assert jobs_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}) == "http://127.0.0.1:8265"  # a GCS address is not it
+    assert jobs_address(None, {"RAY_ADDRESS": "http://y:2"}) == "http://y:2"
+
+
+def user_project(tmp: Path) -> Path:
+    """A Ray user's working folder: the demo config and its jokes, beside packages named like ours."""
+    project = tmp / "project"
+    (project / "configs").mkdir(parents=True)
+    shutil.copy(DEMO, project / "configs" / "demo.toml")
+    small = DEMO.read_text().replace('models = ["3b", "8b", "70b", "3.3-70b", "405b"], samples = 20', 'models = ["3b"]')
+    small = "\n".join(ln for ln in small.splitlines() if not ln.startswith(("cloze =", "evaluate =", "classify =")))
+    (project / "configs" / "small.toml").write_text(small + "\n")
+    (project / "data" / "samples").mkdir(parents=True)
+    shutil.copy(REPO / "data" / "samples" / "puns_sample.json", project / "data" / "samples")
+    (project / "data" / "__init__.py").write_text("raise ImportError('the user data package was imported')\n")
+    (project / "data" / "store.py").write_text("Store = None\n")
+    (project / "cluster").mkdir()
+    (project / "cluster" / "__init__.py").write_text("raise ImportError('the user cluster package was imported')\n")
+    return project
+
+
+class Cli:
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.env, self.cwd = env, cwd
+
+    def __call__(self, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "punchline", *args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+
+def wait_for(cond: Any, what: str, timeout_s: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not reached in time"
+        time.sleep(0.5)
+
+
+def artifacts(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
+    tmp_path: Path, ray_local: Any, redis_url: str
+) -> None:
+    started = time.monotonic()
+
+    def mark(what: str) -> None:
+        print(f"\n{time.monotonic() - started:6.1f}s  {what}")
+
+    local = run(str(DEMO), RunOptions(run_id="local", runs_dir=str(tmp_path / "local-runs"), store=str(tmp_path / "l")))
+    mark("local demo run finished")
+    assert local.state == "finished"
+    expected = artifacts(tmp_path / "l" / "local" / "artifacts")
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PUNCHLINE_", "RAY_", "AWS_"))}
+    env["RAY_JOB_STOP_WAIT_TIME_S"] = "30"  # the grace Ray gives a stopped driver before SIGKILL
+    cluster = RayStartCluster(env, logs=tmp_path / "ray-logs")
+    project = user_project(tmp_path)
+    store = tmp_path / "cluster-store"  # a folder every node of this one-machine cluster sees
+    try:
+        cluster.start_head(dashboard=True)
+        cluster.add_worker()
+        cluster.wait_for_nodes(2)
+        mark("ray start head (dashboard) + worker: 2 nodes alive")
+        cli = Cli(cluster.env, project)
+        address = ["--address", cluster.dashboard_url]
+        services = ["--store", str(store), "--redis-url", redis_url]  # as on a cluster: shared services
+
+        def state(job: str) -> str:
+            done = cli("jobs", *address)
+            assert done.returncode == 0, done.stderr
+            return next((ln for ln in done.stdout.splitlines() if job in ln), "")
+
+        # submit, then stop mid-run
+        sub = cli("submit", "configs/demo.toml", *address, *services, "--run-id", "sub")
+        assert sub.returncode == 0, sub.stderr
+        first = sub.stdout.strip()
+        assert first.startswith("punchline-sub-") and "punchline logs" in sub.stderr
+        shards = store / "sub" / "stages" / "collect" / "shards"
+        wait_for(lambda: shards.is_dir() and any(shards.iterdir()), "a first shard")
+        mark("submitted; first shard committed")
+        assert "RUNNING" in state(first)
+        stopped = cli("stop", first, *address, "--wait")
+        assert stopped.returncode == 0 and "STOPPED" in stopped.stderr, stopped.stderr
+        row = state(first)
+        assert "sub" in row and "STOPPED" in row
+        record = msgspec.json.decode((store / "sub" / "run.json").read_bytes(), type=RunRecord)
+        assert record.state == "interrupted"
+        mark("stopped; run record says interrupted")
+        assert not (store / "sub" / "artifacts" / "puns_ranked.json").exists()
+
+        # resume: the same config and run id; follow its log to the end
+        again = cli("submit", "configs/demo.toml", *address, *services, "--run-id", "sub")
+        assert again.returncode == 0, again.stderr
+        second = again.stdout.strip()
+        followed = cli("logs", second, *address, "--follow")
+        assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr[-2000:]
+        assert "run sub: finished" in followed.stdout and "SUCCEEDED" in followed.stderr
+        assert "stage_skipped" in followed.stdout or "stage_start" in followed.stdout  # the driver's log lines
+        assert "SUCCEEDED" in state(second)
+        assert "run sub: finished" in cli("logs", second, *address).stdout
+        assert artifacts(store / "sub" / "artifacts") == expected
+        # the demo's simulated provider listened on the driver node's address, where workers on other nodes reach it
+        record = msgspec.json.decode((store / "sub" / "run.json").read_bytes(), type=RunRecord)
+        assert urlsplit(record.services.simulator_url).hostname == cluster.node_ip != "127.0.0.1"
+        mark(f"resumed run finished; {len(expected)} artifacts identical to the local run's")
+        assert cli("logs", "no-such-job", *address).returncode == 2
+
+        # `ray job submit --working-dir` of the user's folder: refused while the store is relative, then fine
+        ray_cli = [str(Path(sys.executable).parent / "ray"), "job", "submit", *address, "--working-dir", str(project)]
+        cmd = [sys.executable.rsplit("/", 1)[-1], "-m", "punchline", "run", "configs/small.toml", "--no-progress"]
+        for job, extra in (("wd-relative", ["--redis-url", redis_url]), ("wd-shared", services)):
+            done = subprocess.run(
+                [*ray_cli, "--submission-id", job, "--no-wait", "--", *cmd, "--run-id", job, *extra],
+                cwd=project,
+                env=cluster.env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+        wait_for(lambda: any(s in state("wd-relative") for s in ("FAILED", "SUCCEEDED")), "the relative-store job")
+        assert "FAILED" in state("wd-relative")
+        refused = cli("logs", "wd-relative", *address).stdout.strip().splitlines()
+        assert refused[-1].startswith("punchline: error: store ") and "--store s3://bucket/prefix" in refused[-1]
+        assert "ImportError" not in "\n".join(refused)
+        mark("ray job submit --working-dir with a relative store: refused")
+        wait_for(lambda: any(s in state("wd-shared") for s in ("FAILED", "SUCCEEDED")), "the shared-store job")
+        assert "SUCCEEDED" in state("wd-shared"), cli("logs", "wd-shared", *address).stdout[-3000:]
+        assert (store / "wd-shared" / "artifacts" / "raw_completions.json").is_file()
+        mark("ray job submit --working-dir with a shared store: succeeded")
+    finally:
+        cluster.shutdown()
