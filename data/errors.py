@@ -44,6 +44,12 @@ class ConfigError(InputError):
     """A run configuration that cannot be decoded or is inconsistent."""
 
 
+class ServiceRejected(ConfigError):
+    """A service (Redis, S3, a provider) refused us for a reason waiting cannot fix: a wrong password
+    or key, a TLS certificate that does not verify, an unknown host, a malformed URL. Not an outage:
+    the run stops at once with one line naming the service and the setting to fix."""
+
+
 # --- infrastructure ---------------------------------------------------------------------------
 
 
