@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -20,7 +18,13 @@ import redis.exceptions
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from punchline.data.errors import ConfigError, LedgerUnavailable, ServiceRejected
+from punchline.data.errors import (
+    ConfigError,
+    LedgerUnavailable,
+    ServiceRejected,
+    causes,
+    permanent_network_reason,
+)
 
 ENV_URL = "PUNCHLINE_REDIS_URL"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -122,38 +126,20 @@ def redis_errors(what: str = "redis") -> Iterator[None]:
         raise LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-# getaddrinfo answers that mean "this name does not exist" (EAI_AGAIN, a DNS server that is down
-# for a moment, is waited out like a refused connection)
-_NO_SUCH_HOST = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA", "EAI_ADDRFAMILY") if hasattr(socket, n)}
-
-
 def permanent_reason(exc: BaseException) -> str | None:
     """Why a Redis client error cannot be fixed by waiting, or None for an outage (refused
     connection, timeout, a server still loading) that retrying may cure."""
-    for e in _chain(exc):
+    for e in causes(exc):
         if isinstance(e, redis.exceptions.AuthenticationError) or (
             isinstance(e, redis.exceptions.ResponseError) and str(e).startswith(("WRONGPASS", "NOAUTH"))
         ):
             return "the server refused the password (authentication failed)"
-        if isinstance(e, ssl.SSLCertVerificationError) or "certificate verify failed" in str(e):
-            return (
-                "the server's TLS certificate does not verify; give the CA with "
-                "rediss://host:port/0?ssl_ca_certs=/path/ca.pem"
-            )
-        if isinstance(e, ssl.SSLError):
-            return f"TLS handshake failed ({e.reason or e}); is the server speaking TLS (rediss://) or not (redis://)?"
-        if isinstance(e, socket.gaierror) and e.errno in _NO_SUCH_HOST:
-            return "unknown host (the name does not resolve)"
-    return None
+    reason = permanent_network_reason(exc)
+    if reason is not None and "certificate" in reason:
+        return f"{reason}; give its CA with rediss://host:port/0?ssl_ca_certs=/path/ca.pem"
+    if reason is not None and reason.startswith("TLS"):
+        return f"{reason}; is the server speaking TLS (rediss://) or not (redis://)?"
+    return reason
 
 
 def check_url(url: str) -> None:

@@ -43,6 +43,9 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     max_cost_usd: float | None = None
     log_path: str | None = None
     shards_in_flight: int = 1
+    # redis_url shows its password as ***: the worker reads it from this 0600 file, else from its own
+    # PUNCHLINE_REDIS_URL (credentials never travel in actor arguments)
+    redis_password_file: str | None = None
 
 
 class WorkerReport(msgspec.Struct, kw_only=True):
@@ -208,13 +211,12 @@ class ShardProcessor:
 
 
 def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
-    from punchline.schedulers.redis_client import connect
+    from punchline.schedulers.redis_client import connect, resolve_url
     from punchline.workers.providers import make_provider
 
     providers = {name: make_provider(name, s) for name, s in cfg.providers.items()}
-    return ShardProcessor(
-        cfg, worker_id, ledger=Ledger(connect(cfg.redis_url)), store=open_store(cfg.store_url), providers=providers
-    )
+    ledger = Ledger(connect(resolve_url(cfg.redis_url, cfg.redis_password_file)))
+    return ShardProcessor(cfg, worker_id, ledger=ledger, store=open_store(cfg.store_url), providers=providers)
 
 
 class ShardWorker:
