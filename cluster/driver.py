@@ -251,7 +251,7 @@ def _services(
 
             for name, settings in cfg.providers.items():
                 # local workers share this machine's environment: a key missing here is missing there
-                check_provider(name, settings, key_required=keys_here)
+                check_provider(name, settings, key_required=keys_here, file=cfg.source)
         with (
             _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
             RunClaim(connect(conn.url), run_id),

@@ -143,7 +143,9 @@ def key_setting(name: str, settings: ProviderSettings) -> str:
     return f"providers.{name}.api_key_env"
 
 
-def check_provider(name: str, settings: ProviderSettings, *, key_required: bool, timeout_s: float = 10.0) -> str:
+def check_provider(
+    name: str, settings: ProviderSettings, *, key_required: bool, file: str | None = None, timeout_s: float = 10.0
+) -> str:
     """Key present and accepted: one authenticated request that costs nothing (listing models).
 
     Returns a note when the endpoint could not be asked (no model listing, down for the moment):
@@ -164,6 +166,7 @@ def check_provider(name: str, settings: ProviderSettings, *, key_required: bool,
         if status in (401, 403):
             raise ServiceRejected(
                 f"{where} refused the API key (HTTP {status}): fix {key_setting(name, settings)}",
+                file=file,
                 record=f"providers.{name}",
             ) from None
         reason = permanent_network_reason(exc)

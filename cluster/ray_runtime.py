@@ -13,7 +13,9 @@ the driver (``log_to_driver=False``): our processes log JSON lines themselves (`
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -103,11 +105,36 @@ def ensure_ray(settings: RaySettings) -> None:
     else:
         kwargs["address"] = settings.address
     try:
-        ray.init(**kwargs)
+        with _loopback_only(settings.is_local):
+            ray.init(**kwargs)
     except (ConnectionError, TimeoutError) as exc:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
+
+
+@contextlib.contextmanager
+def _loopback_only(local: bool) -> Iterator[None]:
+    """A private local Ray listens on 127.0.0.1 only (Ray binds every interface for a node that could
+    join a cluster: its GCS, raylet and workers would be reachable from the network). Ray decides
+    with ``ENABLE_RAY_CLUSTER``, read by the processes it starts from the environment."""
+    if not local:
+        yield
+        return
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    saved_env, saved_flag = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved_env
 
 
 def shutdown_ray() -> None:
