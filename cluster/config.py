@@ -175,7 +175,7 @@ def _check(cfg: RunConfig) -> None:
     for name, settings in cfg.providers.items():
         check_provider(name, settings, cfg.source)
     if cfg.simulator is not None:
-        _check_simulator(cfg.simulator, cfg.source)
+        check_simulator(cfg.simulator, cfg.source)
     for field, value in (("run.store", cfg.run.store), ("run.redis_url", cfg.run.redis_url)):
         if value is not None:
             check_service_url(value, field, cfg.source)
@@ -312,9 +312,11 @@ def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
             raise bad(field, f"must be between 0 and 1000, got {getattr(p, field)}")
 
 
-def _check_simulator(sim: FakeConfig, file: str | None) -> None:
+def check_simulator(sim: FakeConfig, file: str | None, *, prefix: str = "simulator.") -> None:
+    """Range checks of the simulated provider's knobs (``[simulator]`` or a ``fake-provider --config`` file)."""
+
     def bad(field: str, message: str) -> ConfigError:
-        return ConfigError(message, file=file, field=f"simulator.{field}")
+        return ConfigError(message, file=file, field=f"{prefix}{field}")
 
     for field in (
         "error_500_rate",
