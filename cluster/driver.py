@@ -225,6 +225,28 @@ def _check_options(opts: RunOptions) -> None:
         raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
 
 
+def check_inputs(cfg: RunConfig) -> None:
+    """Read the run's input files the way its stages will, so a bad one stops the run before any
+    service starts (one line naming the file, record and field)."""
+    from punchline.cluster.config import resolve_path
+
+    if cfg.run.pipeline == "puns" and cfg.puns is not None:
+        from punchline.data.puns_io import load_puns
+
+        load_puns(resolve_path(cfg, cfg.puns.jokes))
+    elif cfg.run.pipeline == "humor" and cfg.humor is not None:
+        from punchline.data.humor.loaders import check_unique_ids, load_items
+
+        data = resolve_path(cfg, cfg.humor.data)
+        check_unique_ids(load_items(data), data)
+        if cfg.humor.shots:
+            load_items(resolve_path(cfg, cfg.humor.shots))
+    elif cfg.run.pipeline == "curate" and cfg.curate is not None:
+        from punchline.data.curation import load_candidates
+
+        load_candidates(resolve_path(cfg, cfg.curate.jokes))
+
+
 def load_record(raw: bytes, where: str) -> RunRecord:
     """A run record, or one line naming the file when it is not one (truncated, edited, corrupt)."""
     from punchline.data.errors import InputError
@@ -264,6 +286,7 @@ def run(config_path: str, opts: RunOptions, *, progress: ProgressFn | None = Non
 
     _check_options(opts)
     cfg = load_config(config_path)  # every value range-checked: a bad config writes nothing
+    check_inputs(cfg)
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
     store_url = opts.store or cfg.run.store or opts.runs_dir
