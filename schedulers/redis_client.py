@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -30,9 +31,17 @@ ENV_URL = "PUNCHLINE_REDIS_URL"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
+_USERINFO = re.compile(r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^@\s]*@")
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (safe for logs and reprs)."""
-    parts = urlsplit(url)
+    """The URL with any password replaced by ``***`` (safe for logs and reprs), even when the URL
+    is too malformed to parse."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a bad port: fall back to the pattern)
+    except ValueError:
+        return _USERINFO.sub(lambda m: f"{m.group('head')}:***@", url)
     if parts.password is None:
         return url
     user = parts.username or ""
@@ -144,8 +153,8 @@ def permanent_reason(exc: BaseException) -> str | None:
 
 def check_url(url: str) -> None:
     """Refuse a malformed Redis URL (bad scheme, port, IPv6 literal) with one line; never shows the password."""
-    RedisSettings.from_dsn(url)
     try:
+        RedisSettings.from_dsn(url)
         redis.Redis.from_url(url)
     except ValueError as exc:
         raise ConfigError(f"malformed Redis URL {redact_url(url)!r}: {exc}", field=ENV_URL) from None

@@ -70,8 +70,8 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError(f"cannot read: {exc.strerror}", file=args.config) from None
         except msgspec.ValidationError as exc:
-            _, key, detail = validation_location(exc)
-            raise ConfigError(detail, file=args.config, field=key) from None
+            top, key, detail = validation_location(exc)
+            raise ConfigError(detail, file=args.config, field=".".join(k for k in (top, key) if k) or None) from None
         except msgspec.DecodeError as exc:
             raise ConfigError(f"malformed TOML: {exc}", file=args.config) from None
         check_simulator(config, args.config, prefix="")
