@@ -115,12 +115,32 @@ def store_failure(exc: BaseException) -> str | None:
     return None
 
 
+def _check_bucket(store: Store) -> None:
+    """An S3 store's bucket exists and these credentials may use it (a GET of a missing key in a
+    missing bucket looks like a missing key: ask about the bucket itself)."""
+    client, bucket = getattr(store, "client", None), getattr(store, "bucket", None)
+    if client is None or bucket is None:
+        return
+    import botocore.exceptions
+
+    try:
+        client.head_bucket(Bucket=bucket)
+    except botocore.exceptions.ClientError as exc:
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if status == 404:
+            raise ServiceRejected(f"store {store.url}: {_S3_PERMANENT['NoSuchBucket']}", field="--store") from None
+        raise StoreError(f"store {store.url}: cannot use bucket {bucket}: {exc}") from exc
+    except botocore.exceptions.BotoCoreError as exc:
+        raise StoreError(f"store {store.url}: cannot reach bucket {bucket}: {exc}") from exc
+
+
 def read_store(store: Store, key: str, *, patience_s: float = PATIENCE_S) -> bytes | None:
     """``store.get(key)`` as the run's first touch of the store: permanent failures raise
     ServiceRejected at once, outages are waited out."""
 
     def attempt() -> bytes | None:
         try:
+            _check_bucket(store)
             return store.get(key)
         except (StoreError, OSError) as exc:
             reason = store_failure(exc)
