@@ -105,12 +105,21 @@ def ensure_ray(settings: RaySettings) -> None:
     else:
         kwargs["address"] = settings.address
     try:
-        with _loopback_only(settings.is_local):
+        with _loopback_only(settings.is_local or _is_loopback(settings.address)):
             ray.init(**kwargs)
     except (ConnectionError, TimeoutError) as exc:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
+
+
+def _is_loopback(address: str | None) -> bool:
+    """A cluster address on this machine's loopback (a local Ray another driver started): joining
+    it must use the loopback too, or Ray looks for a raylet on the machine's outside address."""
+    if not address or "://" in address:
+        return False
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 @contextlib.contextmanager
