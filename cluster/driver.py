@@ -223,6 +223,8 @@ def _check_options(opts: RunOptions) -> None:
     runs = Path(opts.runs_dir)
     if runs.exists() and not runs.is_dir():
         raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
+    if opts.run_id is not None and (runs / opts.run_id).exists() and not (runs / opts.run_id).is_dir():
+        raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
 
 
 def check_inputs(cfg: RunConfig) -> None:

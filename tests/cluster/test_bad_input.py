@@ -342,6 +342,19 @@ for flag, value, expect in [
     case(f"run {flag}={value[:20]!r}", expect)(_flag)
 
 
+@case("run --run-id names a file", "--run-id")
+def _(ws: Workspace) -> list[str]:
+    ws.write("runs/taken", "x")
+    return ["run", str(ws.config("puns")), "--runs-dir", str(ws.runs), "--run-id", "taken", *RUN]
+
+
+@case("run duplicate TOML key", "malformed TOML")
+def _(ws: Workspace) -> list[str]:
+    cfg = ws.config("puns")
+    cfg.write_text(cfg.read_text().replace('name = "demo"', 'name = "demo"\nname = "again"', 1))
+    return ["run", str(cfg), "--runs-dir", str(ws.runs), *RUN]
+
+
 @case("run --runs-dir is a file", "--runs-dir")
 def _(ws: Workspace) -> list[str]:
     return ["run", str(ws.config("puns")), "--runs-dir", str(ws.write("afile", "x")), *RUN]
