@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -184,7 +185,7 @@ def spawn_keeper(folder: Path) -> None:
         if not free:
             return
     subprocess.Popen(
-        [sys.executable, "-m", "punchline.cluster.local_ledger", str(folder)],
+        [sys.executable, "-m", "punchline.cluster.local_ledger", str(folder), str(_server_pid(folder))],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -193,33 +194,65 @@ def spawn_keeper(folder: Path) -> None:
     )
 
 
-def keep(folder: Path) -> int:
+def keep(folder: Path, server_pid: int = 0) -> int:
     """The keeper's loop: stop the server once no live driver has been registered for a few polls
-    (the last driver was killed before it could leave); exit when the server is gone."""
-    fd = os.open(folder / "keeper.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    (the last driver was killed before it could leave); exit when the server is gone. ``server_pid``
+    is the server the spawning driver saw, stopped if its folder is deleted under it."""
+    try:
+        fd = os.open(folder / "keeper.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:  # the folder is already gone
+        if server_pid:
+            _stop_orphan(server_pid, folder)
+        return 0
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0  # another keeper watches this folder
         idle = 0
-        while EmbeddedRedis.find_running(folder) is not None:
-            with _flock(folder / "join.lock", blocking=False) as free:
-                if free:
-                    idle = 0 if live_clients(folder) else idle + 1
-                    if idle >= KEEPER_GRACE_POLLS:
-                        EmbeddedRedis.stop_running(folder)
-                        # let go of keeper.lock before join.lock: the next driver to join starts a
-                        # new server and must find no keeper, so that it starts one
-                        os.close(fd)
-                        fd = -1
-                        return 0
+        server_pid = server_pid or _server_pid(folder)
+        while folder.exists() and EmbeddedRedis.find_running(folder) is not None:
+            try:
+                with _flock(folder / "join.lock", blocking=False) as free:
+                    if free:
+                        idle = 0 if live_clients(folder) else idle + 1
+                        if idle >= KEEPER_GRACE_POLLS:
+                            EmbeddedRedis.stop_running(folder)
+                            # let go of keeper.lock before join.lock: the next driver to join starts a
+                            # new server and must find no keeper, so that it starts one
+                            os.close(fd)
+                            fd = -1
+                            return 0
+            except OSError:  # the folder is being removed under us
+                break
             time.sleep(KEEPER_POLL_S)
+        if server_pid and not folder.exists():  # the folder was deleted under the server: stop it too
+            _stop_orphan(server_pid, folder)
         return 0
     finally:
         if fd >= 0:
             os.close(fd)
 
 
+def _server_pid(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / "redis.lock").read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _stop_orphan(pid: int, folder: Path) -> None:
+    """SIGTERM the server whose folder is gone, if ``pid`` is still that server (it runs in that
+    folder: the server rewrites its command line, its working directory stays), never a process
+    that reused the pid."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return
+    if cwd.removesuffix(" (deleted)") == str(folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
 if __name__ == "__main__":
-    sys.exit(keep(Path(sys.argv[1])))
+    sys.exit(keep(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0))

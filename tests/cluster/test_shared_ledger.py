@@ -104,6 +104,26 @@ def test_a_killed_driver_does_not_stop_the_server_under_another(tmp_path: Path) 
     wait_for(lambda: _running(tmp_path) is None, timeout_s=30)
 
 
+def test_a_server_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
+    """A runs folder removed under a running ledger (a test's tmp folder, a user's rm -rf) leaves no
+    server behind once its drivers are gone."""
+    import shutil
+
+    driver = _joiner(tmp_path)
+    pid = json.loads((ledger_dir(tmp_path) / "redis.lock").read_text())["pid"]
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    shutil.rmtree(tmp_path / "_ledger")
+    wait_for(lambda: not _is_server(pid), timeout_s=30)
+
+
+def _is_server(pid: int) -> bool:
+    try:
+        return b"-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 # --- one driver per run id ------------------------------------------------------------------------
 
 
@@ -147,7 +167,10 @@ def test_two_default_runs_of_one_config_at_once_pay_each_request_once(
     runs = tmp_path / "runs"
     address = ray.get_runtime_context().gcs_address
     a, b = _driver(cfg, runs, address), _driver(cfg, runs, address)  # the same moment, defaults only
-    results = [p.communicate(timeout=300) for p in (a, b)]
+    try:
+        results = [p.communicate(timeout=300) for p in (a, b)]
+    finally:
+        _kill(a, b)
     assert a.returncode == 0 and b.returncode == 0, [r[1].decode()[-2000:] for r in results]
     calls = fake.stats().calls
     assert len(calls) == 8 * 2 * 2 and set(calls.values()) == {1}, calls  # every request paid once in total
@@ -168,10 +191,31 @@ def test_the_same_run_id_twice_the_second_refuses_and_stops_nothing(
     runs = tmp_path / "runs"
     address = ray.get_runtime_context().gcs_address
     first = _driver(cfg, runs, address, "--run-id", "twice")
+    try:
+        _same_run_id_twice(cfg, runs, address, first, fake)
+    finally:
+        _kill(first)
+    wait_for(lambda: _running(runs) is None, timeout_s=30)
+
+
+def _kill(*procs: subprocess.Popen[bytes]) -> None:
+    """A failed test leaves no driver behind (its ledger then stops too)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _same_run_id_twice(
+    cfg: Path, runs: Path, address: str, first: subprocess.Popen[bytes], fake: FakeProviderServer
+) -> None:
     wait_for(lambda: fake.stats().total_calls > 0 or first.poll() is not None, timeout_s=180)
     assert first.poll() is None, first.communicate()[1].decode()[-2000:]
     second = _driver(cfg, runs, address, "--run-id", "twice")
-    _, err = second.communicate(timeout=60)
+    try:
+        _, err = second.communicate(timeout=60)
+    finally:
+        _kill(second)
     lines = err.decode().strip().splitlines()
     assert second.returncode == 2, err.decode()[-2000:]
     assert len(lines) == 1 and "run twice is already running" in lines[0], lines
@@ -181,4 +225,3 @@ def test_the_same_run_id_twice_the_second_refuses_and_stops_nothing(
     calls = fake.stats().calls
     assert len(calls) == 32 and set(calls.values()) == {1}
     assert json.loads((runs / "twice" / "run.json").read_text())["state"] == "finished"
-    wait_for(lambda: _running(runs) is None, timeout_s=30)
