@@ -7,6 +7,7 @@ here; a :class:`~punchline.data.errors.PunchlineError` becomes one clear line on
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -37,12 +38,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = args.func(args)
     except PunchlineError as exc:
-        print(f"punchline: error: {exc}", file=sys.stderr)
+        print(f"punchline: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("punchline: interrupted; everything committed so far is kept (re-run to resume)", file=sys.stderr)
         return 130
+    except OSError as exc:  # a path we were given cannot be read or written (permissions, a full disk)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"punchline: error: {exc.strerror or type(exc).__name__}{where}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug: still one line (the traceback goes to the log with PUNCHLINE_DEBUG=1)
+        if os.environ.get("PUNCHLINE_DEBUG"):
+            raise
+        from punchline.workers.logs import redact_text
+
+        print(
+            f"punchline: internal error: {type(exc).__name__}: {_one_line(redact_text(str(exc)))[:300]} "
+            "(set PUNCHLINE_DEBUG=1 to see where)",
+            file=sys.stderr,
+        )
+        return 1
     return int(code or 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ submission fails on the laptop before anything is scheduled.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -20,19 +23,30 @@ from punchline.workers.fake.server import FakeConfig
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
 
+# Ranges checked when the file is read, so a bad value stops the run before anything starts.
+# ``le`` bounds also refuse ``inf``; NaN fails every comparison, so it is refused too.
+Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+Usd = Annotated[float, msgspec.Meta(ge=0.0, le=1e9)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Names = Annotated[list[Name], msgspec.Meta(min_length=1)]
+RUN_NAME = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63})?$"
+
 
 class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How the engine runs: sharding, leases and budget. Every field has a safe default."""
 
     pipeline: Literal["puns", "humor", "curate"]
-    name: str = ""
-    shard_size: int = 8
-    lease_ms: int = 30_000
-    workers_per_node: int = 2
-    units_in_flight: int = 0  # units a worker runs at once, across shards; 0 = its providers' max_concurrency
-    worker_cpus: float = 0.25
-    max_workers: int = 0  # worker nodes to ask the autoscaler for while shards outnumber workers (0: never)
-    max_cost_usd: float | None = None
+    name: Annotated[str, msgspec.Meta(pattern=RUN_NAME)] = ""  # the start of new run ids
+    shard_size: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 8
+    lease_ms: Annotated[int, msgspec.Meta(ge=1000, le=86_400_000)] = 30_000
+    workers_per_node: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 2
+    # units a worker runs at once, across shards; 0 = its providers' max_concurrency
+    units_in_flight: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+    worker_cpus: Annotated[float, msgspec.Meta(gt=0.0, le=1024.0)] = 0.25
+    # worker nodes to ask the autoscaler for while shards outnumber workers (0: never)
+    max_workers: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+    max_cost_usd: Usd | None = None
     offline: bool = False
     store: str | None = None
     redis_url: str | None = None
@@ -40,37 +54,37 @@ class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: str
-    models: list[str]
-    samples: int = 20
+    provider: Name
+    models: Names
+    samples: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
 
 
 class ClassifySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: str
-    model: str
-    batch_size: int = 10
+    provider: Name
+    model: Name
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
 
 
 class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    pairs: int = 50
-    seed: int = 42
+    pairs: Count = 50
+    seed: Annotated[int, msgspec.Meta(ge=0)] = 42
 
 
 class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: str
-    models: list[str]
+    provider: Name
+    models: Names
     # score the answers against this puns file's lists instead of the run's own (upstream's analysis
     # scored against the lists of its day, which had grown since classification)
-    score_against: str | None = None
+    score_against: Name | None = None
 
 
 class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate."""
 
-    jokes: str
+    jokes: Name
     # a classified_completions.json: drop from the jokes' lists every word it calls "other", i.e. use
     # the lists as they were when it was made (data/puns_history.py)
-    lists_at_classification: str | None = None
+    lists_at_classification: Name | None = None
     collect: CollectSettings
     classify: ClassifySettings | None = None
     cloze: ClozeSettings | None = None
@@ -78,25 +92,25 @@ class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: str
-    model: str
+    provider: Name
+    model: Name
 
 
 class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The Humor (MERA) workflow: generate -> score (exact match) -> judge."""
 
-    data: str
-    provider: str
-    models: list[str]
-    shots: str | None = None
-    k_shot: int = 0
-    max_tokens: int = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
+    data: Name
+    provider: Name
+    models: Names
+    shots: Name | None = None
+    k_shot: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
+    max_tokens: Count = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
     judge: JudgeSettings | None = None
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: str
-    model: str
+    provider: Name
+    model: Name
 
 
 class CurateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -105,13 +119,13 @@ class CurateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``raters`` maps a rating field's prefix (``gemini`` -> ``gemini_rating``) to the model that rates.
     """
 
-    jokes: str
-    raters: dict[str, ModelRef]
+    jokes: Name
+    raters: Annotated[dict[str, ModelRef], msgspec.Meta(min_length=1)]
     repair: ModelRef | None = None
-    repair_below: float = 7.0
-    top: int = 205
-    batch_size: int = 10
-    consensus: list[str] = msgspec.field(default_factory=lambda: ["gemini", "claudecode"])  # summed
+    repair_below: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 7.0
+    top: Count = 205
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
+    consensus: Names = msgspec.field(default_factory=lambda: ["gemini", "claudecode"])  # summed
     tie_break: str = "anthropic"  # rater whose score breaks consensus ties (then sentence length)
 
 
@@ -168,18 +182,21 @@ def _check(cfg: RunConfig) -> None:
         raise ConfigError(
             f"run.pipeline is {cfg.run.pipeline!r} but there is no [{cfg.run.pipeline}] table", file=cfg.source
         )
-    if cfg.run.units_in_flight < 0:
-        raise ConfigError(
-            "must be >= 0 (0: the providers' max_concurrency)", file=cfg.source, field="run.units_in_flight"
-        )
-    if cfg.run.shard_size < 1:
-        raise ConfigError("must be >= 1", file=cfg.source, field="run.shard_size")
-    if cfg.run.lease_ms < 1000:
-        raise ConfigError(
-            "must be >= 1000 (a lease shorter than a provider call expires mid-call)",
-            file=cfg.source,
-            field="run.lease_ms",
-        )
+    for name, settings in cfg.providers.items():
+        check_provider(name, settings, cfg.source)
+    if cfg.simulator is not None:
+        check_simulator(cfg.simulator, cfg.source)
+    for field, value in (("run.store", cfg.run.store), ("run.redis_url", cfg.run.redis_url)):
+        if value is not None:
+            check_service_url(value, field, cfg.source)
+    if cfg.curate is not None:
+        for field, rater in [("curate.tie_break", cfg.curate.tie_break)] + [
+            ("curate.consensus", c) for c in cfg.curate.consensus
+        ]:
+            if rater not in cfg.curate.raters:
+                raise ConfigError(
+                    f"{rater!r} is not one of curate.raters {sorted(cfg.curate.raters)}", file=cfg.source, field=field
+                )
     names: list[tuple[str, str]] = []
     if cfg.puns:
         names.append(("puns.collect.provider", cfg.puns.collect.provider))
@@ -214,3 +231,129 @@ def resolve_path(cfg: RunConfig, value: str) -> Path:
     if beside.exists() or not p.exists():
         return beside
     return p
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_run_id(run_id: str, *, field: str = "--run-id") -> str:
+    """A run id names folders and keys: letters, digits, ``.``, ``_`` and ``-``, at most 128, no
+    leading dot (so it can never climb out of the runs folder or hide there)."""
+    if not RUN_ID.fullmatch(run_id):
+        shown = run_id if len(run_id) <= 60 else run_id[:57] + "..."
+        raise ConfigError(
+            f"{shown!r} is not a run id: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            field=field,
+        )
+    return run_id
+
+
+def check_http_url(value: str, *, file: str | None, record: str | None, field: str) -> None:
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or " " in value:
+        raise ConfigError(
+            f"not an http(s) URL: {value!r} (want e.g. https://api.example.com/v1, or {SIMULATED!r})",
+            file=file,
+            record=record,
+            field=field,
+        )
+
+
+def check_service_url(value: str, field: str, file: str | None = None) -> None:
+    """The form of a store or Redis URL given in a config, flag or environment (never echoes a password)."""
+    from punchline.schedulers.redis_client import check_url, redact_url
+
+    if not value.strip():
+        raise ConfigError("is empty", file=file, field=field)
+    if "redis" in field.lower():
+        try:
+            check_url(value)
+        except ConfigError as exc:
+            raise ConfigError(exc.detail, file=file, field=field) from None
+        return
+    if value.startswith("s3://"):
+        bucket = urlsplit(value).netloc
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", bucket):
+            raise ConfigError(f"not a valid S3 bucket in {redact_url(value)!r}", file=file, field=field)
+    elif "://" in value:
+        raise ConfigError(f"want a folder or s3://bucket/prefix, got {redact_url(value)!r}", file=file, field=field)
+
+
+def _finite(value: float, low: float, high: float) -> bool:
+    return math.isfinite(value) and low <= value <= high
+
+
+def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
+    """Range checks of one ``[providers.<name>]`` table (msgspec has checked the types)."""
+    record = f"providers.{name}"
+
+    def bad(field: str, message: str) -> ConfigError:
+        return ConfigError(message, file=file, record=record, field=field)
+
+    if p.base_url is not None and p.base_url != SIMULATED:
+        check_http_url(p.base_url, file=file, record=record, field="base_url")
+    if p.api_key_env is not None and not _ENV_NAME.fullmatch(p.api_key_env):
+        # never echo the value: a key pasted here by mistake must not reach the terminal
+        raise bad("api_key_env", "is not an environment variable name (give the variable's name, never the key)")
+    if p.api_key_file is not None and not p.api_key_file.strip():
+        raise bad("api_key_file", "is empty")
+    for nick, m in p.models.items():
+        if not m.id.strip():
+            raise bad(f"models.{nick}.id", "is empty")
+        for field in ("input_usd_per_mtok", "output_usd_per_mtok"):
+            value = getattr(m, field)
+            if not _finite(value, 0.0, 1e6):
+                raise bad(f"models.{nick}.{field}", f"must be a finite price between 0 and 1e6, got {value}")
+    for field in ("requests_per_minute", "tokens_per_minute"):
+        value = getattr(p, field)
+        if value is not None and not _finite(value, 1e-6, 1e12):
+            raise bad(field, f"must be a positive finite number (or left out for no limit), got {value}")
+    if not 1 <= p.max_concurrency <= 10_000:
+        raise bad("max_concurrency", f"must be between 1 and 10000, got {p.max_concurrency}")
+    if not _finite(p.timeout_s, 0.001, 86_400):
+        raise bad("timeout_s", f"must be a positive finite number of seconds, got {p.timeout_s}")
+    for field in ("max_retries", "max_malformed_retries"):
+        if not 0 <= getattr(p, field) <= 1000:
+            raise bad(field, f"must be between 0 and 1000, got {getattr(p, field)}")
+
+
+def check_simulator(sim: FakeConfig, file: str | None, *, prefix: str = "simulator.") -> None:
+    """Range checks of the simulated provider's knobs (``[simulator]`` or a ``fake-provider --config`` file)."""
+
+    def bad(field: str, message: str) -> ConfigError:
+        return ConfigError(message, file=file, field=f"{prefix}{field}")
+
+    for field in (
+        "error_500_rate",
+        "error_503_rate",
+        "hang_rate",
+        "truncated_body_rate",
+        "malformed_rate",
+        "noise_rate",
+        "format_variant_rate",
+        "judge_flip_rate",
+    ):
+        if not _finite(getattr(sim, field), 0.0, 1.0):
+            raise bad(field, f"must be a probability in [0, 1], got {getattr(sim, field)}")
+    for table in ("funny_propensity", "humor_skill"):
+        for model, value in getattr(sim, table).items():
+            if not _finite(value, 0.0, 1.0):
+                raise bad(f"{table}.{model}", f"must be a probability in [0, 1], got {value}")
+    for field in ("latency_ms_min", "latency_ms_max", "hang_s"):
+        if not _finite(getattr(sim, field), 0.0, 3_600_000.0):
+            raise bad(field, f"must be a finite number >= 0, got {getattr(sim, field)}")
+    if sim.latency_ms_max < sim.latency_ms_min:
+        raise bad("latency_ms_max", f"is below latency_ms_min ({sim.latency_ms_max} < {sim.latency_ms_min})")
+    for field in ("requests_per_minute", "rate_limit_burst"):
+        value = getattr(sim, field)
+        if value is not None and not _finite(value, 1e-6, 1e12):
+            raise bad(field, f"must be a positive finite number, got {value}")
+    if sim.fail_first_attempts < 0:
+        raise bad("fail_first_attempts", f"must be >= 0, got {sim.fail_first_attempts}")
+    if not 100 <= sim.fail_status <= 599:
+        raise bad("fail_status", f"must be an HTTP status (100-599), got {sim.fail_status}")

@@ -39,10 +39,11 @@ log = structlog.get_logger("punchline.driver")
 class Services(msgspec.Struct, kw_only=True):
     """Where a run's services are; recorded in ``runs/<id>/run.json`` so ``status`` can find them."""
 
-    redis_url: str
+    redis_url: str  # with the password shown as *** (credentials never leave their process)
     store_url: str
     ray_address: str | None = None
     simulator_url: str | None = None
+    redis_password_file: str | None = None  # where this machine keeps the ledger's password (0600)
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -120,30 +121,56 @@ def pipeline_stages(cfg: RunConfig) -> list[Stage]:
     return humor.stages(cfg)
 
 
-@contextlib.contextmanager
-def _redis(url: str | None, run_dir: Path) -> Iterator[str]:
-    """The run's Redis: the given URL, else the embedded server (reused if a killed driver left it)."""
-    if url:
-        yield url
-        return
-    from punchline.cluster.redis_server import EmbeddedRedis
-    from punchline.schedulers.redis_client import connect
+class _Ledger(msgspec.Struct, kw_only=True):
+    """The run's Redis as this process connects to it (``url``) and as it may be shown (``public_url``)."""
 
-    left = EmbeddedRedis.find_running(run_dir / "redis")
-    if left:  # a killed driver's server, still serving this run's files: reuse it, stop it at the end
-        log.info("redis_reused", url=left)
-        try:
-            yield left
-        finally:
-            with contextlib.suppress(Exception):
-                connect(left).shutdown()
+    url: str
+    public_url: str
+    password_file: str | None = None
+
+
+@contextlib.contextmanager
+def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
+    """The run's Redis: the given URL (checked: a wrong password or certificate stops the run at
+    once), else the runs folder's shared embedded ledger (started by the first driver, stopped
+    when the last one leaves)."""
+    from punchline.cluster.preflight import check_redis
+    from punchline.schedulers.redis_client import redact_url
+
+    if url:
+        check_redis(url)
+        with _password_file(url) as password_file:
+            yield _Ledger(url=url, public_url=redact_url(url), password_file=password_file)
         return
-    server = EmbeddedRedis(run_dir / "redis")
-    server.start()
+    from punchline.cluster.local_ledger import LocalLedger
+
+    with LocalLedger(runs_dir) as shared:
+        log.info("ledger_joined", url=shared.public_url, started=shared.started)
+        yield _Ledger(url=shared.url, public_url=shared.public_url, password_file=shared.password_file)
+
+
+@contextlib.contextmanager
+def _password_file(url: str) -> Iterator[str | None]:
+    """A 0600 file in a private 0700 folder holding the URL's password, for the workers on this
+    machine (they never get it as an argument); removed when the run ends. Workers elsewhere read
+    ``PUNCHLINE_REDIS_URL`` from their own environment."""
+    import shutil
+    import tempfile
+    from urllib.parse import unquote, urlsplit
+
+    password = urlsplit(url).password
+    if not password:
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="punchline-ledger-"))  # mode 0700
+    path = folder / "password"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(unquote(password))
     try:
-        yield server.url
+        yield str(path)
     finally:
-        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -184,6 +211,83 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     atomic_write_bytes(run_dir / "run.json", data)
 
 
+def _check_options(opts: RunOptions) -> None:
+    """Flags and environment, checked like the config: before anything starts."""
+    import math
+
+    from punchline.cluster.config import check_run_id, check_service_url
+
+    if opts.run_id is not None:
+        check_run_id(opts.run_id)
+    if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
+        raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
+    if opts.redis_url is not None:
+        check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
+    if opts.store is not None:
+        check_service_url(opts.store, "--store / PUNCHLINE_STORE")
+    runs = Path(opts.runs_dir)
+    if runs.exists() and not runs.is_dir():
+        raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
+    if opts.run_id is not None and (runs / opts.run_id).exists() and not (runs / opts.run_id).is_dir():
+        raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
+
+
+def check_inputs(cfg: RunConfig) -> None:
+    """Read the run's input files the way its stages will, so a bad one stops the run before any
+    service starts (one line naming the file, record and field)."""
+    from punchline.cluster.config import resolve_path
+
+    if cfg.run.pipeline == "puns" and cfg.puns is not None:
+        from punchline.data.puns_io import load_puns
+
+        load_puns(resolve_path(cfg, cfg.puns.jokes))
+    elif cfg.run.pipeline == "humor" and cfg.humor is not None:
+        from punchline.data.humor.loaders import check_unique_ids, load_items
+
+        data = resolve_path(cfg, cfg.humor.data)
+        check_unique_ids(load_items(data), data)
+        if cfg.humor.shots:
+            load_items(resolve_path(cfg, cfg.humor.shots))
+    elif cfg.run.pipeline == "curate" and cfg.curate is not None:
+        from punchline.data.curation import load_candidates
+
+        load_candidates(resolve_path(cfg, cfg.curate.jokes))
+
+
+def load_record(raw: bytes, where: str) -> RunRecord:
+    """A run record, or one line naming the file when it is not one (truncated, edited, corrupt)."""
+    from punchline.data.errors import InputError
+    from punchline.data.jsonio import decode_bytes
+
+    try:
+        return decode_bytes(raw, RunRecord, source=where)
+    except InputError as exc:
+        raise InputError(f"not a readable run record ({exc.detail})", file=where, field=exc.field) from None
+
+
+@contextlib.contextmanager
+def _services(
+    cfg: RunConfig, opts: RunOptions, run_id: str, *, check_keys: bool, keys_here: bool, sim_host: str
+) -> Iterator[tuple[str | None, _Ledger]]:
+    """The simulator, the providers checked (a bad key stops the run before anything starts), the
+    ledger, and this driver's claim on the run id (a second driver of a running run stops here)."""
+    from punchline.cluster.run_claim import RunClaim
+    from punchline.schedulers.redis_client import connect
+
+    with _simulator(cfg, sim_host) as sim_url:
+        if check_keys:
+            from punchline.cluster.preflight import check_provider
+
+            for name, settings in cfg.providers.items():
+                # local workers share this machine's environment: a key missing here is missing there
+                check_provider(name, settings, key_required=keys_here, file=cfg.source)
+        with (
+            _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
+            RunClaim(connect(conn.url), run_id),
+        ):
+            yield sim_url, conn
+
+
 def run(
     config_path: str,
     opts: RunOptions,
@@ -191,46 +295,57 @@ def run(
     progress: ProgressFn | None = None,
     request_resources: RequestResources | None = None,
 ) -> RunRecord:
-    cfg = load_config(config_path)
+    from punchline.cluster.preflight import read_store
+
+    _check_options(opts)
+    cfg = load_config(config_path)  # every value range-checked: a bad config writes nothing
+    check_inputs(cfg)
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
     store_url = opts.store or config_store(cfg) or opts.runs_dir
     store = open_store(store_url)
-    existing = store.get(f"{run_id}/run.json")
+    existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
     config_toml = Path(config_path).read_text()
     if existing is not None:
-        prev = msgspec.json.decode(existing, type=RunRecord)
+        prev = load_record(existing, f"{store.url}/{run_id}/run.json")
         if prev.config_toml != config_toml:
             raise ConfigError(
                 f"run {run_id} exists with a different config; start a new run id or restore the config "
                 f"({prev.config_path})",
                 file=config_path,
             )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(ImportError):
-        from punchline.workers.logs import configure_logging
-
-        configure_logging(run_dir, console=opts.verbose)
-    slog = log.bind(run_id=run_id)
     max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
     offline = opts.offline if opts.offline is not None else cfg.run.offline
     stages = pipeline_stages(cfg)
-    with _redis(opts.redis_url or cfg.run.redis_url, run_dir) as redis_url, contextlib.ExitStack() as services_up:
-        from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ensure_ray
+    from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ensure_ray
+
+    ray_address = opts.ray_address or cfg.run.ray_address
+    ray_settings = RaySettings.from_env()
+    if ray_address:
+        ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
+    # on a cluster the simulator listens where the workers on other nodes can reach it
+    sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
+    with _services(cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host) as (
+        sim_url,
+        conn,
+    ):
         from punchline.schedulers.redis_client import connect
 
-        ray_address = opts.ray_address or cfg.run.ray_address
-        ray_settings = RaySettings.from_env()
-        if ray_address:
-            ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(ImportError):
+            from punchline.workers.logs import configure_logging
+
+            configure_logging(run_dir, console=opts.verbose)
+        slog = log.bind(run_id=run_id)
         ensure_ray(ray_settings)
         sentinel = ensure_shared(store, run_id, local_ray=ray_settings.is_local)  # before any paid call
-        sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
-        sim_url = services_up.enter_context(_simulator(cfg, sim_host))
-        if ray_settings.is_local:  # workers share this machine's environment: check the keys are there now
-            for name, settings in cfg.providers.items():
-                settings.api_key(name)
-        services = Services(redis_url=redis_url, store_url=store.url, ray_address=ray_address, simulator_url=sim_url)
+        services = Services(
+            redis_url=conn.public_url,
+            redis_password_file=conn.password_file,
+            store_url=store.url,
+            ray_address=ray_address,
+            simulator_url=sim_url,
+        )
         record = RunRecord(
             run_id=run_id,
             pipeline=cfg.run.pipeline,
@@ -243,13 +358,13 @@ def run(
             driver_pid=os.getpid(),
         )
         if existing is not None:
-            prev = msgspec.json.decode(existing, type=RunRecord)
-            record.created_at = prev.created_at
+            record.created_at = load_record(existing, f"{store.url}/{run_id}/run.json").created_at
         _snapshot(store, run_dir, record)
-        ledger = Ledger(connect(redis_url))
+        ledger = Ledger(connect(conn.url))
         worker_cfg = WorkerConfig(
             run_id=run_id,
-            redis_url=redis_url,
+            redis_url=conn.public_url,  # the password stays on this machine (see resolve_url)
+            redis_password_file=conn.password_file,
             store_url=store.url,  # absolute: a worker's cwd is not the driver's
             providers=cfg.providers,
             lease_ms=cfg.run.lease_ms,

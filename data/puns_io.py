@@ -204,9 +204,9 @@ def dump_cloze_responses(path: PathLike, responses: ClozeResponses) -> None:
     write_upstream_json(path, responses)
 
 
-def out_path(path: PathLike) -> Path:
-    """Refuse an ``--out`` that is an existing directory before any work is done."""
-    p = Path(path)
-    if p.is_dir():
-        raise InputError("is a directory; give a file path", file=str(p))
-    return p
+def out_path(path: PathLike, flag: str = "--out") -> Path:
+    """Refuse an ``--out`` that cannot be written (a directory, under a file, in a read-only folder)
+    before any work is done."""
+    from punchline.data.jsonio import check_out_file
+
+    return check_out_file(path, flag=flag)

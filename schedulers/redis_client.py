@@ -8,25 +8,41 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
 import redis
+import redis.asyncio
 import redis.exceptions
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from punchline.data.errors import ConfigError, LedgerUnavailable
+from punchline.data.errors import (
+    ConfigError,
+    LedgerUnavailable,
+    ServiceRejected,
+    causes,
+    permanent_network_reason,
+)
 
 ENV_URL = "PUNCHLINE_REDIS_URL"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
+_USERINFO = re.compile(r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^@\s]*@")
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (safe for logs and reprs)."""
-    parts = urlsplit(url)
+    """The URL with any password replaced by ``***`` (safe for logs and reprs), even when the URL
+    is too malformed to parse."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a bad port: fall back to the pattern)
+    except ValueError:
+        return _USERINFO.sub(lambda m: f"{m.group('head')}:***@", url)
     if parts.password is None:
         return url
     user = parts.username or ""
@@ -96,6 +112,17 @@ def connect(url: str | RedisSettings, *, decode_responses: bool = False) -> redi
     return client
 
 
+def connect_async(url: str | RedisSettings) -> redis.asyncio.Redis:
+    """The same client for an event loop (a worker's unit path): no thread hop per call."""
+    settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
+    return redis.asyncio.Redis.from_url(
+        settings.url,
+        socket_timeout=settings.socket_timeout_s,
+        socket_connect_timeout=settings.connect_timeout_s,
+        health_check_interval=settings.health_check_interval_s,
+    )
+
+
 _UNAVAILABLE = (
     redis.exceptions.ConnectionError,  # includes BusyLoadingError (server replaying its AOF)
     redis.exceptions.TimeoutError,
@@ -108,26 +135,71 @@ def redis_errors(what: str = "redis") -> Iterator[None]:
 
     Only reachability failures are converted: a ``ResponseError`` (a bug: wrong type, bad script)
     still propagates as itself so it is not mistaken for an outage and retried forever.
+    Failures that waiting cannot fix (a wrong password, a TLS certificate that does not verify,
+    an unknown host) raise :class:`ServiceRejected` instead, so nobody waits ten minutes for them.
     """
     try:
         yield
     except _UNAVAILABLE as exc:
+        reason = permanent_reason(exc)
+        if reason is not None:
+            raise ServiceRejected(f"Redis: {reason}; fix --redis-url / {ENV_URL}", field=ENV_URL) from None
         raise LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float = 2.0) -> bool:
-    """Whether the Redis at ``url`` answers and keeps its files in ``data_dir``.
+def permanent_reason(exc: BaseException) -> str | None:
+    """Why a Redis client error cannot be fixed by waiting, or None for an outage (refused
+    connection, timeout, a server still loading) that retrying may cure."""
+    for e in causes(exc):
+        if isinstance(e, redis.exceptions.AuthenticationError) or (
+            isinstance(e, redis.exceptions.ResponseError) and str(e).startswith(("WRONGPASS", "NOAUTH"))
+        ):
+            return "the server refused the password (authentication failed)"
+    reason = permanent_network_reason(exc)
+    if reason is not None and "certificate" in reason:
+        return f"{reason}; give its CA with rediss://host:port/0?ssl_ca_certs=/path/ca.pem"
+    if reason is not None and reason.startswith("TLS"):
+        return f"{reason}; is the server speaking TLS (rediss://) or not (redis://)?"
+    return reason
 
-    Use before reusing a server recorded by an earlier (killed) driver: the port may since have
-    been taken by another run's server, which must not be mistaken for ours.
-    """
-    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+def check_url(url: str) -> None:
+    """Refuse a malformed Redis URL (bad scheme, port, IPv6 literal) with one line; never shows the password."""
     try:
-        served = client.config_get("dir").get("dir")
-    except (redis.exceptions.RedisError, OSError):
-        return False
-    finally:
-        client.close()
-    if isinstance(served, bytes):
-        served = served.decode()
-    return served is not None and Path(served).resolve() == Path(data_dir).resolve()
+        RedisSettings.from_dsn(url)
+        redis.Redis.from_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"malformed Redis URL {redact_url(url)!r}: {exc}", field=ENV_URL) from None
+
+
+def resolve_url(public_url: str, password_file: str | None = None, env: dict[str, str] | None = None) -> str:
+    """The URL to connect with, for a process that was handed a redacted one (``redis://:***@h:p/0``).
+
+    Credentials never travel with work: a worker (or ``status``) gets the URL with ``***`` for the
+    password and finds the password itself, from the server's 0600 password file when it is on this
+    machine (the embedded ledger), else from its own ``PUNCHLINE_REDIS_URL`` (set on the nodes, like
+    the provider keys).
+    """
+    parts = urlsplit(public_url)
+    if parts.password != "***":
+        return public_url
+    source = os.environ if env is None else env
+    if password_file:
+        try:
+            password = Path(password_file).read_text().strip()
+        except OSError:
+            password = ""
+        if password:
+            user = parts.username or ""
+            netloc = parts.netloc.replace(f"{user}:***@", f"{user}:{quote(password, safe='')}@", 1)
+            return urlunsplit(parts._replace(netloc=netloc))
+    own = source.get(ENV_URL, "").strip()
+    if own:
+        mine = urlsplit(own)
+        if (mine.hostname, mine.port, mine.path) == (parts.hostname, parts.port, parts.path):
+            return own
+    raise ConfigError(
+        f"the password of {public_url} is not available in this process: set {ENV_URL} "
+        "(with the password) in this machine's environment",
+        field=ENV_URL,
+    )

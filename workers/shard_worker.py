@@ -61,12 +61,15 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     max_cost_usd: float | None = None
     log_path: str | None = None
     max_in_flight: int = 0  # units running at once per worker; 0 = the largest provider max_concurrency
+    store_sentinel: Sentinel | None = None  # checked at start: this node must see the driver's store
+    # redis_url shows its password as ***: the worker reads it from this 0600 file, else from its own
+    # PUNCHLINE_REDIS_URL (credentials never travel in actor arguments)
+    redis_password_file: str | None = None
 
     def window(self) -> int:
         if self.max_in_flight > 0:
             return self.max_in_flight
         return max((p.max_concurrency for p in self.providers.values()), default=8)
-    store_sentinel: Sentinel | None = None  # checked at start: this node must see the driver's store
 
 
 class WorkerReport(msgspec.Struct, kw_only=True):
@@ -378,26 +381,18 @@ class _StageRun:
 
 
 def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
-    import redis.asyncio
-
     from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
-    from punchline.schedulers.redis_client import RedisSettings, connect
+    from punchline.schedulers.redis_client import connect, connect_async, resolve_url
     from punchline.workers.providers import make_provider
 
     providers = {name: make_provider(name, s) for name, s in cfg.providers.items()}
-    settings = RedisSettings.from_dsn(cfg.redis_url)
-    client = redis.asyncio.Redis.from_url(
-        settings.url,
-        socket_timeout=settings.socket_timeout_s,
-        socket_connect_timeout=settings.connect_timeout_s,
-        health_check_interval=settings.health_check_interval_s,
-    )
+    url = resolve_url(cfg.redis_url, cfg.redis_password_file)
     budget = BudgetTerms(run_id=cfg.run_id, cap_usd=cfg.max_cost_usd, holder=uuid.uuid4().hex)
-    limiter = RedisRateLimiter(connect(settings), cfg.providers, RateLimitSettings.from_env())
+    limiter = RedisRateLimiter(connect(url), cfg.providers, RateLimitSettings.from_env())
     return ShardProcessor(
         cfg,
         worker_id,
-        leases=Leases(client, budget=budget),
+        leases=Leases(connect_async(url), budget=budget),
         store=open_store(cfg.store_url),
         providers=providers,
         limiter=limiter,

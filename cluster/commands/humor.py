@@ -71,6 +71,9 @@ def register(sub: Any) -> None:
     r.set_defaults(func=cmd_run)
 
 
+MAX_BOOTSTRAP = 100_000  # resamples: more adds nothing to a 95 % interval and can take hours
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from punchline.data.humor.loaders import load_items
     from punchline.data.humor.validate import validate_items
@@ -109,11 +112,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores
-    from punchline.data.humor.loaders import load_humor, load_predictions
-    from punchline.data.humor.report import score_and_write
+    import math
 
+    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores
+    from punchline.data.humor.loaders import check_unique_ids, load_humor, load_predictions
+    from punchline.data.humor.report import score_and_write
+    from punchline.data.jsonio import check_out_dir
+
+    if not 1 <= args.bootstrap <= MAX_BOOTSTRAP:
+        raise ConfigError(f"must be between 1 and {MAX_BOOTSTRAP}, got {args.bootstrap}", field="--bootstrap")
+    if args.seed < 0:
+        raise ConfigError(f"must be >= 0, got {args.seed}", field="--seed")
+    if args.judge_threshold is not None and not (
+        math.isfinite(args.judge_threshold) and 0 <= args.judge_threshold <= 1
+    ):
+        raise ConfigError(f"must be a number in [0, 1], got {args.judge_threshold}", field="--judge-threshold")
+    check_out_dir(args.out)
     source = load_humor(args.data)
+    check_unique_ids(source.data, args.data)
     predictions = load_predictions(args.predictions)
     judge_scores = load_judge_scores(args.judge_scores) if args.judge_scores else None
     report, paths = score_and_write(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -55,14 +56,34 @@ def register(sub: Any) -> None:
 
 
 def cmd_fake_provider(args: argparse.Namespace) -> int:
+    import ipaddress
+
+    from punchline.cluster.config import check_simulator
+    from punchline.data.jsonio import validation_location
     from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
 
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"must be a port number 0-65535, got {args.port}", field="--port")
+    try:
+        ipaddress.ip_address(args.host)
+    except ValueError:
+        raise ConfigError(f"not an IP address: {args.host!r}", field="--host") from None
     config = FakeConfig()
     if args.config:
         try:
             config = load_knobs(args.config)
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ConfigError(str(exc), file=args.config) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror}", file=args.config) from None
+        except msgspec.ValidationError as exc:
+            top, key, detail = validation_location(exc)
+            raise ConfigError(detail, file=args.config, field=".".join(k for k in (top, key) if k) or None) from None
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"malformed TOML: {exc}", file=args.config) from None
+        check_simulator(config, args.config, prefix="")
+    for flag, paths in (("--puns", args.puns), ("--humor", args.humor)):
+        for path in paths or ():
+            if not Path(path).is_file():
+                raise ConfigError("file not found", file=path, field=flag)
     if args.puns:
         config = msgspec.structs.replace(config, puns_path=list(args.puns))
     if args.humor:
@@ -229,6 +250,13 @@ def import_legacy(
 def cmd_import_legacy(args: argparse.Namespace) -> int:
     if not (args.raw or args.cloze):
         raise ConfigError("nothing to import: give --raw (and --classified) and/or --cloze with --tests")
+    from punchline.cluster.config import check_service_url
+
+    check_service_url(args.store, "--store")
+    if "://" not in args.store:
+        from punchline.data.jsonio import check_out_dir
+
+        check_out_dir(args.store, flag="--store")
     targets = targets_from_config(args.config) if args.config else LegacyTargets()
     jokes = None
     if args.config and args.classified:

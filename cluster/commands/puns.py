@@ -145,7 +145,12 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 def cmd_cloze(args: argparse.Namespace) -> int:
     from punchline.data.cloze import build_tests
+    from punchline.data.errors import InputError
 
+    if not 1 <= args.pairs <= 100_000:
+        raise InputError(f"must be between 1 and 100000, got {args.pairs}", field="--pairs")
+    if args.seed < 0:
+        raise InputError(f"must be >= 0, got {args.seed}", field="--seed")
     out = puns_io.out_path(args.out)
     puns = puns_io.load_puns(args.puns)
     tests = build_tests(puns, seed=args.seed, pairs=args.pairs, file=args.puns)
@@ -156,7 +161,9 @@ def cmd_cloze(args: argparse.Namespace) -> int:
 
 def cmd_cloze_report(args: argparse.Namespace) -> int:
     from punchline.data.cloze_report import build_report, to_markdown, write_report
+    from punchline.data.jsonio import check_out_dir
 
+    check_out_dir(args.out)
     puns = puns_io.load_puns(args.puns)
     tests = puns_io.load_cloze_tests(args.tests, puns, puns_file=args.puns)
     responses = puns_io.load_cloze_responses(args.responses, tests)

@@ -164,22 +164,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_and_report(args.config, run_options(args), args.no_progress or args.verbose)
 
 
-def _load_record(runs_dir: str, run_id: str) -> Any:
-    from punchline.cluster.driver import RunRecord
+def _runs_dir(runs_dir: str) -> Path:
+    root = Path(runs_dir)
+    if root.exists() and not root.is_dir():
+        raise InputError("is a file, not a folder", file=runs_dir, field="--runs-dir")
+    return root
 
-    path = Path(runs_dir) / run_id / "run.json"
-    if not path.exists():
+
+def _load_record(runs_dir: str, run_id: str) -> Any:
+    from punchline.cluster.config import check_run_id
+    from punchline.cluster.driver import load_record
+
+    check_run_id(run_id, field="run_id")  # a run id never names a path outside the runs folder
+    path = _runs_dir(runs_dir) / run_id / "run.json"
+    if not path.is_file():
         raise InputError(f"no run {run_id!r} under {runs_dir}/ (see `punchline runs`)", file=str(path))
-    return msgspec.json.decode(path.read_bytes(), type=RunRecord)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    return load_record(raw, str(path))
+
+
+def _ledger_client(record: Any) -> Any:
+    """A client of the run's Redis; the password comes from this machine (file or environment)."""
+    from punchline.schedulers.redis_client import connect, resolve_url
+
+    services = record.services
+    return connect(resolve_url(services.redis_url, services.redis_password_file))
 
 
 def _live_counters(record: Any) -> tuple[dict[str, StageCounters], dict[str, int], dict[str, dict[str, str]]] | None:
     """Counters from the run's Redis if it is still up (a running run), else None."""
     try:
         from punchline.schedulers.ledger import Ledger
-        from punchline.schedulers.redis_client import connect
 
-        ledger = Ledger(connect(record.services.redis_url))
+        ledger = Ledger(_ledger_client(record))
         ledger.ping()
         counters = {s: ledger.counters(record.run_id, s) for s in record.stages}
         leased = {s: ledger.leased_shards(record.run_id, s) for s in record.stages}
@@ -251,10 +271,9 @@ def _status(runs_dir: str, run_id: str) -> StatusView:
     usage = record.usage
     if live:
         from punchline.schedulers.budget import Budget
-        from punchline.schedulers.redis_client import connect
 
         with contextlib.suppress(Exception):
-            usage = Budget(connect(record.services.redis_url), record.run_id, None).usage()
+            usage = Budget(_ledger_client(record), record.run_id, None).usage()
     return StatusView(
         run_id=record.run_id,
         pipeline=record.pipeline,
@@ -301,12 +320,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from punchline.cluster.driver import RunRecord
+    from punchline.cluster.driver import load_record
 
-    root = Path(args.runs_dir)
+    root = _runs_dir(args.runs_dir)
     table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
     for path in sorted(root.glob("*/run.json")):
-        rec = msgspec.json.decode(path.read_bytes(), type=RunRecord)
+        try:
+            rec = load_record(path.read_bytes(), str(path))
+        except (InputError, OSError) as exc:  # one bad record does not hide the others
+            table.add_row(path.parent.name, "?", f"unreadable run.json: {str(exc)[:80]}", "", "", "")
+            continue
         done = sum(c.units_done for c in rec.counters.values())
         cost = sum(c.cost_usd for c in rec.counters.values())
         created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at))

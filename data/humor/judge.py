@@ -19,6 +19,7 @@ import msgspec
 from punchline.data.errors import InputError, RetryableProviderError
 from punchline.data.humor.prompts import render_prompt
 from punchline.data.humor.schema import HumorItem
+from punchline.data.jsonio import reject_duplicate_keys
 from punchline.data.requests import Message, ProviderRequest
 
 SCORE_MIN = 0.0
@@ -189,6 +190,7 @@ def load_judge_scores(path: str | os.PathLike[str]) -> dict[int, float | None]:
             rec = decoder.decode(line)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise InputError(str(exc), file=str(p), record=where) from None
+        reject_duplicate_keys(line, source=str(p), record=where)
         if rec.id in out:
             raise InputError(f"id {rec.id} repeated", file=str(p), record=where, field="id")
         score = rec.score

@@ -12,6 +12,7 @@ import msgspec
 
 from punchline.data.errors import InputError
 from punchline.data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
+from punchline.data.jsonio import reject_duplicate_keys
 
 _PATH_RE = re.compile(r"at `\$(?P<path>[^`]*)`")
 _ITEM_RE = re.compile(r"^data\[(\d+)\]\.?(.*)$")
@@ -47,6 +48,7 @@ def load_json(path: str | os.PathLike[str]) -> HumorFile:
         raise InputError(detail, file=str(p), record=record, field=field) from None
     except msgspec.DecodeError as exc:
         raise InputError(f"malformed JSON: {exc}", file=str(p)) from None
+    reject_duplicate_keys(raw, source=str(p))
     if f.access is not None:
         return HumorTestFile(access=f.access, data=f.data)
     return HumorShotsFile(data=f.data)
@@ -114,7 +116,24 @@ def load_predictions(path: str | os.PathLike[str]) -> dict[int, str]:
             raise InputError(detail, file=str(p), record=f"line {lineno}", field=field) from None
         except msgspec.DecodeError as exc:
             raise InputError(f"malformed JSON: {exc}", file=str(p), record=f"line {lineno}") from None
+        reject_duplicate_keys(line, source=str(p), record=f"line {lineno}")
         if pred.id in out:
             raise InputError(f"id {pred.id} repeated", file=str(p), record=f"line {lineno}", field="id")
         out[pred.id] = pred.text
     return out
+
+
+def check_unique_ids(items: list[HumorItem], path: str | os.PathLike[str]) -> None:
+    """Scoring needs one reference per id: a repeated id would silently drop an answer (n = 24
+    scored as 23), so it is an error naming both records."""
+    first: dict[int, int] = {}
+    for i, item in enumerate(items):
+        item_id = item.meta.id
+        if item_id in first:
+            raise InputError(
+                f"id {item_id} repeats record {first[item_id]}; ids must be unique to score",
+                file=str(path),
+                record=i,
+                field="meta.id",
+            )
+        first[item_id] = i

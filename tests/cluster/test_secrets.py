@@ -76,3 +76,69 @@ def test_a_key_missing_on_the_workers_fails_the_run_with_the_reason(
         )
     assert SECRET[8:] not in str(info.value)
     assert fake.stats().total_calls == 0
+
+
+def _scan(paths: list[Path], needles: dict[str, bytes]) -> list[str]:
+    """Every (file, secret name) where a secret's bytes appear."""
+    found = []
+    for path in paths:
+        try:
+            if not path.is_file() or path.stat().st_size > 200 * 1024 * 1024:
+                continue
+            data = path.read_bytes()
+        except OSError:  # sockets, files removed while we look
+            continue
+        found += [f"{path}: {name}" for name, needle in needles.items() if needle in data]
+    return found
+
+
+def test_a_default_run_keeps_every_credential_in_its_process(
+    tmp_path: Path, make_config, fake: FakeProviderServer, ray_local: Any, monkeypatch, capsys
+) -> None:
+    """The embedded ledger's password and a provider key, scanned for in everything a run writes: the
+    runs folder (records, logs, the ledger's AOF, log and config), the store, Ray's session folder
+    (every process's logs), the GCS's job and actor tables, and the workers' constructor arguments."""
+    import ray
+    from ray._private import state
+
+    from punchline.cluster import coordinator
+
+    key_file = tmp_path / "keys" / "together.key"
+    key_file.parent.mkdir()
+    key_file.write_text(SECRET + "\n")
+    fake.configure(require_api_key=SECRET)  # every call needs the key: the workers must have read it
+    cfg = make_config(jokes=2, models=("3b",), samples=2)
+    cfg.write_text(cfg.read_text().replace('kind = "openai"\n', f'kind = "openai"\napi_key_file = "{key_file}"\n', 1))
+    cfg.write_text(
+        cfg.read_text().replace('kind = "anthropic"\n', f'kind = "anthropic"\napi_key_file = "{key_file}"\n')
+    )
+    actor_args: list[bytes] = []
+    original = coordinator.WorkerPool.__init__
+
+    def capture(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        actor_args.append(self.cfg_bytes)
+
+    monkeypatch.setattr(coordinator.WorkerPool, "__init__", capture)
+    runs = tmp_path / "runs"
+    assert main(["run", str(cfg), "--run-id", "secrets", "--runs-dir", str(runs), "--no-progress"]) == 0
+    assert main(["status", "secrets", "--json", "--runs-dir", str(runs)]) == 0
+    printed = capsys.readouterr()
+    assert fake.stats().ok > 0 and fake.stats().faults["unauthorized"] == 0
+
+    password_file = runs / "_ledger" / "password"
+    password = password_file.read_text().strip()
+    assert len(password) >= 32
+    needles = {"provider key": SECRET[8:].encode(), "redis password": password.encode()}
+    written = [p for p in tmp_path.rglob("*") if p not in (key_file, password_file)]
+    assert any("appendonly" in p.name for p in written), "the ledger's AOF is part of the scan"
+    assert any(p.name == "log.jsonl" for p in written) and any(p.name == "run.json" for p in written)
+    assert _scan(written, needles) == []
+    session = Path(ray._private.worker._global_node.get_session_dir_path())
+    assert _scan(list(session.rglob("*")), needles) == []
+    gcs = repr(state.jobs()) + repr(state.actors())
+    assert all(n.decode() not in gcs for n in needles.values())
+    assert actor_args and all(n not in blob for blob in actor_args for n in needles.values())
+    assert all(n.decode() not in printed.out + printed.err for n in needles.values())
+    record = (runs / "secrets" / "run.json").read_text()
+    assert ":***@127.0.0.1:" in record  # the ledger is named, its password is not

@@ -45,7 +45,8 @@ def test_concurrent_holders_share_one_budget(redis_client: redis.Redis) -> None:
 
 def _url(client: redis.Redis) -> str:
     kw = client.connection_pool.connection_kwargs
-    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+    auth = f":{kw['password']}@" if kw.get("password") else ""  # the embedded server asks for its password
+    return f"redis://{auth}{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
 
 
 def test_dead_holder_reservations_expire(redis_client: redis.Redis) -> None:

@@ -25,7 +25,8 @@ from punchline.workers.retry import RetryPolicy, call_with_retries
 
 def _url(client: redis.Redis) -> str:
     kw = client.connection_pool.connection_kwargs
-    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+    auth = f":{kw['password']}@" if kw.get("password") else ""  # the embedded server asks for its password
+    return f"redis://{auth}{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
 
 
 def _timed(reserve: Callable[[], float]) -> tuple[float, float]:

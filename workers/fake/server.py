@@ -94,6 +94,7 @@ class FakeStats(msgspec.Struct, kw_only=True):
     faults: dict[str, int] = {}
     input_tokens: int = 0
     output_tokens: int = 0
+    models_calls: int = 0  # GET /v1/models (free: not in total_calls)
 
 
 def _sample_path(name: str) -> str | None:
@@ -172,6 +173,7 @@ class _State:
             self.ok = 0
             self.input_tokens = 0
             self.output_tokens = 0
+            self.models_calls = 0
             self.tat = 0.0
 
     def set_config(self, config: FakeConfig) -> None:
@@ -193,6 +195,7 @@ class _State:
                 faults={f: self.faults[f] for f in FAULTS},
                 input_tokens=self.input_tokens,
                 output_tokens=self.output_tokens,
+                models_calls=self.models_calls,
             )
 
     def admit(self, key: str, offset: int, model: str) -> tuple[int, float | None]:
@@ -331,6 +334,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, msgspec.to_builtins(state.config))
         elif self.path == "/health":
             self._send(200, {"ok": True})
+        elif self.path.split("?")[0] in ("/v1/models", "/models"):
+            self._models()
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -359,6 +364,36 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
+    def _authorized(self, api: str) -> bool:
+        """With ``require_api_key`` set, any other key gets 401 (echoing a masked key)."""
+        required = self.server.state.config.require_api_key
+        if required is None:
+            return True
+        given = self.headers.get("x-api-key") or (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if given == required:
+            return True
+        self.server.state.count("unauthorized")
+        masked = f"{given[:3]}***{given[-4:]}" if len(given) > 8 else "***"
+        self._error(api, 401, f"Incorrect API key provided: {masked}")
+        return False
+
+    def _models(self) -> None:
+        """``GET /v1/models``, the cheap authenticated request a driver makes before a run: the
+        models this fake knows, in a shape both SDKs accept (OpenAI's list, Anthropic's page)."""
+        state = self.server.state
+        with state.lock:
+            state.models_calls += 1
+        api = "anthropic" if self.headers.get("x-api-key") or self.headers.get("anthropic-version") else "openai"
+        if not self._authorized(api):
+            return
+        names = sorted({*state.config.funny_propensity, *state.config.humor_skill, "sim/llama-3b", "sim/llama-70b"})
+        data = [
+            {"id": n, "object": "model", "type": "model", "created": 0, "owned_by": "fake", "display_name": n,
+             "created_at": "2024-01-01T00:00:00Z"}
+            for n in names
+        ]  # fmt: skip
+        self._send(200, {"object": "list", "data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]})
+
     def _complete(self, api: str, body: dict[str, Any]) -> None:
         state = self.server.state
         cfg = state.config
@@ -384,13 +419,8 @@ class _Handler(BaseHTTPRequestHandler):
             status = cfg.status_for_model[req.model]
             self._error(api, status, f"model {req.model!r} answered {status} by configuration")
             return
-        if cfg.require_api_key is not None:
-            given = self.headers.get("x-api-key") or (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-            if given != cfg.require_api_key:
-                state.count("unauthorized")
-                masked = f"{given[:3]}***{given[-4:]}" if len(given) > 8 else "***"
-                self._error(api, 401, f"Incorrect API key provided: {masked}")
-                return
+        if not self._authorized(api):
+            return
         if attempt < cfg.fail_first_attempts:
             state.count("fail_first")
             self._error(api, cfg.fail_status, f"injected failure (attempt {attempt})", cfg.fail_retry_after_s)

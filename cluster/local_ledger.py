@@ -1,0 +1,258 @@
+"""The runs folder's own ledger: one embedded Redis shared by every driver that uses the folder.
+
+Why shared: the ledger is what stops two runs from paying for one request twice (the request lease
+``pl:req:<key>`` is global). Two drivers with a Redis each would each grant the lease, and both
+would call. So the embedded server belongs to the runs folder (``runs/_ledger/``), not to a run:
+
+* the first driver that needs it starts it (under ``join.lock``, so two drivers starting at the
+  same moment start one server, not two);
+* every driver registers itself in ``runs/_ledger/clients/`` (a file per driver, touched every
+  ``HEARTBEAT_S``) and finds the running server through its lock record;
+* a driver that leaves removes its file and stops the server if no live driver is left;
+* a detached keeper process (``python -m punchline.cluster.local_ledger DIR``) stops the server
+  once no live driver has been registered for a while, so a driver killed with ``kill -9`` does
+  not keep it alive forever. A driver is live while its process exists and its heartbeat is fresh
+  (the heartbeat also guards against a reused pid).
+
+Stopping is a clean SIGTERM: the AOF (``appendfsync always``) keeps everything acknowledged, and the
+next driver starts the server again on the same folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from punchline.cluster.redis_server import EmbeddedRedis, _private_dir, _write_private
+from punchline.data.errors import LedgerUnavailable
+
+LEDGER_DIR = "_ledger"
+HEARTBEAT_S = 5.0
+STALE_S = 60.0  # a registration not touched for this long is a dead (or frozen) driver
+KEEPER_POLL_S = 2.0
+KEEPER_GRACE_POLLS = 3  # consecutive polls without a live driver before the keeper stops the server
+JOIN_TIMEOUT_S = 60.0
+
+
+def ledger_dir(runs_dir: str | os.PathLike[str]) -> Path:
+    return Path(runs_dir).resolve() / LEDGER_DIR
+
+
+@contextlib.contextmanager
+def _flock(path: Path, *, timeout_s: float = JOIN_TIMEOUT_S, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive flock on ``path``; yields False (not holding it) when ``blocking`` is off
+    and someone else has it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not blocking:
+                    yield False
+                    return
+                if time.monotonic() > deadline:
+                    raise LedgerUnavailable(f"{path} stayed locked for {timeout_s:.0f} s") from None
+                time.sleep(0.05)
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_clients(folder: Path, *, prune: bool = True) -> list[Path]:
+    """Registrations of drivers that are still alive; stale ones are removed when ``prune``."""
+    host = socket.gethostname()
+    now = time.time()
+    alive: list[Path] = []
+    for path in sorted((folder / "clients").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            age = now - path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        fresh = age < STALE_S
+        if isinstance(record, dict) and record.get("host") == host:
+            fresh = fresh and _pid_alive(int(record.get("pid", 0)))
+        if fresh:
+            alive.append(path)
+        elif prune:
+            path.unlink(missing_ok=True)
+    return alive
+
+
+class LocalLedger:
+    """One driver's membership of the runs folder's ledger (a context manager).
+
+    ``url`` carries the password and stays in this process; ``public_url`` (``***``) and
+    ``password_file`` are what is recorded and handed to workers.
+    """
+
+    def __init__(self, runs_dir: str | os.PathLike[str]) -> None:
+        self.folder = ledger_dir(runs_dir)
+        self.url = ""
+        self.public_url = ""
+        self.started = False  # whether this driver started the server
+        self._client_file: Path | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    @property
+    def password_file(self) -> str:
+        return str(self.folder / "password")
+
+    def join(self) -> LocalLedger:
+        _private_dir(self.folder)
+        _private_dir(self.folder / "clients")
+        with _flock(self.folder / "join.lock"):
+            name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
+            self._client_file = self.folder / "clients" / name
+            _write_private(
+                self._client_file, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+            )
+            try:
+                url = EmbeddedRedis.find_running(self.folder)
+                if url is None:
+                    server = EmbeddedRedis(self.folder)
+                    server.start()
+                    server.detach()  # the server outlives this driver when others still use it
+                    url = server.url
+                    self.started = True
+            except BaseException:
+                self._client_file.unlink(missing_ok=True)
+                raise
+        self.url = url
+        from punchline.schedulers.redis_client import redact_url
+
+        self.public_url = redact_url(url)
+        spawn_keeper(self.folder)
+        self._heartbeat = threading.Thread(target=self._beat, name="ledger-heartbeat", daemon=True)
+        self._heartbeat.start()
+        return self
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            if self._client_file is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(self._client_file)
+
+    def leave(self) -> bool:
+        """Unregister; stop the server if no live driver is left. True if this call stopped it."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=2)
+        if self._client_file is None:
+            return False
+        with _flock(self.folder / "join.lock"):
+            self._client_file.unlink(missing_ok=True)
+            self._client_file = None
+            if live_clients(self.folder):
+                return False
+            return EmbeddedRedis.stop_running(self.folder)
+
+    def __enter__(self) -> LocalLedger:
+        return self.join()
+
+    def __exit__(self, *exc: object) -> None:
+        self.leave()
+
+
+def spawn_keeper(folder: Path) -> None:
+    """Start the folder's keeper unless one is already watching it (it holds ``keeper.lock``)."""
+    with _flock(folder / "keeper.lock", blocking=False) as free:
+        if not free:
+            return
+    subprocess.Popen(
+        [sys.executable, "-m", "punchline.cluster.local_ledger", str(folder), str(_server_pid(folder))],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not killed with the driver's terminal or process group
+        close_fds=True,
+    )
+
+
+def keep(folder: Path, server_pid: int = 0) -> int:
+    """The keeper's loop: stop the server once no live driver has been registered for a few polls
+    (the last driver was killed before it could leave); exit when the server is gone. ``server_pid``
+    is the server the spawning driver saw, stopped if its folder is deleted under it."""
+    try:
+        fd = os.open(folder / "keeper.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:  # the folder is already gone
+        if server_pid:
+            _stop_orphan(server_pid, folder)
+        return 0
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another keeper watches this folder
+        idle = 0
+        server_pid = server_pid or _server_pid(folder)
+        while folder.exists() and EmbeddedRedis.find_running(folder) is not None:
+            try:
+                with _flock(folder / "join.lock", blocking=False) as free:
+                    if free:
+                        idle = 0 if live_clients(folder) else idle + 1
+                        if idle >= KEEPER_GRACE_POLLS:
+                            EmbeddedRedis.stop_running(folder)
+                            # let go of keeper.lock before join.lock: the next driver to join starts a
+                            # new server and must find no keeper, so that it starts one
+                            os.close(fd)
+                            fd = -1
+                            return 0
+            except OSError:  # the folder is being removed under us
+                break
+            time.sleep(KEEPER_POLL_S)
+        if server_pid and not folder.exists():  # the folder was deleted under the server: stop it too
+            _stop_orphan(server_pid, folder)
+        return 0
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _server_pid(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / "redis.lock").read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _stop_orphan(pid: int, folder: Path) -> None:
+    """SIGTERM the server whose folder is gone, if ``pid`` is still that server (it runs in that
+    folder: the server rewrites its command line, its working directory stays), never a process
+    that reused the pid."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return
+    if cwd.removesuffix(" (deleted)") == str(folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    sys.exit(keep(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0))

@@ -1,0 +1,209 @@
+"""Permanent errors fail fast: a wrong password or key, a certificate that does not verify, an unknown
+host or a missing bucket stop the run with exit 2 and one line naming the service and the setting,
+before anything starts (no Ray, no ledger, nothing written). Only refused connections and timeouts
+are waited out.
+
+Every test here is capped at 15 s (the ``timeout`` marker): waiting out a mistake would blow it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from punchline.cluster.cli import main
+from punchline.cluster.preflight import check_redis, store_failure
+from punchline.cluster.redis_server import EmbeddedRedis, free_port
+from punchline.data.errors import LedgerUnavailable, ServiceRejected
+from punchline.workers.fake.server import FakeProviderServer
+
+pytestmark = pytest.mark.timeout(15)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A TLS listener on 127.0.0.1 with a self-signed certificate nobody trusts: the port."""
+    folder = tmp_path_factory.mktemp("tls")
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with contextlib.suppress(OSError, ssl.SSLError), context.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(1024)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        stop.set()
+        listener.close()
+
+
+def _run(cfg: Path, tmp: Path, *extra: str) -> list[str]:
+    return ["run", str(cfg), "--runs-dir", str(tmp / "runs"), "--no-progress", *extra]
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], code: int) -> str:
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _nothing_started(tmp: Path) -> None:
+    assert not (tmp / "runs").exists(), "the run wrote something before refusing"
+
+
+def test_a_wrong_redis_password_exits_2_at_once(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_server: EmbeddedRedis, capsys
+) -> None:
+    wrong = redis_server.url.replace(redis_server.password, "not-the-password-x9")
+    line = _one_line(capsys, main(_run(make_config(), tmp_path, "--redis-url", wrong)))
+    assert "Redis" in line and "password" in line and "PUNCHLINE_REDIS_URL" in line, line
+    assert "not-the-password-x9" not in line and redis_server.password not in line
+    assert ":***@" in line  # the URL is shown, its password never
+    _nothing_started(tmp_path)
+
+
+def test_a_redis_certificate_that_does_not_verify_exits_2(
+    tmp_path: Path, make_config, fake: FakeProviderServer, tls_server: int, capsys
+) -> None:
+    url = f"rediss://:pw-secret-123@127.0.0.1:{tls_server}/0"
+    line = _one_line(capsys, main(_run(make_config(), tmp_path, "--redis-url", url)))
+    assert "certificate" in line and "ssl_ca_certs" in line, line
+    assert "pw-secret-123" not in line
+    _nothing_started(tmp_path)
+
+
+def test_an_unknown_redis_host_exits_2(tmp_path: Path, make_config, fake: FakeProviderServer, capsys) -> None:
+    line = _one_line(capsys, main(_run(make_config(), tmp_path, "--redis-url", "redis://no-such-host.invalid:6379/0")))
+    assert "unknown host" in line and "Redis" in line, line
+    _nothing_started(tmp_path)
+
+
+def test_a_refused_connection_is_waited_out_not_refused() -> None:
+    """An outage is not a mistake: the check keeps trying until its patience runs out."""
+    with pytest.raises(LedgerUnavailable, match="gave up after 1 s"):
+        check_redis(f"redis://127.0.0.1:{free_port()}/0", patience_s=1.0)
+
+
+def test_a_provider_that_rejects_the_key_exits_2_before_any_call(
+    tmp_path: Path, make_config, fake: FakeProviderServer, monkeypatch, capsys
+) -> None:
+    fake.configure(require_api_key="sk-the-right-key-0123456789")
+    monkeypatch.setenv("PUNCHLINE_TEST_PROVIDER_KEY", "sk-a-wrong-key-9876543210")
+    cfg = make_config()
+    cfg.write_text(
+        cfg.read_text().replace('kind = "openai"\n', 'kind = "openai"\napi_key_env = "PUNCHLINE_TEST_PROVIDER_KEY"\n')
+    )
+    line = _one_line(capsys, main(_run(cfg, tmp_path)))
+    assert "providers.sim" in line and "401" in line and "PUNCHLINE_TEST_PROVIDER_KEY" in line, line
+    assert "wrong-key" not in line and "right-key" not in line
+    stats = fake.stats()
+    assert stats.models_calls >= 1 and stats.total_calls == 0  # checked with a free request, nothing paid
+    _nothing_started(tmp_path)
+
+
+def test_a_provider_key_missing_exits_2(tmp_path: Path, make_config, fake: FakeProviderServer, capsys) -> None:
+    cfg = make_config()
+    cfg.write_text(cfg.read_text().replace('kind = "openai"\n', 'kind = "openai"\napi_key_env = "PUNCHLINE_UNSET_X"\n'))
+    line = _one_line(capsys, main(_run(cfg, tmp_path)))
+    assert "PUNCHLINE_UNSET_X is not set" in line and "providers.sim" in line, line
+    assert fake.stats().total_calls == 0
+    _nothing_started(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "expect"),
+    [("http://no-such-host.invalid/v1", "unknown host"), ("https://127.0.0.1:{tls}/v1", "certificate")],
+)
+def test_a_provider_host_that_cannot_work_exits_2(
+    tmp_path: Path, make_config, fake: FakeProviderServer, tls_server: int, capsys, base_url: str, expect: str
+) -> None:
+    cfg = make_config()
+    cfg.write_text(cfg.read_text().replace(fake.openai_base_url, base_url.format(tls=tls_server), 1))
+    line = _one_line(capsys, main(_run(cfg, tmp_path)))
+    assert expect in line and "providers.sim" in line and "base_url" in line, line
+    _nothing_started(tmp_path)
+
+
+def test_a_missing_bucket_exits_2(tmp_path: Path, make_config, fake: FakeProviderServer, s3_settings, capsys) -> None:
+    line = _one_line(capsys, main(_run(make_config(), tmp_path, "--store", "s3://no-such-bucket-punchline/p")))
+    assert "no such bucket" in line and "--store" in line, line
+    _nothing_started(tmp_path)
+
+
+def test_an_unknown_s3_endpoint_exits_2(
+    tmp_path: Path, make_config, fake: FakeProviderServer, s3_settings, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("PUNCHLINE_S3_ENDPOINT_URL", "http://no-such-host.invalid:9000")
+    line = _one_line(capsys, main(_run(make_config(), tmp_path, "--store", "s3://punchline-test/p")))
+    assert "unknown host" in line and "PUNCHLINE_S3_ENDPOINT_URL" in line, line
+    _nothing_started(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "setting"),
+    [
+        ("InvalidAccessKeyId", 403, "AWS_ACCESS_KEY_ID"),
+        ("SignatureDoesNotMatch", 403, "AWS_SECRET_ACCESS_KEY"),
+        ("AccessDenied", 403, "AWS_ACCESS_KEY_ID"),
+        ("ExpiredToken", 400, "AWS_SESSION_TOKEN"),
+        ("SomethingNew", 401, "AWS_ACCESS_KEY_ID"),
+    ],
+)
+def test_s3_credential_errors_name_the_setting(code: str, status: int, setting: str) -> None:
+    import botocore.exceptions
+
+    from punchline.data.errors import StoreError
+
+    error = botocore.exceptions.ClientError(
+        {"Error": {"Code": code, "Message": "x"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject"
+    )
+    try:
+        raise StoreError("store: cannot read") from error
+    except StoreError as exc:
+        reason = store_failure(exc)
+    assert reason is not None and setting in reason
+
+
+def test_s3_outages_are_not_permanent() -> None:
+    import botocore.exceptions
+
+    error = botocore.exceptions.ClientError(
+        {"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "GetObject"
+    )
+    assert store_failure(error) is None
+    assert store_failure(ConnectionRefusedError(111, "Connection refused")) is None
+
+
+def test_service_rejected_is_a_config_error() -> None:
+    """The CLI's exit 2 path: ServiceRejected is a ConfigError, never a LedgerUnavailable (waited out)."""
+    from punchline.data.errors import ConfigError
+
+    assert issubclass(ServiceRejected, ConfigError) and not issubclass(ServiceRejected, LedgerUnavailable)
