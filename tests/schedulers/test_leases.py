@@ -18,18 +18,14 @@ from punchline.schedulers.budget import Budget
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Held, Leases, OverBudget
 from punchline.schedulers.ledger import Ledger, StageKeys
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RateScope
+from tests.fixtures.redis import client_url
 
 T = TypeVar("T")
 
 
-def _url(client: redis.Redis) -> str:
-    kw = client.connection_pool.connection_kwargs
-    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
-
-
 def run(make: Callable[[Leases], Awaitable[T]], client: redis.Redis, **budget: Any) -> T:
     async def go() -> T:
-        aclient = redis.asyncio.Redis.from_url(_url(client))
+        aclient = redis.asyncio.Redis.from_url(client_url(client))
         try:
             return await make(Leases(aclient, budget=BudgetTerms(run_id="r", holder="h1", **budget)))
         finally:

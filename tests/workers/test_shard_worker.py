@@ -22,6 +22,7 @@ from punchline.schedulers.rate_limit import RedisRateLimiter
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider
 from punchline.workers.shard_worker import ShardProcessor, WorkerConfig
+from tests.fixtures.redis import client_url
 
 
 def _plan(store: LocalStore, run_id: str, units: list[UnitSpec], shard_size: int) -> StagePlan:
@@ -60,8 +61,7 @@ def _run(
         max_concurrency=window,
         models={m: ModelSettings(id=m, input_usd_per_mtok=1.0) for m in ("fast", "slow")},
     )
-    kw = redis_client.connection_pool.connection_kwargs
-    url = f"redis://{kw['host']}:{kw['port']}/0"
+    url = client_url(redis_client)
     cfg = WorkerConfig(run_id=run_id, redis_url=url, store_url=store.url, providers={"p": settings}, lease_ms=5_000)
     seen: list[tuple[float, int]] = []
 
