@@ -219,6 +219,10 @@ class EmbeddedRedis:
             "appendonly yes",
             "appendfsync always",
             'appendfilename "appendonly.aof"',
+            # the AOF is a log of every lease taken and released: rewrite it to the live state once it
+            # has doubled past 16 MB, so a million-unit run does not leave gigabytes behind
+            "auto-aof-rewrite-percentage 100",
+            "auto-aof-rewrite-min-size 16mb",
             'save ""',
             "daemonize no",
             f'logfile "{self.log_path}"',
