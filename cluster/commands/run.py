@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ def register(sub: Any) -> None:
     )
     s.add_argument("run_id")
     s.add_argument("--runs-dir", default="runs")
+    s.add_argument(
+        "--store",
+        help="read the run's record from this store when it is not under --runs-dir (a run submitted as a "
+        "Ray job; env PUNCHLINE_STORE)",
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until the run ends")
     s.set_defaults(func=cmd_status)
@@ -164,13 +170,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_and_report(args.config, run_options(args), args.no_progress or args.verbose)
 
 
-def _load_record(runs_dir: str, run_id: str) -> Any:
+def _load_record(runs_dir: str, run_id: str, store: str | None = None) -> Any:
+    """The run's record under the runs folder, else (a run submitted as a Ray job keeps its runs folder
+    in the job's working dir on the head) the one the driver keeps in the store."""
     from punchline.cluster.driver import RunRecord
 
     path = Path(runs_dir) / run_id / "run.json"
-    if not path.exists():
-        raise InputError(f"no run {run_id!r} under {runs_dir}/ (see `punchline runs`)", file=str(path))
-    return msgspec.json.decode(path.read_bytes(), type=RunRecord)
+    if path.exists():
+        return msgspec.json.decode(path.read_bytes(), type=RunRecord)
+    if store:
+        from punchline.data.stores import open_store
+
+        raw = open_store(store).get(f"{run_id}/run.json")
+        if raw is not None:
+            return msgspec.json.decode(raw, type=RunRecord)
+    where = f"{runs_dir}/" + (f" or in {store}" if store else "")
+    raise InputError(f"no run {run_id!r} under {where} (see `punchline runs`)", file=str(path))
 
 
 def _live_counters(record: Any) -> tuple[dict[str, StageCounters], dict[str, int], dict[str, dict[str, str]]] | None:
@@ -242,8 +257,8 @@ class StatusView(msgspec.Struct, kw_only=True):
     usage: list[Any]
 
 
-def _status(runs_dir: str, run_id: str) -> StatusView:
-    record = _load_record(runs_dir, run_id)
+def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
+    record = _load_record(runs_dir, run_id, store)
     live = _live_counters(record) if record.state == "running" else None
     if record.driver_gone():
         record.state = "interrupted"
@@ -284,7 +299,8 @@ def _status_renderable(view: StatusView) -> Group:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    view = _status(args.runs_dir, args.run_id)
+    store = args.store or os.environ.get("PUNCHLINE_STORE")
+    view = _status(args.runs_dir, args.run_id, store)
     if args.json:
         print(msgspec.json.encode(view).decode())
         return 0
@@ -295,7 +311,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with Live(_status_renderable(view), console=console, refresh_per_second=4) as live:
         while view.state == "running":
             time.sleep(args.watch)
-            view = _status(args.runs_dir, args.run_id)
+            view = _status(args.runs_dir, args.run_id, store)
             live.update(_status_renderable(view))
     return 0
 
