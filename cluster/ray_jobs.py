@@ -16,6 +16,7 @@ store (finished stages skipped, committed shards kept, cached answers free).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shlex
@@ -139,11 +140,11 @@ def client(address: str) -> Any:
     from ray.job_submission import JobSubmissionClient
 
     try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
+        from ray._private.authentication import authentication_token_setup as token_setup
 
-        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        # Ray announces the mode with a warning; our commands print one line, so keep it quiet
+        logging.getLogger(token_setup.__name__).setLevel(logging.ERROR)
+        token_setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     except Exception:  # older or newer Ray without token auth: nothing to enable
         pass
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ def register(sub: Any) -> None:
     )
     s.add_argument("run_id")
     s.add_argument("--runs-dir", default="runs")
+    s.add_argument(
+        "--store",
+        help="read the run's record from this store when it is not under --runs-dir (a run submitted as a "
+        "Ray job; env PUNCHLINE_STORE)",
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until the run ends")
     s.set_defaults(func=cmd_status)
@@ -171,19 +177,28 @@ def _runs_dir(runs_dir: str) -> Path:
     return root
 
 
-def _load_record(runs_dir: str, run_id: str) -> Any:
+def _load_record(runs_dir: str, run_id: str, store: str | None = None) -> Any:
+    """The run's record under the runs folder, else (a run submitted as a Ray job keeps its runs folder
+    in the job's working dir on the head) the one the driver keeps in the store."""
     from punchline.cluster.config import check_run_id
     from punchline.cluster.driver import load_record
 
     check_run_id(run_id, field="run_id")  # a run id never names a path outside the runs folder
     path = _runs_dir(runs_dir) / run_id / "run.json"
-    if not path.is_file():
-        raise InputError(f"no run {run_id!r} under {runs_dir}/ (see `punchline runs`)", file=str(path))
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    return load_record(raw, str(path))
+    if path.is_file():
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
+        return load_record(raw, str(path))
+    if store:
+        from punchline.data.stores import open_store
+
+        found = open_store(store).get(f"{run_id}/run.json")
+        if found is not None:
+            return load_record(found, f"{store}/{run_id}/run.json")
+    where = f"{runs_dir}/" + (f" or in {store}" if store else "")
+    raise InputError(f"no run {run_id!r} under {where} (see `punchline runs`)", file=str(path))
 
 
 def _ledger_client(record: Any) -> Any:
@@ -262,8 +277,8 @@ class StatusView(msgspec.Struct, kw_only=True):
     usage: list[Any]
 
 
-def _status(runs_dir: str, run_id: str) -> StatusView:
-    record = _load_record(runs_dir, run_id)
+def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
+    record = _load_record(runs_dir, run_id, store)
     live = _live_counters(record) if record.state == "running" else None
     if record.driver_gone():
         record.state = "interrupted"
@@ -303,7 +318,8 @@ def _status_renderable(view: StatusView) -> Group:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    view = _status(args.runs_dir, args.run_id)
+    store = args.store or os.environ.get("PUNCHLINE_STORE")
+    view = _status(args.runs_dir, args.run_id, store)
     if args.json:
         print(msgspec.json.encode(view).decode())
         return 0
@@ -314,7 +330,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with Live(_status_renderable(view), console=console, refresh_per_second=4) as live:
         while view.state == "running":
             time.sleep(args.watch)
-            view = _status(args.runs_dir, args.run_id)
+            view = _status(args.runs_dir, args.run_id, store)
             live.update(_status_renderable(view))
     return 0
 

@@ -88,6 +88,28 @@ def test_the_dashboard_address_flag_then_environment_then_local() -> None:
     assert jobs_address(None, {"RAY_ADDRESS": "http://y:2"}) == "http://y:2"
 
 
+def test_status_of_a_submitted_run_reads_its_record_from_the_store(tmp_path: Path, capsys: Any) -> None:
+    from punchline.cluster.cli import main
+    from punchline.cluster.driver import Services
+    from punchline.data.stores import open_store
+
+    record = RunRecord(
+        run_id="r9",
+        pipeline="puns",
+        config_path="configs/demo.toml",
+        config_toml="",
+        created_at=0.0,
+        services=Services(redis_url="redis://127.0.0.1:1/0", store_url=str(tmp_path / "store")),
+        stages=["collect"],
+        state="finished",
+    )
+    open_store(str(tmp_path / "store")).put("r9/run.json", msgspec.json.encode(record))
+    runs = str(tmp_path / "runs")  # the job kept its runs folder on the head, in its working dir
+    assert main(["status", "r9", "--runs-dir", runs]) == 2
+    assert main(["status", "r9", "--runs-dir", runs, "--store", str(tmp_path / "store"), "--json"]) == 0
+    assert '"state":"finished"' in capsys.readouterr().out
+
+
 def user_project(tmp: Path) -> Path:
     """A Ray user's working folder: the demo config and its jokes, beside packages named like ours."""
     project = tmp / "project"
@@ -193,6 +215,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         assert "stage_skipped" in followed.stdout or "stage_start" in followed.stdout  # the driver's log lines
         assert "SUCCEEDED" in state(second)
         assert "run sub: finished" in cli("logs", second, *address).stdout
+        assert '"state":"finished"' in cli("status", "sub", "--store", str(store), "--json").stdout
         assert artifacts(store / "sub" / "artifacts") == expected
         # the demo's simulated provider listened on the driver node's address, where workers on other nodes reach it
         record = msgspec.json.decode((store / "sub" / "run.json").read_bytes(), type=RunRecord)
