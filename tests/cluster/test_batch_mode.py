@@ -131,3 +131,23 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
     # one provider batch per record: the one in flight at the kill was adopted, never created again
     assert fake.batch_stats().batches_created == len(records)
     assert len({r.batch_id for r in records}) == len(records)
+
+
+def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any
+) -> None:
+    from tests.cluster.test_faults import Background
+
+    online, batch = batch_config(make_config)
+    expected = online_baseline(tmp_path, online, redis_url, fake)
+    fake.configure(latency_ms_min=40, latency_ms_max=80, batch_delay_s=1.0)
+    first = Background(lambda: run(str(batch), opts(tmp_path, redis_url, "as-batch")))
+    second = Background(lambda: run(str(online), opts(tmp_path, redis_url, "as-online")))
+    assert first.join().state == "finished" and second.join().state == "finished"
+    assert artifacts(tmp_path, "store", "as-batch") == expected
+    assert artifacts(tmp_path, "store", "as-online") == expected
+    paid: dict[str, int] = dict(fake.stats().calls)
+    for key, n in fake.batch_stats().billed_keys.items():
+        paid[key] = paid.get(key, 0) + n
+    assert paid and max(paid.values()) == 1, "a request was paid for twice (once online, once in a batch)"
+    assert fake.batch_stats().billed and fake.stats().total_calls > 0  # both modes did pay for some
