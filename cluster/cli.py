@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from punchline.data.errors import PunchlineError
 
-COMMAND_MODULES = ("run", "puns", "providers", "humor")
+COMMAND_MODULES = ("run", "puns", "providers", "humor", "batches")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -272,8 +272,15 @@ class BatchRunner:
             log.warning("ledger_unavailable", error=str(exc))
         try:
             info = client.retrieve(rec.batch_id)
-        except FatalProviderError:
-            raise
+        except FatalProviderError as exc:
+            if exc.status != 404:
+                raise
+            # the provider no longer knows it (e.g. the simulator of a killed driver): its units go again
+            log.warning("batch_gone", batch_id=rec.batch_id, error=str(exc))
+            rec.state, rec.failed, rec.provider_status, rec.collected_at = "collected", len(rec.keys), "gone", now_s()
+            self.ledger.write(rec)
+            self.ledger.release(owner, rec.keys)
+            return True
         except ProviderError as exc:
             log.warning("batch_poll_failed", batch_id=rec.batch_id, error=str(exc))
             return False

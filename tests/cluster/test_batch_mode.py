@@ -6,6 +6,7 @@ batch twice or billing a request twice (the fake provider counts both)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -54,7 +55,7 @@ def assert_billed_once(fake: FakeProviderServer) -> None:
 
 
 def test_batch_mode_gives_the_online_artifacts_at_half_price(
-    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
 ) -> None:
     online, batch = batch_config(make_config)
     expected = online_baseline(tmp_path, online, redis_url, fake)
@@ -68,6 +69,13 @@ def test_batch_mode_gives_the_online_artifacts_at_half_price(
     assert fake.batch_stats().batches_created == len(records)
     assert sum(r.cost_usd for r in records) == pytest.approx(sum(r.online_cost_usd for r in records) / 2)
     assert sum(r.cost_usd for r in records) > 0
+    # `punchline batches RUN_ID` lists them from the store
+    from punchline.cluster.cli import main
+
+    assert main(["batches", "batched", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(r["batch_id"] for r in listed) == sorted(r.batch_id for r in records)
+    assert main(["batches", "nope", "--runs-dir", str(tmp_path / "runs")]) == 2
 
 
 # crash point -> (fake knobs while the driver runs, what to wait for before kill -9)
