@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from punchline.data.errors import PunchlineError
 
-COMMAND_MODULES = ("run", "jobs", "puns", "providers", "humor")
+COMMAND_MODULES = ("run", "jobs", "puns", "providers", "humor", "batches")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@ class StageEstimate(msgspec.Struct, kw_only=True):
     output_tokens: int
     cost_usd: float
     min_wall_s: float
+    batch_cost_usd: float = 0.0  # the same requests through the providers' batch APIs
     note: str = ""
 
 
@@ -42,11 +43,12 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
     per_model_req: dict[tuple[str, str], int] = defaultdict(int)
     per_model_tok: dict[tuple[str, str], int] = defaultdict(int)
     tin = tout = 0
-    usd = 0.0
+    usd = batch_usd = 0.0
     for u in units:
         settings = cfg.provider(u.request.provider)
         i, o, c = estimate_request_cost(settings, u.request)
         tin, tout, usd = tin + i, tout + o, usd + c
+        batch_usd += c * settings.batch_price_factor
         calls = wire_calls(settings, u.request)
         per_provider_req[u.request.provider] += calls
         per_provider_tok[u.request.provider] += i + o
@@ -72,6 +74,7 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
         input_tokens=tin,
         output_tokens=tout,
         cost_usd=usd,
+        batch_cost_usd=batch_usd,
         min_wall_s=wall,
         note=note,
     )

@@ -46,6 +46,11 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     max_retries: int = 6
     max_malformed_retries: int = 2
     supports_n: bool = True
+    # "batch": a stage's uncached units of this provider go through its batch API (half price, within 24 h)
+    mode: Literal["online", "batch"] = "online"
+    batch_max_requests: int = 10_000  # provider-side requests per batch (a split n-request counts n)
+    batch_max_bytes: int = 100_000_000  # bytes of request bodies per batch
+    batch_price_factor: float = 0.5  # batch price / online price
 
     def model_id(self, nickname: str) -> str:
         """Resolve a nickname (``"8b"``) to the model id; an unknown name is taken as an id."""

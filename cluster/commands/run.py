@@ -389,7 +389,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(estimates).decode())
         return 0
-    table = Table("stage", "requests", "input tokens", "output tokens", "cost $", "least wall time", "note")
+    table = Table(
+        "stage", "requests", "input tokens", "output tokens", "cost $", "batch cost $", "least wall time", "note"
+    )
     for e in estimates:
         table.add_row(
             e.stage,
@@ -397,6 +399,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             str(e.input_tokens),
             str(e.output_tokens),
             f"{e.cost_usd:.4f}",
+            f"{e.batch_cost_usd:.4f}",
             f"{e.min_wall_s:.0f}s",
             e.note,
         )
@@ -406,6 +409,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         str(sum(e.input_tokens for e in estimates)),
         str(sum(e.output_tokens for e in estimates)),
         f"{sum(e.cost_usd for e in estimates):.4f}",
+        f"{sum(e.batch_cost_usd for e in estimates):.4f}",
         f"{sum(e.min_wall_s for e in estimates):.0f}s",
         "",
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from punchline.cluster.cli import main
 from punchline.cluster.config import load_config
 from punchline.cluster.planner import plan_run
@@ -31,3 +33,13 @@ def test_plan_least_wall_time_follows_the_rate_limit(tmp_path: Path, make_config
     (collect,) = [e for e in plan_run(load_config(cfg_path)) if e.stage == "collect"]
     assert collect.requests == 12
     assert abs(collect.min_wall_s - 12 / 6 * 60) < 1e-9
+
+
+def test_plan_shows_the_batch_price_beside_the_online_price() -> None:
+    from punchline.cluster.config import load_config
+    from punchline.cluster.planner import plan_run
+
+    estimates = plan_run(load_config(Path(__file__).resolve().parents[2] / "configs" / "demo.toml"))
+    priced = [e for e in estimates if e.cost_usd > 0]
+    assert priced
+    assert all(e.batch_cost_usd == pytest.approx(e.cost_usd / 2) for e in priced)

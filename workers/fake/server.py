@@ -35,13 +35,14 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from punchline.data.provider_settings import ProviderKind, ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.workers.fake.answers import AnswerKey, AnswerKnobs, JokeBook, answer
+from punchline.workers.fake.batches import BATCH_PATHS, BatchBook, BatchStats
 from punchline.workers.providers import CHOICE_OFFSET_HEADER
 
 FAULTS = (
@@ -84,6 +85,11 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     humor_path: str | list[str] | None = None  # Humor answer key, MERA layout; default: data/samples/humor_sample.json
     humor_skill: dict[str, float] = {}  # model-id substring -> P(right class) on a known Humor item
     judge_flip_rate: float = 0.05  # how often the judge's grade disagrees with the reference
+    # batch endpoints (workers/fake/batches.py): processing delay, per-request outcomes, a crash point
+    batch_delay_s: float = 0.0
+    batch_error_rate: float = 0.0
+    batch_expire_rate: float = 0.0
+    batch_crash_point: Literal["", "before_create", "after_create", "results"] = ""
 
 
 class FakeStats(msgspec.Struct, kw_only=True):
@@ -161,6 +167,7 @@ class _State:
         self.config = config
         self.book = JokeBook.load(config.puns_path or default_puns_path())
         self.answer_key = AnswerKey.load(config.humor_path or default_humor_path())
+        self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
         self.reset()
 
     def reset(self) -> None:
@@ -175,6 +182,7 @@ class _State:
             self.output_tokens = 0
             self.models_calls = 0
             self.tat = 0.0
+        self.batches.reset()
 
     def set_config(self, config: FakeConfig) -> None:
         if (config.puns_path or None) != (self.config.puns_path or None):
@@ -328,8 +336,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         state = self.server.state
-        if self.path == "/stats":
+        if self.path.startswith(BATCH_PATHS):
+            state.batches.handle(self, "GET", state.config, state.stop_event)
+        elif self.path == "/stats":
             self._send(200, msgspec.to_builtins(state.stats()))
+        elif self.path == "/batch-stats":
+            self._send(200, msgspec.to_builtins(state.batches.snapshot()))
         elif self.path == "/config":
             self._send(200, msgspec.to_builtins(state.config))
         elif self.path == "/health":
@@ -341,6 +353,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         state = self.server.state
+        if self.path.startswith(BATCH_PATHS):
+            state.batches.handle(self, "POST", state.config, state.stop_event)
+            return
         try:
             body = self._read_json()
         except (ValueError, UnicodeDecodeError):
@@ -454,36 +469,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, api: str, req: _Parsed, key: str, offset: int) -> None:
         state = self.server.state
-        # Answers ignore ``n`` so that n single calls (with offsets) give the texts of one n call.
-        key = wire_key(req.model, req.messages, req.temperature, req.max_tokens, 1, req.stop, req.seed)
-        cfg = state.config
-        knobs = AnswerKnobs(
-            seed=cfg.seed,
-            noise_rate=cfg.noise_rate,
-            format_variant_rate=cfg.format_variant_rate,
-            funny_propensity=cfg.funny_propensity,
-            humor_skill=cfg.humor_skill,
-            judge_flip_rate=cfg.judge_flip_rate,
-        )
-        system = "\n\n".join(c for r, c in req.messages if r == "system")
-        user = next((c for r, c in reversed(req.messages) if r == "user"), "")
-        texts = [
-            _apply_stop(
-                answer(
-                    state.book,
-                    knobs,
-                    key=key,
-                    choice=offset + j,
-                    model=req.model,
-                    system=system,
-                    user=user,
-                    temperature=req.temperature,
-                    answer_key=state.answer_key,
-                ),
-                req.stop,
-            )
-            for j in range(req.n)
-        ]
+        texts = answer_texts(state, req, offset)
         input_tokens = sum(_tokens(c) for _, c in req.messages)
         output_tokens = sum(_tokens(t) for t in texts)
         state.success(input_tokens, output_tokens)
@@ -517,6 +503,50 @@ class _Handler(BaseHTTPRequestHandler):
                 "total_tokens": input_tokens + output_tokens,
             },
         }
+
+
+def answer_texts(state: _State, req: _Parsed, offset: int) -> list[str]:
+    """The texts the online endpoints answer ``req`` with (the batch endpoints give the same)."""
+    # Answers ignore ``n`` so that n single calls (with offsets) give the texts of one n call.
+    key = wire_key(req.model, req.messages, req.temperature, req.max_tokens, 1, req.stop, req.seed)
+    cfg = state.config
+    knobs = AnswerKnobs(
+        seed=cfg.seed,
+        noise_rate=cfg.noise_rate,
+        format_variant_rate=cfg.format_variant_rate,
+        funny_propensity=cfg.funny_propensity,
+        humor_skill=cfg.humor_skill,
+        judge_flip_rate=cfg.judge_flip_rate,
+    )
+    system = "\n\n".join(c for r, c in req.messages if r == "system")
+    user = next((c for r, c in reversed(req.messages) if r == "user"), "")
+    return [
+        _apply_stop(
+            answer(
+                state.book,
+                knobs,
+                key=key,
+                choice=offset + j,
+                model=req.model,
+                system=system,
+                user=user,
+                temperature=req.temperature,
+                answer_key=state.answer_key,
+            ),
+            req.stop,
+        )
+        for j in range(req.n)
+    ]
+
+
+def completion(state: _State, api: str, body: dict[str, Any], offset: int) -> tuple[dict[str, Any], str]:
+    """The online endpoint's 200 body for one request body, and the request's wire key (for batches)."""
+    req = _parse(api, body)
+    key = wire_key(req.model, req.messages, req.temperature, req.max_tokens, req.n, req.stop, req.seed)
+    texts = answer_texts(state, req, offset)
+    input_tokens = sum(_tokens(c) for _, c in req.messages)
+    output_tokens = sum(_tokens(t) for t in texts)
+    return _Handler._payload(api, req, texts, input_tokens, output_tokens), key
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -607,6 +637,10 @@ class FakeProviderServer:
     def stats(self) -> FakeStats:
         return self._state.stats()
 
+    def batch_stats(self) -> BatchStats:
+        """Batches created and requests billed per custom id by the batch endpoints."""
+        return self._state.batches.snapshot()
+
     def reset(self) -> None:
         """Clear the counters, attempt numbers and rate-limit state (not the knobs)."""
         self._state.reset()
@@ -626,6 +660,12 @@ def fetch_stats(url: str, *, timeout_s: float = 5.0) -> FakeStats:
     """``GET /stats`` of a fake provider running elsewhere (another process or node)."""
     with urllib.request.urlopen(f"{url.rstrip('/')}/stats", timeout=timeout_s) as resp:
         return msgspec.json.decode(resp.read(), type=FakeStats)
+
+
+def fetch_batch_stats(url: str, *, timeout_s: float = 5.0) -> BatchStats:
+    """``GET /batch-stats`` of a fake provider running elsewhere."""
+    with urllib.request.urlopen(f"{url.rstrip('/')}/batch-stats", timeout=timeout_s) as resp:
+        return msgspec.json.decode(resp.read(), type=BatchStats)
 
 
 def load_knobs(path: str | Path) -> FakeConfig:

@@ -17,6 +17,7 @@ from typing import Any
 from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
+from punchline.workers.batch_provider import BatchProvider
 from punchline.workers.provider import Provider
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
@@ -37,6 +38,19 @@ def make_provider(name: str, settings: ProviderSettings) -> Provider:
         from punchline.workers.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(name, settings)
+    raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
+
+
+def make_batch_provider(name: str, settings: ProviderSettings) -> BatchProvider:
+    """The batch API client of ``settings.kind`` (see :mod:`punchline.workers.batch_provider`)."""
+    if settings.kind == "openai":
+        from punchline.workers.providers.batch_openai import OpenAIBatches
+
+        return OpenAIBatches(name, settings)
+    if settings.kind == "anthropic":
+        from punchline.workers.providers.batch_anthropic import AnthropicBatches
+
+        return AnthropicBatches(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
 
 
@@ -132,6 +146,7 @@ def status_error(
 __all__ = [
     "CHOICE_OFFSET_HEADER",
     "MalformedResponse",
+    "make_batch_provider",
     "make_provider",
     "parse_retry_after",
     "redact",

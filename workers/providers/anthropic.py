@@ -49,19 +49,9 @@ class AnthropicProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
-        params: dict[str, Any] = {
-            "model": request.model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"],
-            "max_tokens": request.max_tokens,
-            # SDK 2.x has no ``temperature`` keyword; the Messages API still takes it in the body.
-            "extra_body": {"temperature": request.temperature},
-        }
-        if system:
-            params["system"] = system
-        stop = [s for s in request.stop if s.strip()]
-        if stop:
-            params["stop_sequences"] = stop
+        params = message_body(request)
+        # SDK 2.x has no ``temperature`` keyword; the Messages API still takes it in the body.
+        params["extra_body"] = {"temperature": params.pop("temperature")}
         headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
         try:
             async with self._slots:
@@ -78,14 +68,36 @@ class AnthropicProvider(SdkProvider):
             raise MalformedResponse(f"{where}: malformed response: {cause_text(exc, self._secret)}") from None
         except anthropic.AnthropicError as exc:
             raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
-        blocks = getattr(resp, "content", None)
-        texts = [b.text for b in blocks or [] if getattr(b, "type", None) == "text"]
-        if not texts:
-            raise MalformedResponse(f"{where}: malformed response: no text content block")
-        usage = getattr(resp, "usage", None)
-        return ProviderResponse(
-            texts=["".join(texts)],
-            input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
-            output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
-            model=str(getattr(resp, "model", "") or ""),
-        )
+        return message_response(where, resp)
+
+
+def message_body(request: ProviderRequest) -> dict[str, Any]:
+    """The Messages API body of ``request`` (one choice; also a batch request's ``params``)."""
+    system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+    params: dict[str, Any] = {
+        "model": request.model,
+        "messages": [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"],
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+    }
+    if system:
+        params["system"] = system
+    stop = [s for s in request.stop if s.strip()]
+    if stop:
+        params["stop_sequences"] = stop
+    return params
+
+
+def message_response(where: str, resp: Any) -> ProviderResponse:
+    """A Messages API answer as a :class:`ProviderResponse` (the online call's and a batch result's)."""
+    blocks = getattr(resp, "content", None)
+    texts = [b.text for b in blocks or [] if getattr(b, "type", None) == "text"]
+    if not texts:
+        raise MalformedResponse(f"{where}: malformed response: no text content block")
+    usage = getattr(resp, "usage", None)
+    return ProviderResponse(
+        texts=["".join(texts)],
+        input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
+        model=str(getattr(resp, "model", "") or ""),
+    )

@@ -53,17 +53,7 @@ class OpenAICompatProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        params: dict[str, Any] = {
-            "model": request.model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-            "n": n,
-        }
-        if request.stop:
-            params["stop"] = list(request.stop)
-        if request.seed is not None:
-            params["seed"] = request.seed
+        params = chat_body(request, n)
         headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
         try:
             async with self._slots:
@@ -80,10 +70,26 @@ class OpenAICompatProvider(SdkProvider):
             raise MalformedResponse(f"{where}: malformed response: {cause_text(exc, self._secret)}") from None
         except openai.OpenAIError as exc:
             raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
-        return _response(where, resp)
+        return response_of(where, resp)
 
 
-def _response(where: str, resp: Any) -> ProviderResponse:
+def chat_body(request: ProviderRequest, n: int) -> dict[str, Any]:
+    """The chat-completions body of ``request`` asking for ``n`` choices (also a batch line's body)."""
+    params: dict[str, Any] = {
+        "model": request.model,
+        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+        "n": n,
+    }
+    if request.stop:
+        params["stop"] = list(request.stop)
+    if request.seed is not None:
+        params["seed"] = request.seed
+    return params
+
+
+def response_of(where: str, resp: Any) -> ProviderResponse:
     choices = getattr(resp, "choices", None)
     if not isinstance(choices, list) or not choices:
         raise MalformedResponse(f"{where}: malformed response: no choices")

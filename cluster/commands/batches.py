@@ -1,0 +1,87 @@
+"""``punchline batches RUN_ID [--cancel]``: a run's provider batches (state, counts, age, cost), and cancelling them.
+
+The list comes from the store's batch records (``<run>/batches/*.json``), so it works after a crash and
+without Redis; ``--cancel`` asks each provider to cancel the batches still open. A resumed run reconciles
+cancelled batches like any other: answers that came back are kept, the rest is submitted again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from punchline.data.errors import InputError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.stores import open_store
+from punchline.schedulers.batches import BatchRecord, read_records
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("batches", help="a run's provider batches: state, request counts, age; --cancel cancels them")
+    p.add_argument("run_id")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--cancel", action="store_true", help="cancel every batch of the run still open at its provider")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_batches)
+
+
+def _age(rec: BatchRecord) -> str:
+    seconds = int((rec.collected_at or time.time()) - (rec.submitted_at or rec.intent_at))
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+def cmd_batches(args: argparse.Namespace) -> int:
+    from punchline.cluster.driver import RunRecord
+
+    path = Path(args.runs_dir) / args.run_id / "run.json"
+    if not path.is_file():
+        raise InputError(f"no run {args.run_id!r} under {args.runs_dir}", file=str(path))
+    run = msgspec.json.decode(path.read_bytes(), type=RunRecord)
+    records = read_records(open_store(run.services.store_url), args.run_id)
+    if args.cancel:
+        _cancel(run, records)
+    if args.json:
+        print(msgspec.json.encode(records).decode())
+        return 0
+    table = Table("batch", "stage", "provider", "state", "provider id", "requests", "ok", "failed", "age", "cost $")
+    for r in records:
+        state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
+        table.add_row(
+            r.batch_key[:12],
+            r.stage,
+            r.provider,
+            state,
+            r.batch_id or "-",
+            str(r.requests),
+            str(r.succeeded),
+            str(r.failed),
+            _age(r),
+            f"{r.cost_usd:.4f}",
+        )
+    Console(width=max(Console().width, 130)).print(table)
+    return 0
+
+
+def _cancel(run: Any, records: list[BatchRecord]) -> None:
+    from punchline.workers.providers import make_batch_provider
+
+    providers = msgspec.toml.decode(run.config_toml.encode()).get("providers", {})
+    for r in records:
+        if r.state == "collected" or not r.batch_id:
+            continue
+        settings = msgspec.convert(providers[r.provider], ProviderSettings)
+        client = make_batch_provider(r.provider, settings)
+        try:
+            info = client.cancel(r.batch_id)
+        finally:
+            client.close()
+        r.provider_status = info.provider_status
+        print(f"cancelled {r.batch_id} ({r.provider}): {info.provider_status}")

@@ -1,0 +1,194 @@
+"""The exactly-once submission ledger of provider batches: intents and batch ids in the store, unit leases in Redis.
+
+Why both: the store survives Redis and is the record of what was *submitted* (a batch is paid for when it is
+created, so its id must outlive any process); Redis holds the request leases that keep every other runner
+(an online worker, another run's batches) from paying for a unit while a batch owns it.
+
+A batch's identity is its **batch key**, a hash of its sorted request keys (and a generation number, so the
+same set submitted again after it failed as a whole gets a new key). The order of writes is the guarantee:
+
+1. the units' request leases are taken for the batch (owner ``batch:<run>:<batch key>``; a resumed driver
+   adopts leases of its own batches, anyone else waits);
+2. the **intent** ``<run>/batches/<batch key>.json`` (state ``intent``, no batch id) is written;
+3. the batch is created at the provider;
+4. the provider's batch id is written into the record (state ``submitted``) before anything else.
+
+A record found in state ``intent`` on resume may or may not have a batch behind it (the driver died between
+3 and 4): it is reconciled with the provider's listing before anything is submitted again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import msgspec
+import redis
+
+from punchline.data.errors import LedgerUnavailable
+from punchline.data.store import Store
+from punchline.schedulers.ledger import fence_key, request_key
+
+BatchState = Literal["intent", "submitted", "collected"]
+
+
+class BatchRecord(msgspec.Struct, kw_only=True):
+    """One batch of one stage, as the store keeps it (``<run>/batches/<batch key>.json``)."""
+
+    batch_key: str
+    run_id: str
+    stage: str
+    provider: str
+    keys: list[str]  # request keys, sorted
+    requests: int  # provider-side requests (a request split into n single calls counts n)
+    state: BatchState = "intent"
+    batch_id: str = ""
+    intent_at: float = 0.0
+    submitted_at: float = 0.0
+    collected_at: float = 0.0
+    provider_status: str = ""
+    succeeded: int = 0
+    failed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0  # at the batch price
+    online_cost_usd: float = 0.0  # what the same answers would have cost online
+
+
+def batch_key(keys: Iterable[str], generation: int = 0) -> str:
+    """The identity of a batch: a hash of its sorted request keys (and its generation)."""
+    h = hashlib.sha256("\n".join(sorted(keys)).encode())
+    if generation:
+        h.update(f"\n#{generation}".encode())
+    return h.hexdigest()[:32]
+
+
+def batches_prefix(run_id: str) -> str:
+    return f"{run_id}/batches/"
+
+
+def record_path(run_id: str, key: str) -> str:
+    return f"{batches_prefix(run_id)}{key}.json"
+
+
+def batch_owner(run_id: str, key: str) -> str:
+    return f"batch:{run_id}:{key}"
+
+
+# KEYS: leases..., fence ; ARGV: owner, ttl_ms -> per key 1 (now ours) | 0 (someone else's)
+_TAKE = """
+local out = {}
+local prefix = ARGV[1] .. '|'
+for i = 1, #KEYS - 1 do
+  local v = redis.call('GET', KEYS[i])
+  if (not v) or string.sub(v, 1, #prefix) == prefix then
+    if v then
+      redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]))
+    else
+      redis.call('SET', KEYS[i], prefix .. redis.call('INCR', KEYS[#KEYS]), 'PX', tonumber(ARGV[2]))
+    end
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+# KEYS: leases... ; ARGV: owner -> number released
+_RELEASE = """
+local n = 0
+local prefix = ARGV[1] .. '|'
+for i = 1, #KEYS do
+  local v = redis.call('GET', KEYS[i])
+  if v and string.sub(v, 1, #prefix) == prefix then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
+return n
+"""
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(BatchRecord)
+
+
+class BatchLedger:
+    """Batch records of one run in the store, and the request leases its batches hold in Redis."""
+
+    def __init__(self, client: redis.Redis, store: Store, run_id: str, *, namespace: str = "pl") -> None:
+        self.r = client
+        self.store = store
+        self.run_id = run_id
+        self.ns = namespace
+        self._take = client.register_script(_TAKE)
+        self._release = client.register_script(_RELEASE)
+
+    def _redis(self, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise LedgerUnavailable(f"Redis is unreachable: {exc}") from None
+
+    # --- leases ------------------------------------------------------------------------------------
+
+    def take(self, owner: str, keys: Sequence[str], lease_ms: int) -> list[str]:
+        """Lease ``keys`` to ``owner`` (or extend its own leases); returns the keys it holds now. A key held
+        by anyone else (an online worker, another run) is left alone: its answer will appear in the cache."""
+        held: list[str] = []
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i : i + 500])
+            res = self._redis(
+                self._take,
+                keys=[*[request_key(self.ns, k) for k in chunk], fence_key(self.ns)],
+                args=[owner, lease_ms],
+            )
+            held += [k for k, ok in zip(chunk, res, strict=True) if ok]
+        return held
+
+    def release(self, owner: str, keys: Sequence[str]) -> None:
+        for i in range(0, len(keys), 500):
+            chunk = [request_key(self.ns, k) for k in keys[i : i + 500]]
+            self._redis(self._release, keys=chunk, args=[owner])
+
+    # --- records -----------------------------------------------------------------------------------
+
+    def write(self, record: BatchRecord) -> None:
+        self.store.put(record_path(self.run_id, record.batch_key), _encoder.encode(record))
+
+    def read(self, key: str) -> BatchRecord | None:
+        raw = self.store.get(record_path(self.run_id, key))
+        return None if raw is None else _decoder.decode(raw)
+
+    def records(self, stage: str | None = None) -> list[BatchRecord]:
+        out = []
+        for path in self.store.list(batches_prefix(self.run_id)):
+            raw = self.store.get(path)
+            if raw is not None:
+                rec = _decoder.decode(raw)
+                if stage is None or rec.stage == stage:
+                    out.append(rec)
+        return sorted(out, key=lambda r: (r.intent_at, r.batch_key))
+
+    def new_key(self, keys: Sequence[str]) -> str:
+        """The batch key for these units: a later generation when this exact set was submitted before."""
+        generation = 0
+        while self.store.exists(record_path(self.run_id, batch_key(keys, generation))):
+            generation += 1
+        return batch_key(keys, generation)
+
+
+def read_records(store: Store, run_id: str) -> list[BatchRecord]:
+    """A run's batch records (for ``status`` and ``punchline batches``), oldest first."""
+    out = []
+    for path in store.list(batches_prefix(run_id)):
+        raw = store.get(path)
+        if raw is not None:
+            out.append(_decoder.decode(raw))
+    return sorted(out, key=lambda r: (r.intent_at, r.batch_key))
+
+
+def now_s() -> float:
+    return time.time()

@@ -1,0 +1,161 @@
+"""``mode = "batch"`` end to end: real Redis, real Ray, the driver, the fake provider's batch endpoints.
+
+Batch answers land under the online path's cache keys, so the artifacts are byte-identical whichever mode
+paid for them; a driver killed with ``kill -9`` at each point of a batch's life resumes without creating a
+batch twice or billing a request twice (the fake provider counts both)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from punchline.cluster.driver import run
+from punchline.data.stores.local import LocalStore
+from punchline.schedulers.batches import read_records
+from punchline.workers.fake.server import FakeProviderServer
+from tests.cluster.test_faults import ROOT, opts, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def batch_config(make_config: Any) -> tuple[Path, Path]:
+    """The same collect + classify config twice: online (the default) and with both providers in batch mode."""
+    online = make_config(jokes=6, models=("3b", "70b"), shard_size=4, classify=True, unseen=True, workers_per_node=1)
+    text = online.read_text()
+    for table in ("[providers.sim]\n", "[providers.claude]\n"):
+        text = text.replace(table, f'{table}mode = "batch"\nbatch_max_requests = 16\n')
+    batch = online.with_name("batch.toml")
+    batch.write_text(text)
+    return online, batch
+
+
+def artifacts(tmp: Path, store: str, run_id: str) -> dict[str, bytes]:
+    root = tmp / store / run_id / "artifacts"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def online_baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> dict[str, bytes]:
+    assert run(str(cfg), opts(tmp, redis_url, "online", store="online-store")).state == "finished"
+    fake.reset()
+    return artifacts(tmp, "online-store", "online")
+
+
+def assert_billed_once(fake: FakeProviderServer) -> None:
+    stats = fake.batch_stats()
+    assert stats.billed and set(stats.billed.values()) == {1}, "a request was billed twice"
+    assert fake.stats().total_calls == 0, "a batch-mode run called the online endpoint"
+
+
+def test_batch_mode_gives_the_online_artifacts_at_half_price(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
+) -> None:
+    online, batch = batch_config(make_config)
+    expected = online_baseline(tmp_path, online, redis_url, fake)
+    rec = run(str(batch), opts(tmp_path, redis_url, "batched"))
+    assert rec.state == "finished"
+    assert artifacts(tmp_path, "store", "batched") == expected
+    assert_billed_once(fake)
+    records = read_records(LocalStore(tmp_path / "store"), "batched")
+    assert {r.stage for r in records} == {"collect", "classify"}
+    assert all(r.state == "collected" for r in records)
+    assert fake.batch_stats().batches_created == len(records)
+    assert sum(r.cost_usd for r in records) == pytest.approx(sum(r.online_cost_usd for r in records) / 2)
+    assert sum(r.cost_usd for r in records) > 0
+    # `punchline batches RUN_ID` lists them from the store
+    from punchline.cluster.cli import main
+
+    assert main(["batches", "batched", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(r["batch_id"] for r in listed) == sorted(r.batch_id for r in records)
+    assert main(["batches", "nope", "--runs-dir", str(tmp_path / "runs")]) == 2
+
+
+# crash point -> (fake knobs while the driver runs, what to wait for before kill -9)
+CRASHES = {
+    "before_create": {"batch_crash_point": "before_create", "hang_s": 120},
+    "after_create": {"batch_crash_point": "after_create", "hang_s": 120},
+    "polling": {"batch_delay_s": 120},
+    "results": {"batch_crash_point": "results", "hang_s": 120},
+}
+
+
+@pytest.mark.parametrize("point", sorted(CRASHES))
+def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any, point: str
+) -> None:
+    online, batch = batch_config(make_config)
+    expected = online_baseline(tmp_path, online, redis_url, fake)
+    fake.configure(**CRASHES[point])
+    argv = [
+        sys.executable,
+        "-m",
+        "punchline.cluster.cli",
+        "run",
+        str(batch),
+        "--run-id",
+        "killed",
+        "--store",
+        str(tmp_path / "store"),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--redis-url",
+        redis_url,
+        "--ray-address",
+        ray.get_runtime_context().gcs_address,
+        "--no-progress",
+    ]
+    store = LocalStore(tmp_path / "store")
+
+    def at_point() -> bool:
+        if point == "polling":
+            return any(r.batch_id for r in read_records(store, "killed"))
+        return fake.batch_stats().hanging > 0
+
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: at_point() or proc.poll() is not None, timeout_s=180)
+    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    created_before = fake.batch_stats().batches_created
+    if point in ("before_create", "after_create"):  # the first create call hung: nothing after it happened
+        assert created_before == (0 if point == "before_create" else 1)
+    else:
+        assert created_before >= 1
+    fake.configure()  # the provider is healthy again
+
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    assert artifacts(tmp_path, "store", "killed") == expected
+    assert_billed_once(fake)
+    records = read_records(store, "killed")
+    # one provider batch per record: the one in flight at the kill was adopted, never created again
+    assert fake.batch_stats().batches_created == len(records)
+    assert len({r.batch_id for r in records}) == len(records)
+
+
+def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any
+) -> None:
+    from tests.cluster.test_faults import Background
+
+    online, batch = batch_config(make_config)
+    expected = online_baseline(tmp_path, online, redis_url, fake)
+    fake.configure(latency_ms_min=40, latency_ms_max=80, batch_delay_s=1.0)
+    first = Background(lambda: run(str(batch), opts(tmp_path, redis_url, "as-batch")))
+    second = Background(lambda: run(str(online), opts(tmp_path, redis_url, "as-online")))
+    assert first.join().state == "finished" and second.join().state == "finished"
+    assert artifacts(tmp_path, "store", "as-batch") == expected
+    assert artifacts(tmp_path, "store", "as-online") == expected
+    paid: dict[str, int] = dict(fake.stats().calls)
+    for key, n in fake.batch_stats().billed_keys.items():
+        paid[key] = paid.get(key, 0) + n
+    assert paid and max(paid.values()) == 1, "a request was paid for twice (once online, once in a batch)"
+    assert fake.batch_stats().billed and fake.stats().total_calls > 0  # both modes did pay for some

@@ -1,0 +1,137 @@
+"""The batch endpoints of the fake provider, spoken to by the batch clients (official SDKs) over HTTP.
+
+A batch must answer exactly what the online call answers (the response cache does not care which paid
+for it), bill each succeeded request once, and resubmitted requests must get a fresh draw of faults."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from punchline.data.completions import sample_request
+from punchline.data.errors import RetryableProviderError
+from punchline.data.requests import ProviderRequest
+from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.server import fetch_batch_stats
+from punchline.workers.providers import make_batch_provider, make_provider
+
+KINDS = ["openai", "anthropic"]
+MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
+PROMPTS = [
+    "The baker was happy because he kneaded the",
+    "I used to be a banker but I lost",
+    "The math teacher called the meeting because it had too many",
+    "A bicycle cannot stand on its own because it is two",
+]
+
+
+def _requests(n: int = 3) -> list[ProviderRequest]:
+    return [sample_request("fake", MODEL, p, n=n) for p in PROMPTS]
+
+
+async def _online(fake: FakeProviderServer, kind: str, requests: list[ProviderRequest]) -> list[object]:
+    provider = make_provider("fake", fake.provider_settings(kind))
+    try:
+        return [await provider.complete(r) for r in requests]
+    finally:
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batch_answers_equal_online_answers_and_bill_once(fake: FakeProviderServer, kind: str) -> None:
+    requests = _requests()
+    batches = make_batch_provider("fake", fake.provider_settings(kind))
+    info = batches.create("k1", requests)
+    assert info.status == "in_progress"
+    done = batches.retrieve(info.batch_id)
+    assert done.status == "ended"
+    assert done.succeeded == done.total == (12 if kind == "anthropic" else 4)
+    outcomes = batches.results(info.batch_id, requests)
+    online = asyncio.run(_online(fake, kind, requests))
+    assert [o.response for o in outcomes] == online
+    assert [o.key for o in outcomes] == [r.key() for r in requests]
+    stats = fetch_batch_stats(fake.url)
+    assert stats.batches_created == 1
+    assert set(stats.billed.values()) == {1}
+    assert len(stats.billed) == done.total
+    # the online calls above are counted on their own, per wire key, like the batch's billed_keys
+    assert sorted(stats.billed_keys) == sorted(fake.stats().calls)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_errored_and_expired_requests_are_not_billed_and_get_a_fresh_draw(fake: FakeProviderServer, kind: str) -> None:
+    fake.configure(batch_error_rate=0.3, batch_expire_rate=0.3, seed=3)
+    requests = [sample_request("fake", MODEL, f"Joke number {i} ends with a", n=1) for i in range(40)]
+    batches = make_batch_provider("fake", fake.provider_settings(kind))
+    info = batches.create("k2", requests)
+    outcomes = batches.results(info.batch_id, requests)
+    failed = [o for o in outcomes if o.response is None]
+    kinds = {o.error.split(":")[0] for o in failed}
+    assert kinds == {"errored", "expired"}
+    ended = batches.retrieve(info.batch_id)
+    assert ended.failed == len(failed)
+    if kind == "openai":
+        assert ended.provider_status == "expired"
+    stats = fake.batch_stats()
+    assert stats.errored + stats.expired == len(failed)
+    assert len(stats.billed) == len(requests) - len(failed)
+    # resubmitting only the failed ones: a fresh draw, and nobody is billed twice
+    fake.configure(seed=3)
+    retry = [r for r, o in zip(requests, outcomes, strict=True) if o.response is None]
+    again = batches.results(batches.create("k3", retry).batch_id, retry)
+    assert all(o.response is not None for o in again)
+    assert set(fake.batch_stats().billed.values()) == {1}
+    assert len(fake.batch_stats().billed) == len(requests)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cancel_before_processing_bills_nothing(fake: FakeProviderServer, kind: str) -> None:
+    fake.configure(batch_delay_s=30)
+    requests = _requests(n=1)
+    batches = make_batch_provider("fake", fake.provider_settings(kind))
+    info = batches.create("k4", requests)
+    assert batches.retrieve(info.batch_id).status == "in_progress"
+    cancelled = batches.cancel(info.batch_id)
+    assert cancelled.status == "ended"
+    assert {o.error for o in batches.results(info.batch_id, requests)} == {"canceled"}
+    assert fake.batch_stats().billed == {}
+
+
+def test_openai_batches_carry_the_batch_key_in_metadata_and_file_name(fake: FakeProviderServer) -> None:
+    settings = fake.provider_settings("openai")
+    batches = make_batch_provider("fake", settings)
+    for key in ("aaa", "bbb", "ccc"):
+        batches.create(key, _requests(n=1))
+    listed = batches.recent()
+    assert [b.batch_key for b in listed] == ["ccc", "bbb", "aaa"]  # newest first
+    client = openai.OpenAI(base_url=settings.base_url, api_key="x")
+    batch = client.batches.retrieve(listed[0].batch_id)
+    assert client.files.retrieve(batch.input_file_id).filename == "punchline-ccc.jsonl"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_crash_after_create_leaves_a_batch_the_client_never_heard_of(fake: FakeProviderServer, kind: str) -> None:
+    fake.configure(batch_crash_point="after_create", hang_s=5)
+    batches = make_batch_provider("fake", fake.provider_settings(kind, timeout_s=0.5))
+    with pytest.raises(RetryableProviderError):
+        batches.create("k5", _requests(n=1))
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1
+    assert stats.crashes == {"after_create": 1}
+    fake.configure()
+    [found] = batches.recent()
+    assert found.total == 4
+    assert found.batch_key == ("k5" if kind == "openai" else "")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_crash_before_create_creates_nothing(fake: FakeProviderServer, kind: str) -> None:
+    fake.configure(batch_crash_point="before_create", hang_s=5)
+    batches = make_batch_provider("fake", fake.provider_settings(kind, timeout_s=0.5))
+    with pytest.raises(RetryableProviderError):
+        batches.create("k6", _requests(n=1))
+    assert fake.batch_stats().batches_created == 0
+    fake.configure()
+    assert batches.recent() == []

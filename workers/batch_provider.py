@@ -1,0 +1,106 @@
+"""The batch interface: a provider's batch API (half price, answers within 24 h) as the batch runner sees it.
+
+Why an interface of its own beside :mod:`punchline.workers.provider`: a batch is created once and then only
+looked at, so its client must never retry a create on its own (that is how a batch gets paid twice); the
+runner decides, after reconciling with the provider. Implementations live in
+``punchline.workers.providers.batch_openai`` and ``batch_anthropic`` and use the official SDKs, synchronously
+(the runner lives in the driver, which waits anyway).
+
+A :class:`ProviderRequest` becomes one batch request per wire call (``wire_calls``: ``n`` single calls where
+the provider cannot return ``n`` choices); each carries the custom id ``<request key>-o<choice offset>``, and
+:func:`merge_parts` joins the parts' answers into the same :class:`ProviderResponse` the online call gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, Protocol
+
+import msgspec
+
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
+
+BatchStatus = Literal["in_progress", "ended"]
+
+
+class BatchInfo(msgspec.Struct, kw_only=True):
+    """A provider's batch as last seen: ``status`` is ``in_progress`` until nothing more will change."""
+
+    batch_id: str
+    status: BatchStatus
+    provider_status: str  # the provider's own word (completed, expired, cancelled, ended, …)
+    created_at: float  # epoch seconds
+    total: int
+    succeeded: int = 0
+    failed: int = 0  # errored, expired or cancelled
+    batch_key: str = ""  # from the batch's metadata, where the API has it (OpenAI)
+
+
+class RequestOutcome(msgspec.Struct, kw_only=True):
+    """One request's outcome inside a batch: an answer, or why there is none (resubmitted later)."""
+
+    key: str
+    response: ProviderResponse | None = None
+    error: str = ""  # "errored: …", "expired", "canceled", "missing"
+
+
+class Part(msgspec.Struct, frozen=True):
+    custom_id: str
+    offset: int  # the choice offset (sample_slot * n + i)
+    n: int  # choices asked for in this part
+
+
+def parts(settings: ProviderSettings, request: ProviderRequest) -> list[Part]:
+    """The batch requests ``request`` becomes: one, or ``n`` single-choice ones (as the online call splits)."""
+    key = request.key()
+    first = request.sample_slot * request.n
+    if request.n > 1 and (not settings.supports_n or settings.kind == "anthropic"):
+        return [Part(f"{key}-o{first + i}", first + i, 1) for i in range(request.n)]
+    return [Part(f"{key}-o{first}", first, request.n)]
+
+
+def merge_parts(
+    request: ProviderRequest, got: Mapping[str, ProviderResponse | str], settings: ProviderSettings
+) -> RequestOutcome:
+    """The request's outcome from its parts' (answer or error); any part missing or failed fails it all."""
+    key = request.key()
+    answers: list[ProviderResponse] = []
+    for part in parts(settings, request):
+        value = got.get(part.custom_id, "missing")
+        if isinstance(value, str):
+            return RequestOutcome(key=key, error=value)
+        answers.append(value)
+    return RequestOutcome(
+        key=key,
+        response=ProviderResponse(
+            texts=[t for a in answers for t in a.texts],
+            input_tokens=sum(a.input_tokens for a in answers),
+            output_tokens=sum(a.output_tokens for a in answers),
+            model=answers[0].model,
+        ),
+    )
+
+
+class BatchProvider(Protocol):
+    """A provider's batch API. Every method is one or a few HTTP calls and none is retried internally;
+    SDK errors become :class:`~punchline.data.errors.RetryableProviderError` or
+    :class:`~punchline.data.errors.FatalProviderError`."""
+
+    name: str
+    settings: ProviderSettings
+    has_metadata: bool  # whether a batch carries our batch key (then reconciling is exact)
+
+    def create(self, batch_key: str, requests: list[ProviderRequest]) -> BatchInfo: ...
+
+    def retrieve(self, batch_id: str) -> BatchInfo: ...
+
+    def recent(self, limit: int = 100) -> list[BatchInfo]:
+        """The newest batches first (at most ``limit``)."""
+        ...
+
+    def results(self, batch_id: str, requests: list[ProviderRequest]) -> list[RequestOutcome]: ...
+
+    def cancel(self, batch_id: str) -> BatchInfo: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,462 @@
+"""The fake provider's batch endpoints: OpenAI's ``/v1/files`` + ``/v1/batches`` and Anthropic's
+``/v1/messages/batches``, enough of both for the official SDKs.
+
+Why a fake of its own: batch submission is where a crash costs money twice (a batch created but never
+recorded is paid again), so the tests need a provider that counts every batch created and every request
+billed, and that can stop at the worst moments.
+
+**Answers** are the online endpoints' answers for the same request body
+(:func:`punchline.workers.fake.server.completion`), so a run in batch mode caches the same texts as an
+online run. A request's choice offset (the online ``X-Choice-Offset`` header) travels in its custom id as a
+``-o<offset>`` suffix; a custom id without one answers from offset 0.
+
+**Processing** is lazy: a batch is decided when it is looked at after ``batch_delay_s``. Each request then
+errors with ``batch_error_rate`` or expires with ``batch_expire_rate``, decided by a hash of (seed, custom
+id, how often that custom id was processed before), so a resubmitted request gets a fresh draw. A batch
+with expired requests ends as ``expired`` (OpenAI) or ``ended`` with ``expired`` results (Anthropic).
+Succeeded requests are **billed** once each; errored, expired and cancelled ones are not.
+
+**Crash points** (``batch_crash_point``): ``before_create`` hangs a create call without creating anything,
+``after_create`` creates the batch and then hangs (the client never learns its id), ``results`` hangs the
+results download; each hang lasts ``hang_s`` and then drops the connection. A test kills the client while
+it hangs (``GET /batch-stats`` shows ``hanging``) or lets the client's timeout fire.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import hashlib
+import json
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import msgspec
+
+BATCH_PATHS = ("/v1/files", "/v1/batches", "/v1/messages/batches")
+_OFFSET = re.compile(r"-o(\d+)$")
+
+
+class BatchStats(msgspec.Struct, kw_only=True):
+    """What the batch endpoints saw: ``billed`` and ``submitted`` count requests per custom id."""
+
+    batches_created: int = 0
+    batches_by_api: dict[str, int] = {}
+    files_uploaded: int = 0
+    billed: dict[str, int] = {}
+    billed_keys: dict[str, int] = {}  # per wire key, comparable with ``FakeStats.calls``
+    submitted: dict[str, int] = {}
+    errored: int = 0
+    expired: int = 0
+    cancelled: int = 0
+    results_downloads: int = 0
+    hanging: int = 0  # calls held at a crash point right now
+    crashes: dict[str, int] = {}
+
+
+class _Request(msgspec.Struct):
+    custom_id: str
+    body: dict[str, Any]
+
+
+class _Batch:
+    def __init__(self, api: str, requests: list[_Request], metadata: dict[str, str], input_file_id: str) -> None:
+        self.id = ("batch_" if api == "openai" else "msgbatch_") + uuid.uuid4().hex[:24]
+        self.api = api
+        self.requests = requests
+        self.metadata = metadata
+        self.input_file_id = input_file_id
+        self.created_at = time.time()
+        self.cancel_at: float | None = None
+        self.ended_at: float | None = None
+        self.status = "in_progress"  # in_progress | ended (anthropic) ; completed | expired | cancelled (openai)
+        self.outcomes: dict[str, tuple[str, Any]] = {}  # custom_id -> (kind, payload)
+        self.output_file_id: str | None = None
+        self.error_file_id: str | None = None
+
+
+def _unit(seed: int, *parts: object) -> float:
+    digest = hashlib.sha256("|".join(str(p) for p in (seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class BatchBook:
+    """Files, batches and counters of the batch endpoints; one lock guards them."""
+
+    def __init__(self, answer: Callable[[str, dict[str, Any], int], tuple[dict[str, Any], str]]) -> None:
+        self.answer = answer  # (api, body, offset) -> (200 body, wire key)
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.files: dict[str, tuple[dict[str, Any], bytes]] = {}
+            self.batches: dict[str, _Batch] = {}
+            self.order: list[str] = []
+            self.processed: Counter[str] = Counter()
+            self.stats = BatchStats()
+            self.billed: Counter[str] = Counter()
+            self.billed_keys: Counter[str] = Counter()
+            self.submitted: Counter[str] = Counter()
+            self.crashes: Counter[str] = Counter()
+
+    def snapshot(self) -> BatchStats:
+        with self.lock:
+            return msgspec.structs.replace(
+                self.stats,
+                billed=dict(self.billed),
+                billed_keys=dict(self.billed_keys),
+                submitted=dict(self.submitted),
+                batches_by_api=dict(Counter(b.api for b in self.batches.values())),
+                crashes=dict(self.crashes),
+            )
+
+    # --- processing ---------------------------------------------------------------------------------
+
+    def _settle(self, batch: _Batch, cfg: Any) -> None:
+        """Decide a batch once its processing delay has passed (or it was cancelled)."""
+        if batch.ended_at is not None:
+            return
+        now = time.time()
+        if batch.cancel_at is not None:
+            batch.status = "ended" if batch.api == "anthropic" else "cancelled"
+            batch.ended_at = now
+            for r in batch.requests:
+                batch.outcomes[r.custom_id] = ("canceled", None)
+                self.stats.cancelled += 1
+            self._write_files(batch)
+            return
+        if now < batch.created_at + cfg.batch_delay_s:
+            return
+        any_expired = False
+        for r in batch.requests:
+            attempt = self.processed[r.custom_id]
+            self.processed[r.custom_id] += 1
+            if cfg.batch_expire_rate > 0 and _unit(cfg.seed, r.custom_id, attempt, "expire") < cfg.batch_expire_rate:
+                batch.outcomes[r.custom_id] = ("expired", None)
+                self.stats.expired += 1
+                any_expired = True
+                continue
+            if cfg.batch_error_rate > 0 and _unit(cfg.seed, r.custom_id, attempt, "error") < cfg.batch_error_rate:
+                batch.outcomes[r.custom_id] = ("errored", "injected batch request error")
+                self.stats.errored += 1
+                continue
+            match = _OFFSET.search(r.custom_id)
+            payload, key = self.answer(batch.api, r.body, int(match.group(1)) if match else 0)
+            batch.outcomes[r.custom_id] = ("succeeded", payload)
+            self.billed[r.custom_id] += 1
+            self.billed_keys[key] += 1
+        batch.ended_at = now
+        if batch.api == "anthropic":
+            batch.status = "ended"
+        else:
+            batch.status = "expired" if any_expired else "completed"
+        self._write_files(batch)
+
+    def _write_files(self, batch: _Batch) -> None:
+        if batch.api != "openai":
+            return
+        out: list[str] = []
+        err: list[str] = []
+        for r in batch.requests:
+            kind, payload = batch.outcomes[r.custom_id]
+            line: dict[str, Any] = {"id": f"batch_req_{uuid.uuid4().hex[:16]}", "custom_id": r.custom_id}
+            if kind == "succeeded":
+                out.append(json.dumps({**line, "response": {"status_code": 200, "body": payload}, "error": None}))
+            elif kind == "errored":
+                body = {"error": {"message": payload, "type": "server_error"}}
+                out.append(json.dumps({**line, "response": {"status_code": 500, "body": body}, "error": None}))
+            else:
+                code = "batch_expired" if kind == "expired" else "batch_cancelled"
+                err.append(json.dumps({**line, "response": None, "error": {"code": code, "message": kind}}))
+        if out:
+            batch.output_file_id = self._store_file("batch_output.jsonl", "batch_output", "\n".join(out) + "\n")
+        if err:
+            batch.error_file_id = self._store_file("batch_errors.jsonl", "batch_output", "\n".join(err) + "\n")
+
+    def _store_file(self, name: str, purpose: str, content: str | bytes) -> str:
+        data = content.encode() if isinstance(content, str) else content
+        fid = "file-" + uuid.uuid4().hex[:24]
+        meta = {
+            "id": fid,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": name,
+            "purpose": purpose,
+            "status": "processed",
+        }
+        self.files[fid] = (meta, data)
+        return fid
+
+    # --- views ---------------------------------------------------------------------------------------
+
+    def _counts(self, batch: _Batch) -> dict[str, int]:
+        kinds = Counter(k for k, _ in batch.outcomes.values())
+        return {
+            "processing": len(batch.requests) - len(batch.outcomes),
+            "succeeded": kinds["succeeded"],
+            "errored": kinds["errored"],
+            "canceled": kinds["canceled"],
+            "expired": kinds["expired"],
+        }
+
+    def _view(self, batch: _Batch, base_url: str) -> dict[str, Any]:
+        c = self._counts(batch)
+        if batch.api == "anthropic":
+            return {
+                "id": batch.id,
+                "type": "message_batch",
+                "processing_status": "ended"
+                if batch.ended_at is not None
+                else ("canceling" if batch.cancel_at else "in_progress"),
+                "request_counts": c,
+                "created_at": _iso(batch.created_at),
+                "expires_at": _iso(batch.created_at + 86400),
+                "ended_at": _iso(batch.ended_at),
+                "cancel_initiated_at": _iso(batch.cancel_at),
+                "archived_at": None,
+                "results_url": f"{base_url}/v1/messages/batches/{batch.id}/results" if batch.ended_at else None,
+            }
+        status = batch.status if batch.ended_at is not None else ("cancelling" if batch.cancel_at else "in_progress")
+        return {
+            "id": batch.id,
+            "object": "batch",
+            "endpoint": "/v1/chat/completions",
+            "errors": None,
+            "input_file_id": batch.input_file_id,
+            "completion_window": "24h",
+            "status": status,
+            "output_file_id": batch.output_file_id,
+            "error_file_id": batch.error_file_id,
+            "created_at": int(batch.created_at),
+            "in_progress_at": int(batch.created_at),
+            "expires_at": int(batch.created_at + 86400),
+            "completed_at": int(batch.ended_at) if batch.ended_at and status == "completed" else None,
+            "expired_at": int(batch.ended_at) if batch.ended_at and status == "expired" else None,
+            "cancelled_at": int(batch.ended_at) if batch.ended_at and status == "cancelled" else None,
+            "cancelling_at": int(batch.cancel_at) if batch.cancel_at else None,
+            "request_counts": {
+                "total": len(batch.requests),
+                "completed": c["succeeded"],
+                "failed": c["errored"] + c["expired"] + c["canceled"],
+            },
+            "metadata": batch.metadata,
+        }
+
+    # --- routes --------------------------------------------------------------------------------------
+
+    def handle(self, h: Any, method: str, cfg: Any, stop: threading.Event) -> None:
+        """Serve one request of handler ``h`` (a ``BaseHTTPRequestHandler`` of the fake server)."""
+        url = urlparse(h.path)
+        path = url.path.rstrip("/")
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        base_url = f"http://{h.headers.get('Host', '127.0.0.1')}"
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        parts = path.split("/")[1:]  # ["v1", "batches", id, "cancel"]
+        try:
+            if parts[:2] == ["v1", "files"]:
+                self._files(h, method, parts[2:], raw, cfg, stop)
+            elif parts[:2] == ["v1", "batches"]:
+                self._openai(h, method, parts[2:], raw, query, cfg, stop, base_url)
+            elif parts[:3] == ["v1", "messages", "batches"]:
+                self._anthropic(h, method, parts[3:], raw, query, cfg, stop, base_url)
+            else:
+                h._send(404, {"error": {"message": f"no route {h.path}"}})
+        except (ValueError, KeyError, TypeError) as exc:
+            h._send(400, {"error": {"message": f"bad request: {exc}", "type": "invalid_request_error"}})
+
+    def _hang(self, h: Any, point: str, cfg: Any, stop: threading.Event) -> None:
+        with self.lock:
+            self.crashes[point] += 1
+            self.stats.hanging += 1
+        try:
+            stop.wait(cfg.hang_s)
+        finally:
+            with self.lock:
+                self.stats.hanging -= 1
+        h.close_connection = True
+
+    def _files(self, h: Any, method: str, rest: list[str], raw: bytes, cfg: Any, stop: threading.Event) -> None:
+        if method == "POST" and not rest:
+            msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                b"Content-Type: " + h.headers.get("Content-Type", "").encode() + b"\r\n\r\n" + raw
+            )
+            fields: dict[str, tuple[str | None, bytes]] = {}
+            for part in msg.iter_parts():
+                name = part.get_param("name", header="content-disposition")
+                payload = part.get_payload(decode=True)
+                fields[str(name)] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
+            filename, data = fields["file"]
+            purpose = fields.get("purpose", (None, b"batch"))[1].decode()
+            with self.lock:
+                fid = self._store_file(filename or "upload.jsonl", purpose, data)
+                self.stats.files_uploaded += 1
+                meta = self.files[fid][0]
+            h._send(200, meta)
+            return
+        with self.lock:
+            found = self.files.get(rest[0]) if rest else None
+        if method == "GET" and found and len(rest) == 1:
+            h._send(200, found[0])
+        elif method == "GET" and found and rest[1:] == ["content"]:
+            if found[0]["purpose"] == "batch_output" and self.file_content_hook(cfg, h, stop):
+                return
+            self._send_raw(h, found[1], "application/jsonl")
+        else:
+            h._send(404, {"error": {"message": f"no file {'/'.join(rest)}", "type": "invalid_request_error"}})
+
+    @staticmethod
+    def _send_raw(h: Any, data: bytes, content_type: str) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _create(self, api: str, requests: list[_Request], metadata: dict[str, str], file_id: str) -> _Batch:
+        batch = _Batch(api, requests, metadata, file_id)
+        self.batches[batch.id] = batch
+        self.order.append(batch.id)
+        self.stats.batches_created += 1
+        for r in requests:
+            self.submitted[r.custom_id] += 1
+        return batch
+
+    def _listing(self, api: str, query: dict[str, str], cfg: Any, base_url: str, after_key: str) -> dict[str, Any]:
+        limit = int(query.get("limit", 20))
+        ids = [i for i in reversed(self.order) if self.batches[i].api == api]  # newest first
+        after = query.get(after_key)
+        if after in ids:
+            ids = ids[ids.index(after) + 1 :]
+        page = ids[:limit]
+        for i in page:
+            self._settle(self.batches[i], cfg)
+        data = [self._view(self.batches[i], base_url) for i in page]
+        out: dict[str, Any] = {"data": data, "has_more": len(ids) > limit}
+        out["first_id"] = page[0] if page else None
+        out["last_id"] = page[-1] if page else None
+        if api == "openai":
+            out["object"] = "list"
+        return out
+
+    def _openai(
+        self,
+        h: Any,
+        method: str,
+        rest: list[str],
+        raw: bytes,
+        query: dict[str, str],
+        cfg: Any,
+        stop: threading.Event,
+        base_url: str,
+    ) -> None:
+        if method == "POST" and not rest:
+            if cfg.batch_crash_point == "before_create":
+                self._hang(h, "before_create", cfg, stop)
+                return
+            body = json.loads(raw)
+            with self.lock:
+                meta, data = self.files[body["input_file_id"]]
+                lines = [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()]
+                requests = [_Request(ln["custom_id"], ln["body"]) for ln in lines]
+                batch = self._create("openai", requests, dict(body.get("metadata") or {}), meta["id"])
+                view = self._view(batch, base_url)
+            if cfg.batch_crash_point == "after_create":
+                self._hang(h, "after_create", cfg, stop)
+                return
+            h._send(200, view)
+        elif method == "GET" and not rest:
+            with self.lock:
+                h._send(200, self._listing("openai", query, cfg, base_url, "after"))
+        else:
+            self._one(h, method, rest, cfg, base_url, "openai")
+
+    def _one(self, h: Any, method: str, rest: list[str], cfg: Any, base_url: str, api: str) -> None:
+        with self.lock:
+            batch = self.batches.get(rest[0]) if rest else None
+            if batch is None or batch.api != api:
+                h._send(404, {"error": {"message": f"no batch {'/'.join(rest)}", "type": "not_found_error"}})
+                return
+            if method == "POST" and rest[1:] == ["cancel"]:
+                if batch.ended_at is None and batch.cancel_at is None:
+                    batch.cancel_at = time.time()
+                    if cfg.batch_delay_s > 0:  # a slow batch is cancelled before anything ran
+                        self._settle(batch, cfg)
+            elif not (method == "GET" and len(rest) == 1):
+                h._send(404, {"error": {"message": f"no route {h.path}", "type": "not_found_error"}})
+                return
+            self._settle(batch, cfg)
+            h._send(200, self._view(batch, base_url))
+
+    def _anthropic(
+        self,
+        h: Any,
+        method: str,
+        rest: list[str],
+        raw: bytes,
+        query: dict[str, str],
+        cfg: Any,
+        stop: threading.Event,
+        base_url: str,
+    ) -> None:
+        if method == "POST" and not rest:
+            if cfg.batch_crash_point == "before_create":
+                self._hang(h, "before_create", cfg, stop)
+                return
+            body = json.loads(raw)
+            requests = [_Request(r["custom_id"], r["params"]) for r in body["requests"]]
+            with self.lock:
+                batch = self._create("anthropic", requests, {}, "")
+                view = self._view(batch, base_url)
+            if cfg.batch_crash_point == "after_create":
+                self._hang(h, "after_create", cfg, stop)
+                return
+            h._send(200, view)
+        elif method == "GET" and not rest:
+            with self.lock:
+                h._send(200, self._listing("anthropic", query, cfg, base_url, "after_id"))
+        elif method == "GET" and rest[1:] == ["results"]:
+            if cfg.batch_crash_point == "results":
+                self._hang(h, "results", cfg, stop)
+                return
+            with self.lock:
+                found = self.batches.get(rest[0])
+                if found is None or found.ended_at is None:
+                    h._send(404, {"error": {"message": "results not ready", "type": "not_found_error"}})
+                    return
+                batch = found
+                self.stats.results_downloads += 1
+                lines = []
+                for r in batch.requests:
+                    kind, payload = batch.outcomes[r.custom_id]
+                    result: dict[str, Any] = {"type": kind}
+                    if kind == "succeeded":
+                        result["message"] = payload
+                    elif kind == "errored":
+                        result["error"] = {"type": "error", "error": {"type": "api_error", "message": payload}}
+                    lines.append(json.dumps({"custom_id": r.custom_id, "result": result}))
+            self._send_raw(h, ("\n".join(lines) + "\n").encode(), "application/binary")
+        else:
+            self._one(h, method, rest, cfg, base_url, "anthropic")
+
+    def file_content_hook(self, cfg: Any, h: Any, stop: threading.Event) -> bool:
+        """True when the results download of OpenAI output files must hang (crash point ``results``)."""
+        if cfg.batch_crash_point == "results":
+            self._hang(h, "results", cfg, stop)
+            return True
+        with self.lock:
+            self.stats.results_downloads += 1
+        return False

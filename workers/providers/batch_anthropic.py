@@ -1,0 +1,123 @@
+"""Anthropic Message Batches via ``anthropic.Anthropic`` (``client.messages.batches.*``).
+
+Message batches carry no metadata, so a batch created by a driver that died before recording its id is
+found again by what it does carry: its request count and its creation time (see
+:mod:`punchline.schedulers.batches`). Results come as JSONL with one ``succeeded`` / ``errored`` /
+``expired`` / ``canceled`` result per custom id. SDK retries are off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import anthropic
+
+from punchline.data.errors import RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
+from punchline.workers.providers import api_error_message, cause_text, redact, status_error
+from punchline.workers.providers.anthropic import message_body, message_response
+
+
+class AnthropicBatches:
+    has_metadata = False
+
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self._secret = settings.api_key(name)
+        self._client = anthropic.Anthropic(
+            base_url=settings.base_url, api_key=self._secret, max_retries=0, timeout=settings.timeout_s
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"AnthropicBatches(name={self.name!r}, base_url={self.settings.base_url!r})"
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        where = f"{self.name} message batches ({what})"
+        try:
+            yield
+        except anthropic.APIStatusError as exc:
+            raise status_error(
+                where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
+            ) from None
+        except anthropic.APITimeoutError:
+            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
+        except anthropic.APIConnectionError as exc:
+            raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, self._secret)}") from None
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
+
+    def batch_requests(self, requests: list[ProviderRequest]) -> list[dict[str, Any]]:
+        return [
+            {"custom_id": part.custom_id, "params": message_body(request)}
+            for request in requests
+            for part in parts(self.settings, request)
+        ]
+
+    def create(self, batch_key: str, requests: list[ProviderRequest]) -> BatchInfo:
+        del batch_key  # no metadata in this API: reconciled by count and time
+        with self._errors("create"):
+            return _info(self._client.messages.batches.create(requests=self.batch_requests(requests)))  # type: ignore[arg-type]
+
+    def retrieve(self, batch_id: str) -> BatchInfo:
+        with self._errors("retrieve"):
+            return _info(self._client.messages.batches.retrieve(batch_id))
+
+    def recent(self, limit: int = 100) -> list[BatchInfo]:
+        out: list[BatchInfo] = []
+        with self._errors("list"):
+            for batch in self._client.messages.batches.list(limit=min(limit, 100)):
+                out.append(_info(batch))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def cancel(self, batch_id: str) -> BatchInfo:
+        with self._errors("cancel"):
+            return _info(self._client.messages.batches.cancel(batch_id))
+
+    def results(self, batch_id: str, requests: list[ProviderRequest]) -> list[RequestOutcome]:
+        got: dict[str, ProviderResponse | str] = {}
+        with self._errors("results"):
+            for line in self._client.messages.batches.results(batch_id):
+                result = line.result
+                if result.type == "succeeded":
+                    try:
+                        got[line.custom_id] = message_response(f"{self.name}/{line.custom_id}", result.message)
+                    except RetryableProviderError as exc:
+                        got[line.custom_id] = f"errored: {exc}"[:300]
+                elif result.type == "errored":
+                    err = getattr(getattr(result.error, "error", None), "message", "") or "error"
+                    got[line.custom_id] = f"errored: {redact(str(err), self._secret)[:200]}"
+                else:
+                    got[line.custom_id] = str(result.type)
+        return [merge_parts(r, got, self.settings) for r in requests]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def _info(batch: Any) -> BatchInfo:
+    c = batch.request_counts
+    total = c.processing + c.succeeded + c.errored + c.canceled + c.expired
+    return BatchInfo(
+        batch_id=batch.id,
+        status="ended" if batch.processing_status == "ended" else "in_progress",
+        provider_status=str(batch.processing_status),
+        created_at=_timestamp(batch.created_at),
+        total=int(total),
+        succeeded=int(c.succeeded),
+        failed=int(c.errored + c.canceled + c.expired),
+    )

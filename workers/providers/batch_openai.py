@@ -1,0 +1,145 @@
+"""OpenAI-compatible batches (OpenAI, Together, vLLM's batch runner, the fake) via ``openai.OpenAI``.
+
+A batch is a JSONL file uploaded with ``files.create(purpose="batch")`` and a ``batches.create`` over it.
+The batch key travels twice, in the batch's ``metadata`` and in the input file's name
+(``punchline-<batch key>.jsonl``), so a driver that died between the create call and recording its id finds
+the batch again by listing. SDK retries are off: a create is never repeated behind the runner's back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import openai
+
+from punchline.data.errors import RetryableProviderError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
+from punchline.workers.providers import api_error_message, cause_text, redact, status_error
+from punchline.workers.providers.openai_compat import chat_body, response_of
+
+METADATA_KEY = "punchline_batch_key"
+ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
+
+
+class OpenAIBatches:
+    has_metadata = True
+
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self._secret = settings.api_key(name)
+        self._client = openai.OpenAI(
+            base_url=settings.base_url, api_key=self._secret, max_retries=0, timeout=settings.timeout_s
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIBatches(name={self.name!r}, base_url={self.settings.base_url!r})"
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        where = f"{self.name} batches ({what})"
+        try:
+            yield
+        except openai.APIStatusError as exc:
+            raise status_error(
+                where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
+            ) from None
+        except openai.APITimeoutError:
+            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
+        except openai.APIConnectionError as exc:
+            raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, self._secret)}") from None
+        except (openai.OpenAIError, ValueError) as exc:
+            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
+
+    def input_file(self, requests: list[ProviderRequest]) -> bytes:
+        lines = []
+        for request in requests:
+            for part in parts(self.settings, request):
+                body = chat_body(request, part.n)
+                lines.append(
+                    json.dumps(
+                        {"custom_id": part.custom_id, "method": "POST", "url": ENDPOINT, "body": body},
+                        ensure_ascii=False,
+                        separators=(",", ":"),
+                    )
+                )
+        return ("\n".join(lines) + "\n").encode()
+
+    def create(self, batch_key: str, requests: list[ProviderRequest]) -> BatchInfo:
+        data = self.input_file(requests)
+        with self._errors("upload"):
+            uploaded = self._client.files.create(file=(f"punchline-{batch_key}.jsonl", data), purpose="batch")
+        with self._errors("create"):
+            batch = self._client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint=ENDPOINT,
+                completion_window="24h",
+                metadata={METADATA_KEY: batch_key},
+            )
+        return _info(batch)
+
+    def retrieve(self, batch_id: str) -> BatchInfo:
+        with self._errors("retrieve"):
+            return _info(self._client.batches.retrieve(batch_id))
+
+    def recent(self, limit: int = 100) -> list[BatchInfo]:
+        out: list[BatchInfo] = []
+        with self._errors("list"):
+            for batch in self._client.batches.list(limit=min(limit, 100)):
+                out.append(_info(batch))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def cancel(self, batch_id: str) -> BatchInfo:
+        with self._errors("cancel"):
+            return _info(self._client.batches.cancel(batch_id))
+
+    def _lines(self, file_id: str | None) -> list[dict[str, Any]]:
+        if not file_id:
+            return []
+        with self._errors("download"):
+            text = self._client.files.content(file_id).text
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def results(self, batch_id: str, requests: list[ProviderRequest]) -> list[RequestOutcome]:
+        batch = self._client.batches.retrieve(batch_id)
+        got: dict[str, ProviderResponse | str] = {}
+        for line in self._lines(batch.output_file_id) + self._lines(batch.error_file_id):
+            cid = str(line.get("custom_id"))
+            resp = line.get("response") or {}
+            if resp.get("status_code") == 200:
+                try:
+                    got[cid] = response_of(f"{self.name}/{cid}", openai.types.chat.ChatCompletion(**resp["body"]))
+                except (RetryableProviderError, TypeError, ValueError) as exc:
+                    got[cid] = f"errored: {exc}"[:300]
+            elif line.get("error"):
+                code = str(line["error"].get("code") or "error")
+                got[cid] = "expired" if "expired" in code else ("canceled" if "cancel" in code else f"errored: {code}")
+            else:
+                message = json.dumps(resp.get("body"))[:200]
+                got[cid] = f"errored: HTTP {resp.get('status_code')}: {redact(message, self._secret)}"
+        return [merge_parts(r, got, self.settings) for r in requests]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _info(batch: Any) -> BatchInfo:
+    status = str(batch.status)
+    counts = batch.request_counts
+    return BatchInfo(
+        batch_id=batch.id,
+        status="ended" if status in ("completed", "expired", "cancelled", "failed") else "in_progress",
+        provider_status=status,
+        created_at=float(batch.created_at),
+        total=int(counts.total) if counts else 0,
+        succeeded=int(counts.completed) if counts else 0,
+        failed=int(counts.failed) if counts else 0,
+        batch_key=str((batch.metadata or {}).get(METADATA_KEY, "")),
+    )
