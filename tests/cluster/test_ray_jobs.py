@@ -170,6 +170,8 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PUNCHLINE_", "RAY_", "AWS_"))}
     env["RAY_JOB_STOP_WAIT_TIME_S"] = "30"  # the grace Ray gives a stopped driver before SIGKILL
+    # the ledger's URL (with its password) is the nodes' own setting, as a Secret would give it: never in a job
+    env["PUNCHLINE_REDIS_URL"] = redis_url
     cluster = RayStartCluster(env, logs=tmp_path / "ray-logs")
     project = user_project(tmp_path)
     store = tmp_path / "cluster-store"  # a folder every node of this one-machine cluster sees
@@ -180,7 +182,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         mark("ray start head (dashboard) + worker: 2 nodes alive")
         cli = Cli(cluster.env, project)
         address = ["--address", cluster.dashboard_url]
-        services = ["--store", str(store), "--redis-url", redis_url]  # as on a cluster: shared services
+        services = ["--store", str(store)]  # as on a cluster: a shared store, the nodes' own Redis URL
 
         def state(job: str) -> str:
             done = cli("jobs", *address)
@@ -226,7 +228,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         # `ray job submit --working-dir` of the user's folder: refused while the store is relative, then fine
         ray_cli = [str(Path(sys.executable).parent / "ray"), "job", "submit", *address, "--working-dir", str(project)]
         cmd = [sys.executable.rsplit("/", 1)[-1], "-m", "punchline", "run", "configs/small.toml", "--no-progress"]
-        for job, extra in (("wd-relative", ["--redis-url", redis_url]), ("wd-shared", services)):
+        for job, extra in (("wd-relative", []), ("wd-shared", services)):
             done = subprocess.run(
                 [*ray_cli, "--submission-id", job, "--no-wait", "--", *cmd, "--run-id", job, *extra],
                 cwd=project,

@@ -52,8 +52,8 @@ def test_a_relative_store_in_a_config_is_relative_to_the_config(
     (folder / "run.toml").write_text(text)
     monkeypatch.chdir(tmp_path)
     assert config_store(load_config("project/configs/run.toml")) == str(tmp_path / "project" / "configs" / "../store")
-    (folder / "run.toml").write_text(text.replace('"../store"', '"s3://b/p"'))
-    assert config_store(load_config("project/configs/run.toml")) == "s3://b/p"
+    (folder / "run.toml").write_text(text.replace('"../store"', '"s3://bucket-b/p"'))
+    assert config_store(load_config("project/configs/run.toml")) == "s3://bucket-b/p"
 
 
 def test_the_sentinel_is_seen_only_where_the_driver_wrote_it(tmp_path: Path) -> None:
