@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from punchline.data.errors import InputError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records
@@ -39,18 +37,21 @@ def _age(rec: BatchRecord) -> str:
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    from punchline.cluster.driver import RunRecord
+    from punchline.cluster.commands.run import load_run_record
 
-    path = Path(args.runs_dir) / args.run_id / "run.json"
-    if not path.is_file():
-        raise InputError(f"no run {args.run_id!r} under {args.runs_dir}", file=str(path))
-    run = msgspec.json.decode(path.read_bytes(), type=RunRecord)
+    run = load_run_record(args.runs_dir, args.run_id)
     records = read_records(open_store(run.services.store_url), args.run_id)
     if args.cancel:
         _cancel(run, records)
     if args.json:
         print(msgspec.json.encode(records).decode())
         return 0
+    Console(width=max(Console().width, 130)).print(batch_table(records))
+    return 0
+
+
+def batch_table(records: list[BatchRecord]) -> Table:
+    """One row per batch: what ``batches`` and ``status`` show."""
     table = Table("batch", "stage", "provider", "state", "provider id", "requests", "ok", "failed", "age", "cost $")
     for r in records:
         state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
@@ -66,8 +67,7 @@ def cmd_batches(args: argparse.Namespace) -> int:
             _age(r),
             f"{r.cost_usd:.4f}",
         )
-    Console(width=max(Console().width, 130)).print(table)
-    return 0
+    return table
 
 
 def _cancel(run: Any, records: list[BatchRecord]) -> None:

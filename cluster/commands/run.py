@@ -15,7 +15,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from punchline.data.errors import InputError
+from punchline.data.errors import InputError, PunchlineError
+from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.ledger import StageCounters
 
 
@@ -177,7 +178,7 @@ def _runs_dir(runs_dir: str) -> Path:
     return root
 
 
-def _load_record(runs_dir: str, run_id: str, store: str | None = None) -> Any:
+def load_run_record(runs_dir: str, run_id: str, store: str | None = None) -> Any:
     """The run's record under the runs folder, else (a run submitted as a Ray job keeps its runs folder
     in the job's working dir on the head) the one the driver keeps in the store."""
     from punchline.cluster.config import check_run_id
@@ -275,10 +276,11 @@ class StatusView(msgspec.Struct, kw_only=True):
     leased: dict[str, int] | None
     failures: dict[str, dict[str, str]]
     usage: list[Any]
+    batches: list[BatchRecord] = []  # provider batches of batch-mode providers, from the store
 
 
 def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
-    record = _load_record(runs_dir, run_id, store)
+    record = load_run_record(runs_dir, run_id, store)
     live = _live_counters(record) if record.state == "running" else None
     if record.driver_gone():
         record.state = "interrupted"
@@ -289,6 +291,12 @@ def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
 
         with contextlib.suppress(Exception):
             usage = Budget(_ledger_client(record), record.run_id, None).usage()
+    batches: list[BatchRecord] = []
+    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
+        from punchline.data.stores import open_store
+        from punchline.schedulers.batches import read_records
+
+        batches = read_records(open_store(record.services.store_url), record.run_id)
     return StatusView(
         run_id=record.run_id,
         pipeline=record.pipeline,
@@ -298,6 +306,7 @@ def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
         leased=leased,
         failures=failures,
         usage=usage,
+        batches=batches,
     )
 
 
@@ -310,6 +319,12 @@ def _status_renderable(view: StatusView) -> Group:
         table = Table("stage", "model", "tokens in", "tokens out", "cost $", title="cost per model")
         for row in view.usage:
             table.add_row(row.stage, row.model, str(row.input_tokens), str(row.output_tokens), f"{row.usd:.4f}")
+        parts.append(table)
+    if view.batches:
+        from punchline.cluster.commands.batches import batch_table
+
+        table = batch_table(view.batches)
+        table.title = "provider batches"
         parts.append(table)
     for stage, fails in view.failures.items():
         parts.append(f"[red]{len(fails)} failed units in {stage}:[/red]")
@@ -362,7 +377,7 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
     from punchline.data.stores import open_store
     from punchline.data.units import ShardOutput
 
-    record = _load_record(args.runs_dir, args.run_id)
+    record = load_run_record(args.runs_dir, args.run_id)
     store = open_store(record.services.store_url)
     decoder = msgspec.msgpack.Decoder(ShardOutput)
     dropped = 0

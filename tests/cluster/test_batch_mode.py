@@ -76,6 +76,15 @@ def test_batch_mode_gives_the_online_artifacts_at_half_price(
     listed = json.loads(capsys.readouterr().out)
     assert sorted(r["batch_id"] for r in listed) == sorted(r.batch_id for r in records)
     assert main(["batches", "nope", "--runs-dir", str(tmp_path / "runs")]) == 2
+    # and `status` shows each batch: state, counts, age
+    capsys.readouterr()
+    assert main(["status", "batched", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert sorted(b["batch_id"] for b in view["batches"]) == sorted(r.batch_id for r in records)
+    assert all(b["state"] == "collected" and b["succeeded"] == b["requests"] for b in view["batches"])
+    assert main(["status", "batched", "--runs-dir", str(tmp_path / "runs")]) == 0
+    shown = capsys.readouterr().out
+    assert "provider batches" in shown and records[0].batch_key[:12] in shown
 
 
 # crash point -> (fake knobs while the driver runs, what to wait for before kill -9)
