@@ -9,9 +9,10 @@ the provider, model and status but never the API key (any echo of it in a body i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
@@ -143,6 +144,27 @@ def status_error(
     return FatalProviderError(text, status=status)
 
 
+def _sdk_base(sdk: Any) -> type[Exception]:
+    base: type[Exception] = getattr(sdk, "AnthropicError", None) or sdk.OpenAIError
+    return base
+
+
+@contextlib.contextmanager
+def sdk_errors(sdk: Any, where: str, secret: str, timeout_s: float) -> Iterator[None]:
+    """Both official SDKs raise the same family of errors (``APIStatusError``, ``APITimeoutError``,
+    ``APIConnectionError`` under one base class): turn them into ours at the boundary, redacted."""
+    try:
+        yield
+    except sdk.APIStatusError as exc:
+        raise status_error(where, exc.status_code, api_error_message(exc), exc.response.headers, secret) from None
+    except sdk.APITimeoutError:
+        raise RetryableProviderError(f"{where}: timed out after {timeout_s} s") from None
+    except sdk.APIConnectionError as exc:
+        raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, secret)}") from None
+    except (_sdk_base(sdk), ValueError) as exc:
+        raise RetryableProviderError(f"{where}: {redact(str(exc), secret)[:200]}") from None
+
+
 __all__ = [
     "CHOICE_OFFSET_HEADER",
     "MalformedResponse",
@@ -150,6 +172,7 @@ __all__ = [
     "make_provider",
     "parse_retry_after",
     "redact",
+    "sdk_errors",
     "status_error",
     "wire_calls",
 ]

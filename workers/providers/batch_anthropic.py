@@ -9,7 +9,6 @@ found again by what it does carry: its request count and its creation time (see
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +18,7 @@ from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
-from punchline.workers.providers import api_error_message, cause_text, redact, status_error
+from punchline.workers.providers import redact, sdk_errors
 from punchline.workers.providers.anthropic import message_body, message_response
 
 
@@ -37,21 +36,8 @@ class AnthropicBatches:
     def __repr__(self) -> str:  # never the key
         return f"AnthropicBatches(name={self.name!r}, base_url={self.settings.base_url!r})"
 
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        where = f"{self.name} message batches ({what})"
-        try:
-            yield
-        except anthropic.APIStatusError as exc:
-            raise status_error(
-                where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
-            ) from None
-        except anthropic.APITimeoutError:
-            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
-        except anthropic.APIConnectionError as exc:
-            raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, self._secret)}") from None
-        except (anthropic.AnthropicError, ValueError) as exc:
-            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return sdk_errors(anthropic, f"{self.name} message batches ({what})", self._secret, self.settings.timeout_s)
 
     def batch_requests(self, requests: list[ProviderRequest]) -> list[dict[str, Any]]:
         return [

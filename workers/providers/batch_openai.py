@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import openai
@@ -19,7 +18,7 @@ from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
-from punchline.workers.providers import api_error_message, cause_text, redact, status_error
+from punchline.workers.providers import redact, sdk_errors
 from punchline.workers.providers.openai_compat import chat_body, response_of
 
 METADATA_KEY = "punchline_batch_key"
@@ -40,21 +39,8 @@ class OpenAIBatches:
     def __repr__(self) -> str:  # never the key
         return f"OpenAIBatches(name={self.name!r}, base_url={self.settings.base_url!r})"
 
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        where = f"{self.name} batches ({what})"
-        try:
-            yield
-        except openai.APIStatusError as exc:
-            raise status_error(
-                where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
-            ) from None
-        except openai.APITimeoutError:
-            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
-        except openai.APIConnectionError as exc:
-            raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, self._secret)}") from None
-        except (openai.OpenAIError, ValueError) as exc:
-            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return sdk_errors(openai, f"{self.name} batches ({what})", self._secret, self.settings.timeout_s)
 
     def input_file(self, requests: list[ProviderRequest]) -> bytes:
         lines = []
