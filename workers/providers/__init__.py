@@ -165,9 +165,36 @@ def sdk_errors(sdk: Any, where: str, secret: str, timeout_s: float) -> Iterator[
         raise RetryableProviderError(f"{where}: {redact(str(exc), secret)[:200]}") from None
 
 
+class SdkBatches:
+    """What both SDK batch clients share: the key read once, a client with the SDK's own retries off (a
+    create must never be repeated behind our back), a repr without the key, one error boundary."""
+
+    sdk: Any  # the SDK module (openai or anthropic)
+    client_class: Any  # its synchronous client
+    label = "batches"
+
+    def __init__(self, name: str, settings: ProviderSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self._secret = settings.api_key(name)
+        self._client = self.client_class(
+            base_url=settings.base_url, api_key=self._secret, max_retries=0, timeout=settings.timeout_s
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}(name={self.name!r}, base_url={self.settings.base_url!r})"
+
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return sdk_errors(self.sdk, f"{self.name} {self.label} ({what})", self._secret, self.settings.timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+
 __all__ = [
     "CHOICE_OFFSET_HEADER",
     "MalformedResponse",
+    "SdkBatches",
     "make_batch_provider",
     "make_provider",
     "parse_retry_after",

@@ -8,36 +8,24 @@ found again by what it does carry: its request count and its creation time (see
 
 from __future__ import annotations
 
-import contextlib
 from datetime import datetime
 from typing import Any
 
 import anthropic
 
 from punchline.data.errors import RetryableProviderError
-from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
-from punchline.workers.providers import redact, sdk_errors
+from punchline.workers.providers import SdkBatches, redact
 from punchline.workers.providers.anthropic import message_body, message_response
 
 
-class AnthropicBatches:
+class AnthropicBatches(SdkBatches):
     has_metadata = False
 
-    def __init__(self, name: str, settings: ProviderSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self._secret = settings.api_key(name)
-        self._client = anthropic.Anthropic(
-            base_url=settings.base_url, api_key=self._secret, max_retries=0, timeout=settings.timeout_s
-        )
-
-    def __repr__(self) -> str:  # never the key
-        return f"AnthropicBatches(name={self.name!r}, base_url={self.settings.base_url!r})"
-
-    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
-        return sdk_errors(anthropic, f"{self.name} message batches ({what})", self._secret, self.settings.timeout_s)
+    sdk = anthropic
+    client_class = anthropic.Anthropic
+    label = "message batches"
 
     def batch_requests(self, requests: list[ProviderRequest]) -> list[dict[str, Any]]:
         return [
@@ -49,7 +37,7 @@ class AnthropicBatches:
     def create(self, batch_key: str, requests: list[ProviderRequest]) -> BatchInfo:
         del batch_key  # no metadata in this API: reconciled by count and time
         with self._errors("create"):
-            return _info(self._client.messages.batches.create(requests=self.batch_requests(requests)))  # type: ignore[arg-type]
+            return _info(self._client.messages.batches.create(requests=self.batch_requests(requests)))
 
     def retrieve(self, batch_id: str) -> BatchInfo:
         with self._errors("retrieve"):
@@ -84,9 +72,6 @@ class AnthropicBatches:
                 else:
                     got[line.custom_id] = str(result.type)
         return [merge_parts(r, got, self.settings) for r in requests]
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def _timestamp(value: Any) -> float:

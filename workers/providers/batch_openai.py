@@ -8,39 +8,27 @@ the batch again by listing. SDK retries are off: a create is never repeated behi
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any, Literal
 
 import openai
 
 from punchline.data.errors import RetryableProviderError
-from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
-from punchline.workers.providers import redact, sdk_errors
+from punchline.workers.providers import SdkBatches, redact
 from punchline.workers.providers.openai_compat import chat_body, response_of
 
 METADATA_KEY = "punchline_batch_key"
 ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
 
 
-class OpenAIBatches:
+class OpenAIBatches(SdkBatches):
     has_metadata = True
 
-    def __init__(self, name: str, settings: ProviderSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self._secret = settings.api_key(name)
-        self._client = openai.OpenAI(
-            base_url=settings.base_url, api_key=self._secret, max_retries=0, timeout=settings.timeout_s
-        )
-
-    def __repr__(self) -> str:  # never the key
-        return f"OpenAIBatches(name={self.name!r}, base_url={self.settings.base_url!r})"
-
-    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
-        return sdk_errors(openai, f"{self.name} batches ({what})", self._secret, self.settings.timeout_s)
+    sdk = openai
+    client_class = openai.OpenAI
+    label = "batches"
 
     def input_file(self, requests: list[ProviderRequest]) -> bytes:
         lines = []
@@ -111,9 +99,6 @@ class OpenAIBatches:
                 message = json.dumps(resp.get("body"))[:200]
                 got[cid] = f"errored: HTTP {resp.get('status_code')}: {redact(message, self._secret)}"
         return [merge_parts(r, got, self.settings) for r in requests]
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def _info(batch: Any) -> BatchInfo:
