@@ -124,10 +124,10 @@ class Fake:
         self.url = line.rsplit(" ", 1)[1].strip()
         self.base_url = f"{self.url}/v1"
 
-    def stats(self) -> Any:
+    def stats(self, *, brief: bool = False) -> Any:
         from punchline.workers.fake import fetch_stats
 
-        return fetch_stats(self.url)
+        return fetch_stats(self.url, brief=brief)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
@@ -147,13 +147,13 @@ class CallClock:
     def _poll(self) -> None:
         while not self.stop.is_set():
             with contextlib.suppress(OSError):  # a busy server dropped the poll: the next one counts
-                self.samples.append((time.monotonic(), self.fake.stats().total_calls))
+                self.samples.append((time.monotonic(), self.fake.stats(brief=True).total_calls))
             time.sleep(0.05)
 
     def finish(self) -> None:
         self.stop.set()
         self.thread.join()
-        self.samples.append((time.monotonic(), self.fake.stats().total_calls))
+        self.samples.append((time.monotonic(), self.fake.stats(brief=True).total_calls))
 
     def first_call_at(self, baseline: int = 0) -> float:
         return next(t for t, n in self.samples if n > baseline)
@@ -168,7 +168,8 @@ class CallClock:
 
 class CpuMeter:
     """CPU seconds spent by processes whose command line contains ``marker`` (Ray workers come and go,
-    so they are polled and their last reading kept), plus this process (the driver or the loop)."""
+    so they are polled and their last reading kept; Ray titles a worker ``ray::ShardWorker.work``), plus
+    this process (the driver or the loop). A worker alive before the meter started counts from then."""
 
     def __init__(self, marker: str, services: dict[str, int]) -> None:
         import psutil
@@ -177,6 +178,12 @@ class CpuMeter:
         self.marker = marker
         self.services = services
         self.seen: dict[int, float] = {}
+        self.before: dict[int, float] = {}
+        if marker:
+            for proc in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if marker in " ".join(proc.cmdline()):
+                        self.before[proc.pid] = self._cpu(proc.pid)
         self.base = {name: self._cpu(pid) for name, pid in services.items()}
         self.self_start = self._self()
         self.stop = threading.Event()
@@ -196,17 +203,26 @@ class CpuMeter:
         return r.ru_utime + r.ru_stime
 
     def _poll(self) -> None:
+        """Known workers are read every 0.2 s (one /proc read each); the process list is walked once a
+        second for new ones, so the meter costs the engine next to nothing on two shared cores."""
+        walked = 0.0
         while not self.stop.is_set():
             if self.marker:
-                for proc in self.psutil.process_iter(["cmdline"]):
-                    if self.marker in " ".join(proc.info["cmdline"] or []):
-                        self.seen[proc.pid] = max(self.seen.get(proc.pid, 0.0), self._cpu(proc.pid))
+                if time.monotonic() - walked >= 1.0:
+                    walked = time.monotonic()
+                    for proc in self.psutil.Process().children(recursive=True):  # this run's Ray only
+                        with contextlib.suppress(self.psutil.Error):
+                            if self.marker in " ".join(proc.cmdline()):
+                                self.seen.setdefault(proc.pid, 0.0)
+                for pid in list(self.seen):
+                    self.seen[pid] = max(self.seen[pid], self._cpu(pid))
             time.sleep(0.2)
 
     def finish(self) -> dict[str, float]:
         self.stop.set()
         self.thread.join()
-        out = {"self": self._self() - self.self_start, "workers": sum(self.seen.values())}
+        workers = sum(cpu - self.before.get(pid, 0.0) for pid, cpu in self.seen.items())
+        out = {"self": self._self() - self.self_start, "workers": workers}
         out.update({name: self._cpu(pid) - self.base[name] for name, pid in self.services.items()})
         return out
 
@@ -274,7 +290,7 @@ def throughput(tmp: Path, jokes: Path, redis_pid: int, redis_url: str, latency_m
         loop_rate = clock.steady_rate()
         run_id = f"tp{latency_ms:.0f}"
         clock = CallClock(fake)
-        cpu = CpuMeter(f"punchline:{run_id}:", {"fake": fake.proc.pid, "redis": redis_pid})
+        cpu = CpuMeter("ray::ShardWorker", {"fake": fake.proc.pid, "redis": redis_pid})
         rec = engine_run(config, tmp, redis_url, run_id, tmp / f"store-tp{latency_ms:.0f}")
         clock.finish()
         engine_cpu = cpu.finish()
@@ -386,10 +402,10 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
 
     def watch() -> None:
         while not stop.is_set():
-            for proc in psutil.process_iter(["cmdline", "memory_info"]):
-                cmd = " ".join(proc.info["cmdline"] or [])
-                if "ShardWorker" in cmd and proc.info["memory_info"] is not None:
-                    worker_peak[0] = max(worker_peak[0], proc.info["memory_info"].rss)
+            for proc in psutil.Process().children(recursive=True):  # this driver's Ray, not another's
+                with contextlib.suppress(psutil.Error):
+                    if "ShardWorker" in " ".join(proc.cmdline()):
+                        worker_peak[0] = max(worker_peak[0], proc.memory_info().rss)
             time.sleep(0.5)
 
     watcher = threading.Thread(target=watch, daemon=True)

@@ -193,12 +193,14 @@ class _State:
             self.config = config
             self.tat = 0.0
 
-    def stats(self) -> FakeStats:
+    def stats(self, *, brief: bool = False) -> FakeStats:
+        """The counters; ``brief`` leaves out the per-key call counts (one entry per request ever made),
+        which a poller that only wants the totals would otherwise copy and encode every time."""
         with self.lock:
             return FakeStats(
                 total_calls=self.total,
                 ok=self.ok,
-                calls=dict(self.calls),
+                calls={} if brief else dict(self.calls),
                 calls_by_model=dict(self.by_model),
                 faults={f: self.faults[f] for f in FAULTS},
                 input_tokens=self.input_tokens,
@@ -283,6 +285,10 @@ def _apply_stop(text: str, stop: list[str]) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes; with Nagle on, the body waits for the client's delayed ACK of
+    # the headers (40 ms on Linux) - a stall no real provider has, which capped every client at 0.8 of
+    # C / latency in bench/engine_vs_loop.py.
+    disable_nagle_algorithm = True
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -338,8 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         if self.path.startswith(BATCH_PATHS):
             state.batches.handle(self, "GET", state.config, state.stop_event)
-        elif self.path == "/stats":
-            self._send(200, msgspec.to_builtins(state.stats()))
+        elif self.path in ("/stats", "/stats?brief=1"):
+            self._send(200, msgspec.to_builtins(state.stats(brief=self.path.endswith("brief=1"))))
         elif self.path == "/batch-stats":
             self._send(200, msgspec.to_builtins(state.batches.snapshot()))
         elif self.path == "/config":
@@ -656,9 +662,11 @@ class FakeProviderServer:
         self._state.set_config(self._state.defaults)
 
 
-def fetch_stats(url: str, *, timeout_s: float = 5.0) -> FakeStats:
-    """``GET /stats`` of a fake provider running elsewhere (another process or node)."""
-    with urllib.request.urlopen(f"{url.rstrip('/')}/stats", timeout=timeout_s) as resp:
+def fetch_stats(url: str, *, timeout_s: float = 5.0, brief: bool = False) -> FakeStats:
+    """``GET /stats`` of a fake provider running elsewhere (another process or node); ``brief``: without
+    the per-key call counts."""
+    query = "?brief=1" if brief else ""
+    with urllib.request.urlopen(f"{url.rstrip('/')}/stats{query}", timeout=timeout_s) as resp:
         return msgspec.json.decode(resp.read(), type=FakeStats)
 
 

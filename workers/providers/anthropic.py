@@ -2,9 +2,10 @@
 
 System messages are joined and passed as ``system=``. The API has no ``n`` and no ``seed``: a
 request with ``n > 1`` becomes ``n`` sequential calls whose texts are concatenated (as for an
-OpenAI-compat provider with ``supports_n = false``), and ``seed`` is not sent. ``temperature``
-travels in ``extra_body`` (SDK 2.x dropped the keyword). Whitespace-only stop sequences (such as
-``"\\n"``) are dropped because the API rejects them; a single-word answer is unaffected.
+OpenAI-compat provider with ``supports_n = false``), and ``seed`` is not sent. The body goes through the
+SDK's ``post`` as built by :func:`message_body` (so ``temperature``, which SDK 2.x dropped as a keyword,
+is simply a body field). Whitespace-only stop sequences (such as ``"\\n"``) are dropped because the API
+rejects them; a single-word answer is unaffected.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 from typing import Any
 
 import anthropic
+import httpx2
+import msgspec
 
 from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
@@ -49,13 +52,18 @@ class AnthropicProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        params = message_body(request)
-        # SDK 2.x has no ``temperature`` keyword; the Messages API still takes it in the body.
-        params["extra_body"] = {"temperature": params.pop("temperature")}
         headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
         try:
             async with self._slots:
-                resp = await self._client.messages.create(**params, extra_headers=headers)
+                # ``post`` (the SDK's documented way to reach any endpoint) keeps its auth, version header,
+                # timeouts and error types but skips validating the answer into pydantic models; msgspec
+                # decodes the fields we keep (see openai_compat).
+                raw = await self._client.post(
+                    "/v1/messages",
+                    cast_to=httpx2.Response,
+                    body=message_body(request),
+                    options={"headers": headers} if headers else {},
+                )
         except anthropic.APIStatusError as exc:
             raise status_error(
                 where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
@@ -68,7 +76,7 @@ class AnthropicProvider(SdkProvider):
             raise MalformedResponse(f"{where}: malformed response: {cause_text(exc, self._secret)}") from None
         except anthropic.AnthropicError as exc:
             raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
-        return message_response(where, resp)
+        return decode_message(where, raw.content)
 
 
 def message_body(request: ProviderRequest) -> dict[str, Any]:
@@ -86,6 +94,37 @@ def message_body(request: ProviderRequest) -> dict[str, Any]:
     if stop:
         params["stop_sequences"] = stop
     return params
+
+
+class _Block(msgspec.Struct):
+    type: str = ""
+    text: str = ""
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class _Message(msgspec.Struct):
+    """The fields of a Messages API answer we keep."""
+
+    content: list[_Block] | None = None
+    usage: _Usage | None = None
+    model: str | None = None
+
+
+_message = msgspec.json.Decoder(_Message)
+
+
+def decode_message(where: str, body: bytes) -> ProviderResponse:
+    """A Messages API response body as a :class:`ProviderResponse` (as :func:`message_response` reads the
+    SDK's parsed object)."""
+    try:
+        resp = _message.decode(body)
+    except msgspec.DecodeError as exc:
+        raise MalformedResponse(f"{where}: malformed response: {exc}") from None
+    return message_response(where, resp)
 
 
 def message_response(where: str, resp: Any) -> ProviderResponse:
