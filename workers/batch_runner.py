@@ -34,7 +34,7 @@ import msgspec
 import structlog
 
 from punchline.data.errors import FatalProviderError, LedgerUnavailable, ProviderError, PunchlineError
-from punchline.data.provider_settings import ProviderSettings
+from punchline.data.provider_settings import Mode, ProviderSettings
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.units import UnitSpec
@@ -85,6 +85,13 @@ class BatchTotals(msgspec.Struct, kw_only=True):
 
 def batch_mode(providers: dict[str, ProviderSettings]) -> bool:
     return any(p.mode == "batch" for p in providers.values())
+
+
+def stage_providers(providers: dict[str, ProviderSettings], mode: Mode | None) -> dict[str, ProviderSettings]:
+    """The providers as one stage sees them: a stage's own ``mode`` (None: none set) overrides theirs."""
+    if mode is None:
+        return providers
+    return {name: msgspec.structs.replace(p, mode=mode) for name, p in providers.items()}
 
 
 class BatchRunner:
