@@ -18,7 +18,7 @@ import msgspec
 from punchline.data.errors import ConfigError
 from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
 from punchline.data.jsonio import validation_location
-from punchline.data.provider_settings import ProviderSettings
+from punchline.data.provider_settings import Mode, ProviderSettings
 from punchline.workers.fake.server import FakeConfig
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
@@ -57,12 +57,14 @@ class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     provider: Name
     models: Names
     samples: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
+    mode: Mode | None = None  # this stage's units online or through batches; None: the provider's mode
 
 
 class ClassifySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     provider: Name
     model: Name
     batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
+    mode: Mode | None = None
 
 
 class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -76,6 +78,7 @@ class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     # score the answers against this puns file's lists instead of the run's own (upstream's analysis
     # scored against the lists of its day, which had grown since classification)
     score_against: Name | None = None
+    mode: Mode | None = None
 
 
 class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -94,6 +97,7 @@ class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     provider: Name
     model: Name
+    mode: Mode | None = None
 
 
 class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -106,6 +110,7 @@ class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     k_shot: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
     max_tokens: Count = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
     judge: JudgeSettings | None = None
+    mode: Mode | None = None  # of the generate stage (the judge stage has its own)
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -137,6 +142,18 @@ class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     curate: CurateSettings | None = None
     simulator: FakeConfig | None = None  # knobs of the offline simulated provider (base_url = "simulated")
     source: str = ""  # the file it was read from (filled by load_config)
+
+    def stage_mode(self, stage: str) -> Mode | None:
+        """The ``mode`` a stage's own table sets (``[puns.collect]``, ``[puns.classify]``, ``[puns.evaluate]``,
+        ``[humor]`` for generate, ``[humor.judge]``), which overrides its providers' ``mode`` for that stage's
+        units; None where the table says nothing (or the stage has no table of its own)."""
+        tables: dict[str, Any] = {}
+        if self.run.pipeline == "puns" and self.puns is not None:
+            tables = {"collect": self.puns.collect, "classify": self.puns.classify, "evaluate": self.puns.evaluate}
+        elif self.run.pipeline == "humor" and self.humor is not None:
+            tables = {"generate": self.humor, "judge": self.humor.judge}
+        mode: Mode | None = getattr(tables.get(stage), "mode", None)
+        return mode
 
     def provider(self, name: str) -> ProviderSettings:
         try:

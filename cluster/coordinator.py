@@ -36,7 +36,7 @@ from punchline.data.units import (
     stage_prefix,
 )
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently
-from punchline.workers.batch_runner import batch_mode, run_stage_batches
+from punchline.workers.batch_runner import batch_mode, run_stage_batches, stage_providers
 from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_actor_class
 
 log = structlog.get_logger("punchline.coordinator")
@@ -189,11 +189,12 @@ class Coordinator:
     def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
         """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
         plan, first_ids = self.write_plan(stage)
-        if batch_mode(self.worker_cfg.providers) and not self.worker_cfg.offline and plan.units_total:
+        providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
+        if batch_mode(providers) and not self.worker_cfg.offline and plan.units_total:
             # batch-mode providers' answers go into the response cache first; the shards then find them there
             cache = ResponseCache(self.store)
             totals = run_stage_batches(
-                self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), self.worker_cfg.providers
+                self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers
             )
             if totals.requests_answered:
                 patiently(self.ledger.count, self.ctx.run_id, stage.name, **totals.counters())

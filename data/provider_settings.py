@@ -17,6 +17,9 @@ from punchline.data.errors import ConfigError
 ProviderKind = Literal["openai", "anthropic"]
 
 
+Mode = Literal["online", "batch"]
+
+
 class ModelSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A model reachable through a provider, with its price per million tokens."""
 
@@ -46,8 +49,9 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     max_retries: int = 6
     max_malformed_retries: int = 2
     supports_n: bool = True
-    # "batch": a stage's uncached units of this provider go through its batch API (half price, within 24 h)
-    mode: Literal["online", "batch"] = "online"
+    # "batch": a stage's uncached units of this provider go through its batch API (half price, within 24 h);
+    # a stage's own table may say otherwise for its units (``[puns.collect] mode = "batch"``)
+    mode: Mode = "online"
     batch_max_requests: int = 10_000  # provider-side requests per batch (a split n-request counts n)
     batch_max_bytes: int = 100_000_000  # bytes of request bodies per batch
     batch_price_factor: float = 0.5  # batch price / online price

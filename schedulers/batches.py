@@ -15,6 +15,18 @@ same set submitted again after it failed as a whole gets a new key). The order o
 
 A record found in state ``intent`` on resume may or may not have a batch behind it (the driver died between
 3 and 4): it is reconciled with the provider's listing before anything is submitted again.
+
+**Held parts.** A request the provider answers in ``n`` single calls (its *parts*) can come back partly
+answered. The answered parts are written to ``<run>/batches/parts/<request key>.json`` (:class:`HeldParts`)
+*before* the batch's record says ``collected``, so a driver killed at any point finds them again; the next
+batch holds only the missing parts, and its record names the parts it leaves out (``held_parts``), so its
+request count (what an Anthropic batch is reconciled by) is fixed at the intent. Once every part is there the
+request's answer goes into the response cache and then the part file is deleted. Why a file per request and
+not fields on the records: held parts belong to a request, not to a batch; they are needed by the *next*
+batch, which has a record of its own, and a collected record stays as it was (the history ``punchline
+batches`` shows). One small file per partly answered request is read back with one listing on resume and
+removed once the request is whole. While a request waits for its missing parts, its lease stays with the run
+(a later batch of the same run adopts it), so no other run or online worker asks for all ``n`` again.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import msgspec
 import redis
 
 from punchline.data.errors import LedgerUnavailable
+from punchline.data.requests import ProviderResponse
 from punchline.data.store import Store
 from punchline.schedulers.ledger import fence_key, request_key
 
@@ -42,15 +55,16 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     stage: str
     provider: str
     keys: list[str]  # request keys, sorted
-    requests: int  # provider-side requests (a request split into n single calls counts n)
+    requests: int  # provider-side requests submitted (a request split into n single calls counts n)
+    held_parts: list[str] = []  # custom ids of parts of ``keys`` answered by earlier batches: not submitted
     state: BatchState = "intent"
     batch_id: str = ""
     intent_at: float = 0.0
     submitted_at: float = 0.0
     collected_at: float = 0.0
     provider_status: str = ""
-    succeeded: int = 0
-    failed: int = 0
+    succeeded: int = 0  # provider-side requests answered (and kept), out of ``requests``
+    failed: int = 0  # errored, expired, cancelled, missing or rejected by the validator
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0  # at the batch price
@@ -65,6 +79,13 @@ def batch_key(keys: Iterable[str], generation: int = 0) -> str:
     return h.hexdigest()[:32]
 
 
+class HeldParts(msgspec.Struct, kw_only=True):
+    """The answered parts of one request still missing others (``<run>/batches/parts/<request key>.json``)."""
+
+    key: str  # the request key
+    parts: dict[str, ProviderResponse]  # custom id -> that part's answer
+
+
 def batches_prefix(run_id: str) -> str:
     return f"{run_id}/batches/"
 
@@ -73,22 +94,37 @@ def record_path(run_id: str, key: str) -> str:
     return f"{batches_prefix(run_id)}{key}.json"
 
 
+def parts_prefix(run_id: str) -> str:
+    return f"{batches_prefix(run_id)}parts/"
+
+
+def parts_path(run_id: str, request_key: str) -> str:
+    return f"{parts_prefix(run_id)}{request_key}.json"
+
+
+def _record_paths(store: Store, run_id: str) -> list[str]:
+    """The batch records of a run (not the part files beside them: the store lists recursively)."""
+    prefix = batches_prefix(run_id)
+    return [p for p in store.list(prefix) if "/" not in p[len(prefix) :]]
+
+
 def batch_owner(run_id: str, key: str) -> str:
     return f"batch:{run_id}:{key}"
 
 
-# KEYS: leases..., fence ; ARGV: owner, ttl_ms -> per key 1 (now ours) | 0 (someone else's)
+# KEYS: leases..., fence ; ARGV: owner, ttl_ms, adopt ("" or an owner prefix whose leases become ours)
+# -> per key 1 (now ours) | 0 (someone else's)
 _TAKE = """
 local out = {}
 local prefix = ARGV[1] .. '|'
+local adopt = ARGV[3]
 for i = 1, #KEYS - 1 do
   local v = redis.call('GET', KEYS[i])
-  if (not v) or string.sub(v, 1, #prefix) == prefix then
-    if v then
-      redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]))
-    else
-      redis.call('SET', KEYS[i], prefix .. redis.call('INCR', KEYS[#KEYS]), 'PX', tonumber(ARGV[2]))
-    end
+  if v and string.sub(v, 1, #prefix) == prefix then
+    redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]))
+    out[i] = 1
+  elseif (not v) or (adopt ~= '' and string.sub(v, 1, #adopt) == adopt) then
+    redis.call('SET', KEYS[i], prefix .. redis.call('INCR', KEYS[#KEYS]), 'PX', tonumber(ARGV[2]))
     out[i] = 1
   else
     out[i] = 0
@@ -111,8 +147,15 @@ end
 return n
 """
 
+
+def run_owners(run_id: str) -> str:
+    """The owner prefix of every batch of a run (a later batch adopts the leases of partly answered requests)."""
+    return f"batch:{run_id}:"
+
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(BatchRecord)
+_parts_decoder = msgspec.json.Decoder(HeldParts)
 
 
 class BatchLedger:
@@ -134,16 +177,17 @@ class BatchLedger:
 
     # --- leases ------------------------------------------------------------------------------------
 
-    def take(self, owner: str, keys: Sequence[str], lease_ms: int) -> list[str]:
+    def take(self, owner: str, keys: Sequence[str], lease_ms: int, *, adopt: str = "") -> list[str]:
         """Lease ``keys`` to ``owner`` (or extend its own leases); returns the keys it holds now. A key held
-        by anyone else (an online worker, another run) is left alone: its answer will appear in the cache."""
+        by anyone else (an online worker, another run) is left alone: its answer will appear in the cache.
+        A lease whose owner starts with ``adopt`` (this run's other batches) is taken over."""
         held: list[str] = []
         for i in range(0, len(keys), 500):
             chunk = list(keys[i : i + 500])
             res = self._redis(
                 self._take,
                 keys=[*[request_key(self.ns, k) for k in chunk], fence_key(self.ns)],
-                args=[owner, lease_ms],
+                args=[owner, lease_ms, adopt],
             )
             held += [k for k, ok in zip(chunk, res, strict=True) if ok]
         return held
@@ -164,13 +208,31 @@ class BatchLedger:
 
     def records(self, stage: str | None = None) -> list[BatchRecord]:
         out = []
-        for path in self.store.list(batches_prefix(self.run_id)):
+        for path in _record_paths(self.store, self.run_id):
             raw = self.store.get(path)
             if raw is not None:
                 rec = _decoder.decode(raw)
                 if stage is None or rec.stage == stage:
                     out.append(rec)
         return sorted(out, key=lambda r: (r.intent_at, r.batch_key))
+
+    # --- held parts ---------------------------------------------------------------------------------
+
+    def write_parts(self, held: HeldParts) -> None:
+        self.store.put(parts_path(self.run_id, held.key), _encoder.encode(held))
+
+    def held_parts(self) -> dict[str, HeldParts]:
+        """Every part file of the run, by request key (one listing)."""
+        out: dict[str, HeldParts] = {}
+        for path in self.store.list(parts_prefix(self.run_id)):
+            raw = self.store.get(path)
+            if raw is not None:
+                held = _parts_decoder.decode(raw)
+                out[held.key] = held
+        return out
+
+    def drop_parts(self, request_key: str) -> None:
+        self.store.delete(parts_path(self.run_id, request_key))
 
     def new_key(self, keys: Sequence[str]) -> str:
         """The batch key for these units: a later generation when this exact set was submitted before."""
@@ -183,7 +245,7 @@ class BatchLedger:
 def read_records(store: Store, run_id: str) -> list[BatchRecord]:
     """A run's batch records (for ``status`` and ``punchline batches``), oldest first."""
     out = []
-    for path in store.list(batches_prefix(run_id)):
+    for path in _record_paths(store, run_id):
         raw = store.get(path)
         if raw is not None:
             out.append(_decoder.decode(raw))

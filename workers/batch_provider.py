@@ -7,13 +7,17 @@ runner decides, after reconciling with the provider. Implementations live in
 (the runner lives in the driver, which waits anyway).
 
 A :class:`ProviderRequest` becomes one batch request per wire call (``wire_calls``: ``n`` single calls where
-the provider cannot return ``n`` choices); each carries the custom id ``<request key>-o<choice offset>``, and
-:func:`merge_parts` joins the parts' answers into the same :class:`ProviderResponse` the online call gives.
+the provider cannot return ``n`` choices), its **parts**; each carries the custom id
+``<request key>-o<choice offset>``. A client submits the parts it is given (``skip`` leaves out parts answered
+by an earlier batch) and reports each part's outcome by custom id; :func:`merge_parts` joins a request's
+parts, once all are answered, into the same :class:`ProviderResponse` the online call gives (texts in choice
+offset order). Why per part and not per request: when one of ``n`` parts fails, only that part is paid for
+again; the runner keeps the others (see :mod:`punchline.workers.batch_runner`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Literal, Protocol
 
 import msgspec
@@ -37,8 +41,12 @@ class BatchInfo(msgspec.Struct, kw_only=True):
     batch_key: str = ""  # from the batch's metadata, where the API has it (OpenAI)
 
 
+PartOutcome = ProviderResponse | str
+"""One part's outcome inside a batch: its answer, or why there is none ("errored: …", "expired", "canceled")."""
+
+
 class RequestOutcome(msgspec.Struct, kw_only=True):
-    """One request's outcome inside a batch: an answer, or why there is none (resubmitted later)."""
+    """One request's outcome from its parts: an answer, or why there is none yet (resubmitted later)."""
 
     key: str
     response: ProviderResponse | None = None
@@ -51,19 +59,21 @@ class Part(msgspec.Struct, frozen=True):
     n: int  # choices asked for in this part
 
 
-def parts(settings: ProviderSettings, request: ProviderRequest) -> list[Part]:
-    """The batch requests ``request`` becomes: one, or ``n`` single-choice ones (as the online call splits)."""
+def parts(settings: ProviderSettings, request: ProviderRequest, skip: Container[str] = ()) -> list[Part]:
+    """The batch requests ``request`` becomes, in choice offset order: one, or ``n`` single-choice ones (as the
+    online call splits); parts whose custom id is in ``skip`` (answered already) are left out."""
     key = request.key()
     first = request.sample_slot * request.n
     if request.n > 1 and (not settings.supports_n or settings.kind == "anthropic"):
-        return [Part(f"{key}-o{first + i}", first + i, 1) for i in range(request.n)]
-    return [Part(f"{key}-o{first}", first, request.n)]
+        split = [Part(f"{key}-o{first + i}", first + i, 1) for i in range(request.n)]
+    else:
+        split = [Part(f"{key}-o{first}", first, request.n)]
+    return [p for p in split if p.custom_id not in skip]
 
 
-def merge_parts(
-    request: ProviderRequest, got: Mapping[str, ProviderResponse | str], settings: ProviderSettings
-) -> RequestOutcome:
-    """The request's outcome from its parts' (answer or error); any part missing or failed fails it all."""
+def merge_parts(request: ProviderRequest, got: Mapping[str, PartOutcome], settings: ProviderSettings) -> RequestOutcome:
+    """The request's outcome from its parts' outcomes (answers in offset order, as the online call joins them);
+    a part missing or failed leaves the request without an answer (its error says why)."""
     key = request.key()
     answers: list[ProviderResponse] = []
     for part in parts(settings, request):
@@ -91,7 +101,9 @@ class BatchProvider(Protocol):
     settings: ProviderSettings
     has_metadata: bool  # whether a batch carries our batch key (then reconciling is exact)
 
-    def create(self, batch_key: str, requests: list[ProviderRequest]) -> BatchInfo: ...
+    def create(self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = ()) -> BatchInfo:
+        """One batch of the parts of ``requests`` except those whose custom id is in ``skip``."""
+        ...
 
     def retrieve(self, batch_id: str) -> BatchInfo: ...
 
@@ -99,7 +111,9 @@ class BatchProvider(Protocol):
         """The newest batches first (at most ``limit``)."""
         ...
 
-    def results(self, batch_id: str, requests: list[ProviderRequest]) -> list[RequestOutcome]: ...
+    def results(self, batch_id: str) -> dict[str, PartOutcome]:
+        """Each part's outcome by custom id (a part the provider did not report is simply absent)."""
+        ...
 
     def cancel(self, batch_id: str) -> BatchInfo: ...
 

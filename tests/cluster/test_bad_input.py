@@ -234,6 +234,7 @@ for v in (-1.0, NAN, INF):
     )
 config_cases("puns", "providers/together/models/3b/id", "", ("providers.together", "models.3b.id"))
 config_cases("puns", "providers/together/kind", "other", ("providers.together", "kind"))
+config_cases("puns", "providers/together/mode", "batched", ("providers.together", "mode"))
 # [puns]
 for v in (0, -4):
     config_cases("puns", "puns/collect/samples", v, "puns.collect")
@@ -243,6 +244,8 @@ config_cases("puns", "puns/classify/batch_size", 0, "puns.classify")
 for v in (0, -1):
     config_cases("puns", "puns/cloze/pairs", v, "puns.cloze")
 config_cases("puns", "puns/evaluate/models", [], "puns.evaluate")
+config_cases("puns", "puns/collect/mode", "batched", "puns.collect.mode")
+config_cases("puns", "puns/classify/mode", 1, "puns.classify.mode")
 config_cases("puns", "puns/jokes", "/nonexistent/jokes.json", "/nonexistent/jokes.json")
 # [simulator]
 for v in (2.0, NAN, -0.1):
@@ -254,6 +257,8 @@ config_cases("humor", "humor/models", [], "humor.models")
 config_cases("humor", "humor/k_shot", -1, "humor.k_shot")
 config_cases("humor", "humor/max_tokens", 0, "humor.max_tokens")
 config_cases("humor", "humor/judge/provider", "nobody", "humor.judge.provider")
+config_cases("humor", "humor/mode", "offline", "humor.mode")
+config_cases("humor", "humor/judge/mode", "later", "humor.judge.mode")
 config_cases("curate", "curate/raters", {}, "curate.raters")
 config_cases("curate", "curate/repair_below", 11.0, "curate.repair_below")
 config_cases("curate", "curate/tie_break", "nobody", "curate.tie_break")

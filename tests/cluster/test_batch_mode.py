@@ -87,6 +87,30 @@ def test_batch_mode_gives_the_online_artifacts_at_half_price(
     assert "provider batches" in shown and records[0].batch_key[:12] in shown
 
 
+def test_a_stage_in_batch_mode_of_its_own_with_split_requests_failing_in_part(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any
+) -> None:
+    """``[puns.collect] mode = "batch"`` over online providers: only collect goes through batches; its samples
+    are split into single calls (``supports_n = false``), some of which fail, and only those are asked again."""
+    online = make_config(jokes=6, models=("3b", "70b"), shard_size=4, classify=True, unseen=True, workers_per_node=1)
+    online.write_text(online.read_text().replace("[providers.sim]\n", "[providers.sim]\nsupports_n = false\n"))
+    batch = online.with_name("stage-batch.toml")
+    batch.write_text(online.read_text().replace(" samples = 4 }", ' samples = 4, mode = "batch" }'))
+    assert 'mode = "batch"' in batch.read_text()
+    expected = online_baseline(tmp_path, online, redis_url, fake)
+    fake.configure(batch_error_rate=0.15, batch_expire_rate=0.05)
+    assert run(str(batch), opts(tmp_path, redis_url, "staged")).state == "finished"
+    assert artifacts(tmp_path, "store", "staged") == expected
+    stats = fake.batch_stats()
+    assert stats.errored + stats.expired > 0
+    assert set(stats.billed.values()) == {1}, "a part was billed twice"
+    assert sum(stats.submitted.values()) == len(stats.billed) + stats.errored + stats.expired
+    records = read_records(LocalStore(tmp_path / "store"), "staged")
+    assert {r.stage for r in records} == {"collect"} and any(r.held_parts for r in records)
+    assert fake.stats().total_calls > 0  # classify went online, as its provider says
+    assert list((tmp_path / "store" / "staged" / "batches").glob("parts/*")) == []
+
+
 # crash point -> (fake knobs while the driver runs, what to wait for before kill -9)
 CRASHES = {
     "before_create": {"batch_crash_point": "before_create", "hang_s": 120},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from punchline.cluster.config import load_config
@@ -75,3 +76,32 @@ def test_humor_answers_may_be_256_tokens_long_by_default() -> None:
     from punchline.cluster.config import HumorSettings
 
     assert HumorSettings(data="x.json", provider="p", models=["m"]).max_tokens == 256  # lm-eval's default
+
+
+def test_a_stage_table_may_set_the_mode_of_its_units(tmp_path: Path) -> None:
+    from punchline.workers.batch_runner import batch_mode, stage_providers
+
+    text = GOOD.replace(
+        'collect = { provider = "sim", models = ["m"] }',
+        'collect = { provider = "sim", models = ["m"], mode = "batch" }',
+    )
+    text += 'classify = { provider = "sim", model = "m" }\n'
+    text += 'evaluate = { provider = "sim", models = ["m"], mode = "online" }\n'
+    cfg = load_config(write(tmp_path, text))
+    assert [cfg.stage_mode(s) for s in ("collect", "classify", "rank", "evaluate")] == ["batch", None, None, "online"]
+    # the stage's mode overrides the provider's (online here) for that stage's units only
+    assert batch_mode(stage_providers(cfg.providers, cfg.stage_mode("collect")))
+    assert not batch_mode(stage_providers(cfg.providers, cfg.stage_mode("classify")))
+    assert cfg.providers["sim"].mode == "online"
+    batch_provider = cfg.providers | {"sim": msgspec.structs.replace(cfg.providers["sim"], mode="batch")}
+    assert not batch_mode(stage_providers(batch_provider, cfg.stage_mode("evaluate")))
+    assert batch_mode(stage_providers(batch_provider, cfg.stage_mode("classify")))
+
+
+def test_the_humor_tables_set_the_mode_of_generate_and_judge(tmp_path: Path) -> None:
+    text = GOOD.replace('pipeline = "puns"', 'pipeline = "humor"') + (
+        '[humor]\ndata = "x.json"\nprovider = "sim"\nmodels = ["m"]\nmode = "batch"\n'
+        'judge = { provider = "sim", model = "m", mode = "online" }\n'
+    )
+    cfg = load_config(write(tmp_path, text))
+    assert [cfg.stage_mode(s) for s in ("generate", "score", "judge", "collect")] == ["batch", None, "online", None]

@@ -1,18 +1,23 @@
 """The batch endpoints of the fake provider, spoken to by the batch clients (official SDKs) over HTTP.
 
 A batch must answer exactly what the online call answers (the response cache does not care which paid
-for it), bill each succeeded request once, and resubmitted requests must get a fresh draw of faults."""
+for it), bill each succeeded request once, and resubmitted requests must get a fresh draw of faults. A
+request split into single-choice parts can be submitted part by part, and its parts merge into the online
+answer."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import openai
 import pytest
 
 from punchline.data.completions import sample_request
 from punchline.data.errors import RetryableProviderError
-from punchline.data.requests import ProviderRequest
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.workers.batch_provider import merge_parts, parts
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.fake.server import fetch_batch_stats
 from punchline.workers.providers import make_batch_provider, make_provider
@@ -31,8 +36,10 @@ def _requests(n: int = 3) -> list[ProviderRequest]:
     return [sample_request("fake", MODEL, p, n=n) for p in PROMPTS]
 
 
-async def _online(fake: FakeProviderServer, kind: str, requests: list[ProviderRequest]) -> list[object]:
-    provider = make_provider("fake", fake.provider_settings(kind))
+async def _online(
+    fake: FakeProviderServer, kind: str, requests: list[ProviderRequest], settings: ProviderSettings | None = None
+) -> list[ProviderResponse]:
+    provider = make_provider("fake", settings or fake.provider_settings(kind))
     try:
         return [await provider.complete(r) for r in requests]
     finally:
@@ -48,7 +55,9 @@ def test_batch_answers_equal_online_answers_and_bill_once(fake: FakeProviderServ
     done = batches.retrieve(info.batch_id)
     assert done.status == "ended"
     assert done.succeeded == done.total == (12 if kind == "anthropic" else 4)
-    outcomes = batches.results(info.batch_id, requests)
+    got = batches.results(info.batch_id)
+    assert len(got) == done.total
+    outcomes = [merge_parts(r, got, batches.settings) for r in requests]
     online = asyncio.run(_online(fake, kind, requests))
     assert [o.response for o in outcomes] == online
     assert [o.key for o in outcomes] == [r.key() for r in requests]
@@ -66,7 +75,8 @@ def test_errored_and_expired_requests_are_not_billed_and_get_a_fresh_draw(fake: 
     requests = [sample_request("fake", MODEL, f"Joke number {i} ends with a", n=1) for i in range(40)]
     batches = make_batch_provider("fake", fake.provider_settings(kind))
     info = batches.create("k2", requests)
-    outcomes = batches.results(info.batch_id, requests)
+    got = batches.results(info.batch_id)
+    outcomes = [merge_parts(r, got, batches.settings) for r in requests]
     failed = [o for o in outcomes if o.response is None]
     kinds = {o.error.split(":")[0] for o in failed}
     assert kinds == {"errored", "expired"}
@@ -80,8 +90,8 @@ def test_errored_and_expired_requests_are_not_billed_and_get_a_fresh_draw(fake: 
     # resubmitting only the failed ones: a fresh draw, and nobody is billed twice
     fake.configure(seed=3)
     retry = [r for r, o in zip(requests, outcomes, strict=True) if o.response is None]
-    again = batches.results(batches.create("k3", retry).batch_id, retry)
-    assert all(o.response is not None for o in again)
+    again = batches.results(batches.create("k3", retry).batch_id)
+    assert all(merge_parts(r, again, batches.settings).response is not None for r in retry)
     assert set(fake.batch_stats().billed.values()) == {1}
     assert len(fake.batch_stats().billed) == len(requests)
 
@@ -95,8 +105,36 @@ def test_cancel_before_processing_bills_nothing(fake: FakeProviderServer, kind: 
     assert batches.retrieve(info.batch_id).status == "in_progress"
     cancelled = batches.cancel(info.batch_id)
     assert cancelled.status == "ended"
-    assert {o.error for o in batches.results(info.batch_id, requests)} == {"canceled"}
+    assert set(batches.results(info.batch_id).values()) == {"canceled"}
     assert fake.batch_stats().billed == {}
+
+
+SPLIT = [("anthropic", {}), ("openai", {"supports_n": False})]
+
+
+@pytest.mark.parametrize(("kind", "overrides"), SPLIT)
+def test_a_split_request_is_submitted_part_by_part_and_merges_into_the_online_answer(
+    fake: FakeProviderServer, kind: str, overrides: dict[str, Any]
+) -> None:
+    settings = fake.provider_settings(kind, **overrides)
+    requests = _requests(n=3)
+    later = {parts(settings, r)[1].custom_id for r in requests}  # the middle choice of each, asked for later
+    assert all(len(parts(settings, r)) == 3 for r in requests)
+    batches = make_batch_provider("fake", settings)
+    first = batches.create("p1", requests, skip=later)
+    got = batches.results(first.batch_id)
+    every = {p.custom_id for r in requests for p in parts(settings, r)}
+    assert first.total == 8 and set(got) == every - later
+    assert {merge_parts(r, got, settings).error for r in requests} == {"missing"}
+    second = batches.create("p2", requests, skip=set(got))
+    got |= batches.results(second.batch_id)
+    assert second.total == 4
+    stats = fake.batch_stats()
+    assert set(stats.submitted.values()) == {1} and set(stats.billed.values()) == {1} and len(stats.billed) == 12
+    # held parts and the rest, merged in choice offset order: exactly the online answer
+    online = asyncio.run(_online(fake, kind, requests, settings))
+    assert [merge_parts(r, got, settings).response for r in requests] == online
+    assert all(len(a.texts) == 3 for a in online)
 
 
 def test_openai_batches_carry_the_batch_key_in_metadata_and_file_name(fake: FakeProviderServer) -> None:

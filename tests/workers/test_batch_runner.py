@@ -1,20 +1,23 @@
 """The batch runner against real Redis, a real store and the fake provider's batch endpoints (no Ray):
-answers land under the online path's cache keys, failed requests are resubmitted alone, and an intent whose
-create outcome is unknown is reconciled with the provider before anything is paid again."""
+answers land under the online path's cache keys, failed requests (and failed parts of a request split into
+single calls) are resubmitted alone, and an intent whose create outcome is unknown is reconciled with the
+provider before anything is paid again."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from punchline.data.completions import sample_request
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
+from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
-from punchline.schedulers.batches import BatchLedger, BatchRecord, batch_key, batch_owner
+from punchline.schedulers.batches import BatchLedger, BatchRecord, batch_key, batch_owner, parts_prefix
 from punchline.schedulers.ledger import request_key
 from punchline.workers.batch_runner import AmbiguousBatch, BatchOptions, BatchRunner
 from punchline.workers.fake import FakeProviderServer
@@ -75,24 +78,154 @@ def test_batch_answers_go_into_the_online_cache_keys_at_half_price(
     assert again.batches == 0 and fake.batch_stats().batches_created == len(records)
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def _answers(store: LocalStore, units: list[UnitSpec]) -> dict[str, ProviderResponse]:
+    cache = ResponseCache(store)
+    out = {}
+    for u in units:
+        hit = cache.get(u.request.key())
+        assert hit is not None, f"{u.unit_id} has no cached answer"
+        out[u.unit_id] = hit.response
+    return out
+
+
+def _clean_answers(
+    fake: FakeProviderServer,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    kind: str,
+    units: list[UnitSpec],
+    seed: int,
+    **kw: Any,
+) -> dict[str, ProviderResponse]:
+    """What a batch run without a single failure caches for ``units`` (then the fake's counters are reset)."""
+    fake.configure(seed=seed)  # the seed picks the fake's answers too
+    store = LocalStore(tmp_path / "clean")
+    _runner(fake, redis_client, store, kind, run_id="clean", **kw).run(units)
+    fake.reset()
+    return _answers(store, units)
+
+
+# (kind, provider settings, samples per request): single calls, and requests split into n single-choice parts
+RESUBMIT = [
+    ("openai", {}, 1),
+    ("anthropic", {}, 1),
+    ("anthropic", {}, 3),
+    ("openai", {"supports_n": False}, 3),
+]
+
+
+@pytest.mark.parametrize(("kind", "kw", "samples"), RESUBMIT)
 def test_only_errored_and_expired_requests_are_resubmitted(
-    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, kind: str
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, kind: str, kw: dict[str, Any], samples: int
 ) -> None:
+    units = _units(60, samples=samples)
+    expected = _clean_answers(fake, redis_client, tmp_path, kind, units, 7, **kw)
     fake.configure(batch_error_rate=0.10, batch_expire_rate=0.05, seed=7)
     store = LocalStore(tmp_path)
-    units = _units(60, samples=1)  # (a request split into n calls is resubmitted whole: see the README)
-    _runner(fake, redis_client, store, kind).run(units)
-    assert all(ResponseCache(store).contains(u.request.key()) for u in units)
+    totals = _runner(fake, redis_client, store, kind, **kw).run(units)
+    # the cached answers are the ones a batch without failures gives: same texts, same order, same tokens
+    assert _answers(store, units) == expected
+    assert totals.requests_answered == 60
     stats = fake.batch_stats()
     assert stats.errored > 0 and stats.expired > 0
     assert set(stats.billed.values()) == {1}
+    parts_total = 60 * samples
+    assert len(stats.billed) == parts_total
     records = BatchLedger(redis_client, store, "r1").records()
     first, *later = records
-    assert first.failed > 0 and first.requests == 60
-    # each later batch holds only what failed before it: smaller, and nobody submitted after succeeding
-    assert sum(r.requests for r in later) == stats.errored + stats.expired
+    assert first.failed > 0 and first.requests == parts_total and first.succeeded + first.failed == parts_total
+    # each later batch holds exactly what failed before it: every failure is asked for once more, and no part
+    # that succeeded is ever submitted again
+    assert sum(r.requests for r in later) == stats.errored + stats.expired == sum(r.failed for r in records)
+    assert sum(stats.submitted.values()) == parts_total + stats.errored + stats.expired
     assert all(r.requests < first.requests for r in later)
+    if samples > 1:  # requests partly answered were asked only for their missing parts
+        assert any(r.held_parts for r in later)
+        assert all(r.requests == sum(samples for _ in r.keys) - len(r.held_parts) for r in records)
+    assert list(store.list(parts_prefix("r1"))) == []  # every part file went once its request was cached
+    assert redis_client.keys("pl:req:*") == []
+    assert sum(r.cost_usd for r in records) == pytest.approx(sum(r.online_cost_usd for r in records) / 2)
+
+
+class Killed(BaseException):
+    """What kill -9 does to the runner: nothing after this point happens."""
+
+
+@pytest.mark.parametrize(("kind", "kw"), [("anthropic", {}), ("openai", {"supports_n": False})])
+def test_a_driver_killed_after_keeping_parts_before_collected_resumes_billing_each_part_once(
+    fake: FakeProviderServer,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    kw: dict[str, Any],
+) -> None:
+    units = _units(12, samples=3)
+    expected = _clean_answers(fake, redis_client, tmp_path, kind, units, 11, **kw)
+    fake.configure(batch_error_rate=0.25, batch_expire_rate=0.05, seed=11)
+    store = LocalStore(tmp_path)
+    runner = _runner(fake, redis_client, store, kind, **kw)
+    write = runner.ledger.write
+
+    def killing_write(rec: BatchRecord) -> None:
+        if rec.state == "collected":  # the part files are written; the record never says collected
+            raise Killed
+        write(rec)
+
+    monkeypatch.setattr(runner.ledger, "write", killing_write)
+    with pytest.raises(Killed):
+        runner.run(units)
+    [rec] = BatchLedger(redis_client, store, "r1").records()
+    assert rec.state == "submitted"
+    held = BatchLedger(redis_client, store, "r1").held_parts()
+    assert held, "no request was partly answered: pick another seed"
+    billed_before = dict(fake.batch_stats().billed)
+    assert all(cid in billed_before for h in held.values() for cid in h.parts)
+
+    _runner(fake, redis_client, store, kind, **kw).run(units)  # the resumed driver (same run, same store)
+    assert _answers(store, units) == expected
+    stats = fake.batch_stats()
+    assert set(stats.billed.values()) == {1} and len(stats.billed) == 36
+    records = BatchLedger(redis_client, store, "r1").records()
+    assert records[0].batch_id == rec.batch_id and records[0].state == "collected"
+    assert stats.batches_created == len(records)
+    assert any(r.held_parts for r in records[1:])
+    # nothing that succeeded was asked for again: each failure is submitted once more, and that is all
+    assert sum(stats.submitted.values()) == 36 + stats.errored + stats.expired
+    assert list(store.list(parts_prefix("r1"))) == []
+    assert redis_client.keys("pl:req:*") == []
+
+
+def test_a_batch_of_missing_parts_created_by_a_dead_driver_is_found_by_its_count(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver dies right after creating a batch of only the missing parts (no id recorded): the resumed
+    driver's intent counts the same parts, so Anthropic's listing (count and time) finds that batch."""
+    units = _units(12, samples=3)
+    fake.configure(batch_error_rate=0.25, seed=11)
+    store = LocalStore(tmp_path)
+    runner = _runner(fake, redis_client, store, "anthropic")
+    client = runner.clients["p"]
+    create = client.create
+
+    def dying_create(key: str, requests: list[Any], skip: Any = ()) -> Any:
+        info = create(key, requests, skip)
+        if skip:  # a batch that leaves held parts out was created; the driver dies before recording it
+            raise Killed
+        return info
+
+    monkeypatch.setattr(client, "create", dying_create)
+    with pytest.raises(Killed):
+        runner.run(units)
+    intent = [r for r in BatchLedger(redis_client, store, "r1").records() if r.state == "intent"]
+    assert len(intent) == 1 and intent[0].held_parts
+    fake.configure()
+    _runner(fake, redis_client, store, "anthropic").run(units)
+    records = BatchLedger(redis_client, store, "r1").records()
+    assert fake.batch_stats().batches_created == len(records)  # adopted, never created again
+    assert all(r.state == "collected" and r.batch_id for r in records)
+    assert set(fake.batch_stats().billed.values()) == {1} and len(fake.batch_stats().billed) == 36
+    assert all(ResponseCache(store).contains(u.request.key()) for u in units)
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])

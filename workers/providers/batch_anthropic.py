@@ -8,14 +8,15 @@ found again by what it does carry: its request count and its creation time (see
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import datetime
 from typing import Any
 
 import anthropic
 
 from punchline.data.errors import RetryableProviderError
-from punchline.data.requests import ProviderRequest, ProviderResponse
-from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
+from punchline.data.requests import ProviderRequest
+from punchline.workers.batch_provider import BatchInfo, PartOutcome, parts
 from punchline.workers.providers import SdkBatches, redact
 from punchline.workers.providers.anthropic import message_body, message_response
 
@@ -27,17 +28,18 @@ class AnthropicBatches(SdkBatches):
     client_class = anthropic.Anthropic
     label = "message batches"
 
-    def batch_requests(self, requests: list[ProviderRequest]) -> list[dict[str, Any]]:
+    def batch_requests(self, requests: list[ProviderRequest], skip: Container[str] = ()) -> list[dict[str, Any]]:
         return [
             {"custom_id": part.custom_id, "params": message_body(request)}
             for request in requests
-            for part in parts(self.settings, request)
+            for part in parts(self.settings, request, skip)
         ]
 
-    def create(self, batch_key: str, requests: list[ProviderRequest]) -> BatchInfo:
+    def create(self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = ()) -> BatchInfo:
         del batch_key  # no metadata in this API: reconciled by count and time
+        body = self.batch_requests(requests, skip)
         with self._errors("create"):
-            return _info(self._client.messages.batches.create(requests=self.batch_requests(requests)))
+            return _info(self._client.messages.batches.create(requests=body))
 
     def retrieve(self, batch_id: str) -> BatchInfo:
         with self._errors("retrieve"):
@@ -56,8 +58,8 @@ class AnthropicBatches(SdkBatches):
         with self._errors("cancel"):
             return _info(self._client.messages.batches.cancel(batch_id))
 
-    def results(self, batch_id: str, requests: list[ProviderRequest]) -> list[RequestOutcome]:
-        got: dict[str, ProviderResponse | str] = {}
+    def results(self, batch_id: str) -> dict[str, PartOutcome]:
+        got: dict[str, PartOutcome] = {}
         with self._errors("results"):
             for line in self._client.messages.batches.results(batch_id):
                 result = line.result
@@ -71,7 +73,7 @@ class AnthropicBatches(SdkBatches):
                     got[line.custom_id] = f"errored: {redact(str(err), self._secret)[:200]}"
                 else:
                     got[line.custom_id] = str(result.type)
-        return [merge_parts(r, got, self.settings) for r in requests]
+        return got
 
 
 def _timestamp(value: Any) -> float:

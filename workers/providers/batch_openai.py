@@ -9,13 +9,14 @@ the batch again by listing. SDK retries are off: a create is never repeated behi
 from __future__ import annotations
 
 import json
+from collections.abc import Container
 from typing import Any, Literal
 
 import openai
 
 from punchline.data.errors import RetryableProviderError
-from punchline.data.requests import ProviderRequest, ProviderResponse
-from punchline.workers.batch_provider import BatchInfo, RequestOutcome, merge_parts, parts
+from punchline.data.requests import ProviderRequest
+from punchline.workers.batch_provider import BatchInfo, PartOutcome, parts
 from punchline.workers.providers import SdkBatches, redact
 from punchline.workers.providers.openai_compat import chat_body, response_of
 
@@ -30,10 +31,10 @@ class OpenAIBatches(SdkBatches):
     client_class = openai.OpenAI
     label = "batches"
 
-    def input_file(self, requests: list[ProviderRequest]) -> bytes:
+    def input_file(self, requests: list[ProviderRequest], skip: Container[str] = ()) -> bytes:
         lines = []
         for request in requests:
-            for part in parts(self.settings, request):
+            for part in parts(self.settings, request, skip):
                 body = chat_body(request, part.n)
                 lines.append(
                     json.dumps(
@@ -44,8 +45,8 @@ class OpenAIBatches(SdkBatches):
                 )
         return ("\n".join(lines) + "\n").encode()
 
-    def create(self, batch_key: str, requests: list[ProviderRequest]) -> BatchInfo:
-        data = self.input_file(requests)
+    def create(self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = ()) -> BatchInfo:
+        data = self.input_file(requests, skip)
         with self._errors("upload"):
             uploaded = self._client.files.create(file=(f"punchline-{batch_key}.jsonl", data), purpose="batch")
         with self._errors("create"):
@@ -81,9 +82,10 @@ class OpenAIBatches(SdkBatches):
             text = self._client.files.content(file_id).text
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
-    def results(self, batch_id: str, requests: list[ProviderRequest]) -> list[RequestOutcome]:
-        batch = self._client.batches.retrieve(batch_id)
-        got: dict[str, ProviderResponse | str] = {}
+    def results(self, batch_id: str) -> dict[str, PartOutcome]:
+        with self._errors("retrieve"):
+            batch = self._client.batches.retrieve(batch_id)
+        got: dict[str, PartOutcome] = {}
         for line in self._lines(batch.output_file_id) + self._lines(batch.error_file_id):
             cid = str(line.get("custom_id"))
             resp = line.get("response") or {}
@@ -98,7 +100,7 @@ class OpenAIBatches(SdkBatches):
             else:
                 message = json.dumps(resp.get("body"))[:200]
                 got[cid] = f"errored: HTTP {resp.get('status_code')}: {redact(message, self._secret)}"
-        return [merge_parts(r, got, self.settings) for r in requests]
+        return got
 
 
 def _info(batch: Any) -> BatchInfo:
