@@ -228,7 +228,8 @@ class BatchRunner:
             for k in ks:
                 req = self.specs[k].request
                 cost = len(self._todo(k))
-                nbytes = len(json.dumps([m.content for m in req.messages])) + 200 * cost
+                # every part carries the whole body (an input-file line each)
+                nbytes = (len(json.dumps([m.content for m in req.messages])) + 200) * cost
                 if group and (n + cost > s.batch_max_requests or size + nbytes > s.batch_max_bytes):
                     yield provider, group
                     group, n, size = [], 0, 0
