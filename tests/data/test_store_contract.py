@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -196,3 +197,19 @@ def test_s3_server_without_conditional_puts_falls_back(
     assert store.put("k", b"two", if_absent=True) is False
     assert store.get("k") == b"one"
     assert sum("IfNoneMatch" in c for c in calls) == 1  # remembered: asked only once
+
+
+def test_local_folders_removed_behind_the_stores_back_are_made_again(tmp_path: Path) -> None:
+    """A store remembers the folders it made (no mkdir per write) and makes them again once they are gone."""
+    store = LocalStore(tmp_path / "root")
+    assert store.put("a/b/k1", b"one")
+    shutil.rmtree(tmp_path / "root")
+    assert store.put("a/b/k2", b"two", if_absent=True)
+    assert store.get("a/b/k2") == b"two" and store.get("a/b/k1") is None
+
+
+def test_local_put_chunks_streams_many_small_and_large_chunks(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    chunks = [f"line {i}\n".encode() for i in range(200_000)] + [b"x" * (3 << 20)] + [b"tail"]
+    store.put_chunks("big", chunks)
+    assert store.get("big") == b"".join(chunks)

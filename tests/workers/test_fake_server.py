@@ -69,6 +69,9 @@ def test_stats_and_reset_over_http(fake: FakeProviderServer) -> None:
     asyncio.run(_complete(fake, greedy_request("fake", M3, "Hello there my")))
     stats = fetch_stats(fake.url)
     assert stats.total_calls == 1 and stats.calls_by_model == {M3: 1}
+    assert len(stats.calls) == 1
+    brief = fetch_stats(fake.url, brief=True)  # what a poller asks for: the totals without the per-key counts
+    assert brief.calls == {} and brief.total_calls == 1 and brief.calls_by_model == {M3: 1}
     with urllib.request.urlopen(urllib.request.Request(f"{fake.url}/reset", data=b"{}", method="POST")) as r:
         assert json.loads(r.read()) == {"ok": True}
     assert fetch_stats(fake.url).total_calls == 0

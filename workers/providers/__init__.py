@@ -13,7 +13,10 @@ import contextlib
 import email.utils
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
+
+import httpx2
+import msgspec
 
 from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
@@ -22,6 +25,7 @@ from punchline.workers.batch_provider import BatchProvider
 from punchline.workers.provider import Provider
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+T = TypeVar("T")
 CHOICE_OFFSET_HEADER = "X-Choice-Offset"  # understood by workers.fake.server; ignored by real providers
 
 
@@ -113,7 +117,10 @@ def cause_text(exc: BaseException, secret: str) -> str:
 
 
 class SdkProvider:
-    """What both SDK providers share: the key read once, a bound on calls in flight, a safe repr."""
+    """What both SDK providers share: the key read once, a bound on calls in flight, a safe repr, and the
+    call itself (:meth:`_post`)."""
+
+    sdk: Any  # the SDK module (openai or anthropic): its error classes are converted at the boundary
 
     def __init__(self, name: str, settings: ProviderSettings) -> None:
         self.name = name
@@ -128,6 +135,27 @@ class SdkProvider:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    async def _post(self, path: str, body: dict[str, Any], *, offset: int, where: str) -> bytes:
+        """One call, its body as sent. ``post`` is the SDK's documented way to reach any endpoint: it keeps
+        the SDK's auth, headers, timeouts and error types but skips validating the answer into pydantic
+        models, which cost as much CPU as the rest of a unit; the caller decodes the fields it keeps with
+        msgspec (:func:`decode_body`)."""
+        headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
+        with sdk_errors(self.sdk, where, self._secret, self.settings.timeout_s):
+            async with self._slots:
+                raw = await self._client.post(
+                    path, cast_to=httpx2.Response, body=body, options={"headers": headers} if headers else {}
+                )
+        return bytes(raw.content)
+
+
+def decode_body(decoder: msgspec.json.Decoder[T], where: str, body: bytes) -> T:
+    """An answer's body decoded into the fields we keep; a body that is not one is a retryable malformed answer."""
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise MalformedResponse(f"{where}: malformed response: {exc}") from None
 
 
 def status_error(
@@ -195,6 +223,8 @@ __all__ = [
     "CHOICE_OFFSET_HEADER",
     "MalformedResponse",
     "SdkBatches",
+    "SdkProvider",
+    "decode_body",
     "make_batch_provider",
     "make_provider",
     "parse_retry_after",

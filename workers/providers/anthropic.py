@@ -10,28 +10,23 @@ rejects them; a single-word answer is unaffected.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anthropic
-import httpx2
 import msgspec
 
-from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.providers import (
-    CHOICE_OFFSET_HEADER,
     MalformedResponse,
     SdkProvider,
-    api_error_message,
-    cause_text,
-    redact,
-    status_error,
+    decode_body,
 )
 
 
 class AnthropicProvider(SdkProvider):
+    sdk = anthropic
+
     def __init__(self, name: str, settings: ProviderSettings) -> None:
         super().__init__(name, settings)
         self._client = anthropic.AsyncAnthropic(
@@ -52,31 +47,8 @@ class AnthropicProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
-        try:
-            async with self._slots:
-                # ``post`` (the SDK's documented way to reach any endpoint) keeps its auth, version header,
-                # timeouts and error types but skips validating the answer into pydantic models; msgspec
-                # decodes the fields we keep (see openai_compat).
-                raw = await self._client.post(
-                    "/v1/messages",
-                    cast_to=httpx2.Response,
-                    body=message_body(request),
-                    options={"headers": headers} if headers else {},
-                )
-        except anthropic.APIStatusError as exc:
-            raise status_error(
-                where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
-            ) from None
-        except anthropic.APITimeoutError:
-            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
-        except anthropic.APIConnectionError as exc:
-            raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, self._secret)}") from None
-        except (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
-            raise MalformedResponse(f"{where}: malformed response: {cause_text(exc, self._secret)}") from None
-        except anthropic.AnthropicError as exc:
-            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
-        return decode_message(where, raw.content)
+        body = await self._post("/v1/messages", message_body(request), offset=offset, where=where)
+        return message_response(where, decode_body(_message, where, body))
 
 
 def message_body(request: ProviderRequest) -> dict[str, Any]:
@@ -115,16 +87,6 @@ class _Message(msgspec.Struct):
 
 
 _message = msgspec.json.Decoder(_Message)
-
-
-def decode_message(where: str, body: bytes) -> ProviderResponse:
-    """A Messages API response body as a :class:`ProviderResponse` (as :func:`message_response` reads the
-    SDK's parsed object)."""
-    try:
-        resp = _message.decode(body)
-    except msgspec.DecodeError as exc:
-        raise MalformedResponse(f"{where}: malformed response: {exc}") from None
-    return message_response(where, resp)
 
 
 def message_response(where: str, resp: Any) -> ProviderResponse:

@@ -11,28 +11,23 @@ choice offset header (``sample_slot * n + i``) so the fake provider returns dist
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import httpx2
 import msgspec
 import openai
 
-from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.providers import (
-    CHOICE_OFFSET_HEADER,
     MalformedResponse,
     SdkProvider,
-    api_error_message,
-    cause_text,
-    redact,
-    status_error,
+    decode_body,
 )
 
 
 class OpenAICompatProvider(SdkProvider):
+    sdk = openai
+
     def __init__(self, name: str, settings: ProviderSettings) -> None:
         super().__init__(name, settings)
         self._client = openai.AsyncOpenAI(
@@ -55,32 +50,8 @@ class OpenAICompatProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        params = chat_body(request, n)
-        headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
-        try:
-            async with self._slots:
-                # ``post`` (the SDK's documented way to reach any endpoint) keeps its auth, timeouts and
-                # error types but skips validating the body into pydantic models, which cost as much CPU
-                # as the rest of a unit: the answer is decoded by msgspec into what we keep.
-                raw = await self._client.post(
-                    "/chat/completions",
-                    cast_to=httpx2.Response,
-                    body=params,
-                    options={"headers": headers} if headers else {},
-                )
-        except openai.APIStatusError as exc:
-            raise status_error(
-                where, exc.status_code, api_error_message(exc), exc.response.headers, self._secret
-            ) from None
-        except openai.APITimeoutError:
-            raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
-        except openai.APIConnectionError as exc:
-            raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, self._secret)}") from None
-        except (openai.APIResponseValidationError, json.JSONDecodeError, ValueError) as exc:
-            raise MalformedResponse(f"{where}: malformed response: {cause_text(exc, self._secret)}") from None
-        except openai.OpenAIError as exc:
-            raise RetryableProviderError(f"{where}: {redact(str(exc), self._secret)[:200]}") from None
-        return decode_completion(where, raw.content)
+        body = await self._post("/chat/completions", chat_body(request, n), offset=offset, where=where)
+        return response_of(where, decode_body(_completion, where, body))
 
 
 def chat_body(request: ProviderRequest, n: int) -> dict[str, Any]:
@@ -124,26 +95,9 @@ class _Completion(msgspec.Struct):
 _completion = msgspec.json.Decoder(_Completion)
 
 
-def decode_completion(where: str, body: bytes) -> ProviderResponse:
-    """A chat-completions response body as a :class:`ProviderResponse` (what :func:`response_of` gives for
-    the SDK's parsed object, from the bytes)."""
-    try:
-        resp = _completion.decode(body)
-    except msgspec.DecodeError as exc:
-        raise MalformedResponse(f"{where}: malformed response: {exc}") from None
-    if not resp.choices:
-        raise MalformedResponse(f"{where}: malformed response: no choices")
-    ordered = sorted(resp.choices, key=lambda c: c.index or 0)
-    usage = resp.usage or _Usage()
-    return ProviderResponse(
-        texts=[c.message.content or "" for c in ordered],
-        input_tokens=usage.prompt_tokens or 0,
-        output_tokens=usage.completion_tokens or 0,
-        model=resp.model or "",
-    )
-
-
 def response_of(where: str, resp: Any) -> ProviderResponse:
+    """A chat completion as a :class:`ProviderResponse`: the online call's decoded body or a batch line's
+    SDK object (both have ``choices``, ``usage`` and ``model``)."""
     choices = getattr(resp, "choices", None)
     if not isinstance(choices, list) or not choices:
         raise MalformedResponse(f"{where}: malformed response: no choices")
