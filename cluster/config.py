@@ -18,6 +18,8 @@ import msgspec
 from punchline.data.errors import ConfigError
 from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
 from punchline.data.jsonio import validation_location
+from punchline.data.prompts.compiled import CompiledPrompts
+from punchline.data.prompts.settings import PromptsSettings
 from punchline.data.provider_settings import Mode, ProviderSettings
 from punchline.workers.fake.server import FakeConfig
 
@@ -36,7 +38,7 @@ RUN_NAME = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63})?$"
 class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How the engine runs: sharding, leases and budget. Every field has a safe default."""
 
-    pipeline: Literal["puns", "humor", "curate"]
+    pipeline: Literal["puns", "humor", "curate", "prompts"]
     name: Annotated[str, msgspec.Meta(pattern=RUN_NAME)] = ""  # the start of new run ids
     shard_size: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 8
     lease_ms: Annotated[int, msgspec.Meta(ge=1000, le=86_400_000)] = 30_000
@@ -140,6 +142,7 @@ class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     puns: PunsSettings | None = None
     humor: HumorSettings | None = None
     curate: CurateSettings | None = None
+    prompts: PromptsSettings | None = None
     simulator: FakeConfig | None = None  # knobs of the offline simulated provider (base_url = "simulated")
     source: str = ""  # the file it was read from (filled by load_config)
 
@@ -152,6 +155,8 @@ class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             tables = {"collect": self.puns.collect, "classify": self.puns.classify, "evaluate": self.puns.evaluate}
         elif self.run.pipeline == "humor" and self.humor is not None:
             tables = {"generate": self.humor, "judge": self.humor.judge}
+        elif self.run.pipeline == "prompts" and self.prompts is not None:
+            tables = {"generate": self.prompts, "judge": self.prompts.judge}
         mode: Mode | None = getattr(tables.get(stage), "mode", None)
         return mode
 
@@ -226,6 +231,8 @@ def _check(cfg: RunConfig) -> None:
             names.append((f"curate.raters.{rater}.provider", ref.provider))
         if cfg.curate.repair:
             names.append(("curate.repair.provider", cfg.curate.repair.provider))
+    if cfg.prompts:  # compiling checks every template, regex and schema
+        names += CompiledPrompts(cfg.prompts, file=cfg.source).providers()
     if cfg.humor:
         names.append(("humor.provider", cfg.humor.provider))
         if cfg.humor.judge:

@@ -116,6 +116,10 @@ def pipeline_stages(cfg: RunConfig) -> list[Stage]:
         from punchline.cluster.pipelines import curate
 
         return curate.stages(cfg)
+    if cfg.run.pipeline == "prompts":
+        from punchline.cluster.pipelines import prompts
+
+        return prompts.stages(cfg)
     from punchline.cluster.pipelines import humor
 
     return humor.stages(cfg)
@@ -252,6 +256,10 @@ def check_inputs(cfg: RunConfig) -> None:
         from punchline.data.curation import load_candidates
 
         load_candidates(resolve_path(cfg, cfg.curate.jokes))
+    elif cfg.run.pipeline == "prompts":
+        from punchline.cluster.pipelines import prompts
+
+        prompts.check_inputs(cfg)
 
 
 def load_record(raw: bytes, where: str) -> RunRecord:

@@ -165,6 +165,10 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
                 for i, batch in enumerate(batches)
             ]
         return _estimate(cfg, stage, units, exact=False, note=note)
+    if cfg.prompts is not None and stage == "judge":
+        from punchline.cluster.pipelines.prompts import judge_upper_bound
+
+        return _estimate(cfg, stage, judge_upper_bound(cfg), exact=False, note=note)
     if cfg.humor is not None and stage == "judge" and cfg.humor.judge is not None:
         from punchline.data.humor.loaders import load_items
 

@@ -90,6 +90,8 @@ def input_paths(cfg: RunConfig) -> list[str]:
         values.append(cfg.curate.jokes)
     if cfg.humor:
         values += [cfg.humor.data, cfg.humor.shots]
+    if cfg.prompts:
+        values.append(cfg.prompts.data)
     return [v for v in values if v and not Path(v).expanduser().is_absolute() and "://" not in v]
 
 
