@@ -8,9 +8,9 @@ model x sample that has an answer; two equal answers to one row make one judge r
 
 Unit ids are row-major (``generate/r<row>/m<model>``, ``judge/r<row>/m<model>/s<sample>``), so the
 plan streams in order and ``outputs.*`` (row, then model, then sample) are written in plan order.
-The last stage writes ``outputs.jsonl`` and ``outputs.parquet``; with a judge, ``generate`` writes
-them without judge columns and ``judge`` reads them back (its plan needs the answers) and rewrites
-them with its columns — a pure function of the same answers, so resumes give the same bytes.
+The last stage writes ``outputs.jsonl`` and ``outputs.parquet``; with a judge, ``generate`` writes the
+same rows without judge columns to ``answers.jsonl``, which the judge's plan and reduce read (a
+resumed run re-plans the judge from it and gets the same units).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from punchline.data.units import UnitResult, UnitSpec
 
 OUTPUTS_JSONL = "outputs.jsonl"
 OUTPUTS_PARQUET = "outputs.parquet"
+ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
 
 
 class Job:
@@ -155,6 +156,9 @@ class GenerateStage:
                         error=result.error or (None if text is not None else "no answer for this sample"),
                     )
                 )
+        if job.settings.judge is not None:
+            ctx.write_artifact_chunks(ANSWERS_JSONL, jsonl_chunks(out))
+            return [ANSWERS_JSONL]
         return _write_outputs(ctx, out)
 
 
@@ -167,7 +171,7 @@ class JudgeStage:
         """Every output row with the judge's unit for it (None: the sample has no answer to judge)."""
         index = {row.id: (ri, row) for ri, row in enumerate(job.rows)}
         models = {entry: mi for mi, (entry, _, _) in enumerate(job.compiled.models)}
-        for out in read_jsonl(ctx.read_artifact(OUTPUTS_JSONL)):
+        for out in read_jsonl(ctx.read_artifact(ANSWERS_JSONL)):
             ri, row = index[out.row_id]
             if out.text is None:
                 yield out, None
