@@ -341,3 +341,14 @@ def test_kill_9_of_the_driver_mid_run_then_resume_pays_each_request_once(
     # 0 duplicates beyond the guarantee: each request once, plus at most the calls in flight at the kill
     assert_guarantee(fake.stats().calls, units, deaths=2)
     assert _outputs(tmp_path, "store", "killed") == expected
+
+
+def test_the_readme_example_config_loads(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The prompts pipeline") :]
+    example = section[section.index("```toml\n") + len("```toml\n") : section.index("```\n", section.index("```toml"))]
+    path = tmp_path / "example.toml"
+    path.write_text(example)
+    cfg = load_config(path)
+    assert cfg.prompts is not None and cfg.prompts.n == 5 and cfg.prompts.judge is not None
+    assert [s.name for s in prompts.stages(cfg)] == ["generate", "judge"]
