@@ -15,6 +15,7 @@ resumed run re-plans the judge from it and gets the same units).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
 import msgspec
@@ -25,25 +26,33 @@ from punchline.data.errors import ConfigError
 from punchline.data.prompts.compiled import CompiledPrompts
 from punchline.data.prompts.outputs import OutputRow, jsonl_chunks, parquet_bytes, read_jsonl
 from punchline.data.prompts.rows import Row, load_rows
-from punchline.data.prompts.settings import PromptsSettings, sampling_for
+from punchline.data.prompts.settings import PromptsSettings, model_ref, sampling_for
+from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
+from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
+from punchline.workers.fake.server import FakeConfig
 
 OUTPUTS_JSONL = "outputs.jsonl"
 OUTPUTS_PARQUET = "outputs.parquet"
 ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
 
 
+def settings_of(cfg: RunConfig) -> PromptsSettings:
+    """The run's ``[prompts]`` table, decoded."""
+    if cfg.prompts is None:
+        raise ConfigError("run.pipeline is 'prompts' but there is no [prompts] table", file=cfg.source)
+    return cfg.prompts
+
+
 class Job:
     """The ``[prompts]`` table compiled against the run's providers, with its rows loaded."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        if cfg.prompts is None:
-            raise ConfigError("the prompts pipeline needs a [prompts] table", file=cfg.source)
         self.cfg = cfg
-        self.settings: PromptsSettings = cfg.prompts
-        self.compiled = CompiledPrompts(cfg.prompts, file=cfg.source)
-        self.data_file = str(resolve_path(cfg, cfg.prompts.data))
+        self.settings = settings_of(cfg)
+        self.compiled = CompiledPrompts(self.settings, file=cfg.source)
+        self.data_file = str(resolve_path(cfg, self.settings.data))
         self._rows: list[Row] | None = None
 
     @property
@@ -230,9 +239,76 @@ def judge_upper_bound(cfg: RunConfig) -> list[UnitSpec]:
 
 
 def stages(cfg: RunConfig) -> list[Stage]:
-    if cfg.prompts is None:
-        raise ConfigError("run.pipeline is 'prompts' but there is no [prompts] table", file=cfg.source)
     out: list[Stage] = [GenerateStage()]
-    if cfg.prompts.judge is not None:
+    if settings_of(cfg).judge is not None:
         out.append(JudgeStage())
     return out
+
+
+def summary_lines(cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+    """Per model: samples answered, the share that parsed, and the judge's verdicts (its first parsed field)."""
+    raw = store.get(f"{run_id}/artifacts/{OUTPUTS_JSONL}")
+    if raw is None:
+        return []
+    rows = read_jsonl(raw)
+    out = []
+    for entry in settings_of(cfg).models:
+        mine = [r for r in rows if r.model == entry]
+        answered = [r for r in mine if r.text is not None]
+        line = f"**{entry}**: {len(answered)}/{len(mine)} samples answered"
+        if settings_of(cfg).parse is not None and answered:
+            parsed = sum(r.parsed is not None for r in answered)
+            line += f", {parsed / len(answered):.0%} parsed"
+        verdicts = Counter(
+            str(next(iter(r.judge_parsed.values()), None)) for r in answered if r.judge_parsed is not None
+        )
+        if verdicts:
+            line += ", judge: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
+        out.append(line)
+    return out
+
+
+class PromptsPipeline:
+    """Rows x models x n samples -> parse -> (judge), as ``[prompts]`` says (see the module's docstring)."""
+
+    name = "prompts"
+    settings_type = PromptsSettings
+
+    def check_settings(self, settings: PromptsSettings, source: str) -> None:
+        """Compiles every template, regex and JSON schema (one line naming the key on a bad one)."""
+        CompiledPrompts(settings, file=source)
+
+    def provider_refs(self, settings: PromptsSettings) -> list[tuple[str, str]]:
+        refs = [("prompts.models", model_ref(m, settings.provider)[0]) for m in settings.models]
+        if settings.judge is not None:
+            refs.append(("prompts.judge.model", model_ref(settings.judge.model, settings.provider)[0]))
+        return refs
+
+    def stage_mode(self, settings: PromptsSettings, stage: str) -> Mode | None:
+        """``[prompts] mode`` for generate, ``[prompts.judge] mode`` for the judge."""
+        if stage == "judge":
+            return settings.judge.mode if settings.judge is not None else None
+        return settings.mode if stage == "generate" else None
+
+    def input_paths(self, settings: PromptsSettings) -> list[str]:
+        return [settings.data]
+
+    def check_inputs(self, cfg: RunConfig) -> None:
+        check_inputs(cfg)
+
+    def stages(self, cfg: RunConfig) -> list[Stage]:
+        return stages(cfg)
+
+    def estimate(self, cfg: RunConfig, stage: str) -> Iterable[UnitSpec]:
+        """The judge before any answer exists (generate's plan is exact: it needs no earlier artifact)."""
+        return judge_upper_bound(cfg) if stage == "judge" else []
+
+    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+        return summary_lines(cfg, store, run_id)
+
+    def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
+        """The simulator needs nothing of the run: it answers an ``Options:`` prompt from the prompt itself."""
+        return sim
+
+
+PIPELINE = PromptsPipeline()

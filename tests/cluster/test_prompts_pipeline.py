@@ -227,7 +227,7 @@ def test_generate_reduce_writes_one_row_per_row_model_sample_with_parse_columns(
         assert rows[1].parsed is None and rows[1].parse_error == "no JSON value in the answer"
         assert rows[1].finish_reason == "length"
         assert rows[2].parsed is None and "'confidence' is a required property" in str(rows[2].parse_error)
-        failed = rows[3:6]
+        failed = rows[3:6]  # unit 1 is row q001's 70b request
         assert all(r.text is None and r.error == "provider said no" for r in failed)
         # tokens and cost are the request's: 100 in x $0.18/M + 30 out x $0.18/M for the 8b model
         assert first.cost_usd == pytest.approx((100 * 0.18 + 30 * 0.18) / 1e6)
@@ -352,3 +352,21 @@ def test_the_readme_example_config_loads(tmp_path: Path) -> None:
     cfg = load_config(path)
     assert cfg.prompts is not None and cfg.prompts.n == 5 and cfg.prompts.judge is not None
     assert [s.name for s in prompts.stages(cfg)] == ["generate", "judge"]
+
+
+def test_headlines_per_model_from_the_outputs() -> None:
+    cfg = load_config(DEMO)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = LocalStore(tmp)
+        ctx = StageContext(cfg, "h", store)
+        generate, judge = prompts.stages(cfg)
+        generate.reduce(ctx, _fake_results(list(generate.plan(ctx)), 3))
+        units = list(judge.plan(ctx))
+        assert len(units) == 36 * 2 * 3 - 3  # the failed request's 3 samples have nothing to judge
+        verdict = ProviderResponse(texts=["VERDICT: correct"], input_tokens=10, output_tokens=3)
+        judge.reduce(ctx, {u.unit_id: UnitResult(unit_id=u.unit_id, key="k", response=verdict) for u in units})
+        lines = prompts.PIPELINE.headlines(cfg, store, "h")
+    assert lines == [
+        f"**8b**: {36 * 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3}",
+        f"**70b**: {36 * 3 - 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3 - 3}",  # unit 1 failed
+    ]
