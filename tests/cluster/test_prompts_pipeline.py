@@ -339,7 +339,9 @@ def test_kill_9_of_the_driver_mid_run_then_resume_pays_each_request_once(
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=400)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     # 0 duplicates beyond the guarantee: each request once, plus at most the calls in flight at the kill
-    assert_guarantee(fake.stats().calls, units, deaths=2)
+    calls = fake.stats().calls
+    assert_guarantee(calls, units, deaths=2)
+    print(f"kill -9 + resume: {len(calls)} requests, {sum(n - 1 for n in calls.values())} paid twice")
     assert _outputs(tmp_path, "store", "killed") == expected
 
 
