@@ -16,7 +16,7 @@ resumed run re-plans the judge from it and gets the same units).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import msgspec
 
@@ -24,7 +24,7 @@ from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import ConfigError
 from punchline.data.prompts.compiled import CompiledPrompts
-from punchline.data.prompts.outputs import OutputRow, jsonl_chunks, parquet_bytes, read_jsonl
+from punchline.data.prompts.outputs import OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
 from punchline.data.prompts.rows import Row, load_rows
 from punchline.data.prompts.settings import PromptsSettings, model_ref, sampling_for
 from punchline.data.provider_settings import Mode
@@ -116,9 +116,10 @@ def _missing(unit_id: str) -> UnitResult:
     return UnitResult(unit_id=unit_id, key="", error="no result")
 
 
-def _write_outputs(ctx: StageContext, rows: list[OutputRow]) -> list[str]:
-    ctx.write_artifact_chunks(OUTPUTS_JSONL, jsonl_chunks(rows))
-    ctx.write_artifact(OUTPUTS_PARQUET, parquet_bytes(rows))
+def _write_outputs(ctx: StageContext, rows: Callable[[], Iterator[OutputRow]]) -> list[str]:
+    """Both files from two passes over the rows (streamed: memory is a Parquet row group, not the run)."""
+    ctx.write_artifact_chunks(OUTPUTS_JSONL, jsonl_chunks(rows()))
+    ctx.write_artifact_chunks(OUTPUTS_PARQUET, parquet_chunks(rows()))
     return [OUTPUTS_JSONL, OUTPUTS_PARQUET]
 
 
@@ -139,8 +140,13 @@ class GenerateStage:
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
+        if job.settings.judge is not None:
+            ctx.write_artifact_chunks(ANSWERS_JSONL, jsonl_chunks(self._rows(job, results)))
+            return [ANSWERS_JSONL]
+        return _write_outputs(ctx, lambda: self._rows(job, results))
+
+    def _rows(self, job: Job, results: Mapping[str, UnitResult]) -> Iterator[OutputRow]:
         parser = job.compiled.parser
-        out: list[OutputRow] = []
         for row, _, entry, unit in self._units(job):
             result = results.get(unit.unit_id) or _missing(unit.unit_id)
             response = result.response
@@ -149,26 +155,20 @@ class GenerateStage:
             for sample in range(job.settings.n):
                 text = texts[sample] if sample < len(texts) else None
                 parsed = parser.parse(text) if parser is not None and text is not None else None
-                out.append(
-                    OutputRow(
-                        row_id=row.id,
-                        model=entry,
-                        sample=sample,
-                        text=text,
-                        parsed=parsed.fields if parsed is not None else None,
-                        parse_error=parsed.error if parsed is not None else None,
-                        finish_reason=reasons[sample] or None if sample < len(reasons) else None,
-                        input_tokens=response.input_tokens if response is not None else 0,
-                        output_tokens=response.output_tokens if response is not None else 0,
-                        cost_usd=job.cost_usd(unit.request, result),
-                        request_key=result.key or unit.request.key(),
-                        error=result.error or (None if text is not None else "no answer for this sample"),
-                    )
+                yield OutputRow(
+                    row_id=row.id,
+                    model=entry,
+                    sample=sample,
+                    text=text,
+                    parsed=parsed.fields if parsed is not None else None,
+                    parse_error=parsed.error if parsed is not None else None,
+                    finish_reason=reasons[sample] or None if sample < len(reasons) else None,
+                    input_tokens=response.input_tokens if response is not None else 0,
+                    output_tokens=response.output_tokens if response is not None else 0,
+                    cost_usd=job.cost_usd(unit.request, result),
+                    request_key=result.key or unit.request.key(),
+                    error=result.error or (None if text is not None else "no answer for this sample"),
                 )
-        if job.settings.judge is not None:
-            ctx.write_artifact_chunks(ANSWERS_JSONL, jsonl_chunks(out))
-            return [ANSWERS_JSONL]
-        return _write_outputs(ctx, out)
 
 
 class JudgeStage:
@@ -194,8 +194,10 @@ class JudgeStage:
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
+        return _write_outputs(ctx, lambda: self._rows(ctx, job, results))
+
+    def _rows(self, ctx: StageContext, job: Job, results: Mapping[str, UnitResult]) -> Iterator[OutputRow]:
         parser = job.compiled.judge_parser
-        rows: list[OutputRow] = []
         for out, unit in self._units(ctx, job):
             fields: dict[str, object] = {
                 "judge_text": None,
@@ -215,8 +217,7 @@ class JudgeStage:
                     "judge_request_key": result.key or unit.request.key(),
                     "judge_cost_usd": job.cost_usd(unit.request, result),
                 }
-            rows.append(msgspec.structs.replace(out, **fields))
-        return _write_outputs(ctx, rows)
+            yield msgspec.structs.replace(out, **fields)
 
 
 def check_inputs(cfg: RunConfig) -> None:
@@ -250,20 +251,25 @@ def summary_lines(cfg: RunConfig, store: Store, run_id: str) -> list[str]:
     raw = store.get(f"{run_id}/artifacts/{OUTPUTS_JSONL}")
     if raw is None:
         return []
-    rows = read_jsonl(raw)
+    settings = settings_of(cfg)
+    total: Counter[str] = Counter()
+    answered: Counter[str] = Counter()
+    parsed: Counter[str] = Counter()
+    verdicts: dict[str, Counter[str]] = {entry: Counter() for entry in settings.models}
+    for r in read_jsonl(raw):
+        total[r.model] += 1
+        if r.text is not None:
+            answered[r.model] += 1
+            parsed[r.model] += r.parsed is not None
+            if r.judge_parsed is not None:
+                verdicts[r.model][str(next(iter(r.judge_parsed.values()), None))] += 1
     out = []
-    for entry in settings_of(cfg).models:
-        mine = [r for r in rows if r.model == entry]
-        answered = [r for r in mine if r.text is not None]
-        line = f"**{entry}**: {len(answered)}/{len(mine)} samples answered"
-        if settings_of(cfg).parse is not None and answered:
-            parsed = sum(r.parsed is not None for r in answered)
-            line += f", {parsed / len(answered):.0%} parsed"
-        verdicts = Counter(
-            str(next(iter(r.judge_parsed.values()), None)) for r in answered if r.judge_parsed is not None
-        )
-        if verdicts:
-            line += ", judge: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
+    for entry in settings.models:
+        line = f"**{entry}**: {answered[entry]}/{total[entry]} samples answered"
+        if settings.parse is not None and answered[entry]:
+            line += f", {parsed[entry] / answered[entry]:.0%} parsed"
+        if verdicts[entry]:
+            line += ", judge: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts[entry].items()))
         out.append(line)
     return out
 

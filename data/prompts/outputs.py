@@ -4,14 +4,16 @@ Rows come in input order, then model order (as configured), then sample index, s
 pure function of the answers: byte-identical across resumes, worker counts and modes (online or
 batch). ``input_tokens``, ``output_tokens`` and ``cost_usd`` are the request's (its ``n`` samples
 were one request), so the same on the ``n`` rows sharing a ``request_key``; sum them over distinct
-request keys. In Parquet, ``parsed`` and ``judge_parsed`` are JSON text (their fields depend on the
+request keys. Both files are written from a stream of rows (Parquet a row group at a time), so a
+reduce holds one row group, not the run. In Parquet, ``parsed`` and ``judge_parsed`` are JSON text (their fields depend on the
 answers, a column's type must not); in JSONL they are objects.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import msgspec
@@ -70,22 +72,41 @@ def jsonl_chunks(rows: Iterable[OutputRow]) -> Iterable[bytes]:
         yield _JSON.encode(row) + b"\n"
 
 
-def read_jsonl(raw: bytes) -> list[OutputRow]:
-    return [_DECODER.decode(line) for line in raw.splitlines() if line.strip()]
+def read_jsonl(raw: bytes) -> Iterator[OutputRow]:
+    for line in raw.splitlines():
+        if line.strip():
+            yield _DECODER.decode(line)
 
 
 def _json_text(value: dict[str, Any] | None) -> str | None:
     return None if value is None else _JSON.encode(value).decode()
 
 
-def parquet_bytes(rows: list[OutputRow]) -> bytes:
-    """The rows as one Parquet file (deterministic: same rows, same bytes)."""
+ROW_GROUP = 20_000  # rows per Parquet row group: what the writer holds in memory at once
+
+
+def _table(rows: list[OutputRow]) -> pa.Table:
     columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     for row in rows:
         for name in SCHEMA.names:
             value = getattr(row, name)
             columns[name].append(_json_text(value) if name in ("parsed", "judge_parsed") else value)
-    table = pa.table(columns, schema=SCHEMA)
+    return pa.table(columns, schema=SCHEMA)
+
+
+def parquet_chunks(rows: Iterable[OutputRow], row_group: int = ROW_GROUP) -> Iterator[bytes]:
+    """The rows as one Parquet file, streamed a row group at a time (deterministic: same rows, same bytes)."""
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
+    it = iter(rows)
+    with pq.ParquetWriter(sink, SCHEMA, compression="zstd") as writer:
+        while batch := list(islice(it, row_group)):
+            writer.write_table(_table(batch))
+            yield _drain(sink)
+    yield _drain(sink)
+
+
+def _drain(sink: io.BytesIO) -> bytes:
+    data = sink.getvalue()
+    sink.seek(0)
+    sink.truncate()
+    return data

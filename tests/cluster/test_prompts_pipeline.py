@@ -214,7 +214,7 @@ def test_generate_reduce_writes_one_row_per_row_model_sample_with_parse_columns(
         assert [u.unit_id for u in units] == sorted(u.unit_id for u in units)
         names = stage.reduce(ctx, _fake_results(units, 3))
         assert names == ["outputs.jsonl", "outputs.parquet"]
-        rows = read_jsonl(ctx.read_artifact("outputs.jsonl"))
+        rows = list(read_jsonl(ctx.read_artifact("outputs.jsonl")))
         assert len(rows) == 36 * 2 * 3
         assert [(r.row_id, r.model, r.sample) for r in rows[:4]] == [
             ("q001", "8b", 0),
@@ -251,7 +251,7 @@ def _outputs(tmp: Path, store: str, run_id: str) -> tuple[bytes, bytes]:
 
 
 def _check_outputs(jsonl: bytes, *, judged: bool = False, rows: int = ROWS) -> None:
-    out = read_jsonl(jsonl)
+    out = list(read_jsonl(jsonl))
     assert len(out) == rows * 2 * N
     assert len({(r.row_id, r.model, r.sample) for r in out}) == len(out)
     assert all(r.text is not None and r.error is None for r in out)
@@ -294,7 +294,7 @@ def test_judge_stage_grades_every_sample(
     assert rec.state == "finished"
     jsonl, _ = _outputs(tmp_path, "store", "judged")
     _check_outputs(jsonl, judged=True, rows=12)
-    out = read_jsonl(jsonl)
+    out = list(read_jsonl(jsonl))
     # equal answers to one row make one judge request: the judge paid for fewer than one per sample
     judge_keys = {r.judge_request_key for r in out}
     assert len(judge_keys) < len(out)
