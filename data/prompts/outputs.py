@@ -5,8 +5,8 @@ pure function of the answers: byte-identical across resumes, worker counts and m
 batch). ``input_tokens``, ``output_tokens`` and ``cost_usd`` are the request's (its ``n`` samples
 were one request), so the same on the ``n`` rows sharing a ``request_key``; sum them over distinct
 request keys. Both files are written from a stream of rows (Parquet a row group at a time), so a
-reduce holds one row group, not the run. In Parquet, ``parsed`` and ``judge_parsed`` are JSON text (their fields depend on the
-answers, a column's type must not); in JSONL they are objects.
+reduce holds one row group, not the run. In Parquet, ``parsed`` and ``judge_parsed`` are JSON text
+(their fields depend on the answers, a column's type must not); in JSONL they are objects.
 """
 
 from __future__ import annotations
