@@ -179,6 +179,15 @@ def test_a_missing_template_field_stops_run_and_plan_with_one_line(
     assert not (tmp_path / "runs").exists()
 
 
+def test_submit_ships_the_config_and_its_rows(tmp_path: Path) -> None:
+    from punchline.cluster.ray_jobs import stage
+
+    rel = stage(str(DEMO), tmp_path / "job")
+    files = sorted(p.relative_to(tmp_path / "job").as_posix() for p in (tmp_path / "job").rglob("*") if p.is_file())
+    assert rel == "configs/prompts_demo.toml"
+    assert files == ["configs/prompts_demo.toml", "data/samples/prompts_sample.jsonl"]
+
+
 def test_plan_estimates_generate_exactly_and_the_judge_as_an_upper_bound() -> None:
     cfg = load_config(DEMO)
     generate, judge = plan_run(cfg)
