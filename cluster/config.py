@@ -86,7 +86,7 @@ class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     jokes: Name
     # a classified_completions.json: drop from the jokes' lists every word it calls "other", i.e. use
-    # the lists as they were when it was made (data/puns_history.py)
+    # the lists as they were when it was made (data/puns/puns_history.py)
     lists_at_classification: Name | None = None
     collect: CollectSettings
     classify: ClassifySettings | None = None

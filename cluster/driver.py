@@ -238,7 +238,7 @@ def check_inputs(cfg: RunConfig) -> None:
     from punchline.cluster.config import resolve_path
 
     if cfg.run.pipeline == "puns" and cfg.puns is not None:
-        from punchline.data.puns_io import load_puns
+        from punchline.data.puns.puns_io import load_puns
 
         load_puns(resolve_path(cfg, cfg.puns.jokes))
     elif cfg.run.pipeline == "humor" and cfg.humor is not None:
@@ -249,7 +249,7 @@ def check_inputs(cfg: RunConfig) -> None:
         if cfg.humor.shots:
             load_items(resolve_path(cfg, cfg.humor.shots))
     elif cfg.run.pipeline == "curate" and cfg.curate is not None:
-        from punchline.data.curation import load_candidates
+        from punchline.data.puns.curation import load_candidates
 
         load_candidates(resolve_path(cfg, cfg.curate.jokes))
 

@@ -100,14 +100,14 @@ def plan_run(cfg: RunConfig) -> list[StageEstimate]:
 def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
     """Units of a stage that needs earlier results: the most the config allows, priced like the first."""
     from punchline.cluster.config import resolve_path
-    from punchline.data.puns_io import load_puns
+    from punchline.data.puns.puns_io import load_puns
 
     note = "upper bound: depends on earlier results"
     if cfg.puns is not None and stage == "classify" and cfg.puns.classify is not None:
         jokes = len(load_puns(resolve_path(cfg, cfg.puns.jokes)))
         n = math.ceil(jokes / cfg.puns.classify.batch_size)
         model = cfg.provider(cfg.puns.classify.provider).model_id(cfg.puns.classify.model)
-        from punchline.data.classify import classify_prompt  # noqa: F401  (same prompt shape as the real batches)
+        from punchline.data.puns.classify import classify_prompt  # noqa: F401  (same prompt shape as the real batches)
         from punchline.data.requests import Message, ProviderRequest
 
         req = ProviderRequest(
@@ -115,8 +115,8 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
         )
         return _scaled(cfg, stage, req, n, note)
     if cfg.puns is not None and stage == "evaluate" and cfg.puns.evaluate is not None and cfg.puns.cloze:
-        from punchline.data.cloze_run import cloze_request
-        from punchline.data.schemas import ClozeTest
+        from punchline.data.puns.cloze_run import cloze_request
+        from punchline.data.puns.schemas import ClozeTest
 
         test = ClozeTest(
             pair_id=0,
@@ -147,7 +147,7 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
         ]
         return _estimate(cfg, stage, units, exact=False, note=note)
     if cfg.curate is not None and stage in ("repair", "rerate"):
-        from punchline.data.curation import load_candidates, rating_request, repair_request
+        from punchline.data.puns.curation import load_candidates, rating_request, repair_request
 
         cur = cfg.curate
         cands = load_candidates(resolve_path(cfg, cur.jokes))

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.schemas import PunEntry
+from punchline.data.puns.schemas import PunEntry
 
 
 def register(sub: Any) -> None:
@@ -170,16 +170,16 @@ def import_legacy(
     which words the run's classify prompts ask about, so the verdicts are imported under those prompts.
     Without them the prompts are built from the lists recorded in ``raw_path`` (upstream's own).
     """
-    from punchline.data.classify import batches, classify_request
-    from punchline.data.cloze_run import cloze_request
-    from punchline.data.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
+    from punchline.data.puns.classify import batches, classify_request
+    from punchline.data.puns.cloze_run import cloze_request
+    from punchline.data.puns.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
     from punchline.data.jsonio import decode_file
-    from punchline.data.puns_io import load_cloze_responses, load_cloze_tests
+    from punchline.data.puns.puns_io import load_cloze_responses, load_cloze_tests
     from punchline.data.requests import ProviderRequest, ProviderResponse
     from punchline.data.response_cache import ResponseCache
-    from punchline.data.schemas import ClassifiedCompletions, RawCompletionEntry, RawCompletions
+    from punchline.data.puns.schemas import ClassifiedCompletions, RawCompletionEntry, RawCompletions
     from punchline.data.stores import open_store
-    from punchline.data.words import extract_word
+    from punchline.data.puns.words import extract_word
 
     if classified_path and not raw_path:
         raise ConfigError("--classified needs --raw (the verdicts are keyed by the prompts built from it)")

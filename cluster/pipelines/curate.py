@@ -14,7 +14,7 @@ import msgspec
 
 from punchline.cluster.config import CurateSettings, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.data.curation import (
+from punchline.data.puns.curation import (
     Candidate,
     MalformedRatings,
     MalformedRepair,
@@ -32,7 +32,7 @@ from punchline.data.curation import (
 )
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import decode_bytes, dumps_upstream
-from punchline.data.puns_io import validate_puns
+from punchline.data.puns.puns_io import validate_puns
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 

@@ -15,13 +15,13 @@ import msgspec
 
 from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.data.completions import greedy_request, sample_request, truncate_before_blank
+from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.data.jsonio import decode_bytes, dumps_upstream
-from punchline.data.puns_io import load_puns
-from punchline.data.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
+from punchline.data.puns.puns_io import load_puns
+from punchline.data.puns.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
-from punchline.data.words import extract_word
+from punchline.data.puns.words import extract_word
 
 RAW = "raw_completions.json"
 CLASSIFIED = "classified_completions.json"
@@ -38,8 +38,8 @@ def run_jokes(cfg: RunConfig) -> list[PunEntry]:
     jokes = load_puns(resolve_path(cfg, cfg.puns.jokes))
     if cfg.puns.lists_at_classification is None:
         return jokes
-    from punchline.data.puns_history import lists_as_classified
-    from punchline.data.puns_io import load_classified
+    from punchline.data.puns.puns_history import lists_as_classified
+    from punchline.data.puns.puns_io import load_classified
 
     path = resolve_path(cfg, cfg.puns.lists_at_classification)
     return lists_as_classified(jokes, load_classified(path), file=str(path))[0]
@@ -73,7 +73,7 @@ class CollectStage:
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         """raw_completions.json, written joke by joke: at a million units it is never held whole."""
-        from punchline.data.completions import build_raw_entry
+        from punchline.data.puns.completions import build_raw_entry
         from punchline.data.jsonio import upstream_object_chunks
 
         cfg = ctx.cfg.puns
@@ -105,7 +105,7 @@ class ClassifyStage:
         return decode_bytes(ctx.read_artifact(RAW), RawCompletions, source=ctx.artifact_key(RAW))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.classify import batches, classify_request
+        from punchline.data.puns.classify import batches, classify_request
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.classify is not None
@@ -122,7 +122,7 @@ class ClassifyStage:
         return in_unit_order(units)
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.classify import Verdicts, merge_all, parse_verdicts
+        from punchline.data.puns.classify import Verdicts, merge_all, parse_verdicts
 
         verdicts: Verdicts = {}
         for uid in sorted(results):
@@ -143,8 +143,8 @@ class RankStage:
         return []
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.plots import plot_tiers
-        from punchline.data.tiers import apply_rankings, rank
+        from punchline.data.puns.plots import plot_tiers
+        from punchline.data.puns.tiers import apply_rankings, rank
 
         classified: ClassifiedCompletions = decode_bytes(
             ctx.read_artifact(CLASSIFIED), ClassifiedCompletions, source=ctx.artifact_key(CLASSIFIED)
@@ -164,7 +164,7 @@ class ClozeStage:
         return []
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.cloze import build_tests
+        from punchline.data.puns.cloze import build_tests
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.cloze is not None
@@ -182,12 +182,12 @@ class EvaluateStage:
     name = "evaluate"
 
     def _tests(self, ctx: StageContext) -> list:
-        from punchline.data.schemas import ClozeTest
+        from punchline.data.puns.schemas import ClozeTest
 
         return decode_bytes(ctx.read_artifact(TESTS), list[ClozeTest], source=ctx.artifact_key(TESTS))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.cloze_run import cloze_request
+        from punchline.data.puns.cloze_run import cloze_request
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.evaluate is not None
@@ -202,9 +202,9 @@ class EvaluateStage:
         )
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.cloze_report import build_report, write_report
-        from punchline.data.cloze_run import to_response
-        from punchline.data.schemas import ClozeModelResponses
+        from punchline.data.puns.cloze_report import build_report, write_report
+        from punchline.data.puns.cloze_run import to_response
+        from punchline.data.puns.schemas import ClozeModelResponses
 
         cfg = ctx.cfg.puns
         assert cfg is not None and cfg.evaluate is not None
@@ -247,7 +247,7 @@ def stages(cfg: RunConfig) -> list[Stage]:
 
 def headlines(store: Store, run_id: str) -> list[str]:
     """What a person wants to see first after a run (markdown): the tiers and the cloze report."""
-    from punchline.data.tiers import tier_counts
+    from punchline.data.puns.tiers import tier_counts
 
     out = []
     ranked = store.get(f"{run_id}/artifacts/{RANKED}")

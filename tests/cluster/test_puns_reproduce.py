@@ -26,18 +26,18 @@ from punchline.cluster.pipelines.puns_reproduce import (
     reproduce_config_text,
     toml_text,
 )
-from punchline.data.cloze_report import build_report, classify_word
+from punchline.data.puns.cloze_report import build_report, classify_word
 from punchline.data.errors import InputError
-from punchline.data.puns_history import (
+from punchline.data.puns.puns_history import (
     PUBLISHED_DELTA_PP,
     PUBLISHED_TIERS,
     RemovedWord,
     is_published_selection,
     lists_as_classified,
 )
-from punchline.data.puns_io import load_classified, load_cloze_responses, load_cloze_tests, load_puns
-from punchline.data.schemas import ClozeTest, PunEntry
-from punchline.data.words import extract_word
+from punchline.data.puns.puns_io import load_classified, load_cloze_responses, load_cloze_tests, load_puns
+from punchline.data.puns.schemas import ClozeTest, PunEntry
+from punchline.data.puns.words import extract_word
 from punchline.workers.fake.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from punchline.data.completions import sample_request
+from punchline.data.puns.completions import sample_request
 from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse

@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from punchline.data.completions import greedy_request
+from punchline.data.puns.completions import greedy_request
 from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.workers.fake import FakeProviderServer

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
-from punchline.data.completions import SYSTEM_PROMPT
-from punchline.data.curation import REPAIR_MARKER
+from punchline.data.puns.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
+from punchline.data.puns.completions import SYSTEM_PROMPT
+from punchline.data.puns.curation import REPAIR_MARKER
 from punchline.data.humor.judge import ANSWER_BEGIN, ANSWER_END, JUDGE_MARKER, REFERENCE_LABEL
 from punchline.data.humor.loaders import load_items
 from punchline.data.humor.parser import parsed_output

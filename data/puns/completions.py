@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from punchline.data.requests import Message, ProviderRequest
-from punchline.data.schemas import Aggregated, ModelCompletions, PunEntry, RawCompletionEntry
+from punchline.data.puns.schemas import Aggregated, ModelCompletions, PunEntry, RawCompletionEntry
 
 SYSTEM_PROMPT = (
     "You are completing a text. Output only the single next word "
