@@ -144,8 +144,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze(args: argparse.Namespace) -> int:
-    from punchline.data.puns.cloze import build_tests
     from punchline.data.errors import InputError
+    from punchline.data.puns.cloze import build_tests
 
     if not 1 <= args.pairs <= 100_000:
         raise InputError(f"must be between 1 and 100000, got {args.pairs}", field="--pairs")
@@ -160,8 +160,8 @@ def cmd_cloze(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze_report(args: argparse.Namespace) -> int:
-    from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
     from punchline.data.jsonio import check_out_dir
+    from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
 
     check_out_dir(args.out)
     puns = puns_io.load_puns(args.puns)

@@ -151,7 +151,8 @@ def predicted_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest]:
     from punchline.data.puns.puns_io import load_classified, load_raw_completions
     from punchline.data.puns.tiers import apply_rankings, rank
 
-    assert cfg.puns is not None and cfg.puns.cloze is not None
+    cloze = puns.settings_of(cfg).cloze
+    assert cloze is not None
     jokes = puns.run_jokes(cfg)
     raw = load_raw_completions(upstream.raw)
     classified = load_classified(upstream.classified)
@@ -164,7 +165,7 @@ def predicted_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest]:
         for key, entry in run_raw.items()
     }
     ranked = apply_rankings(jokes, rank(merge_all(run_raw, verdicts)))
-    return build_tests(ranked, seed=cfg.puns.cloze.seed, pairs=cfg.puns.cloze.pairs)
+    return build_tests(ranked, seed=cloze.seed, pairs=cloze.pairs)
 
 
 def answered_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest] | None:

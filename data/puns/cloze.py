@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from msgspec import UnsetType
 
-from punchline.data.puns.completions import truncate_before_blank
 from punchline.data.errors import InputError
+from punchline.data.puns.completions import truncate_before_blank
 from punchline.data.puns.schemas import BLANK, ClozeTest, PrimingType, PunEntry
 
 DEFAULT_SEED = 42

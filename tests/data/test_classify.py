@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from punchline.data.errors import RetryableProviderError
+from punchline.data.jsonio import dumps_upstream
 from punchline.data.puns.classify import (
     MalformedVerdicts,
     batches,
@@ -16,8 +18,6 @@ from punchline.data.puns.classify import (
     merge_all,
     parse_verdicts,
 )
-from punchline.data.errors import RetryableProviderError
-from punchline.data.jsonio import dumps_upstream
 from punchline.data.puns.puns_io import load_classified, load_raw_completions
 from punchline.data.puns.schemas import RawCompletionEntry
 

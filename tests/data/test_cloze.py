@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punchline.data.puns.cloze import build_tests, fill, select_pools
-from punchline.data.puns.completions import truncate_before_blank
 from punchline.data.errors import InputError
 from punchline.data.jsonio import dumps_upstream
+from punchline.data.puns.cloze import build_tests, fill, select_pools
+from punchline.data.puns.completions import truncate_before_blank
 from punchline.data.puns.puns_io import load_puns
 from punchline.data.puns.schemas import TIERS, PunEntry
 

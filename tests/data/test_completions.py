@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from punchline.data.puns.completions import aggregate, build_raw_entry, truncate_before_blank
 from punchline.data.jsonio import dumps_upstream
+from punchline.data.puns.completions import aggregate, build_raw_entry, truncate_before_blank
 from punchline.data.puns.puns_io import load_puns, load_raw_completions
 from punchline.data.puns.schemas import ModelCompletions, PunEntry
 

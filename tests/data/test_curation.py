@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from punchline.data.errors import InputError, RetryableProviderError
 from punchline.data.puns.curation import (
     Candidate,
     MalformedRatings,
@@ -22,7 +23,6 @@ from punchline.data.puns.curation import (
     rating_request,
     repair_request,
 )
-from punchline.data.errors import InputError, RetryableProviderError
 from punchline.data.puns.puns_io import validate_puns
 from punchline.data.requests import ProviderResponse
 from punchline.workers.fake.answers import AnswerKnobs, JokeBook, answer

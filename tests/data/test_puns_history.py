@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from punchline.data.errors import InputError
+from punchline.data.jsonio import dumps_upstream
 from punchline.data.puns.classify import candidates, merge_all
 from punchline.data.puns.cloze import build_tests
 from punchline.data.puns.completions import build_raw_entry
-from punchline.data.errors import InputError
-from punchline.data.jsonio import dumps_upstream
 from punchline.data.puns.puns_history import (
     PUBLISHED_TESTS_SELECTION_SHA256,
     PUBLISHED_TIERS,

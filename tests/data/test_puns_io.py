@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.puns import puns_io
 from punchline.data.errors import InputError
 from punchline.data.jsonio import dumps_upstream
+from punchline.data.puns import puns_io
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.data.errors import RetryableProviderError
+from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.data.requests import Message, ProviderRequest
 from punchline.workers.fake import JUDGE_MARKER, FakeProviderServer, fetch_stats, request_wire_key
 from punchline.workers.fake.answers import HUMOR_CLASSES, AnswerKnobs, JokeBook, answer, model_size_b

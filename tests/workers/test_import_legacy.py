@@ -16,11 +16,11 @@ from punchline.cluster.commands.providers import (
     import_legacy,
     targets_from_config,
 )
+from punchline.data.jsonio import decode_file, dumps_upstream
 from punchline.data.puns.classify import batches, classify_request, merge_all, parse_verdicts
 from punchline.data.puns.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
-from punchline.data.jsonio import decode_file, dumps_upstream
-from punchline.data.response_cache import ResponseCache
 from punchline.data.puns.schemas import RawCompletions
+from punchline.data.response_cache import ResponseCache
 from punchline.data.stores import open_store
 
 
