@@ -6,7 +6,6 @@ submission fails on the laptop before anything is scheduled.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
@@ -16,10 +15,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from punchline.cluster.pipeline import Pipeline
-from punchline.cluster.registry import resolve
+from punchline.cluster.registry import available, resolve
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import Mode, ProviderSettings
+from punchline.workers.fake.checks import check_simulator, finite
 from punchline.workers.fake.server import FakeConfig
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
@@ -111,7 +111,7 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
 
 def _pipeline_settings(tables: dict[str, Any], file: str) -> tuple[Pipeline | None, Any]:
     """Take the pipeline's own table out of ``tables`` and decode it with its ``settings_type``; errors
-    name the file and the key path (``puns.collect.samples``). (None, None) when ``[run] pipeline`` is
+    name the file and the key path (``<table>.<stage>.provider``). (None, None) when ``[run] pipeline`` is
     missing or not a string: decoding ``[run]`` then says so."""
     if "settings" in tables:  # the field the decoded table is kept in is no TOML table
         raise ConfigError("Object contains unknown field `settings`", file=file, field="settings")
@@ -121,6 +121,8 @@ def _pipeline_settings(tables: dict[str, Any], file: str) -> tuple[Pipeline | No
         return None, None
     pipeline = resolve(ref, file)
     table = tables.pop(pipeline.name, None)
+    for other in available():  # a config may keep other pipelines' tables: left alone, unread
+        tables.pop(other, None)
     if table is None:
         raise ConfigError(f"run.pipeline is {ref!r} but there is no [{pipeline.name}] table", file=file)
     try:
@@ -212,10 +214,6 @@ def check_service_url(value: str, field: str, file: str | None = None) -> None:
         raise ConfigError(f"want a folder or s3://bucket/prefix, got {redact_url(value)!r}", file=file, field=field)
 
 
-def _finite(value: float, low: float, high: float) -> bool:
-    return math.isfinite(value) and low <= value <= high
-
-
 def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
     """Range checks of one ``[providers.<name>]`` table (msgspec has checked the types)."""
     record = f"providers.{name}"
@@ -235,53 +233,16 @@ def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
             raise bad(f"models.{nick}.id", "is empty")
         for field in ("input_usd_per_mtok", "output_usd_per_mtok"):
             value = getattr(m, field)
-            if not _finite(value, 0.0, 1e6):
+            if not finite(value, 0.0, 1e6):
                 raise bad(f"models.{nick}.{field}", f"must be a finite price between 0 and 1e6, got {value}")
     for field in ("requests_per_minute", "tokens_per_minute"):
         value = getattr(p, field)
-        if value is not None and not _finite(value, 1e-6, 1e12):
+        if value is not None and not finite(value, 1e-6, 1e12):
             raise bad(field, f"must be a positive finite number (or left out for no limit), got {value}")
     if not 1 <= p.max_concurrency <= 10_000:
         raise bad("max_concurrency", f"must be between 1 and 10000, got {p.max_concurrency}")
-    if not _finite(p.timeout_s, 0.001, 86_400):
+    if not finite(p.timeout_s, 0.001, 86_400):
         raise bad("timeout_s", f"must be a positive finite number of seconds, got {p.timeout_s}")
     for field in ("max_retries", "max_malformed_retries"):
         if not 0 <= getattr(p, field) <= 1000:
             raise bad(field, f"must be between 0 and 1000, got {getattr(p, field)}")
-
-
-def check_simulator(sim: FakeConfig, file: str | None, *, prefix: str = "simulator.") -> None:
-    """Range checks of the simulated provider's knobs (``[simulator]`` or a ``fake-provider --config`` file)."""
-
-    def bad(field: str, message: str) -> ConfigError:
-        return ConfigError(message, file=file, field=f"{prefix}{field}")
-
-    for field in (
-        "error_500_rate",
-        "error_503_rate",
-        "hang_rate",
-        "truncated_body_rate",
-        "malformed_rate",
-        "noise_rate",
-        "format_variant_rate",
-        "judge_flip_rate",
-    ):
-        if not _finite(getattr(sim, field), 0.0, 1.0):
-            raise bad(field, f"must be a probability in [0, 1], got {getattr(sim, field)}")
-    for table in ("funny_propensity", "humor_skill"):
-        for model, value in getattr(sim, table).items():
-            if not _finite(value, 0.0, 1.0):
-                raise bad(f"{table}.{model}", f"must be a probability in [0, 1], got {value}")
-    for field in ("latency_ms_min", "latency_ms_max", "hang_s"):
-        if not _finite(getattr(sim, field), 0.0, 3_600_000.0):
-            raise bad(field, f"must be a finite number >= 0, got {getattr(sim, field)}")
-    if sim.latency_ms_max < sim.latency_ms_min:
-        raise bad("latency_ms_max", f"is below latency_ms_min ({sim.latency_ms_max} < {sim.latency_ms_min})")
-    for field in ("requests_per_minute", "rate_limit_burst"):
-        value = getattr(sim, field)
-        if value is not None and not _finite(value, 1e-6, 1e12):
-            raise bad(field, f"must be a positive finite number, got {value}")
-    if sim.fail_first_attempts < 0:
-        raise bad("fail_first_attempts", f"must be >= 0, got {sim.fail_first_attempts}")
-    if not 100 <= sim.fail_status <= 599:
-        raise bad("fail_status", f"must be an HTTP status (100-599), got {sim.fail_status}")

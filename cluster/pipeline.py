@@ -62,7 +62,7 @@ class Stage(Protocol):
 
 
 class Pipeline(Protocol):
-    """One workload (Puns, Humor, curate, a user's own): everything the engine needs to know about it.
+    """One workload (a built-in or a user's own): everything the engine needs to know about it.
 
     The driver, the config loader, the planner and the commands ask this object and never branch on
     a pipeline's name, so a new workload is one module (a built-in in :mod:`punchline.cluster.registry`,
@@ -70,7 +70,7 @@ class Pipeline(Protocol):
     ``settings`` below is always an instance of ``settings_type``, decoded from the ``[<name>]`` table.
     """
 
-    name: str  # its registry key, its TOML table ([puns]) and the start of its run ids
+    name: str  # its registry key, its TOML table (``[<name>]``) and the start of its run ids
     settings_type: type[msgspec.Struct]  # forbid_unknown_fields, every field range-checked with msgspec.Meta
 
     def check_settings(self, settings: Any, source: str) -> None:
@@ -80,7 +80,7 @@ class Pipeline(Protocol):
 
     def provider_refs(self, settings: Any) -> list[tuple[str, str]]:
         """(key path, provider name) of every provider the settings name, so the loader can refuse an
-        unconfigured one generically (``("puns.collect.provider", "together")``)."""
+        unconfigured one generically (``("<name>.<stage>.provider", "<provider>")``)."""
         ...
 
     def stage_mode(self, settings: Any, stage: str) -> Mode | None:
@@ -111,7 +111,7 @@ class Pipeline(Protocol):
         ...
 
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
-        """The offline simulated provider's knobs for this run (Humor points it at its own items)."""
+        """The offline simulated provider's knobs for this run (e.g. the answer key of the run's own items)."""
         ...
 
 

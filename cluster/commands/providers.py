@@ -58,8 +58,8 @@ def register(sub: Any) -> None:
 def cmd_fake_provider(args: argparse.Namespace) -> int:
     import ipaddress
 
-    from punchline.cluster.config import check_simulator
     from punchline.data.jsonio import validation_location
+    from punchline.workers.fake.checks import check_simulator
     from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
 
     if not 0 <= args.port <= 65535:
