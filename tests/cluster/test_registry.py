@@ -5,7 +5,6 @@ names a pipeline."""
 from __future__ import annotations
 
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -50,7 +49,7 @@ def test_the_engine_never_names_a_pipeline() -> None:
     assert found == [], "pipeline names outside the registry:\n" + "\n".join(found)
 
 
-PLUGIN = '''
+PLUGIN = """
 from typing import Annotated
 
 import msgspec
@@ -125,7 +124,7 @@ class Partial:
 
 
 NOT_A_PIPELINE = {"name": "echo"}
-'''
+"""
 
 CONFIG = """
 [run]
