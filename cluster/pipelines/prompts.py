@@ -22,7 +22,6 @@ import msgspec
 
 from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.data.errors import ConfigError
 from punchline.data.prompts.compiled import CompiledPrompts
 from punchline.data.prompts.outputs import OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
 from punchline.data.prompts.rows import Row, load_rows
@@ -40,9 +39,8 @@ ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
 
 def settings_of(cfg: RunConfig) -> PromptsSettings:
     """The run's ``[prompts]`` table, decoded."""
-    if cfg.prompts is None:
-        raise ConfigError("run.pipeline is 'prompts' but there is no [prompts] table", file=cfg.source)
-    return cfg.prompts
+    assert isinstance(cfg.settings, PromptsSettings), "not a prompts config"
+    return cfg.settings
 
 
 class Job:

@@ -215,7 +215,7 @@ def _fake_results(units: list[Any], n: int) -> dict[str, UnitResult]:
 
 def test_generate_reduce_writes_one_row_per_row_model_sample_with_parse_columns() -> None:
     cfg = load_config(DEMO)
-    cfg.prompts = msgspec.structs.replace(cfg.prompts, judge=None)  # type: ignore[arg-type]
+    cfg.settings = msgspec.structs.replace(cfg.settings, judge=None)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory() as tmp:
         ctx = StageContext(cfg, "r", LocalStore(tmp))
         stage = prompts.stages(cfg)[0]
@@ -361,7 +361,7 @@ def test_the_readme_example_config_loads(tmp_path: Path) -> None:
     path = tmp_path / "example.toml"
     path.write_text(example)
     cfg = load_config(path)
-    assert cfg.prompts is not None and cfg.prompts.n == 5 and cfg.prompts.judge is not None
+    assert cfg.settings.n == 5 and cfg.settings.judge is not None
     assert [s.name for s in prompts.stages(cfg)] == ["generate", "judge"]
 
 
