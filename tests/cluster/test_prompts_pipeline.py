@@ -274,24 +274,61 @@ def _check_outputs(jsonl: bytes, *, judged: bool = False, rows: int = ROWS) -> N
 
 
 @pytest.mark.slow
-def test_online_then_batch_give_the_same_rows_each_request_paid_once(
+def test_online_batch_and_kill_9_resume_give_the_same_rows_each_request_paid_once(
     tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local: Any
 ) -> None:
-    online = prompts_config(tmp_path, fake, rows=ROWS)
+    """One config, three runs (sharing the uninterrupted run as the baseline keeps the suite lean)."""
+    units = ROWS * 2
+    # 1. online: one output row per row x model x sample, the parse column filled, each request paid once
+    online = prompts_config(tmp_path, fake, rows=ROWS, shard_size=4)
     rec = run(str(online), opts(tmp_path, redis_url, "online", store="online-store"))
     assert rec.state == "finished"
     calls = fake.stats().calls
-    assert len(calls) == ROWS * 2 and set(calls.values()) == {1}
+    assert len(calls) == units and set(calls.values()) == {1}
     expected = _outputs(tmp_path, "online-store", "online")
     _check_outputs(expected[0])
 
+    # 2. batch mode: the same bytes, each request billed once, the online endpoint never called
     fake.reset()
-    batch = prompts_config(tmp_path, fake, rows=ROWS, mode="batch", name="batch.toml")
-    assert run(str(batch), opts(tmp_path, redis_url, "batched")).state == "finished"
-    assert _outputs(tmp_path, "store", "batched") == expected
+    batch = prompts_config(tmp_path, fake, rows=ROWS, shard_size=4, mode="batch", name="batch.toml")
+    assert run(str(batch), opts(tmp_path, redis_url, "batched", store="batch-store")).state == "finished"
+    assert _outputs(tmp_path, "batch-store", "batched") == expected
     stats = fake.batch_stats()
-    assert len(stats.billed) == ROWS * 2 and set(stats.billed.values()) == {1}
+    assert len(stats.billed) == units and set(stats.billed.values()) == {1}
     assert fake.stats().total_calls == 0, "a batch-mode run called the online endpoint"
+
+    # 3. kill -9 of the driver mid-run, then resume: each request once (plus at most those in flight at the
+    # kill), and the same bytes
+    fake.reset()
+    fake.configure(latency_ms_min=40, latency_ms_max=80)  # so that the kill lands mid-run
+    argv = [
+        sys.executable,
+        "-m",
+        "punchline.cluster.cli",
+        "run",
+        str(online),
+        "--run-id",
+        "killed",
+        "--store",
+        str(tmp_path / "store"),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--ray-address",
+        ray.get_runtime_context().gcs_address,
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: fake.stats().total_calls >= units // 3 or proc.poll() is not None, timeout_s=240)
+    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert fake.stats().total_calls < units
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    calls = fake.stats().calls
+    assert_guarantee(calls, units, deaths=2)
+    print(f"kill -9 + resume: {len(calls)} requests, {sum(n - 1 for n in calls.values())} paid twice")
+    assert _outputs(tmp_path, "store", "killed") == expected
 
 
 @pytest.mark.slow
@@ -310,48 +347,6 @@ def test_judge_stage_grades_every_sample(
     assert rec.counters["judge"].provider_requests == len(judge_keys)
     verdicts = {r.judge_parsed["verdict"] for r in out if r.judge_parsed}  # type: ignore[index]
     assert verdicts == {"correct", "incorrect"}
-
-
-@pytest.mark.slow
-def test_kill_9_of_the_driver_mid_run_then_resume_pays_each_request_once(
-    tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local: Any
-) -> None:
-    cfg = prompts_config(tmp_path, fake, rows=ROWS, shard_size=4)
-    assert run(str(cfg), opts(tmp_path, redis_url, "baseline", store="baseline-store")).state == "finished"
-    expected = _outputs(tmp_path, "baseline-store", "baseline")
-    fake.reset()
-    fake.configure(latency_ms_min=40, latency_ms_max=80)  # so that the kill lands mid-run
-    argv = [
-        sys.executable,
-        "-m",
-        "punchline.cluster.cli",
-        "run",
-        str(cfg),
-        "--run-id",
-        "killed",
-        "--store",
-        str(tmp_path / "store"),
-        "--runs-dir",
-        str(tmp_path / "runs"),
-        "--ray-address",
-        ray.get_runtime_context().gcs_address,
-        "--no-progress",
-    ]
-    units = ROWS * 2
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for(lambda: fake.stats().total_calls >= units // 3 or proc.poll() is not None, timeout_s=240)
-    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert fake.stats().total_calls < units
-
-    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=400)
-    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
-    # 0 duplicates beyond the guarantee: each request once, plus at most the calls in flight at the kill
-    calls = fake.stats().calls
-    assert_guarantee(calls, units, deaths=2)
-    print(f"kill -9 + resume: {len(calls)} requests, {sum(n - 1 for n in calls.values())} paid twice")
-    assert _outputs(tmp_path, "store", "killed") == expected
 
 
 def test_the_readme_example_config_loads(tmp_path: Path) -> None:
