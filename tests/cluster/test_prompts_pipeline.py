@@ -376,3 +376,14 @@ def test_headlines_per_model_from_the_outputs() -> None:
         f"**8b**: {36 * 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3}",
         f"**70b**: {36 * 3 - 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3 - 3}",  # unit 1 failed
     ]
+
+
+def test_each_stage_may_set_its_own_mode(tmp_path: Path) -> None:
+    text = DEMO.read_text().replace("../data/samples", str(ROOT / "data" / "samples"))
+    text = text.replace('id_field = "id"', 'id_field = "id"\nmode = "batch"')
+    text = text.replace('model = "anthropic:sonnet"', 'model = "anthropic:sonnet"\nmode = "online"')
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    cfg = load_config(path)
+    assert (cfg.stage_mode("generate"), cfg.stage_mode("judge")) == ("batch", "online")
+    assert load_config(DEMO).stage_mode("generate") is None  # the providers' mode
