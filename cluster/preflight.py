@@ -11,12 +11,12 @@ found before the first paid call instead of failing every unit.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from punchline.data.backoff import Backoff, retry_sync
 from punchline.data.errors import (
     ConfigError,
     LedgerUnavailable,
@@ -31,22 +31,21 @@ from punchline.data.store import Store
 log = structlog.get_logger("punchline.preflight")
 
 PATIENCE_S = 600.0  # how long an outage (refused, timed out) is waited out before giving up
+SERVICE_BACKOFF = Backoff(initial_s=0.5, max_s=10.0)
 
 
 def _patiently(
     what: str, attempt: Callable[[], Any], patience_s: float, retry_on: tuple[type[BaseException], ...]
 ) -> Any:
-    deadline = time.monotonic() + patience_s
-    delay = 0.5
-    while True:
-        try:
-            return attempt()
-        except retry_on as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("service_waiting", service=what, error=str(exc)[:300], retry_in_s=delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 10.0)
+    return retry_sync(
+        attempt,
+        retry_on=retry_on,
+        backoff=SERVICE_BACKOFF,
+        deadline_s=patience_s,
+        on_retry=lambda exc, _n, delay: log.warning(
+            "service_waiting", service=what, error=str(exc)[:300], retry_in_s=delay
+        ),
+    )
 
 
 # --- Redis --------------------------------------------------------------------------------------

@@ -22,10 +22,13 @@ from typing import Any
 
 import msgspec
 import redis
+import structlog
 
+from punchline.data.backoff import Backoff, retry_sync
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import ShardUsage
 
+LEDGER_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # waiting out a Redis outage
 _INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
 
 
@@ -193,16 +196,11 @@ def patiently(fn: Any, *args: Any, max_wait_s: float = 600.0, **kwargs: Any) -> 
     Gives up with :class:`LedgerUnavailable` after ``max_wait_s`` so a run whose Redis is gone for
     good stops with a clear error instead of hanging forever.
     """
-    import structlog
-
-    deadline = time.monotonic() + max_wait_s
-    delay = 0.2
-    while True:
-        try:
-            return fn(*args, **kwargs)
-        except LedgerUnavailable as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            structlog.get_logger("punchline.ledger").warning("ledger_unavailable", error=str(exc), retry_in_s=delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    log = structlog.get_logger("punchline.ledger")
+    return retry_sync(
+        lambda: fn(*args, **kwargs),
+        retry_on=(LedgerUnavailable,),
+        backoff=LEDGER_BACKOFF,
+        deadline_s=max_wait_s,
+        on_retry=lambda exc, _n, delay: log.warning("ledger_unavailable", error=str(exc), retry_in_s=delay),
+    )

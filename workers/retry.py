@@ -16,6 +16,7 @@ from typing import Protocol
 
 import msgspec
 
+from punchline.data.backoff import Backoff
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
@@ -39,8 +40,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
     def backoff_s(self, retry: int, retry_after_s: float | None = None, rng: random.Random | None = None) -> float:
         """Delay before retry number ``retry`` (0-based); never shorter than the server's Retry-After."""
-        cap = min(self.max_delay_s, self.base_delay_s * (2**retry))
-        delay = (rng or random).uniform(0.0, cap) if self.jitter else cap
+        delay = Backoff(initial_s=self.base_delay_s, max_s=self.max_delay_s, jitter=self.jitter).delay_s(retry, rng)
         if retry_after_s is not None:
             delay = max(delay, min(retry_after_s, self.max_retry_after_s))
         return delay

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from punchline.data.backoff import constant, retry_async
 from punchline.data.errors import BudgetExceeded, LedgerUnavailable
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
@@ -47,6 +48,8 @@ from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases
 from punchline.schedulers.ledger import StageKeys
 from punchline.workers.provider import Provider
 from punchline.workers.unit_runner import UnitRunner
+
+LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
 
 
 class WorkerConfig(msgspec.Struct, kw_only=True):
@@ -248,11 +251,15 @@ class _StageRun:
             if self.pending_units >= self.window:
                 await self._wait_for_room()
                 continue
-            try:
-                claim = await self.p.leases.claim(self.keys, self.p.worker_id, cfg.lease_ms)
-            except LedgerUnavailable as exc:
-                self.log.warning("ledger_unavailable", error=str(exc))
-                await asyncio.sleep(1.0)
+            try:  # a Redis outage is waited out, unless the worker is told to stop meanwhile
+                claim = await retry_async(
+                    lambda: self.p.leases.claim(self.keys, self.p.worker_id, cfg.lease_ms),
+                    retry_on=(LedgerUnavailable,),
+                    backoff=LEDGER_PAUSE,
+                    when=lambda _exc: not self.stop,
+                    on_retry=lambda exc, _n, _d: self.log.warning("ledger_unavailable", error=str(exc)),
+                )
+            except LedgerUnavailable:
                 continue
             if claim == -1:  # nothing left to claim; what we hold finishes in go()
                 return
@@ -350,12 +357,15 @@ class _StageRun:
             rows[usage_field(self.plan.stage, model, "in")] = m.input_tokens
             rows[usage_field(self.plan.stage, model, "out")] = m.output_tokens
             rows[usage_field(self.plan.stage, model, "usd")] = m.cost_usd
-        for _ in range(60):
-            try:
-                return await self.p.leases.commit_shard(self.keys, claim, counters=usage.counters(), usage=rows)
-            except LedgerUnavailable:
-                await asyncio.sleep(1.0)
-        return False
+        try:
+            return await retry_async(
+                lambda: self.p.leases.commit_shard(self.keys, claim, counters=usage.counters(), usage=rows),
+                retry_on=(LedgerUnavailable,),
+                backoff=LEDGER_PAUSE,
+                attempts=60,
+            )
+        except LedgerUnavailable:
+            return False
 
     async def _heartbeat(self) -> None:
         """Renew every lease this worker holds, in one round trip; it must never die quietly, or the

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from punchline.data.backoff import Backoff, constant, retry_async
 from punchline.data.errors import (
     BudgetExceeded,
     CacheMiss,
@@ -101,14 +102,13 @@ class UnitRunner:
             usage.cache_hits += 1
             usage.units_ok += 1
             return UnitResult(unit_id=unit.unit_id, key=key, response=cached)
-        try:
-            while True:
-                try:
-                    response = await self._obtain(unit, key, usage)
-                    break
-                except LedgerUnavailable as exc:  # no Redis, no call: wait and try again
-                    log.warning("ledger_unavailable", unit=unit.unit_id, error=str(exc))
-                    await asyncio.sleep(self.ledger_retry_s)
+        try:  # no Redis, no call: wait and try again
+            response = await retry_async(
+                lambda: self._obtain(unit, key, usage),
+                retry_on=(LedgerUnavailable,),
+                backoff=constant(self.ledger_retry_s),
+                on_retry=lambda exc, _n, _d: log.warning("ledger_unavailable", unit=unit.unit_id, error=str(exc)),
+            )
         except (ProviderError, CacheMiss) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             usage.units_failed += 1
@@ -192,15 +192,18 @@ class UnitRunner:
     async def _commit(self, grant: Grant, rate: RateScope | None, unused_tokens: int, actual_usd: float) -> bool:
         """Commit, waiting out a short Redis outage; after that the lease simply lapses (the answer is
         stored, so whoever takes the lease next finds it)."""
-        delay = self.ledger_retry_s
-        for _ in range(8):
-            try:
-                return await self.leases.commit(grant, rate=rate, unused_tokens=unused_tokens, actual_usd=actual_usd)
-            except LedgerUnavailable as exc:
-                log.warning("ledger_unavailable", key=grant.key, error=str(exc), retry_in_s=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-        return False
+        try:
+            return await retry_async(
+                lambda: self.leases.commit(grant, rate=rate, unused_tokens=unused_tokens, actual_usd=actual_usd),
+                retry_on=(LedgerUnavailable,),
+                backoff=Backoff(initial_s=self.ledger_retry_s, max_s=10.0),
+                attempts=8,
+                on_retry=lambda exc, _n, delay: log.warning(
+                    "ledger_unavailable", key=grant.key, error=str(exc), retry_in_s=delay
+                ),
+            )
+        except LedgerUnavailable:
+            return False
 
     def _cost(self, unit: UnitSpec, response: ProviderResponse) -> float:
         provider = self.providers[unit.request.provider]

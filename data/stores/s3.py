@@ -34,6 +34,7 @@ import msgspec
 import structlog
 from botocore.config import Config
 
+from punchline.data.backoff import Backoff, retry_sync
 from punchline.data.errors import ConfigError, StoreError
 from punchline.data.store import Store
 from punchline.data.stores.local import validate_key, validate_prefix
@@ -184,25 +185,28 @@ class S3Store(Store):
     def _patiently(self, action: str, key: str, op: Callable[[], T]) -> T:
         """Run ``op``, retrying transient failures with backoff for up to ``settings.outage_s``."""
         started = time.monotonic()
-        delay = self.settings.retry_initial_s
-        attempts = 0
-        while True:
-            try:
-                return op()
-            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-                waited = time.monotonic() - started
-                if not transient(exc):
-                    raise self._fail(action, key, exc) from exc
-                if waited >= self.settings.outage_s:
-                    raise StoreError(
-                        f"{self.url}: cannot {action} {key!r}: S3 unreachable or failing for "
-                        f"{waited:.0f}s (PUNCHLINE_S3_OUTAGE_S={self.settings.outage_s:g}): {exc}"
-                    ) from exc
-                attempts += 1
-                if attempts == 1 or attempts % 10 == 0:
-                    log.warning("s3_unavailable", store=self.url, action=action, key=key, error=str(exc)[:300])
-                time.sleep(max(0.0, min(delay, self.settings.outage_s - waited)))
-                delay = min(delay * 2, self.settings.retry_max_s)
+
+        def warn(exc: BaseException, attempts: int, _delay_s: float) -> None:
+            if attempts == 1 or attempts % 10 == 0:
+                log.warning("s3_unavailable", store=self.url, action=action, key=key, error=str(exc)[:300])
+
+        try:
+            return retry_sync(
+                op,
+                retry_on=(botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError),
+                when=transient,
+                backoff=Backoff(initial_s=self.settings.retry_initial_s, max_s=self.settings.retry_max_s),
+                deadline_s=self.settings.outage_s,
+                on_retry=warn,
+            )
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            if not transient(exc):
+                raise self._fail(action, key, exc) from exc
+            waited = time.monotonic() - started
+            raise StoreError(
+                f"{self.url}: cannot {action} {key!r}: S3 unreachable or failing for "
+                f"{waited:.0f}s (PUNCHLINE_S3_OUTAGE_S={self.settings.outage_s:g}): {exc}"
+            ) from exc
 
     # -- Store --
 
