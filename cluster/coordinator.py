@@ -28,6 +28,7 @@ from punchline.data.units import (
     ShardOutput,
     ShardResults,
     ShardUsage,
+    StageManifest,
     StagePlan,
     cut,
     encode_page,
@@ -202,13 +203,13 @@ class Coordinator:
         artifacts = stage.reduce(self.ctx, results)
         failed = results.failed()
         self.store_usage[stage.name] = results.usage()
-        manifest = {
-            "stage": stage.name,
-            "units": plan.units_total,
-            "shards": plan.shards_total,
-            "failed": len(failed),
-            "artifacts": artifacts,
-        }
+        manifest = StageManifest(
+            stage=stage.name,
+            units=plan.units_total,
+            shards=plan.shards_total,
+            failed=len(failed),
+            artifacts=artifacts,
+        )
         if not failed:  # a stage with failed units is re-planned on resume / retry-failed
             self.store.put(self.manifest_key(stage.name), msgspec.json.encode(manifest))
         return artifacts, failed

@@ -32,6 +32,7 @@ from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.schedulers.budget import Budget, UsageRow, usage_rows
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently, with_store_totals
+from punchline.data.units import RunState, StageManifest
 from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
@@ -55,7 +56,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     created_at: float
     services: Services
     stages: list[str]
-    state: str = "running"  # running | finished | failed | budget
+    state: RunState = "running"
     finished_at: float | None = None
     counters: dict[str, StageCounters] = {}
     artifacts: list[str] = []
@@ -405,4 +406,4 @@ def _manifest_artifacts(store: Store, run_id: str, stage: str) -> list[str]:
     raw = store.get(f"{run_id}/stages/{stage}/manifest.json")
     if raw is None:
         return []
-    return list(msgspec.json.decode(raw, type=dict[str, object]).get("artifacts", []))  # type: ignore[call-overload]
+    return msgspec.json.decode(raw, type=StageManifest).artifacts

@@ -13,6 +13,7 @@ import bisect
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Literal
 
 import msgspec
 
@@ -98,6 +99,22 @@ class ShardOutput(msgspec.Struct, kw_only=True):
     shard: int
     results: list[UnitResult]
     usage: ShardUsage | None = None
+
+
+class StageManifest(msgspec.Struct, kw_only=True):
+    """``<run>/stages/<stage>/manifest.json``: the stage finished with no failed unit; a resume skips it
+    and takes its artifacts from here."""
+
+    stage: str
+    units: int
+    shards: int
+    failed: int
+    artifacts: list[str]
+
+
+#: a run's state in its record: running, then finished / failed (units failed, or an error) / budget (the
+#: cap stopped it) / interrupted (its driver was stopped or is gone)
+RunState = Literal["running", "finished", "failed", "budget", "interrupted"]
 
 
 class PlanPage(msgspec.Struct, kw_only=True):

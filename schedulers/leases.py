@@ -18,6 +18,7 @@ presumed dead and replaced), so a zombie can never release a successor's lease.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -192,6 +193,13 @@ class Claim(msgspec.Struct, frozen=True):
         return f"{self.owner}|{self.token}"
 
 
+class NoClaim(enum.IntEnum):
+    """Why :meth:`Leases.claim` handed out no shard, other than a wait (the claim script's markers)."""
+
+    DRAINED = -1  # nothing left to claim: every shard is committed
+    STAGE_UNKNOWN = -2  # Redis does not know the stage (wiped): the coordinator rebuilds it from the store
+
+
 class Held(msgspec.Struct, frozen=True):
     """Someone else holds the request: ``wait_ms`` left on their lease."""
 
@@ -316,8 +324,8 @@ class Leases:
 
     # --- shard leases -----------------------------------------------------------------------------
 
-    async def claim(self, keys: StageKeys, owner: str, lease_ms: int) -> Claim | int:
-        """A :class:`Claim`, or: ``>0`` ms to wait (all held), ``-1`` nothing left, ``-2`` stage unknown."""
+    async def claim(self, keys: StageKeys, owner: str, lease_ms: int) -> Claim | NoClaim | int:
+        """A :class:`Claim`, a :class:`NoClaim`, or the ms to wait (> 0) until a held lease expires."""
         res = await self._run(
             self._claim, [keys.todo, keys.leased, keys.holders, keys.meta, self._fence], [owner, lease_ms]
         )
@@ -325,7 +333,7 @@ class Leases:
             return Claim(int(res[1]), owner, int(res[2]))
         if res[0] == 0:
             return max(int(res[1]), 1)
-        return int(res[0])
+        return NoClaim(int(res[0]))
 
     async def commit_shard(
         self, keys: StageKeys, claim: Claim, *, counters: Mapping[str, float], usage: Mapping[str, float]

@@ -44,7 +44,7 @@ from punchline.data.units import (
     plan_page_key,
     shard_key,
 )
-from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases
+from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoClaim
 from punchline.schedulers.ledger import StageKeys
 from punchline.workers.provider import Provider
 from punchline.workers.unit_runner import UnitRunner
@@ -261,9 +261,9 @@ class _StageRun:
                 )
             except LedgerUnavailable:
                 continue
-            if claim == -1:  # nothing left to claim; what we hold finishes in go()
+            if claim is NoClaim.DRAINED:  # what we hold finishes in go()
                 return
-            if claim == -2:  # Redis lost the stage (wiped): the coordinator rebuilds it from the store
+            if claim is NoClaim.STAGE_UNKNOWN:  # Redis lost the stage: the coordinator rebuilds it from the store
                 self.report.stage_reset = True
                 return
             if isinstance(claim, int):  # everything left is held by others: wait for them or our own units

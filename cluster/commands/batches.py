@@ -8,16 +8,18 @@ cancelled batches like any other: answers that came back are kept, the rest is s
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 import msgspec
 from rich.console import Console
-from rich.table import Table
 
+from punchline.cluster.cli_shared import batch_table
+from punchline.cluster.driver import RunRecord
+from punchline.cluster.runs import load_run_record
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records
+from punchline.workers.providers import make_batch_provider
 
 
 def register(sub: Any) -> None:
@@ -29,16 +31,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_batches)
 
 
-def _age(rec: BatchRecord) -> str:
-    seconds = int((rec.collected_at or time.time()) - (rec.submitted_at or rec.intent_at))
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-    )
-
-
 def cmd_batches(args: argparse.Namespace) -> int:
-    from punchline.cluster.commands.run import load_run_record
-
     run = load_run_record(args.runs_dir, args.run_id)
     records = read_records(open_store(run.services.store_url), args.run_id)
     if args.cancel:
@@ -50,29 +43,7 @@ def cmd_batches(args: argparse.Namespace) -> int:
     return 0
 
 
-def batch_table(records: list[BatchRecord]) -> Table:
-    """One row per batch: what ``batches`` and ``status`` show."""
-    table = Table("batch", "stage", "provider", "state", "provider id", "requests", "ok", "failed", "age", "cost $")
-    for r in records:
-        state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
-        table.add_row(
-            r.batch_key[:12],
-            r.stage,
-            r.provider,
-            state,
-            r.batch_id or "-",
-            str(r.requests),
-            str(r.succeeded),
-            str(r.failed),
-            _age(r),
-            f"{r.cost_usd:.4f}",
-        )
-    return table
-
-
-def _cancel(run: Any, records: list[BatchRecord]) -> None:
-    from punchline.workers.providers import make_batch_provider
-
+def _cancel(run: RunRecord, records: list[BatchRecord]) -> None:
     providers = msgspec.toml.decode(run.config_toml.encode()).get("providers", {})
     for r in records:
         if r.state == "collected" or not r.batch_id:

@@ -10,6 +10,10 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from punchline.cluster.cli_shared import add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.config import load_config
+from punchline.cluster.pipelines.humor import PIPELINE
+from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -62,8 +66,6 @@ def register(sub: Any) -> None:
         description="Collect answers on the engine (resumable), then score them like `humor score`.",
     )
     r.add_argument("config", help='run config (TOML) with pipeline = "humor"')
-    from punchline.cluster.commands.run import add_run_options
-
     add_run_options(r)
     r.set_defaults(func=cmd_run)
 
@@ -178,11 +180,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def run_humor(args: argparse.Namespace) -> int:
     """An alias of ``punchline run`` for a ``pipeline = "humor"`` config (which prints each model's scores
     as the pipeline's headlines); any other pipeline is refused, naming ``run.pipeline``."""
-    from punchline.cluster.commands.run import run_and_report, run_options
-    from punchline.cluster.config import load_config
-    from punchline.cluster.pipelines.humor import PIPELINE
-    from punchline.cluster.registry import pipeline_of
-
     cfg = load_config(args.config)
     if pipeline_of(cfg).name != PIPELINE.name:
         raise ConfigError(
@@ -190,4 +187,4 @@ def run_humor(args: argparse.Namespace) -> int:
             file=args.config,
             field="run.pipeline",
         )
-    return run_and_report(args.config, run_options(args), args.no_progress or args.verbose)
+    return exit_status(run_and_report(args.config, run_options(args), args.no_progress or args.verbose, cfg))

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from punchline.data.puns import puns_io
 
 if TYPE_CHECKING:
-    from punchline.cluster.pipelines.puns_reproduce import Reproduction, UpstreamFiles
 
 
 def register(sub: Any) -> None:
@@ -83,8 +82,6 @@ def register(sub: Any) -> None:
     s.add_argument("--out", required=True, help="output folder (created if missing)")
     s.set_defaults(func=cmd_cloze_report)
 
-    from punchline.cluster.commands.run import add_run_options
-
     rp = ps.add_parser(
         "reproduce",
         help="reproduce the published study from upstream's recorded outputs (no provider call, no key)",
@@ -112,8 +109,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from punchline.data.puns.tiers import tier_counts
-
     puns = puns_io.load_puns(args.puns)
     counts = tier_counts(puns)
     ranked = sum(counts.values())
@@ -124,8 +119,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
-    from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
-
     out = puns_io.out_path(args.out)
     plot = puns_io.out_path(args.plot) if args.plot else None
     puns = puns_io.load_puns(args.puns)
@@ -135,8 +128,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
     counts = tier_counts(ranked)
     print(f"wrote {out}: {len(ranked)} jokes; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if plot is not None:
-        from punchline.data.jsonio import atomic_write_bytes
-        from punchline.data.puns.plots import plot_tiers
+        from punchline.data.puns.plots import plot_tiers  # matplotlib: only when a plot is asked for
 
         atomic_write_bytes(plot, plot_tiers(ranked))
         print(f"wrote {plot}")
@@ -144,9 +136,6 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze(args: argparse.Namespace) -> int:
-    from punchline.data.errors import InputError
-    from punchline.data.puns.cloze import build_tests
-
     if not 1 <= args.pairs <= 100_000:
         raise InputError(f"must be between 1 and 100000, got {args.pairs}", field="--pairs")
     if args.seed < 0:
@@ -160,9 +149,6 @@ def cmd_cloze(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze_report(args: argparse.Namespace) -> int:
-    from punchline.data.jsonio import check_out_dir
-    from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
-
     check_out_dir(args.out)
     puns = puns_io.load_puns(args.puns)
     tests = puns_io.load_cloze_tests(args.tests, puns, puns_file=args.puns)
@@ -175,22 +161,6 @@ def cmd_cloze_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    import hashlib
-    import tempfile
-    from pathlib import Path
-
-    import msgspec
-
-    from punchline.cluster.commands.providers import describe_import, import_legacy, targets_from_config
-    from punchline.cluster.commands.run import run_and_report, run_options
-    from punchline.cluster.config import load_config
-    from punchline.cluster.driver import RunRecord
-    from punchline.cluster.pipelines import puns_reproduce as rep
-    from punchline.cluster.pipelines.puns import run_jokes
-    from punchline.data.jsonio import atomic_write_bytes
-    from punchline.data.puns.puns_io import dump_cloze_tests
-    from punchline.data.stores import open_store
-
     upstream = rep.find_upstream(args.upstream, cloze=args.cloze, tests=args.published_tests)
     text = rep.reproduce_config_text(args.config, upstream)
     run_id = args.run_id or f"puns-reproduce-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
@@ -209,28 +179,26 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if tests is not None:
         tests_path = str(run_dir / rep.ANSWERED_TESTS_NAME)
         dump_cloze_tests(tests_path, tests)
-    cfg = load_config(config_path)
+    cfg = msgspec.structs.replace(cfg, source=str(config_path))  # the same text, now where the run reads it
     store_url = opts.store or cfg.run.store or opts.runs_dir
     imported = import_legacy(
         upstream.raw,
         upstream.classified,
         store_url,
-        targets_from_config(str(config_path)),
+        targets_from_config(cfg),
         jokes=run_jokes(cfg),
         cloze_path=upstream.cloze_answers,
         tests_path=tests_path,
     )
-    print(describe_import(imported, store_url), flush=True)
-    code = run_and_report(str(config_path), opts, args.no_progress or args.verbose)
-    record = msgspec.json.decode((run_dir / "run.json").read_bytes(), type=RunRecord)
+    print(imported.describe(store_url), flush=True)
+    record = run_and_report(str(config_path), opts, args.no_progress or args.verbose, cfg)
     result = rep.summarize(open_store(record.services.store_url), record, upstream)
     print(render_reproduction(result, upstream))
-    return code or (0 if result.matches else 1)
+    return exit_status(record) or (0 if result.matches else 1)
 
 
 def render_reproduction(r: Reproduction, upstream: UpstreamFiles) -> str:
     """The reproduction beside the publication, as plain text (markdown tables)."""
-    from punchline.data.puns.puns_history import PUBLISHED_TIERS
 
     def ok(flag: bool) -> str:
         return "as published" if flag else "DIFFERENT from the publication"

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import msgspec
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from punchline.data.errors import InputError, PunchlineError
-from punchline.schedulers.batches import BatchRecord
-from punchline.schedulers.ledger import StageCounters
+from punchline.cluster.cli_shared import (
+    add_run_options,
+    batch_table,
+    counters_table,
+    exit_status,
+    run_and_report,
+    run_options,
+)
+from punchline.cluster.config import load_config
+from punchline.cluster.driver import RunOptions
+from punchline.cluster.planner import plan_run
+from punchline.cluster.retry_failed import drop_failed_shards
+from punchline.cluster.runs import list_runs, load_run_record
+from punchline.cluster.status import StatusView, run_status
+from punchline.data.stores import open_store
 
 
 def register(sub: Any) -> None:
@@ -75,245 +84,15 @@ def register(sub: Any) -> None:
     f.set_defaults(func=cmd_retry_failed)
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of every command that runs a pipeline (``run`` and its aliases)."""
-    p.add_argument("--run-id", help="resume this run (or name a new one)")
-    p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
-    p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
-    p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
-    p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
-    p.add_argument(
-        "--max-workers",
-        type=int,
-        help="ask the autoscaler for up to this many worker nodes while shards outnumber workers "
-        "(env PUNCHLINE_MAX_WORKERS; config [run] max_workers; default 0: never ask)",
-    )
-    p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
-    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
-    p.add_argument("-v", "--verbose", action="store_true", help="readable log lines on stderr instead of progress bars")
-
-
-def run_options(args: argparse.Namespace, **overrides: Any) -> Any:
-    """RunOptions from parsed :func:`add_run_options` arguments, over the environment."""
-    from punchline.cluster.driver import RunOptions
-
-    values = dict(
-        verbose=args.verbose,
-        run_id=args.run_id,
-        redis_url=args.redis_url,
-        store=args.store,
-        ray_address=args.ray_address,
-        max_cost_usd=args.max_cost_usd,
-        max_workers=args.max_workers,
-        offline=args.offline,
-        runs_dir=args.runs_dir,
-    )
-    values.update(overrides)
-    return RunOptions.from_env(**values)
-
-
-class _Bars:
-    """One progress bar per stage, fed from the ledger's counters."""
-
-    def __init__(self, console: Console) -> None:
-        self.progress = Progress(
-            TextColumn("[bold]{task.description:<10}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[extra]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-        )
-        self.tasks: dict[str, Any] = {}
-
-    def __call__(self, stage: str, c: StageCounters) -> None:
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=c.units_total, extra="")
-        extra = f"calls {c.provider_requests} cached {c.cache_hits} failed {c.units_failed} ${c.cost_usd:.4f}"
-        self.progress.update(
-            self.tasks[stage], completed=c.units_done + c.units_failed, total=c.units_total, extra=extra
-        )
-
-
-def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
-    """Run with progress bars, then print counters, artifacts and headlines; the exit status."""
-    from punchline.cluster.driver import run
-
-    console = Console(stderr=True)
-    bars = None if no_progress else _Bars(console)
-    if bars:
-        bars.progress.start()
-    try:
-        record = run(config, opts, progress=bars)
-    finally:
-        if bars:
-            bars.progress.stop()
-    out = Console(width=max(Console().width, 110))
-    out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
-    _print_counters(out, record.counters)
-    store = record.services.store_url
-    out.print(f"artifacts in {store}/{record.run_id}/artifacts/:")
-    for name in record.artifacts:
-        out.print(f"  {name}")
-    _print_headlines(out, config, record)
-    if record.failures:
-        out.print(
-            f"[red]{sum(len(v) for v in record.failures.values())} failed units[/red]; "
-            f"see `punchline status {record.run_id}`, then `punchline retry-failed {record.run_id}`"
-        )
-        return 1
-    return 0
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    return run_and_report(args.config, run_options(args), args.no_progress or args.verbose)
-
-
-def _runs_dir(runs_dir: str) -> Path:
-    root = Path(runs_dir)
-    if root.exists() and not root.is_dir():
-        raise InputError("is a file, not a folder", file=runs_dir, field="--runs-dir")
-    return root
-
-
-def load_run_record(runs_dir: str, run_id: str, store: str | None = None) -> Any:
-    """The run's record under the runs folder, else (a run submitted as a Ray job keeps its runs folder
-    in the job's working dir on the head) the one the driver keeps in the store."""
-    from punchline.cluster.config import check_run_id
-    from punchline.cluster.driver import load_record
-
-    check_run_id(run_id, field="run_id")  # a run id never names a path outside the runs folder
-    path = _runs_dir(runs_dir) / run_id / "run.json"
-    if path.is_file():
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
-        return load_record(raw, str(path))
-    if store:
-        from punchline.data.stores import open_store
-
-        found = open_store(store).get(f"{run_id}/run.json")
-        if found is not None:
-            return load_record(found, f"{store}/{run_id}/run.json")
-    where = f"{runs_dir}/" + (f" or in {store}" if store else "")
-    raise InputError(f"no run {run_id!r} under {where} (see `punchline runs`)", file=str(path))
-
-
-def _ledger_client(record: Any) -> Any:
-    """A client of the run's Redis; the password comes from this machine (file or environment)."""
-    from punchline.schedulers.redis_client import connect, resolve_url
-
-    services = record.services
-    return connect(resolve_url(services.redis_url, services.redis_password_file))
-
-
-def _live_counters(record: Any) -> tuple[dict[str, StageCounters], dict[str, int], dict[str, dict[str, str]]] | None:
-    """Counters from the run's Redis if it is still up (a running run), else None."""
-    try:
-        from punchline.schedulers.ledger import Ledger
-
-        ledger = Ledger(_ledger_client(record))
-        ledger.ping()
-        counters = {s: ledger.counters(record.run_id, s) for s in record.stages}
-        leased = {s: ledger.leased_shards(record.run_id, s) for s in record.stages}
-        failures = {s: f for s in record.stages if (f := ledger.failures(record.run_id, s))}
-        return counters, leased, failures
-    except Exception:
-        return None
-
-
-def _print_counters(console: Console, counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> None:
-    console.print(_counters_table(counters, leased))
-
-
-def _counters_table(counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> Table:
-    table = Table(
-        "stage",
-        "units",
-        "done",
-        "leased",
-        "failed",
-        "calls",
-        "cached",
-        "tokens in/out",
-        "cost $",
-        "rate/s",
-        "ETA",
-    )
-    now = time.time()
-    for stage, c in counters.items():
-        elapsed = max((c.updated_at or now) - (c.started_at or now), 1e-9)
-        rate = c.units_done / elapsed if c.units_done else 0.0
-        left = c.units_total - c.units_done - c.units_failed
-        eta = f"{left / rate:.0f}s" if rate and left > 0 else "-"
-        table.add_row(
-            stage,
-            str(c.units_total),
-            str(c.units_done),
-            str((leased or {}).get(stage, "-")),
-            str(c.units_failed),
-            str(c.provider_requests),
-            str(c.cache_hits),
-            f"{c.input_tokens}/{c.output_tokens}",
-            f"{c.cost_usd:.4f}",
-            f"{rate:.1f}",
-            eta,
-        )
-    return table
-
-
-class StatusView(msgspec.Struct, kw_only=True):
-    """What ``status`` shows: live from the run's Redis while it runs, from its record afterwards."""
-
-    run_id: str
-    pipeline: str
-    state: str
-    live: bool
-    counters: dict[str, StageCounters]
-    leased: dict[str, int] | None
-    failures: dict[str, dict[str, str]]
-    usage: list[Any]
-    batches: list[BatchRecord] = []  # provider batches of batch-mode providers, from the store
-
-
-def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
-    record = load_run_record(runs_dir, run_id, store)
-    live = _live_counters(record) if record.state == "running" else None
-    if record.driver_gone():
-        record.state = "interrupted"
-    counters, leased, failures = live if live else (record.counters, None, record.failures)
-    usage = record.usage
-    if live:
-        from punchline.schedulers.budget import Budget
-
-        with contextlib.suppress(Exception):
-            usage = Budget(_ledger_client(record), record.run_id, None).usage()
-    batches: list[BatchRecord] = []
-    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
-        from punchline.data.stores import open_store
-        from punchline.schedulers.batches import read_records
-
-        batches = read_records(open_store(record.services.store_url), record.run_id)
-    return StatusView(
-        run_id=record.run_id,
-        pipeline=record.pipeline,
-        state=record.state,
-        live=live is not None,
-        counters=counters,
-        leased=leased,
-        failures=failures,
-        usage=usage,
-        batches=batches,
-    )
+    cfg = load_config(args.config)
+    return exit_status(run_and_report(args.config, run_options(args), args.no_progress or args.verbose, cfg))
 
 
 def _status_renderable(view: StatusView) -> Group:
-    parts: list[Any] = [
+    parts: list[RenderableType] = [
         f"run [bold]{view.run_id}[/bold] ({view.pipeline}): {view.state}{' (live)' if view.live else ''}",
-        _counters_table(view.counters, view.leased),
+        counters_table(view.counters, view.leased),
     ]
     if view.usage:
         table = Table("stage", "model", "tokens in", "tokens out", "cost $", title="cost per model")
@@ -321,8 +100,6 @@ def _status_renderable(view: StatusView) -> Group:
             table.add_row(row.stage, row.model, str(row.input_tokens), str(row.output_tokens), f"{row.usd:.4f}")
         parts.append(table)
     if view.batches:
-        from punchline.cluster.commands.batches import batch_table
-
         table = batch_table(view.batches)
         table.title = "provider batches"
         parts.append(table)
@@ -334,7 +111,7 @@ def _status_renderable(view: StatusView) -> Group:
 
 def cmd_status(args: argparse.Namespace) -> int:
     store = args.store or os.environ.get("PUNCHLINE_STORE")
-    view = _status(args.runs_dir, args.run_id, store)
+    view = run_status(args.runs_dir, args.run_id, store)
     if args.json:
         print(msgspec.json.encode(view).decode())
         return 0
@@ -345,61 +122,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     with Live(_status_renderable(view), console=console, refresh_per_second=4) as live:
         while view.state == "running":
             time.sleep(args.watch)
-            view = _status(args.runs_dir, args.run_id, store)
+            view = run_status(args.runs_dir, args.run_id, store)
             live.update(_status_renderable(view))
     return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from punchline.cluster.driver import load_record
-
-    root = _runs_dir(args.runs_dir)
     table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
-    for path in sorted(root.glob("*/run.json")):
-        try:
-            rec = load_record(path.read_bytes(), str(path))
-        except (InputError, OSError) as exc:  # one bad record does not hide the others
-            table.add_row(path.parent.name, "?", f"unreadable run.json: {str(exc)[:80]}", "", "", "")
-            continue
-        done = sum(c.units_done for c in rec.counters.values())
-        cost = sum(c.cost_usd for c in rec.counters.values())
-        created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at))
-        state = rec.state
-        if state == "running" and (rec.driver_gone() or _live_counters(rec) is None):
-            state = "interrupted (resume with --run-id)"
-        table.add_row(rec.run_id, rec.pipeline, state, created, str(done), f"{cost:.4f}")
+    for row in list_runs(args.runs_dir):
+        if row.error is not None:
+            table.add_row(row.run_id, row.pipeline, row.error, "", "", "")
+        else:
+            table.add_row(row.run_id, row.pipeline, row.state, row.created, str(row.units_done), f"{row.cost_usd:.4f}")
     Console().print(table)
     return 0
 
 
 def cmd_retry_failed(args: argparse.Namespace) -> int:
-    from punchline.cluster.driver import RunOptions
-    from punchline.data.stores import open_store
-    from punchline.data.units import ShardOutput
-
     record = load_run_record(args.runs_dir, args.run_id)
-    store = open_store(record.services.store_url)
-    decoder = msgspec.msgpack.Decoder(ShardOutput)
-    dropped = 0
-    for stage in record.stages:
-        prefix = f"{record.run_id}/stages/{stage}/shards/"
-        for key in list(store.list(prefix)):
-            raw = store.get(key)
-            if raw is not None and any(r.error for r in decoder.decode(raw).results):
-                store.delete(key)
-                dropped += 1
-    for stage in record.stages:  # later stages depend on the retried results
-        if dropped:
-            store.delete(f"{record.run_id}/stages/{stage}/manifest.json")
-    Console(stderr=True).print(f"dropped {dropped} shards with failed units; resuming {record.run_id}")
+    dropped = drop_failed_shards(record, open_store(record.services.store_url))
+    Console(stderr=True).print(f"dropped {dropped.count} shards with failed units; resuming {record.run_id}")
     opts = RunOptions.from_env(run_id=record.run_id, runs_dir=args.runs_dir, store=record.services.store_url)
-    return run_and_report(record.config_path, opts, args.no_progress)
+    return exit_status(run_and_report(record.config_path, opts, args.no_progress))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from punchline.cluster.config import load_config
-    from punchline.cluster.planner import plan_run
-
     estimates = plan_run(load_config(args.config))
     if args.json:
         print(msgspec.json.encode(estimates).decode())
@@ -430,16 +177,3 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     Console(width=max(Console().width, 110)).print(table)
     return 0
-
-
-def _print_headlines(console: Console, config: str, record: Any) -> None:
-    """The pipeline's own summary of a finished run (its ``headlines``, markdown)."""
-    from rich.markdown import Markdown
-
-    from punchline.cluster.config import load_config
-    from punchline.cluster.registry import pipeline_of
-    from punchline.data.stores import open_store
-
-    cfg = load_config(config)
-    for text in pipeline_of(cfg).headlines(cfg, open_store(record.services.store_url), record.run_id):
-        console.print(Markdown(text))

@@ -38,6 +38,7 @@ from punchline.data.puns.puns_history import (
 )
 from punchline.data.puns.schemas import ClozeTest, PunEntry
 from punchline.data.store import Store
+from punchline.data.units import RunState
 
 CONFIG_NAME = "reproduce.toml"
 ANSWERED_TESTS_NAME = "cloze_tests_answered.json"
@@ -195,7 +196,7 @@ class ModelShift(msgspec.Struct):
 class Reproduction(msgspec.Struct, kw_only=True):
     """What a reproduction ended with, beside what was published."""
 
-    state: str
+    state: RunState
     provider_calls: int
     units: int
     cache_hits: int

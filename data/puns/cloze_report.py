@@ -14,7 +14,17 @@ import msgspec
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import atomic_write_bytes, write_upstream_json
-from punchline.data.puns.schemas import ClozeResponses, ClozeTest, PrimingType, PunEntry, WordClass
+from punchline.data.puns.schemas import (
+    ClozeReport,
+    ClozeResponses,
+    ClozeTest,
+    ContextSummary,
+    ModelSummary,
+    PrimingType,
+    PunEntry,
+    ScoredResponse,
+    WordClass,
+)
 
 CONTEXTS: tuple[PrimingType, PrimingType] = ("straight", "funny")
 ROUND_DIGITS = 4
@@ -36,37 +46,6 @@ def classify_word(word: str, straight: list[str], punny: list[str]) -> WordClass
     if any(_matches(w, p) for p in punny):
         return "funny"
     return "other"
-
-
-class ScoredResponse(msgspec.Struct):
-    """One answer with the test it answered and its class."""
-
-    position: int
-    pair_id: int
-    context: PrimingType
-    joke_index: int
-    word: str
-    classification: WordClass
-
-
-class ContextSummary(msgspec.Struct):
-    n: int
-    straight: int
-    funny: int
-    other: int
-    p_straight: float
-    p_funny: float
-    p_other: float
-
-
-class ModelSummary(msgspec.Struct):
-    straight: ContextSummary
-    funny: ContextSummary
-    delta_funny_pp: float
-
-
-class ClozeReport(msgspec.Struct):
-    models: dict[str, ModelSummary]
 
 
 def score(

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-if TYPE_CHECKING:
-    from punchline.data.puns.cloze_report import ClozeReport
-    from punchline.data.puns.schemas import PunEntry
+from punchline.data.puns.schemas import ClozeReport, PunEntry
 
 COLORS = {"straight": "#4A90D9", "funny": "#E85D75", "other": "#AAAAAA"}
 DPI = 120

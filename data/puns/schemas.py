@@ -116,6 +116,40 @@ class ClozeModelResponses(msgspec.Struct, forbid_unknown_fields=False):
     responses: dict[str, ClozeResponse]
 
 
+# --- the cloze report (data/puns/cloze_report.py computes it, data/puns/plots.py draws it) ---
+
+
+class ScoredResponse(msgspec.Struct):
+    """One answer with the test it answered and its class."""
+
+    position: int
+    pair_id: int
+    context: PrimingType
+    joke_index: int
+    word: str
+    classification: WordClass
+
+
+class ContextSummary(msgspec.Struct):
+    n: int
+    straight: int
+    funny: int
+    other: int
+    p_straight: float
+    p_funny: float
+    p_other: float
+
+
+class ModelSummary(msgspec.Struct):
+    straight: ContextSummary
+    funny: ContextSummary
+    delta_funny_pp: float
+
+
+class ClozeReport(msgspec.Struct):
+    models: dict[str, ModelSummary]
+
+
 RawCompletions = dict[str, RawCompletionEntry]
 ClassifiedCompletions = dict[str, ClassifiedEntry]
 ClozeResponses = dict[str, ClozeModelResponses]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from punchline.cluster.cli import main
-from punchline.cluster.commands.providers import UPSTREAM_MODELS
+from punchline.cluster.pipelines.puns_legacy import UPSTREAM_MODELS
 from punchline.cluster.driver import RunOptions, run
 from punchline.data.jsonio import decode_file
 from punchline.data.puns.schemas import RawCompletions

@@ -15,7 +15,7 @@ import redis.asyncio
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.schedulers.budget import Budget
-from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Held, Leases, OverBudget
+from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Held, Leases, NoClaim, OverBudget
 from punchline.schedulers.ledger import Ledger, StageKeys
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RateScope
 from tests.fixtures.redis import client_url
@@ -71,7 +71,7 @@ def test_shard_claims_come_in_order_and_dead_workers_shards_come_back(redis_clie
     keys = StageKeys("pl", "r", "s")
 
     async def go(leases: Leases) -> None:
-        assert await leases.claim(StageKeys("pl", "r", "unknown"), "w1", 5_000) == -2
+        assert await leases.claim(StageKeys("pl", "r", "unknown"), "w1", 5_000) is NoClaim.STAGE_UNKNOWN
         c0 = await leases.claim(keys, "w1", 300)
         c1 = await leases.claim(keys, "w2", 5_000)
         c2 = await leases.claim(keys, "w3", 5_000)
@@ -90,7 +90,7 @@ def test_shard_claims_come_in_order_and_dead_workers_shards_come_back(redis_clie
         assert isinstance(again, Claim) and again.shard == 0 and again.token > c0.token
         assert not await leases.commit_shard(keys, c0, counters={"units_done": 3}, usage={})  # the zombie
         assert await leases.commit_shard(keys, again, counters={"units_done": 3}, usage={})
-        assert await leases.claim(keys, "w4", 5_000) == -1
+        assert await leases.claim(keys, "w4", 5_000) is NoClaim.DRAINED
 
     run(go, redis_client)
     c = Ledger(redis_client).counters("r", "s")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from punchline.cluster.cli import main
-from punchline.cluster.commands.providers import (
+from punchline.cluster.config import load_config
+from punchline.cluster.pipelines.puns_legacy import (
     UPSTREAM_CLASSIFY,
     UPSTREAM_MODELS,
     LegacyTargets,
@@ -74,7 +75,7 @@ def test_targets_follow_the_run_config(tmp_path: Path) -> None:
         'collect = { provider = "tg", models = ["8b"], samples = 7 }\n'
         'classify = { provider = "cl", model = "j", batch_size = 3 }\n'
     )
-    t = targets_from_config(str(cfg))
+    t = targets_from_config(load_config(cfg))
     assert (t.provider, t.models, t.samples) == ("tg", {"8b": "my/8b"}, 7)
     assert (t.classify_provider, t.classify_model, t.batch_size) == ("cl", "judge-1", 3)
 
@@ -157,7 +158,6 @@ def test_cloze_answers_that_do_not_match_their_tests_are_refused(
 
 
 def test_with_a_config_the_classify_prompts_are_built_from_the_runs_lists(shared_puns: Path, tmp_path: Path) -> None:
-    from punchline.cluster.config import load_config
     from punchline.cluster.pipelines.puns import run_jokes
 
     count = 25

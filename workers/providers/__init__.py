@@ -1,47 +1,41 @@
-"""Provider implementations, and the boundary helpers they share.
+"""Provider implementations, and the factories that pick one by ``kind``.
 
 SDK exceptions never cross this package: each provider maps them to
 :class:`~punchline.data.errors.RetryableProviderError` (429, 408, 409, 5xx, timeouts, connection errors,
 malformed bodies) or :class:`~punchline.data.errors.FatalProviderError` (other 4xx), with a message that names
-the provider, model and status but never the API key (any echo of it in a body is masked).
+the provider, model and status but never the API key (any echo of it in a body is masked). The helpers the
+implementations share live in :mod:`punchline.workers.providers.base`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import email.utils
-import time
-from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
-
-import httpx2
-import msgspec
-
-from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
+from punchline.data.errors import ConfigError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.requests import ProviderRequest
 from punchline.workers.batch_provider import BatchProvider
 from punchline.workers.provider import Provider
-
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
-T = TypeVar("T")
-CHOICE_OFFSET_HEADER = "X-Choice-Offset"  # understood by workers.fake.server; ignored by real providers
-
-
-class MalformedResponse(RetryableProviderError):
-    """A 200 whose body has no usable answer (bad JSON, no choices); retried a bounded few times."""
+from punchline.workers.providers.anthropic import AnthropicProvider
+from punchline.workers.providers.base import (
+    CHOICE_OFFSET_HEADER,
+    MalformedResponse,
+    SdkBatches,
+    SdkProvider,
+    decode_body,
+    parse_retry_after,
+    redact,
+    sdk_errors,
+    status_error,
+    wire_calls,
+)
+from punchline.workers.providers.batch_anthropic import AnthropicBatches
+from punchline.workers.providers.batch_openai import OpenAIBatches
+from punchline.workers.providers.openai_compat import OpenAICompatProvider
 
 
 def make_provider(name: str, settings: ProviderSettings) -> Provider:
     """The provider of ``settings.kind`` named ``name`` (the ``[providers.<name>]`` table)."""
     if settings.kind == "openai":
-        from punchline.workers.providers.openai_compat import OpenAICompatProvider
-
         return OpenAICompatProvider(name, settings)
     if settings.kind == "anthropic":
-        from punchline.workers.providers.anthropic import AnthropicProvider
-
         return AnthropicProvider(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
 
@@ -49,174 +43,10 @@ def make_provider(name: str, settings: ProviderSettings) -> Provider:
 def make_batch_provider(name: str, settings: ProviderSettings) -> BatchProvider:
     """The batch API client of ``settings.kind`` (see :mod:`punchline.workers.batch_provider`)."""
     if settings.kind == "openai":
-        from punchline.workers.providers.batch_openai import OpenAIBatches
-
         return OpenAIBatches(name, settings)
     if settings.kind == "anthropic":
-        from punchline.workers.providers.batch_anthropic import AnthropicBatches
-
         return AnthropicBatches(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
-
-
-def wire_calls(settings: ProviderSettings, request: ProviderRequest) -> int:
-    """How many HTTP calls one ``complete(request)`` makes: ``n`` when the provider cannot return
-    ``n`` choices in one call (``supports_n = false``, or any Anthropic provider), else 1."""
-    if request.n > 1 and (not settings.supports_n or settings.kind == "anthropic"):
-        return request.n
-    return 1
-
-
-def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
-    if not headers:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def redact(text: str, secret: str) -> str:
-    """``text`` with the secret and any recognisable fragment of it masked."""
-    if secret and len(secret) >= 8:
-        text = text.replace(secret, "***")
-        for frag in (secret[:8], secret[-8:]):
-            text = text.replace(frag, "***")
-    return text
-
-
-def api_error_message(exc: Any) -> str:
-    """The provider's own error message from an SDK ``APIStatusError`` (same body shape for both SDKs)."""
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(exc.message)
-
-
-def cause_text(exc: BaseException, secret: str) -> str:
-    """The root cause of a transport or decoding error, redacted and short."""
-    cause = exc.__cause__ or exc.__context__ or exc
-    return redact(f"{type(cause).__name__}: {cause}", secret)[:200]
-
-
-class SdkProvider:
-    """What both SDK providers share: the key read once, a bound on calls in flight, a safe repr, and the
-    call itself (:meth:`_post`)."""
-
-    sdk: Any  # the SDK module (openai or anthropic): its error classes are converted at the boundary
-
-    def __init__(self, name: str, settings: ProviderSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self._secret = settings.api_key(name)
-        # at most ``max_concurrency`` HTTP calls in flight from this provider object (one per worker)
-        self._slots = asyncio.Semaphore(max(1, settings.max_concurrency))
-        self._client: Any = None
-
-    def __repr__(self) -> str:  # never the key
-        return f"{type(self).__name__}(name={self.name!r}, base_url={self.settings.base_url!r})"
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def _post(self, path: str, body: dict[str, Any], *, offset: int, where: str) -> bytes:
-        """One call, its body as sent. ``post`` is the SDK's documented way to reach any endpoint: it keeps
-        the SDK's auth, headers, timeouts and error types but skips validating the answer into pydantic
-        models, which cost as much CPU as the rest of a unit; the caller decodes the fields it keeps with
-        msgspec (:func:`decode_body`)."""
-        headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
-        with sdk_errors(self.sdk, where, self._secret, self.settings.timeout_s):
-            async with self._slots:
-                raw = await self._client.post(
-                    path, cast_to=httpx2.Response, body=body, options={"headers": headers} if headers else {}
-                )
-        return bytes(raw.content)
-
-
-def decode_body(decoder: msgspec.json.Decoder[T], where: str, body: bytes) -> T:
-    """An answer's body decoded into the fields we keep; a body that is not one is a retryable malformed answer."""
-    try:
-        return decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise MalformedResponse(f"{where}: malformed response: {exc}") from None
-
-
-def status_error(
-    where: str, status: int, message: str, headers: Mapping[str, str] | None, secret: str
-) -> ProviderError:
-    """The error for an HTTP error status (message from the body, redacted and shortened)."""
-    if status in (401, 403):
-        detail = "authentication failed: check the API key env var / file of this provider"
-    else:
-        detail = redact(message, secret)[:200]
-    text = f"{where}: HTTP {status}: {detail}"
-    if status in RETRYABLE_STATUSES or status >= 500:
-        return RetryableProviderError(text, status=status, retry_after_s=parse_retry_after(headers))
-    return FatalProviderError(text, status=status)
-
-
-def _sdk_base(sdk: Any) -> type[Exception]:
-    base: type[Exception] = getattr(sdk, "AnthropicError", None) or sdk.OpenAIError
-    return base
-
-
-@contextlib.contextmanager
-def sdk_errors(sdk: Any, where: str, secret: str, timeout_s: float) -> Iterator[None]:
-    """Both official SDKs raise the same family of errors (``APIStatusError``, ``APITimeoutError``,
-    ``APIConnectionError`` under one base class): turn them into ours at the boundary, redacted."""
-    try:
-        yield
-    except sdk.APIStatusError as exc:
-        raise status_error(where, exc.status_code, api_error_message(exc), exc.response.headers, secret) from None
-    except sdk.APITimeoutError:
-        raise RetryableProviderError(f"{where}: timed out after {timeout_s} s") from None
-    except sdk.APIConnectionError as exc:
-        raise RetryableProviderError(f"{where}: connection failed: {cause_text(exc, secret)}") from None
-    except (_sdk_base(sdk), ValueError) as exc:
-        raise RetryableProviderError(f"{where}: {redact(str(exc), secret)[:200]}") from None
-
-
-class SdkBatches:
-    """What both SDK batch clients share: the key read once, a client with the SDK's own retries off (a
-    create must never be repeated behind our back), a repr without the key, one error boundary."""
-
-    sdk: Any  # the SDK module (openai or anthropic)
-    client_class: Any  # its synchronous client
-    label = "batches"
-
-    def __init__(self, name: str, settings: ProviderSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self._secret = settings.api_key(name)
-        self._client = self.client_class(
-            base_url=settings.base_url, api_key=self._secret, max_retries=0, timeout=settings.timeout_s
-        )
-
-    def __repr__(self) -> str:  # never the key
-        return f"{type(self).__name__}(name={self.name!r}, base_url={self.settings.base_url!r})"
-
-    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
-        return sdk_errors(self.sdk, f"{self.name} {self.label} ({what})", self._secret, self.settings.timeout_s)
-
-    def close(self) -> None:
-        self._client.close()
 
 
 __all__ = [

@@ -17,7 +17,7 @@ import msgspec
 
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse, joined
-from punchline.workers.providers import (
+from punchline.workers.providers.base import (
     MalformedResponse,
     SdkProvider,
     decode_body,

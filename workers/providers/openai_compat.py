@@ -18,7 +18,7 @@ import openai
 
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse, joined
-from punchline.workers.providers import (
+from punchline.workers.providers.base import (
     MalformedResponse,
     SdkProvider,
     decode_body,

@@ -1,0 +1,188 @@
+"""What several command families share: the options of every command that runs a pipeline, running one
+with progress bars and printing its end-of-run summary, and the tables of counters and batches.
+
+Command modules (cluster/commands/) never import each other; what two of them need lives here, so
+each command stays: parse, call, print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.cluster.registry import pipeline_of
+from punchline.data.stores import open_store
+from punchline.schedulers.batches import BatchRecord
+from punchline.schedulers.ledger import StageCounters
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of every command that runs a pipeline (``run`` and its aliases)."""
+    p.add_argument("--run-id", help="resume this run (or name a new one)")
+    p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
+    p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
+    p.add_argument("--ray-address", help="connect to this Ray cluster (env PUNCHLINE_RAY_ADDRESS)")
+    p.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
+    p.add_argument(
+        "--max-workers",
+        type=int,
+        help="ask the autoscaler for up to this many worker nodes while shards outnumber workers "
+        "(env PUNCHLINE_MAX_WORKERS; config [run] max_workers; default 0: never ask)",
+    )
+    p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
+    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
+    p.add_argument("-v", "--verbose", action="store_true", help="readable log lines on stderr instead of progress bars")
+
+
+def run_options(args: argparse.Namespace, **overrides: str | bool | None) -> RunOptions:
+    """RunOptions from parsed :func:`add_run_options` arguments, over the environment."""
+    values: dict[str, object] = dict(
+        verbose=args.verbose,
+        run_id=args.run_id,
+        redis_url=args.redis_url,
+        store=args.store,
+        ray_address=args.ray_address,
+        max_cost_usd=args.max_cost_usd,
+        max_workers=args.max_workers,
+        offline=args.offline,
+        runs_dir=args.runs_dir,
+    )
+    values.update(overrides)
+    return RunOptions.from_env(**values)
+
+
+class Bars:
+    """One progress bar per stage, fed from the ledger's counters."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[extra]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.tasks: dict[str, TaskID] = {}
+
+    def __call__(self, stage: str, c: StageCounters) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=c.units_total, extra="")
+        extra = f"calls {c.provider_requests} cached {c.cache_hits} failed {c.units_failed} ${c.cost_usd:.4f}"
+        self.progress.update(
+            self.tasks[stage], completed=c.units_done + c.units_failed, total=c.units_total, extra=extra
+        )
+
+
+def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunConfig | None = None) -> RunRecord:
+    """Run with progress bars, then print counters, artifacts and headlines (``cfg``: the config already
+    loaded from ``config``, if the caller has it). See :func:`exit_status`."""
+    console = Console(stderr=True)
+    bars = None if no_progress else Bars(console)
+    if bars:
+        bars.progress.start()
+    try:
+        record = run(config, opts, progress=bars)
+    finally:
+        if bars:
+            bars.progress.stop()
+    out = Console(width=max(Console().width, 110))
+    out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
+    out.print(counters_table(record.counters))
+    out.print(f"artifacts in {record.services.store_url}/{record.run_id}/artifacts/:")
+    for name in record.artifacts:
+        out.print(f"  {name}")
+    cfg = cfg if cfg is not None else load_config(config)
+    for text in pipeline_of(cfg).headlines(cfg, open_store(record.services.store_url), record.run_id):
+        out.print(Markdown(text))
+    if record.failures:
+        out.print(
+            f"[red]{sum(len(v) for v in record.failures.values())} failed units[/red]; "
+            f"see `punchline status {record.run_id}`, then `punchline retry-failed {record.run_id}`"
+        )
+    return record
+
+
+def exit_status(record: RunRecord) -> int:
+    """1 when units failed (they can be retried), else 0."""
+    return 1 if record.failures else 0
+
+
+def counters_table(counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> Table:
+    table = Table(
+        "stage",
+        "units",
+        "done",
+        "leased",
+        "failed",
+        "calls",
+        "cached",
+        "tokens in/out",
+        "cost $",
+        "rate/s",
+        "ETA",
+    )
+    now = time.time()
+    for stage, c in counters.items():
+        elapsed = max((c.updated_at or now) - (c.started_at or now), 1e-9)
+        rate = c.units_done / elapsed if c.units_done else 0.0
+        left = c.units_total - c.units_done - c.units_failed
+        eta = f"{left / rate:.0f}s" if rate and left > 0 else "-"
+        table.add_row(
+            stage,
+            str(c.units_total),
+            str(c.units_done),
+            str((leased or {}).get(stage, "-")),
+            str(c.units_failed),
+            str(c.provider_requests),
+            str(c.cache_hits),
+            f"{c.input_tokens}/{c.output_tokens}",
+            f"{c.cost_usd:.4f}",
+            f"{rate:.1f}",
+            eta,
+        )
+    return table
+
+
+def _age(rec: BatchRecord) -> str:
+    seconds = int((rec.collected_at or time.time()) - (rec.submitted_at or rec.intent_at))
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+def batch_table(records: list[BatchRecord]) -> Table:
+    """One row per batch: what ``batches`` and ``status`` show."""
+    table = Table("batch", "stage", "provider", "state", "provider id", "requests", "ok", "failed", "age", "cost $")
+    for r in records:
+        state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
+        table.add_row(
+            r.batch_key[:12],
+            r.stage,
+            r.provider,
+            state,
+            r.batch_id or "-",
+            str(r.requests),
+            str(r.succeeded),
+            str(r.failed),
+            _age(r),
+            f"{r.cost_usd:.4f}",
+        )
+    return table
