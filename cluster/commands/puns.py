@@ -9,11 +9,28 @@ as it was.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Any
 
+import msgspec
+
+from punchline.cluster.cli_shared import add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.config import load_config
+from punchline.cluster.pipelines import puns_reproduce as rep
+from punchline.cluster.pipelines.puns import run_jokes
+from punchline.cluster.pipelines.puns_legacy import import_legacy, targets_from_config
+from punchline.cluster.pipelines.puns_reproduce import Reproduction, UpstreamFiles
+from punchline.data.errors import InputError
+from punchline.data.jsonio import atomic_write_bytes, check_out_dir
 from punchline.data.puns import puns_io
-
-if TYPE_CHECKING:
+from punchline.data.puns.cloze import build_tests
+from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
+from punchline.data.puns.puns_history import PUBLISHED_TIERS
+from punchline.data.puns.puns_io import dump_cloze_tests
+from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
+from punchline.data.stores import open_store
 
 
 def register(sub: Any) -> None:
