@@ -30,9 +30,9 @@ from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
 from punchline.data.stores import open_store
+from punchline.data.units import RunState, StageManifest
 from punchline.schedulers.budget import Budget, UsageRow, usage_rows
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently, with_store_totals
-from punchline.data.units import RunState, StageManifest
 from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")

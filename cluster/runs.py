@@ -100,7 +100,7 @@ def list_runs(runs_dir: str) -> list[RunRow]:
         except (InputError, OSError) as exc:
             rows.append(RunRow(run_id=path.parent.name, error=f"unreadable run.json: {str(exc)[:80]}"))
             continue
-        state = rec.state
+        state: str = rec.state
         if state == "running" and (rec.driver_gone() or live_counters(rec) is None):
             state = INTERRUPTED
         rows.append(

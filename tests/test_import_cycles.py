@@ -1,9 +1,10 @@
 """No import cycle inside the package: the module graph, read from every file's imports, is a DAG.
 
-Every import counts, wherever it sits (module top, inside a function, under ``TYPE_CHECKING``): an import
-hidden in a function still ties two modules together, and a cycle there is one refactor away from an
-ImportError at start-up. ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to
-``a.b``. A cycle fails with every module on it named, in order.
+Every import that runs counts, wherever it sits (module top or inside a function): an import hidden in a
+function still ties two modules together, and a cycle there is one refactor away from an ImportError at
+start-up. Imports under ``if TYPE_CHECKING:`` never run, so they do not count (a Protocol naming the config
+type it is handed, which itself names the Protocol, is the usual shape). ``from a.b import c`` is an edge
+to ``a.b.c`` when that is a module, else to ``a.b``. A cycle fails with every module on it named.
 """
 
 from __future__ import annotations
@@ -36,8 +37,17 @@ def imported_modules(module: str, path: Path, known: set[str]) -> set[str]:
     """The package's modules that ``module`` imports, anywhere in its file."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    type_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
     out: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in known}
         elif isinstance(node, ast.ImportFrom):
@@ -110,7 +120,9 @@ def test_a_cycle_is_found_and_named(tmp_path: Path) -> None:
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("from pkg.sub.impl import thing\n")
     (pkg / "sub" / "impl.py").write_text("def thing():\n    from pkg.sub import helper\n")
-    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import b\n")
+    (pkg / "a.py").write_text("def f():\n    from pkg import b\n")
     (pkg / "b.py").write_text("from . import a\n")
     (pkg / "c.py").write_text("import pkg.a\n")  # imports a cycle's member without being on it
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import e\n")
+    (pkg / "e.py").write_text("from pkg import d\n")  # d <-> e only through a type-only import: no cycle
     assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.b"], ["pkg.sub", "pkg.sub.impl"]]

@@ -171,9 +171,7 @@ def _classify_entries(raw: RawCompletions, raw_path: str, jokes: list[PunEntry] 
     return [build_raw_entry(j, raw[str(j.index)].models) for j in jokes]
 
 
-def _import_verdicts(
-    entries: list[RawCompletionEntry], classified_path: str, targets: LegacyTargets, put: Put
-) -> int:
+def _import_verdicts(entries: list[RawCompletionEntry], classified_path: str, targets: LegacyTargets, put: Put) -> int:
     """One classify answer per batch of the run's prompts; the number of batches."""
     classified: ClassifiedCompletions = decode_file(classified_path, ClassifiedCompletions)
     count = 0

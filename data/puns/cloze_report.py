@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import msgspec
-
 from punchline.data.errors import InputError
 from punchline.data.jsonio import atomic_write_bytes, write_upstream_json
 from punchline.data.puns.schemas import (

@@ -17,8 +17,8 @@ import anthropic
 from punchline.data.errors import RetryableProviderError
 from punchline.data.requests import ProviderRequest
 from punchline.workers.batch_provider import BatchInfo, PartOutcome, parts
-from punchline.workers.providers.base import SdkBatches, redact
 from punchline.workers.providers.anthropic import message_body, message_response
+from punchline.workers.providers.base import SdkBatches, redact
 
 
 class AnthropicBatches(SdkBatches):
