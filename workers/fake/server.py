@@ -43,7 +43,7 @@ from punchline.data.provider_settings import ProviderKind, ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.workers.fake.answers import AnswerKey, AnswerKnobs, JokeBook, answer
 from punchline.workers.fake.batches import BATCH_PATHS, BatchBook, BatchStats
-from punchline.workers.providers import CHOICE_OFFSET_HEADER
+from punchline.workers.providers.base import CHOICE_OFFSET_HEADER
 
 FAULTS = (
     "rate_limited",

@@ -4,7 +4,11 @@ SDK exceptions never cross this package: each provider maps them to
 :class:`~punchline.data.errors.RetryableProviderError` (429, 408, 409, 5xx, timeouts, connection errors,
 malformed bodies) or :class:`~punchline.data.errors.FatalProviderError` (other 4xx), with a message that names
 the provider, model and status but never the API key (any echo of it in a body is masked). The helpers the
-implementations share live in :mod:`punchline.workers.providers.base`.
+implementations share live in :mod:`punchline.workers.providers.base` (so they never import this module).
+
+The factories import an implementation only when asked for it: the openai and anthropic SDKs take
+seconds to import (measured: 2-9 s of `punchline --help` on a loaded 2-core machine), which every command,
+the fake provider and the planner would otherwise pay without calling a provider.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from punchline.data.errors import ConfigError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.workers.batch_provider import BatchProvider
 from punchline.workers.provider import Provider
-from punchline.workers.providers.anthropic import AnthropicProvider
 from punchline.workers.providers.base import (
     CHOICE_OFFSET_HEADER,
     MalformedResponse,
@@ -26,16 +29,17 @@ from punchline.workers.providers.base import (
     status_error,
     wire_calls,
 )
-from punchline.workers.providers.batch_anthropic import AnthropicBatches
-from punchline.workers.providers.batch_openai import OpenAIBatches
-from punchline.workers.providers.openai_compat import OpenAICompatProvider
 
 
 def make_provider(name: str, settings: ProviderSettings) -> Provider:
     """The provider of ``settings.kind`` named ``name`` (the ``[providers.<name>]`` table)."""
     if settings.kind == "openai":
+        from punchline.workers.providers.openai_compat import OpenAICompatProvider
+
         return OpenAICompatProvider(name, settings)
     if settings.kind == "anthropic":
+        from punchline.workers.providers.anthropic import AnthropicProvider
+
         return AnthropicProvider(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
 
@@ -43,8 +47,12 @@ def make_provider(name: str, settings: ProviderSettings) -> Provider:
 def make_batch_provider(name: str, settings: ProviderSettings) -> BatchProvider:
     """The batch API client of ``settings.kind`` (see :mod:`punchline.workers.batch_provider`)."""
     if settings.kind == "openai":
+        from punchline.workers.providers.batch_openai import OpenAIBatches
+
         return OpenAIBatches(name, settings)
     if settings.kind == "anthropic":
+        from punchline.workers.providers.batch_anthropic import AnthropicBatches
+
         return AnthropicBatches(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
 
