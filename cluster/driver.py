@@ -135,9 +135,10 @@ def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
     once), else the runs folder's shared embedded ledger (started by the first driver, stopped
     when the last one leaves)."""
     from punchline.cluster.preflight import check_redis
-    from punchline.schedulers.redis_client import redact_url
+    from punchline.schedulers.redis_client import credentials_in_userinfo, redact_url
 
     if url:
+        url = credentials_in_userinfo(url)  # ?password= too: workers get it redacted, never in their arguments
         check_redis(url)
         with _password_file(url) as password_file:
             yield _Ledger(url=url, public_url=redact_url(url), password_file=password_file)
@@ -225,6 +226,9 @@ def _check_options(opts: RunOptions) -> None:
         check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
     if opts.store is not None:
         check_service_url(opts.store, "--store / PUNCHLINE_STORE")
+    autoscale.AutoscaleSettings.from_env(max_workers=opts.max_workers)  # --max-workers, PUNCHLINE_MAX_WORKERS
+    if not opts.runs_dir.strip():
+        raise ConfigError("is empty; give a folder (default: runs)", field="--runs-dir / PUNCHLINE_RUNS_DIR")
     runs = Path(opts.runs_dir)
     if runs.exists() and not runs.is_dir():
         raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
@@ -317,9 +321,10 @@ def run(
     max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
     offline = opts.offline if opts.offline is not None else cfg.run.offline
     stages = pipeline_stages(cfg)
-    from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ensure_ray
+    from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray
 
     ray_address = opts.ray_address or cfg.run.ray_address
+    check_address(ray_address)  # nothing listening there: one line now, not a hang after the ledger started
     ray_settings = RaySettings.from_env()
     if ray_address:
         ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)

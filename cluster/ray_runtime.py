@@ -114,6 +114,30 @@ def ensure_ray(settings: RaySettings) -> None:
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
 
 
+def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLINE_RAY_ADDRESS") -> None:
+    """Refuse, in one line and within seconds, a cluster address where nothing listens (a refused
+    connection, an unknown host, a malformed address): ``ray.init`` would wait for it far longer.
+    ``auto`` and addresses Ray resolves itself are left to Ray; a slow network is not refused."""
+    import socket
+
+    if not address or address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[1] if address.startswith("ray://") else address
+    host, sep, port_text = target.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"want HOST:PORT (the head's GCS) or ray://HOST:PORT, got {address!r}", field=field)
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=5.0):
+            return
+    except ConnectionRefusedError:
+        raise ConfigError(f"nothing listens at {address} (is the Ray head started there?)", field=field) from None
+    except socket.gaierror:
+        raise ConfigError(f"unknown host in {address!r}", field=field) from None
+    except OSError:  # a timeout or an unreachable network: Ray's own wait decides
+        return
+
+
 def driver_node_ip() -> str:
     """The address other nodes reach this process's Ray node at (after :func:`ensure_ray`)."""
     import ray

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
@@ -172,6 +173,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _runs_dir(runs_dir: str) -> Path:
+    if not runs_dir.strip():
+        raise InputError("is empty; give a folder (default: runs)", field="--runs-dir")
     root = Path(runs_dir)
     if root.exists() and not root.is_dir():
         raise InputError("is a file, not a folder", file=runs_dir, field="--runs-dir")
@@ -333,6 +336,8 @@ def _status_renderable(view: StatusView) -> Group:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is not None and not (math.isfinite(args.watch) and 0.1 <= args.watch <= 3600):
+        raise InputError(f"must be between 0.1 and 3600 seconds, got {args.watch}", field="--watch")
     store = args.store or os.environ.get("PUNCHLINE_STORE")
     view = _status(args.runs_dir, args.run_id, store)
     if args.json:
