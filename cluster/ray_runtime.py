@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from punchline.data.errors import ConfigError, InfraError
+from punchline.data.errors import ConfigError, InfraError, ServiceRejected
 
 ENV_ADDRESS = ("PUNCHLINE_RAY_ADDRESS", "RAY_ADDRESS")
 NAMESPACE = "punchline"
@@ -112,6 +112,24 @@ def ensure_ray(settings: RaySettings) -> None:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
+    except Exception as exc:
+        raise_if_auth(exc, f"Ray at {settings.address or 'local'}")
+        raise
+
+
+def raise_if_auth(exc: BaseException, what: str) -> None:
+    """Ray's ``AuthenticationError`` (a token-auth cluster, no token or a wrong one) as one line and exit 2,
+    naming the setting to fix; any other exception is left to the caller."""
+    if type(exc).__name__ != "AuthenticationError":
+        return
+    text = str(getattr(exc, "message", "") or exc).lower()
+    wrong = "failed" in text or "invalid" in text or "incorrect" in text
+    raise ServiceRejected(
+        f"{what} refused {'the' if wrong else 'a missing'} authentication token (token auth is on): "
+        f"{'fix' if wrong else 'set'} RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) to the "
+        "cluster's token",
+        field="RAY_AUTH_TOKEN",
+    ) from None
 
 
 def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLINE_RAY_ADDRESS") -> None:

@@ -356,10 +356,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from punchline.cluster.commands.tables import print_whole, whole_table
     from punchline.cluster.driver import load_record
 
     root = _runs_dir(args.runs_dir)
-    table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
+    table = whole_table("run id", "pipeline", "state", "created", "units done", "cost $")
     for path in sorted(root.glob("*/run.json")):
         try:
             rec = load_record(path.read_bytes(), str(path))
@@ -373,7 +374,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if state == "running" and (rec.driver_gone() or _live_counters(rec) is None):
             state = "interrupted (resume with --run-id)"
         table.add_row(rec.run_id, rec.pipeline, state, created, str(done), f"{cost:.4f}")
-    Console().print(table)
+    print_whole(table)  # whole run ids, to copy into status / --run-id
     return 0
 
 
