@@ -123,7 +123,9 @@ def raise_if_auth(exc: BaseException, what: str) -> None:
     if type(exc).__name__ != "AuthenticationError":
         return
     text = str(getattr(exc, "message", "") or exc).lower()
-    wrong = "failed" in text or "invalid" in text or "incorrect" in text
+    # Ray's words: "Authentication required ... no authentication token was found" (401, or no token here)
+    # versus "Authentication failed ... the authentication token is invalid or incorrect" (403)
+    wrong = text.startswith("authentication failed") or "token is invalid" in text
     raise ServiceRejected(
         f"{what} refused {'the' if wrong else 'a missing'} authentication token (token auth is on): "
         f"{'fix' if wrong else 'set'} RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) to the "

@@ -24,5 +24,5 @@ def whole_table(*headers: str, **kwargs: Any) -> Table:
 def print_whole(table: Table, *, stderr: bool = False) -> None:
     """Print ``table`` at its natural width, however narrow the terminal or pipe."""
     console = Console(stderr=stderr)
-    needed = console.measure(table).maximum
+    needed = console.measure(table, options=console.options.update_width(100_000)).maximum
     Console(stderr=stderr, width=max(console.width, needed)).print(table)
