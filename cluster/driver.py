@@ -25,6 +25,7 @@ from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
@@ -397,6 +398,7 @@ def run(
             ),
         )
         slog.info("run_start", stages=record.stages, store=store.url)
+        shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
         try:
             for stage in stages:
                 if coord.stage_done(stage.name):
@@ -433,6 +435,7 @@ def run(
             with contextlib.suppress(Exception):
                 _snapshot(store, run_dir, record)
             slog.info("run_end", state=record.state)
+            shipper.close()
     return record
 
 
