@@ -128,3 +128,39 @@ def test_a_folder_one_node_cannot_see_stops_the_run_before_any_call(
         assert any(o["Key"].endswith("raw_completions.json") for o in listed.get("Contents", []))
     finally:
         cluster.shutdown()
+
+
+def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
+    tmp_path: Path, redis_url: str, ray_local: object
+) -> None:
+    """A node with its own view of the store is left out of scheduling (not restarted in a loop); with
+    no node left, the stage stops with the store's one line (here: the only, local, node)."""
+    import ray
+
+    from punchline.cluster.coordinator import WorkerPool
+    from punchline.workers.shard_worker import WorkerConfig
+
+    sentinel = plant(open_store(str(tmp_path / "drivers-view")), "r1")
+    cfg = WorkerConfig(
+        run_id="r1",
+        redis_url=redis_url,
+        store_url=str(tmp_path / "nodes-own-disk"),
+        providers={},
+        store_sentinel=sentinel,
+    )
+    pool = WorkerPool(cfg, per_node=2, cpus=0.1, stage="collect", plan_ref=ray.put(b""))
+    deadline = time.monotonic() + 300  # generous: actors start slowly on a loaded machine
+    try:
+        while pool.every_node_excluded() is None or pool.slots:
+            assert time.monotonic() < deadline, f"not excluded: {pool.excluded} {pool.last_death}"
+            pool.reconcile()
+            pool.poll(1.0)
+        for _ in range(3):  # later ticks start nothing on the excluded node
+            pool.reconcile()
+            pool.poll(0.2)
+        assert pool.started == 2 and pool.replaced == 0 and pool.deaths_since_progress == 0 and not pool.slots
+        reason = pool.every_node_excluded()
+        assert reason is not None and "cannot see what the driver wrote" in reason
+        assert pool.alive_nodes() == []
+    finally:
+        pool.shutdown()
