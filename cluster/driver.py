@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import structlog
@@ -213,6 +214,16 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     atomic_write_bytes(run_dir / "run.json", data)
 
 
+def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
+    """Put the answers this machine's workers paid for but could not store (a long outage) into the cache."""
+    from punchline.data.response_cache import ResponseCache
+    from punchline.data.response_spool import ResponseSpool
+
+    spool = ResponseSpool(run_dir / "spool")
+    if spool.pending():
+        slog.info("spooled_answers_committed", answers=spool.commit(ResponseCache(store)))
+
+
 def _check_options(opts: RunOptions) -> None:
     """Flags and environment, checked like the config: before anything starts."""
     import math
@@ -366,6 +377,7 @@ def run(
         if existing is not None:
             record.created_at = load_record(existing, f"{store.url}/{run_id}/run.json").created_at
         _snapshot(store, run_dir, record)
+        _commit_spooled(store, run_dir, slog)  # answers paid before an earlier session lost the store
         ledger = Ledger(connect(conn.url))
         worker_cfg = WorkerConfig(
             run_id=run_id,
@@ -377,6 +389,7 @@ def run(
             offline=offline,
             max_cost_usd=max_cost,
             log_path=str((run_dir / "log.jsonl").resolve()),
+            spool_dir=str((run_dir / "spool").resolve()),
             max_in_flight=cfg.run.units_in_flight,
             store_sentinel=sentinel,
         )
