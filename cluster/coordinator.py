@@ -1,7 +1,7 @@
 """The coordinator: turns a stage into shards, keeps a worker on every node until every shard is
 committed, then runs the stage's reduce step.
 
-Elasticity is reconciliation, not events: once a second it compares the nodes Ray reports alive
+Elasticity is reconciliation, not events: every poll (0.5 s) it compares the nodes Ray reports alive
 with the workers it has, starts workers on nodes that joined, replaces workers that died on nodes
 that are still alive, and forgets those of nodes that left. Their shards come back to the queue
 when their leases expire. Completion is decided by the store (every shard file present), never by

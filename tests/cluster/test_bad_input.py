@@ -6,7 +6,7 @@ value must be refused before any service starts) in a fresh workspace, and check
 * exit status 2, nothing on stdout, exactly one line on stderr, no traceback;
 * the line names where the mistake is (the file, record or field given in the case);
 * nothing was written: the workspace is byte-for-byte as it was (no runs/, no ledger, no output);
-* it ends within 30 s (a hang is a failure: ``timeout`` marker).
+* it ends (a hang is a failure: a generous ``timeout`` marker, so a loaded machine still passes).
 """
 
 from __future__ import annotations
@@ -758,7 +758,7 @@ def test_the_corpus_is_large() -> None:
                         "fake-provider"}  # fmt: skip
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)  # a hang guard, generous for a loaded machine
 @pytest.mark.parametrize("bad", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(
     bad: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
