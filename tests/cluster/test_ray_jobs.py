@@ -207,10 +207,21 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         mark("stopped; run record says interrupted")
         assert not (store / "sub" / "artifacts" / "puns_ranked.json").exists()
 
-        # resume: the same config and run id; follow its log to the end
-        again = cli("submit", "configs/demo.toml", *address, *services, "--run-id", "sub")
+        # a password through a side door (?password=) is refused before anything reaches the cluster
+        password = urlsplit(redis_url).password or ""
+        assert password
+        side_door = redis_url.replace(f":{password}@", "@", 1) + f"?password={password}"
+        refused = cli("submit", "configs/demo.toml", *address, *services, "--redis-url", side_door, "--run-id", "x")
+        assert refused.returncode == 2 and "--redis-url" in refused.stderr and password not in refused.stderr
+
+        # resume: the same config and run id, with Ray's job options; follow its log to the end
+        again = cli(
+            "submit", "configs/demo.toml", *address, *services, "--run-id", "sub", "--submission-id", "sub-resume-1",
+            "--entrypoint-num-cpus", "0", "--env", "PUNCHLINE_S3_OUTAGE_S=900",
+        )  # fmt: skip
         assert again.returncode == 0, again.stderr
         second = again.stdout.strip()
+        assert second == "sub-resume-1"
         followed = cli("logs", second, *address, "--follow")
         assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr[-2000:]
         assert "run sub: finished" in followed.stdout and "SUCCEEDED" in followed.stderr
@@ -224,6 +235,27 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         assert urlsplit(record.services.simulator_url).hostname == cluster.node_ip != "127.0.0.1"
         mark(f"resumed run finished; {len(expected)} artifacts identical to the local run's")
         assert cli("logs", "no-such-job", *address).returncode == 2
+        # the run's log is in the store beside run.json; no secret in Ray's job table or in any job's log
+        assert b'"run_end"' in (store / "sub" / "log.jsonl").read_bytes()
+        ray_bin = str(Path(sys.executable).parent / "ray")
+        table = subprocess.run(
+            [ray_bin, "job", "list", *address],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert table.returncode == 0 and "sub-resume-1" in table.stdout, table.stderr[-2000:]
+        shown = table.stdout + cli("jobs", *address, "--all").stdout
+        shown += cli("logs", first, *address).stdout + cli("logs", second, *address).stdout
+        assert password not in shown
+        listed = [ln for ln in cli("jobs", *address).stdout.splitlines() if ln.strip()]
+        assert len(listed) == 1 + 2  # the header and one line per job
+        # an ended job can be deleted (a running one must be stopped first)
+        deleted = cli("delete", first, *address)
+        assert deleted.returncode == 0, deleted.stderr
+        assert first not in cli("jobs", *address).stdout
 
         # `ray job submit --working-dir` of the user's folder: refused while the store is relative, then fine
         ray_cli = [str(Path(sys.executable).parent / "ray"), "job", "submit", *address, "--working-dir", str(project)]
