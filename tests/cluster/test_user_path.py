@@ -47,3 +47,16 @@ def test_a_job_message_is_one_short_line() -> None:
     long = "x" * 300
     assert len(shorten(long)) == 100 and shorten(long).endswith("…")
     assert shorten("") == ""
+
+
+def test_a_wrong_password_given_as_a_query_parameter_is_one_line_and_never_shown(
+    tmp_path: Path, make_config: Any, redis_server: Any, capsys: Any
+) -> None:
+    """`--redis-url redis://host:port/0?password=…` is the same ledger URL as `:…@`: checked at once, redacted."""
+    host = redis_server.url.rsplit("@", 1)[1]  # 127.0.0.1:PORT/0
+    url = f"redis://{host}?password=not-the-password-x9"
+    code = main(["run", str(make_config()), "--runs-dir", str(tmp_path / "runs"), "--no-progress", "--redis-url", url])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "password" in err[0] and "not-the-password-x9" not in err[0] and redis_server.password not in err[0]
+    assert not (tmp_path / "runs").exists()
