@@ -14,6 +14,7 @@ the driver (``log_to_driver=False``): our processes log JSON lines themselves (`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,7 @@ import msgspec
 from punchline.data.errors import ConfigError, InfraError, ServiceRejected
 
 ENV_ADDRESS = ("PUNCHLINE_RAY_ADDRESS", "RAY_ADDRESS")
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's driver
 NAMESPACE = "punchline"
 # Ray refuses less than ~75 MB; 200 MB keeps a laptop/CI node light. Our payloads are small
 # (msgpack'ed plans and reports); bulk data goes through the store, not the object store.
@@ -78,6 +80,18 @@ class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
         return self.address is None
 
 
+def job_runtime_env(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``runtime_env`` of the Ray job this process drives ({} when it is not a job's driver)."""
+    raw = (os.environ if env is None else env).get(JOB_CONFIG_ENV)
+    if not raw:
+        return {}
+    try:
+        found = json.loads(raw).get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def ensure_ray(settings: RaySettings) -> None:
     """Initialise Ray once per process; a second call (or a caller that already connected) is a no-op.
 
@@ -96,8 +110,11 @@ def ensure_ray(settings: RaySettings) -> None:
         "log_to_driver": False,
         "configure_logging": False,
     }
-    if settings.env_vars:
-        kwargs["runtime_env"] = {"env_vars": dict(settings.env_vars)}
+    # a Ray job's own env_vars (`submit --env`) already reach every worker of the job, and Ray refuses to
+    # merge a variable given twice: forward only the others
+    env_vars = {k: v for k, v in settings.env_vars.items() if k not in job_runtime_env().get("env_vars", {})}
+    if env_vars:
+        kwargs["runtime_env"] = {"env_vars": env_vars}
     if settings.is_local:
         kwargs["address"] = "local"  # never silently join a cluster someone else started
         kwargs["num_cpus"] = settings.num_cpus

@@ -14,7 +14,8 @@ import boto3
 import pytest
 
 from punchline.cluster.config import load_config
-from punchline.cluster.shared_store import JOB_CONFIG_ENV, config_store, refuse_job_working_dir
+from punchline.cluster.ray_runtime import JOB_CONFIG_ENV, job_runtime_env
+from punchline.cluster.shared_store import config_store, refuse_job_working_dir
 from punchline.data.errors import ConfigError, StoreError
 from punchline.data.stores import open_store
 from punchline.data.stores.sentinel import ensure_sees, plant, sees
@@ -164,3 +165,11 @@ def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
         assert pool.alive_nodes() == []
     finally:
         pool.shutdown()
+
+
+def test_a_jobs_own_env_vars_are_not_forwarded_again_by_the_driver() -> None:
+    """Ray refuses to merge a job's runtime_env env_vars (`submit --env`) with ray.init's when a variable is
+    in both; the driver reads the job's and leaves those out of what it forwards."""
+    env = {JOB_CONFIG_ENV: json.dumps({"runtime_env": {"working_dir": "gcs://x.zip", "env_vars": {"A": "1"}}})}
+    assert job_runtime_env(env)["env_vars"] == {"A": "1"}
+    assert job_runtime_env({}) == {} and job_runtime_env({JOB_CONFIG_ENV: "not json"}) == {}
