@@ -131,6 +131,7 @@ def test_a_folder_one_node_cannot_see_stops_the_run_before_any_call(
         cluster.shutdown()
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
     tmp_path: Path, redis_url: str, ray_local: object
 ) -> None:
