@@ -31,6 +31,7 @@ import msgspec
 
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.ray_runtime import raise_if_auth
+from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
 from punchline.schedulers.redis_client import secret_parts
 from punchline.workers.logs import redact_text
@@ -152,13 +153,7 @@ def check_submit_options(opts: SubmitOptions) -> None:
 
 def input_paths(cfg: RunConfig) -> list[str]:
     """Relative input paths a config names (as written; relative to the config's folder)."""
-    values: list[str | None] = []
-    if cfg.puns:
-        values.append(cfg.puns.jokes)
-    if cfg.curate:
-        values.append(cfg.curate.jokes)
-    if cfg.humor:
-        values += [cfg.humor.data, cfg.humor.shots]
+    values = pipeline_of(cfg).input_paths(cfg.settings)
     return [v for v in values if v and not Path(v).expanduser().is_absolute() and "://" not in v]
 
 
