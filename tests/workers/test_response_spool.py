@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from punchline.data.completions import greedy_request
+from punchline.data.puns.completions import greedy_request
 from punchline.data.errors import StoreError
 from punchline.data.provider_settings import ModelSettings
 from punchline.data.response_cache import ResponseCache
