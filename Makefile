@@ -29,7 +29,7 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
 
 # The quick check before a commit: lint, types and every test not marked `slow` (no multi-process
-# cluster, no whole-pipeline fault runs); under 3 minutes on two cores. `make test` stays the whole suite.
+# cluster, no local Ray, no whole-pipeline fault runs). `make test` stays the whole suite.
 test-fast: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q -m "not slow"
 

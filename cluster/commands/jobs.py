@@ -125,7 +125,7 @@ def _when(ts: float | None) -> str:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from punchline.cluster import ray_jobs
-    from punchline.cluster.commands.tables import print_whole, whole_table
+    from punchline.cluster.commands._tables import print_whole, whole_table
 
     rows = ray_jobs.list_jobs(ray_jobs.jobs_address(args.address), everything=args.all)
     table = whole_table("job id", "run id", "status", "started (UTC)", "ended (UTC)", "message", box=None)

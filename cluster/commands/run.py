@@ -356,7 +356,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from punchline.cluster.commands.tables import print_whole, whole_table
+    from punchline.cluster.commands._tables import print_whole, whole_table
     from punchline.cluster.driver import load_record
 
     root = _runs_dir(args.runs_dir)

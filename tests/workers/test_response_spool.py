@@ -13,9 +13,9 @@ import pytest
 import redis
 import redis.asyncio
 
-from punchline.data.puns.completions import greedy_request
 from punchline.data.errors import StoreError
 from punchline.data.provider_settings import ModelSettings
+from punchline.data.puns.completions import greedy_request
 from punchline.data.response_cache import ResponseCache
 from punchline.data.response_spool import ResponseSpool
 from punchline.data.stores.s3 import S3Settings, S3Store

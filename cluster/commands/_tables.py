@@ -1,4 +1,5 @@
-"""Tables printed whole: one line per row, never cut or wrapped at the terminal's width.
+"""Tables printed whole (a helper of the commands, not a command: the leading underscore keeps it out of
+`punchline --help`): one line per row, never cut or wrapped at the terminal's width.
 
 A run id or a job id that rich folds at 80 columns cannot be copied; a row that spans lines cannot be
 read by ``grep``. So a table is printed at its natural width (the terminal wraps a long line, the
