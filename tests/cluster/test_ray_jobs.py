@@ -158,6 +158,7 @@ def artifacts(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~560 s on a loaded 2-core machine (load 20) before the teardown: 600 s was too tight
 def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
     tmp_path: Path, ray_local: Any, redis_url: str
 ) -> None:
