@@ -147,6 +147,12 @@ def request_cancel(store: Store, run_id: str, at: float) -> None:
     store.put(cancel_path(run_id), msgspec.json.encode(CancelRequest(at=at)))
 
 
+def cancel_requested(store: Store, run_id: str) -> float:
+    """When the run's batches were last cancelled by ``punchline batches --cancel`` (0: never)."""
+    raw = store.get(cancel_path(run_id))
+    return 0.0 if raw is None else msgspec.json.decode(raw, type=CancelRequest).at
+
+
 def batch_owner(run_id: str, key: str) -> str:
     return f"batch:{run_id}:{key}"
 
@@ -247,9 +253,7 @@ class BatchLedger:
         self.store.put(record_path(self.run_id, record.batch_key), _encoder.encode(record))
 
     def cancel_requested(self) -> float:
-        """When the run's batches were last cancelled by ``punchline batches --cancel`` (0: never)."""
-        raw = self.store.get(cancel_path(self.run_id))
-        return 0.0 if raw is None else msgspec.json.decode(raw, type=CancelRequest).at
+        return cancel_requested(self.store, self.run_id)
 
     def read(self, key: str) -> BatchRecord | None:
         raw = self.store.get(record_path(self.run_id, key))
