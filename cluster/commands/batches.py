@@ -84,28 +84,18 @@ def _note(r: BatchRecord) -> str:
 
 
 def batch_table(records: list[BatchRecord]) -> Table:
-    """One row per batch: what ``batches`` and ``status`` show."""
-    table = Table(
-        "batch",
-        "stage",
-        "provider",
-        "model",
-        "state",
-        "provider id",
-        "requests",
-        "ok",
-        "failed",
-        "age",
-        "cost $",
-        "note",
-    )
-    for r in records:
+    """One row per batch: what ``batches`` and ``status`` show (a note column only where there is a note)."""
+    notes = [_note(r) for r in records]
+    columns = ["batch", "stage", "provider/model", "state", "provider id", "requests", "ok", "failed", "age", "cost $"]
+    table = Table(*columns, *(["note"] if any(notes) else []))
+    table.columns[0].no_wrap, table.columns[0].min_width = True, 12  # the key a reader greps the log for
+    for r, note in zip(records, notes, strict=True):
         state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
+        model = r.model.rsplit("/", 1)[-1]
         table.add_row(
             r.batch_key[:12],
             r.stage,
-            r.provider,
-            r.model.rsplit("/", 1)[-1] or "-",
+            f"{r.provider}/{model}" if model else r.provider,
             state,
             r.batch_id or "-",
             str(r.requests),
@@ -113,7 +103,7 @@ def batch_table(records: list[BatchRecord]) -> Table:
             str(r.failed),
             _age(r),
             f"{r.cost_usd:.4f}",
-            _note(r),
+            *([note] if any(notes) else []),
         )
     return table
 
