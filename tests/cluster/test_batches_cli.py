@@ -41,15 +41,7 @@ def test_cancel_asks_the_provider_and_lists_the_result(tmp_path: Path, fake: Fak
         batch_id=info.batch_id,
     )
     store.put(record_path("r1", "k1"), msgspec.json.encode(record))
-    run = RunRecord(
-        run_id="r1",
-        pipeline="puns",
-        config_path="run.toml",
-        config_toml=f'[providers.fake]\nkind = "openai"\nbase_url = "{settings.base_url}"\n',
-        created_at=0.0,
-        services=Services(redis_url="redis://127.0.0.1:1/0", store_url=store.url),
-        stages=["collect"],
-    )
+    run = _run(store, settings.base_url or "", kind="openai")
     _write_run(tmp_path, store, run)
 
     assert main(["batches", "r1", "--runs-dir", str(tmp_path / "runs"), "--cancel", "--json"]) == 0
@@ -72,12 +64,13 @@ def _write_run(tmp_path: Path, store: LocalStore, run: RunRecord) -> None:
     store.put(f"{run.run_id}/run.json", msgspec.json.encode(run))
 
 
-def _run(store: LocalStore, base_url: str, **kw: Any) -> RunRecord:
+def _run(store: LocalStore, base_url: str, kind: str = "anthropic", **kw: Any) -> RunRecord:
+    """A run record whose one provider, ``fake``, is at ``base_url``."""
     return RunRecord(
         run_id="r1",
         pipeline="puns",
         config_path="run.toml",
-        config_toml=f'[providers.fake]\nkind = "anthropic"\nbase_url = "{base_url}"\n',
+        config_toml=f'[providers.fake]\nkind = "{kind}"\nbase_url = "{base_url}"\n',
         created_at=0.0,
         services=Services(redis_url="redis://127.0.0.1:1/0", store_url=store.url),
         stages=["collect"],
