@@ -89,6 +89,9 @@ class BatchOptions(msgspec.Struct, kw_only=True):
     poll_max_s: float = 60.0
     reconcile_window_s: float = 900.0  # how long after an intent an Anthropic batch may have been created
     clock_skew_s: float = 120.0  # how far the provider's clock may be behind ours (the listing goes back so far)
+    # after a create whose outcome is unknown (a timeout), how long the listing must show nothing before the
+    # batch is created again: a provider may finish creating it after the client gave up
+    create_grace_s: float = 120.0
     max_rounds: int = 4  # batches a request may go through before it is left to the online path
 
 
@@ -144,6 +147,7 @@ class BatchRunner:
         self.foreign: set[str] = set()  # batch ids proven not this run's (their results carry other ids)
         self.refused: list[BatchRecord] = []  # batches the provider refused whose requests may not go online
         self.exhausted: dict[str, str] = {}  # request key -> last reason, after max_rounds batches (may not go online)
+        self.unsure: dict[str, float] = {}  # batch key -> when a create of unknown outcome failed (monotonic)
 
     # --- the loop ------------------------------------------------------------------------------------
 
@@ -377,6 +381,8 @@ class BatchRunner:
 
     def _create(self, rec: BatchRecord) -> None:
         found = self._reconcile(rec)
+        if found == "absent" and time.monotonic() - self.unsure.get(rec.batch_key, -1e18) < self.opt.create_grace_s:
+            found = "unresolved"  # the last create may still land: the listing has to show nothing for a while
         if found != "absent" or self.cancelled_at:  # adopted, still unresolved, or nothing may be sent now
             if rec.state == "intent":  # still waiting: its units stay this intent's meanwhile
                 keys = [k for k in rec.keys if k in self.specs]
@@ -393,6 +399,7 @@ class BatchRunner:
             return
         except ProviderError as exc:  # did it get created? only the provider knows: ask before anything else
             log.warning("batch_create_unknown", batch_key=rec.batch_key, error=str(exc))
+            self.unsure[rec.batch_key] = time.monotonic()
             self._reconcile(rec)
             return
         self._submitted(rec, info)

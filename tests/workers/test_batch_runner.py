@@ -35,7 +35,8 @@ from punchline.workers.fake.batches import BatchStats
 from punchline.workers.providers import make_batch_provider
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
-FAST = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000)
+# fault tests inject 20-30 % failures per round: 8 rounds keep a request from failing every one of them
+FAST = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds=8)
 
 
 def _settings(fake: FakeProviderServer, kind: str, **kw: object) -> ProviderSettings:
@@ -459,3 +460,28 @@ def test_units_leased_by_someone_else_wait_instead_of_being_submitted(
     assert len(fake.batch_stats().billed) == 3
     assert redis_client.get(request_key("pl", held)) == b"online-worker|1"
     assert batch_owner("r1", "k")  # owner names are per run and batch
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_create_that_lands_after_the_client_gave_up_is_adopted_not_made_twice(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, kind: str
+) -> None:
+    """The create call times out and the provider creates the batch a moment later: the listing shows nothing
+    at first, and the runner waits out ``create_grace_s`` before creating again, so it finds that batch."""
+    fake.configure(batch_crash_point="late_create", hang_s=1.5)
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    runner = _runner(fake, redis_client, store, kind, timeout_s=0.5)  # the client gives up before it lands
+    runner.opt = BatchOptions(poll_min_s=0.05, poll_max_s=0.1, lease_ms=5_000, create_grace_s=30)
+
+    def sleep(s: float) -> None:
+        time.sleep(s)
+        if fake.batch_stats().crashes.get("late_create") and fake.batch_stats().hanging == 0:
+            fake.configure()  # the batch has landed: the provider is healthy again
+
+    runner.sleep = sleep
+    runner.run(units)
+    [rec] = BatchLedger(redis_client, store, "r1").records()
+    assert rec.state == "collected" and fake.batch_stats().batches_created == 1
+    assert set(billed_parts(fake.batch_stats()).values()) == {1}
+    assert all(ResponseCache(store).contains(u.request.key()) for u in units)

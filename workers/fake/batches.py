@@ -11,8 +11,9 @@ online run. A request's choice offset (the online ``X-Choice-Offset`` header) tr
 ``-o<offset>`` suffix; a custom id without one answers from offset 0.
 
 **Processing** is lazy: a batch is decided when it is looked at after ``batch_delay_s``. Each request then
-errors with ``batch_error_rate`` or expires with ``batch_expire_rate``, decided by a hash of (seed, custom
-id, how often that custom id was processed before), so a resubmitted request gets a fresh draw. A batch
+errors with ``batch_error_rate`` or expires with ``batch_expire_rate``, decided by a hash of (seed, the
+request's body and choice offset, how often that request was processed before), so a resubmitted request gets a
+fresh draw, and the draws do not depend on how a client names its requests (custom ids may carry random parts). A batch
 with expired requests ends as ``expired`` (OpenAI) or ``ended`` with ``expired`` results (Anthropic).
 Succeeded requests are **billed** once each; errored, expired and cancelled ones are not.
 
@@ -30,8 +31,8 @@ retrieved, answered and cancellable like any other, but counted apart (``foreign
 when a run adopted, waited on or cancelled one.
 
 **Crash points** (``batch_crash_point``): ``before_create`` hangs a create call without creating anything,
-``after_create`` creates the batch and then hangs (the client never learns its id), ``results`` hangs the
-results download; each hang lasts ``hang_s`` and then drops the connection. A test kills the client while
+``after_create`` creates the batch and then hangs (the client never learns its id), ``late_create`` hangs
+first and creates the batch when the client has given up, ``results`` hangs the results download; each hang lasts ``hang_s`` and then drops the connection. A test kills the client while
 it hangs (``GET /batch-stats`` shows ``hanging``) or lets the client's timeout fire.
 """
 
@@ -176,19 +177,21 @@ class BatchBook:
             return
         any_expired = False
         for r in batch.requests:
-            attempt = self.processed[r.custom_id]
-            self.processed[r.custom_id] += 1
-            if cfg.batch_expire_rate > 0 and _unit(cfg.seed, r.custom_id, attempt, "expire") < cfg.batch_expire_rate:
+            match = _OFFSET.search(r.custom_id)
+            offset = int(match.group(1)) if match else 0
+            request = hashlib.sha256(f"{json.dumps(r.body, sort_keys=True)}|{offset}".encode()).hexdigest()
+            attempt = self.processed[request]
+            self.processed[request] += 1
+            if cfg.batch_expire_rate > 0 and _unit(cfg.seed, request, attempt, "expire") < cfg.batch_expire_rate:
                 batch.outcomes[r.custom_id] = ("expired", None)
                 self.stats.expired += 1
                 any_expired = True
                 continue
-            if cfg.batch_error_rate > 0 and _unit(cfg.seed, r.custom_id, attempt, "error") < cfg.batch_error_rate:
+            if cfg.batch_error_rate > 0 and _unit(cfg.seed, request, attempt, "error") < cfg.batch_error_rate:
                 batch.outcomes[r.custom_id] = ("errored", "injected batch request error")
                 self.stats.errored += 1
                 continue
-            match = _OFFSET.search(r.custom_id)
-            payload, key = self.answer(batch.api, r.body, int(match.group(1)) if match else 0)
+            payload, key = self.answer(batch.api, r.body, offset)
             batch.outcomes[r.custom_id] = ("succeeded", payload)
             if not batch.foreign:
                 self.billed[r.custom_id] += 1
@@ -497,6 +500,8 @@ class BatchBook:
                 self._hang(h, "before_create", cfg, stop)
                 return
             body = json.loads(raw)
+            if cfg.batch_crash_point == "late_create":
+                self._hang(h, "late_create", cfg, stop)
             with self.lock:
                 meta, data = self.files[body["input_file_id"]]
                 lines = [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()]
@@ -504,8 +509,10 @@ class BatchBook:
                 batch = self._create("openai", requests, dict(body.get("metadata") or {}), meta["id"])
                 batch.errors = self._validate(lines, cfg)
                 view = self._view(batch, base_url)
-            if cfg.batch_crash_point == "after_create":
-                self._hang(h, "after_create", cfg, stop)
+            if cfg.batch_crash_point in ("after_create", "late_create"):
+                if cfg.batch_crash_point == "after_create":
+                    self._hang(h, "after_create", cfg, stop)
+                h.close_connection = True
                 return
             h._send(200, view)
         elif method == "GET" and not rest:
@@ -549,12 +556,16 @@ class BatchBook:
                 self._hang(h, "before_create", cfg, stop)
                 return
             body = json.loads(raw)
+            if cfg.batch_crash_point == "late_create":
+                self._hang(h, "late_create", cfg, stop)
             requests = [_Request(r["custom_id"], r["params"]) for r in body["requests"]]
             with self.lock:
                 batch = self._create("anthropic", requests, {}, "")
                 view = self._view(batch, base_url)
-            if cfg.batch_crash_point == "after_create":
-                self._hang(h, "after_create", cfg, stop)
+            if cfg.batch_crash_point in ("after_create", "late_create"):
+                if cfg.batch_crash_point == "after_create":
+                    self._hang(h, "after_create", cfg, stop)
+                h.close_connection = True
                 return
             h._send(200, view)
         elif method == "GET" and not rest:

@@ -89,7 +89,7 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     batch_delay_s: float = 0.0
     batch_error_rate: float = 0.0
     batch_expire_rate: float = 0.0
-    batch_crash_point: Literal["", "before_create", "after_create", "results"] = ""
+    batch_crash_point: Literal["", "before_create", "after_create", "late_create", "results"] = ""
     # OpenAI's validation of an input file: one model (and one endpoint) per file, at most this many lines;
     # a file that breaks a rule makes a batch that ends ``failed`` with the reason in its ``errors``
     batch_one_model_per_file: bool = True
