@@ -32,8 +32,9 @@ when a run adopted, waited on or cancelled one.
 
 **Crash points** (``batch_crash_point``): ``before_create`` hangs a create call without creating anything,
 ``after_create`` creates the batch and then hangs (the client never learns its id), ``late_create`` hangs
-first and creates the batch when the client has given up, ``results`` hangs the results download; each hang lasts ``hang_s`` and then drops the connection. A test kills the client while
-it hangs (``GET /batch-stats`` shows ``hanging``) or lets the client's timeout fire.
+first and creates the batch when the client has given up, ``results`` hangs the results download; each hang
+lasts ``hang_s`` and then drops the connection. A test kills the client while it hangs (``GET /batch-stats``
+shows ``hanging``) or lets the client's timeout fire.
 """
 
 from __future__ import annotations
