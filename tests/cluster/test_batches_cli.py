@@ -12,7 +12,7 @@ import pytest
 
 from punchline.cluster.cli import main
 from punchline.cluster.driver import RunRecord, Services
-from punchline.data.completions import sample_request
+from punchline.data.puns.completions import sample_request
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import BatchRecord, cancel_requested, record_path
 from punchline.schedulers.budget import UsageRow
