@@ -92,7 +92,7 @@ class BatchOptions(msgspec.Struct, kw_only=True):
     # after a create whose outcome is unknown (a timeout), how long the listing must show nothing before the
     # batch is created again: a provider may finish creating it after the client gave up
     create_grace_s: float = 120.0
-    max_rounds: int = 4  # batches a request may go through before it is left to the online path
+    max_rounds: int = 4  # batches a request may go through before it is given up (``batch_fallback`` says what then)
 
 
 class BatchTotals(msgspec.Struct, kw_only=True):
