@@ -76,6 +76,8 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     state: BatchState = "intent"
     batch_id: str = ""
     intent_at: float = 0.0
+    # when the create call was started: 0 = never (nothing to reconcile), -1 = unknown (records written before)
+    create_at: float = -1.0
     submitted_at: float = 0.0
     collected_at: float = 0.0
     provider_status: str = ""

@@ -357,6 +357,7 @@ class BatchRunner:
             requests=sum(len(self._todo(k)) for k in keys),
             held_parts=sorted(cid for k in keys for cid in self.held.get(k, {})),
             intent_at=now_s(),
+            create_at=0.0,  # no create call yet: a driver killed before it leaves nothing to look for
         )
         for k in keys:
             self.rounds[k] = self.rounds.get(k, 0) + 1
@@ -392,6 +393,9 @@ class BatchRunner:
             return
         client = self.clients[rec.provider]
         requests = [self.specs[k].request for k in rec.keys]
+        if rec.create_at <= 0:  # from now on a batch may exist: a resumed driver has to look for it
+            rec.create_at = now_s()
+            self.ledger.write(rec)
         try:
             info = client.create(rec.batch_key, requests, skip=set(rec.held_parts), tag=rec.tag)
         except FatalProviderError as exc:  # refused at create (Anthropic validates there): never created
@@ -419,6 +423,8 @@ class BatchRunner:
         is still open and only its results can tell whose it is: nothing is created or adopted meanwhile)."""
         if rec.state != "intent":
             return "adopted"
+        if rec.create_at == 0.0:  # the create call was never started: there is nothing to find
+            return "absent"
         client = self.clients[rec.provider]
         known = {r.batch_id for r in self.ledger.records() if r.batch_id}
         listed = client.listing(since=rec.intent_at - self.opt.clock_skew_s)  # every page back to the intent

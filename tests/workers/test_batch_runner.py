@@ -266,8 +266,11 @@ def test_an_intent_whose_batch_was_created_is_adopted_not_submitted_again(
     assert set(billed_parts(fake.batch_stats()).values()) == {1}
 
 
-def _intent_left_behind(ledger: BatchLedger, units: list[UnitSpec], requests: int) -> BatchRecord:
-    """What a driver killed after writing an intent (and perhaps after the create call) leaves behind."""
+def _intent_left_behind(
+    ledger: BatchLedger, units: list[UnitSpec], requests: int, create_started: bool = True
+) -> BatchRecord:
+    """What a driver killed after writing an intent leaves behind: its create call started (a batch may or may
+    not exist), or not yet."""
     keys = sorted(u.request.key() for u in units)
     rec = BatchRecord(
         batch_key=batch_key(keys),
@@ -279,6 +282,7 @@ def _intent_left_behind(ledger: BatchLedger, units: list[UnitSpec], requests: in
         keys=keys,
         requests=requests,
         intent_at=time.time(),
+        create_at=time.time() if create_started else 0.0,
     )
     ledger.write(rec)
     return rec
@@ -314,7 +318,8 @@ def test_a_dead_drivers_batch_is_found_behind_150_newer_batches_of_others(
 def test_a_foreign_anthropic_batch_with_the_same_count_and_time_is_never_adopted_or_cancelled(
     fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    """The driver died before its create call. On the account: another user's batch of the very same requests
+    """The driver died in its create call, which never reached the provider. On the account: another user's
+    batch of the very same requests
     (ended), and another's open batch with the same count, both created at the intent's time. Neither carries
     the intent's tag: the ended one is ruled out by its results, the open one holds the intent back (nothing
     is created while it might be ours) until its results rule it out too; then the run creates its own."""
@@ -485,3 +490,23 @@ def test_a_create_that_lands_after_the_client_gave_up_is_adopted_not_made_twice(
     assert rec.state == "collected" and fake.batch_stats().batches_created == 1
     assert set(billed_parts(fake.batch_stats()).values()) == {1}
     assert all(ResponseCache(store).contains(u.request.key()) for u in units)
+
+
+def test_an_intent_whose_create_never_started_is_created_at_once_whatever_the_account_holds(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Killed before the create call: the record says no create was started, so there is nothing to look for,
+    and another user's open batch with the same count and time neither holds the run back nor is touched."""
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    ledger = BatchLedger(redis_client, store, "r1")
+    rec = _intent_left_behind(ledger, units, requests=4, create_started=False)
+    [slow] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.intent_at, delay_s=300)
+    _runner(fake, redis_client, store, "anthropic").run(units)
+    [after] = ledger.records()
+    assert after.state == "collected" and after.batch_id != slow and after.create_at >= rec.intent_at
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0 and stats.foreign_results_downloads == 0
+    claude = make_batch_provider("p", _settings(fake, "anthropic"))
+    assert claude.retrieve(slow).status == "in_progress"
+    claude.close()
