@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -25,7 +26,9 @@ from rich.table import Table
 
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.cluster.planner import StageEstimate
 from punchline.cluster.registry import pipeline_of
+from punchline.cluster.runs import with_batch_records
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.ledger import StageCounters
@@ -105,7 +108,7 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
             bars.progress.stop()
     out = Console(width=max(Console().width, 110))
     out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
-    out.print(counters_table(record.counters))
+    out.print(counters_table(with_batch_records(record)[0]))
     out.print(f"artifacts in {record.services.store_url}/{record.run_id}/artifacts/:")
     for name in record.artifacts:
         out.print(f"  {name}")
@@ -168,15 +171,30 @@ def _age(rec: BatchRecord) -> str:
     )
 
 
+def _note(r: BatchRecord) -> str:
+    notes = []
+    if r.error:
+        notes.append(r.error)
+    if r.fallback == "online":
+        notes.append(f"{r.online_requests} requests went online (batch_fallback)")
+    if r.cancelled_at:
+        notes.append(f"cancelled {time.strftime('%H:%M:%S', time.gmtime(r.cancelled_at))} UTC")
+    return "; ".join(notes)
+
+
 def batch_table(records: list[BatchRecord]) -> Table:
-    """One row per batch: what ``batches`` and ``status`` show."""
-    table = Table("batch", "stage", "provider", "state", "provider id", "requests", "ok", "failed", "age", "cost $")
-    for r in records:
+    """One row per batch: what ``batches`` and ``status`` show (a note column only where there is a note)."""
+    notes = [_note(r) for r in records]
+    columns = ["batch", "stage", "provider/model", "state", "provider id", "requests", "ok", "failed", "age", "cost $"]
+    table = Table(*columns, *(["note"] if any(notes) else []))
+    table.columns[0].no_wrap, table.columns[0].min_width = True, 12  # the key a reader greps the log for
+    for r, note in zip(records, notes, strict=True):
         state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
+        model = r.model.rsplit("/", 1)[-1]
         table.add_row(
             r.batch_key[:12],
             r.stage,
-            r.provider,
+            f"{r.provider}/{model}" if model else r.provider,
             state,
             r.batch_id or "-",
             str(r.requests),
@@ -184,5 +202,14 @@ def batch_table(records: list[BatchRecord]) -> Table:
             str(r.failed),
             _age(r),
             f"{r.cost_usd:.4f}",
+            *([note] if any(notes) else []),
         )
     return table
+
+
+def plan_cost_title(estimates: Sequence[StageEstimate]) -> str:
+    """The title of ``plan``'s one cost column: the price of the mode the config sends requests in."""
+    modes = {m for e in estimates if e.requests for m in e.mode.split("+")}
+    if modes == {"batch"}:
+        return "batch cost $"
+    return "cost $ (online + batch)" if "batch" in modes else "cost $"

@@ -7,6 +7,7 @@ running is asked about its live counters, from its own Redis.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from punchline.cluster.config import check_run_id
 from punchline.cluster.driver import RunRecord, load_record
 from punchline.data.errors import InputError, PunchlineError
 from punchline.data.stores import open_store
+from punchline.schedulers.batches import BatchRecord, read_records, with_batch_costs
+from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import Ledger, StageCounters
 from punchline.schedulers.redis_client import connect, resolve_url
 
@@ -26,6 +29,8 @@ INTERRUPTED = "interrupted (resume with --run-id)"
 
 def runs_folder(runs_dir: str) -> Path:
     """The runs folder (it may not exist yet); a file in its place is bad input."""
+    if not runs_dir.strip():
+        raise InputError("is empty; give a folder (default: runs)", field="--runs-dir")
     root = Path(runs_dir)
     if root.exists() and not root.is_dir():
         raise InputError("is a file, not a folder", file=runs_dir, field="--runs-dir")
@@ -55,6 +60,19 @@ def ledger_client(record: RunRecord) -> redis.Redis:
     """A client of the run's Redis; the password comes from this machine (file or environment)."""
     services = record.services
     return connect(resolve_url(services.redis_url, services.redis_password_file))
+
+
+def with_batch_records(
+    record: RunRecord, counters: dict[str, StageCounters] | None = None, usage: list[UsageRow] | None = None
+) -> tuple[dict[str, StageCounters], list[UsageRow], list[BatchRecord]]:
+    """Counters and cost-per-model rows (the record's unless given) with every batch record of the run added
+    (what batches cost is in their records, whichever driver ran them), and the records themselves."""
+    batches: list[BatchRecord] = []
+    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
+        batches = read_records(open_store(record.services.store_url), record.run_id)
+    counters = record.counters if counters is None else counters
+    usage = record.usage if usage is None else usage
+    return (*with_batch_costs(counters, usage, batches), batches)
 
 
 class LiveCounters(msgspec.Struct, kw_only=True):
@@ -110,7 +128,7 @@ def list_runs(runs_dir: str) -> list[RunRow]:
                 state=state,
                 created=time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at)),
                 units_done=sum(c.units_done for c in rec.counters.values()),
-                cost_usd=sum(c.cost_usd for c in rec.counters.values()),
+                cost_usd=sum(c.cost_usd for c in with_batch_records(rec)[0].values()),
             )
         )
     return rows

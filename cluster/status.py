@@ -11,11 +11,10 @@ import contextlib
 import msgspec
 import redis
 
-from punchline.cluster.runs import ledger_client, live_counters, load_run_record
+from punchline.cluster.runs import ledger_client, live_counters, load_run_record, with_batch_records
 from punchline.data.errors import PunchlineError
-from punchline.data.stores import open_store
 from punchline.data.units import RunState
-from punchline.schedulers.batches import BatchRecord, read_records
+from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.budget import Budget, UsageRow
 from punchline.schedulers.ledger import StageCounters
 
@@ -45,15 +44,13 @@ def run_status(runs_dir: str, run_id: str, store: str | None = None) -> StatusVi
     if live is not None:
         with contextlib.suppress(PunchlineError, redis.RedisError, OSError):
             usage = Budget(ledger_client(record), record.run_id, None).usage()
-    batches: list[BatchRecord] = []
-    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
-        batches = read_records(open_store(record.services.store_url), record.run_id)
+    counters, usage, batches = with_batch_records(record, live.counters if live else record.counters, usage)
     return StatusView(
         run_id=record.run_id,
         pipeline=record.pipeline,
         state=record.state,
         live=live is not None,
-        counters=live.counters if live else record.counters,
+        counters=counters,
         leased=live.leased if live else None,
         failures=live.failures if live else record.failures,
         usage=usage,

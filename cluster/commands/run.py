@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from typing import Any
@@ -17,15 +18,18 @@ from punchline.cluster.cli_shared import (
     batch_table,
     counters_table,
     exit_status,
+    plan_cost_title,
     run_and_report,
     run_options,
 )
+from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
 from punchline.cluster.planner import plan_run
 from punchline.cluster.retry_failed import drop_failed_shards
 from punchline.cluster.runs import list_runs, load_run_record
 from punchline.cluster.status import StatusView, run_status
+from punchline.data.errors import InputError
 from punchline.data.stores import open_store
 
 
@@ -110,6 +114,8 @@ def _status_renderable(view: StatusView) -> Group:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is not None and not (math.isfinite(args.watch) and 0.1 <= args.watch <= 3600):
+        raise InputError(f"must be between 0.1 and 3600 seconds, got {args.watch}", field="--watch")
     store = args.store or os.environ.get("PUNCHLINE_STORE")
     view = run_status(args.runs_dir, args.run_id, store)
     if args.json:
@@ -128,13 +134,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
+    table = whole_table("run id", "pipeline", "state", "created", "units done", "cost $")
     for row in list_runs(args.runs_dir):
         if row.error is not None:
             table.add_row(row.run_id, row.pipeline, row.error, "", "", "")
         else:
             table.add_row(row.run_id, row.pipeline, row.state, row.created, str(row.units_done), f"{row.cost_usd:.4f}")
-    Console().print(table)
+    print_whole(table)  # whole run ids, to copy into status / --run-id
     return 0
 
 
@@ -151,8 +157,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(estimates).decode())
         return 0
+    # one cost column: the price of the mode the config sends each stage's requests in
     table = Table(
-        "stage", "requests", "input tokens", "output tokens", "cost $", "batch cost $", "least wall time", "note"
+        "stage", "requests", "input tokens", "output tokens", plan_cost_title(estimates), "least wall time", "note"
     )
     for e in estimates:
         table.add_row(
@@ -160,18 +167,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             ("" if e.exact else "≤ ") + str(e.requests),
             str(e.input_tokens),
             str(e.output_tokens),
-            f"{e.cost_usd:.4f}",
-            f"{e.batch_cost_usd:.4f}",
+            f"{e.mode_cost_usd:.4f}",
             f"{e.min_wall_s:.0f}s",
-            e.note,
+            e.note or ("" if e.mode == "online" else e.mode),
         )
     table.add_row(
         "total",
         str(sum(e.requests for e in estimates)),
         str(sum(e.input_tokens for e in estimates)),
         str(sum(e.output_tokens for e in estimates)),
-        f"{sum(e.cost_usd for e in estimates):.4f}",
-        f"{sum(e.batch_cost_usd for e in estimates):.4f}",
+        f"{sum(e.mode_cost_usd for e in estimates):.4f}",
         f"{sum(e.min_wall_s for e in estimates):.0f}s",
         "",
     )
