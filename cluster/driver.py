@@ -10,6 +10,7 @@ it: finished stages are skipped, committed shards are not redone, cached answers
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import socket
@@ -127,6 +128,8 @@ class _Ledger(msgspec.Struct, kw_only=True):
     url: str
     public_url: str
     password_file: str | None = None
+    identity: str = ""  # what the store records as its ledger (cluster/store_guard.py): never a password
+    driver_claim: str | None = None  # this driver's claim on the run id, watched by its workers
 
 
 @contextlib.contextmanager
@@ -135,18 +138,23 @@ def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
     once), else the runs folder's shared embedded ledger (started by the first driver, stopped
     when the last one leaves)."""
     from punchline.cluster.preflight import check_redis
+    from punchline.cluster.store_guard import redis_identity
     from punchline.schedulers.redis_client import redact_url
 
     if url:
         check_redis(url)
         with _password_file(url) as password_file:
-            yield _Ledger(url=url, public_url=redact_url(url), password_file=password_file)
+            yield _Ledger(
+                url=url, public_url=redact_url(url), password_file=password_file, identity=redis_identity(url)
+            )
         return
     from punchline.cluster.local_ledger import LocalLedger
 
-    with LocalLedger(runs_dir) as shared:
+    with LocalLedger(runs_dir) as shared:  # restarted from its AOF if it dies; LedgerFailed if it cannot be
         log.info("ledger_joined", url=shared.public_url, started=shared.started)
-        yield _Ledger(url=shared.url, public_url=shared.public_url, password_file=shared.password_file)
+        yield _Ledger(
+            url=shared.url, public_url=shared.public_url, password_file=shared.password_file, identity=shared.identity
+        )
 
 
 @contextlib.contextmanager
@@ -204,11 +212,17 @@ def _simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | None]:
 
 def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     data = msgspec.json.format(msgspec.json.encode(record), indent=2)
-    store.put(f"{record.run_id}/run.json", data)
+    with contextlib.suppress(OSError) if record.state != "running" else contextlib.nullcontext():
+        store.put(f"{record.run_id}/run.json", data)  # the local record below says how it ended even so
     run_dir.mkdir(parents=True, exist_ok=True)
-    from punchline.data.jsonio import atomic_write_bytes
+    from punchline.data.jsonio import atomic_write_bytes, overwrite_in_place
 
-    atomic_write_bytes(run_dir / "run.json", data)
+    try:
+        atomic_write_bytes(run_dir / "run.json", data)
+    except OSError as exc:  # a full disk has no room for a second copy: the run's state must still show
+        if exc.errno != errno.ENOSPC:
+            raise
+        overwrite_in_place(run_dir / "run.json", msgspec.json.encode(record))  # compact: fits the old blocks
 
 
 def _check_options(opts: RunOptions) -> None:
@@ -283,8 +297,9 @@ def _services(
                 check_provider(name, settings, key_required=keys_here, file=cfg.source)
         with (
             _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
-            RunClaim(connect(conn.url), run_id),
+            RunClaim(connect(conn.url), run_id) as claim,
         ):
+            conn.driver_claim = claim.value
             yield sim_url, conn
 
 
@@ -305,10 +320,12 @@ def run(
     store_url = opts.store or config_store(cfg) or opts.runs_dir
     store = open_store(store_url)
     existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
-    config_toml = Path(config_path).read_text()
+    from punchline.schedulers.redis_client import redact_urls
+
+    config_toml = redact_urls(Path(config_path).read_text())  # a password in [run] redis_url stays in the file
     if existing is not None:
         prev = load_record(existing, f"{store.url}/{run_id}/run.json")
-        if prev.config_toml != config_toml:
+        if redact_urls(prev.config_toml) != config_toml:
             raise ConfigError(
                 f"run {run_id} exists with a different config; start a new run id or restore the config "
                 f"({prev.config_path})",
@@ -329,6 +346,7 @@ def run(
         sim_url,
         conn,
     ):
+        from punchline.cluster.store_guard import StoreGuard
         from punchline.schedulers.redis_client import connect
 
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -373,6 +391,7 @@ def run(
             log_path=str((run_dir / "log.jsonl").resolve()),
             max_in_flight=cfg.run.units_in_flight,
             store_sentinel=sentinel,
+            driver_claim=conn.driver_claim,
         )
         ctx = StageContext(cfg, run_id, store)
         coord = Coordinator(
@@ -391,6 +410,7 @@ def run(
                 request_resources=request_resources,
             ),
         )
+        guard = StoreGuard(store, conn.identity).acquire()  # one ledger per store, before any paid call
         slog.info("run_start", stages=record.stages, store=store.url)
         try:
             for stage in stages:
@@ -414,8 +434,10 @@ def run(
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C; SIGTERM (Ray's handler exits):
                 record.state = "interrupted"  # `punchline stop`, `ray job stop`, a deleted pod
+                exc.run_id = run_id  # type: ignore[union-attr]  # for the resume command the CLI prints
             raise
         finally:
+            guard.release()
             coord.close()
             for name in record.stages:
                 with contextlib.suppress(Exception):

@@ -52,6 +52,14 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+_ANY_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,15}://[^:/@\s\"']*):[^@\s\"'/]*@")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` (a config file, a message) with the password of every URL in it shown as ``***``."""
+    return _ANY_USERINFO.sub(lambda m: f"{m.group('head')}:***@", text)
+
+
 class RedisSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Where the ledger lives and how patient a client is.
 
