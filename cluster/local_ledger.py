@@ -21,7 +21,8 @@ Every member watches the server (``WATCH_S``): when it is gone while drivers sti
 crashed, or stopped by the keeper while this driver was paused past ``STALE_S``) the driver registers
 again and restarts it from its AOF on the same port, so the URLs workers hold stay valid and the run
 carries on within seconds. What a restart cannot cure (a full disk, a server that dies again at once)
-stops the run instead: the watcher records the reason and raises :class:`LedgerFailed` in the
+stops the run instead, and so does a disk that is about to be full (less than ``LOW_SPACE_BYTES``
+free beside the AOF; the default store shares that disk), before a write is lost: the watcher records the reason and raises :class:`LedgerFailed` in the
 driver's main thread (through ``SIGUSR2``), one line instead of minutes of "connection refused".
 The watcher also starts a keeper again when the keeper itself was killed, so the server is never
 left without one.
@@ -168,6 +169,9 @@ class LocalLedger:
     def join(self) -> LocalLedger:
         _private_dir(self.folder)
         _private_dir(self.folder / "clients")
+        full = disk_full(self.folder, "")
+        if full is not None:
+            raise LedgerFailed(full.replace("the ledger stopped: ", "cannot start the ledger: "))
         with _flock(self.folder / "join.lock"):
             self._register()
             try:
@@ -213,6 +217,9 @@ class LocalLedger:
                     elif self._client_file is not None:
                         os.utime(self._client_file, follow_symlinks=False)
                     spawn_keeper(self.folder)  # a killed keeper is replaced: the server is never orphaned
+                full = disk_full(self.folder, "")  # stop before the AOF or a shard write runs out of room
+                if full is not None:
+                    raise LedgerFailed(full)
                 if EmbeddedRedis._record(self.folder) is None and not self._stop.is_set():
                     self._revive()
             except LedgerFailed as exc:

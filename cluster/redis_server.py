@@ -165,7 +165,9 @@ class EmbeddedRedis:
     Start it again on the same folder and it reloads its AOF: that is how a crashed local run
     resumes. The port is chosen once and reused by restarts, so URLs handed out stay valid; so is
     the password (``data_dir/password``, made on the first start). With ``unix_socket=True`` it
-    listens only on ``data_dir/redis.sock`` (no TCP port at all).
+    listens only on ``data_dir/redis.sock`` (no TCP port at all). ``wipe_commands=True`` allows
+    FLUSHALL, FLUSHDB, SCRIPT FLUSH, MIGRATE and KEYS, for a server that guards nothing (a test
+    suite's shared server, a benchmark's); a ledger never allows them.
 
     ``url`` carries the password (for this process's own clients); ``public_url`` shows it as
     ``***`` and is what may be logged, recorded or handed to other processes.
@@ -180,6 +182,7 @@ class EmbeddedRedis:
         unix_socket: bool = False,
         binary: str | None = None,
         startup_timeout_s: float = 15.0,
+        wipe_commands: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.host = host
@@ -188,6 +191,8 @@ class EmbeddedRedis:
         self.unix_socket = unix_socket
         self.binary = binary or find_redis_server()
         self.startup_timeout_s = startup_timeout_s
+        # FLUSHALL, KEYS...: allowed only on a server that is not a ledger (a test suite's, a benchmark's)
+        self.wipe_commands = wipe_commands
         self._proc: subprocess.Popen[bytes] | None = None
         self._password: str | None = None
 
@@ -267,7 +272,7 @@ class EmbeddedRedis:
             # (CONFIG, DEBUG, MODULE, ACL, REPLICAOF, SHUTDOWN, MONITOR, BGSAVE...)
             # and none that wipe or move the ledger, or walk all of it: FLUSHALL, FLUSHDB, SCRIPT FLUSH,
             # MIGRATE, KEYS (the engine uses SCAN)
-            f"user default on #{digest} ~* &* +@all -@admin {REFUSED_COMMANDS}",
+            f"user default on #{digest} ~* &* +@all -@admin {'' if self.wipe_commands else REFUSED_COMMANDS}".rstrip(),
             "enable-debug-command no",
             "enable-module-command no",
             "enable-protected-configs no",
