@@ -22,8 +22,9 @@ crashed, or stopped by the keeper while this driver was paused past ``STALE_S``)
 again and restarts it from its AOF on the same port, so the URLs workers hold stay valid and the run
 carries on within seconds. What a restart cannot cure (a full disk, a server that dies again at once)
 stops the run instead, and so does a disk that is about to be full (less than ``LOW_SPACE_BYTES``
-free beside the AOF; the default store shares that disk), before a write is lost: the watcher records the reason and raises :class:`LedgerFailed` in the
-driver's main thread (through ``SIGUSR2``), one line instead of minutes of "connection refused".
+free beside the AOF; the default store shares that disk), before a write is lost: the watcher
+records the reason and raises :class:`LedgerFailed` in the driver's main thread (through
+``SIGUSR2``), one line instead of minutes of "connection refused".
 The watcher also starts a keeper again when the keeper itself was killed, so the server is never
 left without one.
 
