@@ -377,6 +377,8 @@ def run(
         )
         if existing is not None:
             record.created_at = load_record(existing, f"{store.url}/{run_id}/run.json").created_at
+        # one ledger per store, before any paid call (and before a refused run leaves a record)
+        guard = StoreGuard(store, conn.identity).acquire()
         _snapshot(store, run_dir, record)
         ledger = Ledger(connect(conn.url))
         worker_cfg = WorkerConfig(
@@ -410,7 +412,6 @@ def run(
                 request_resources=request_resources,
             ),
         )
-        guard = StoreGuard(store, conn.identity).acquire()  # one ledger per store, before any paid call
         slog.info("run_start", stages=record.stages, store=store.url)
         try:
             for stage in stages:

@@ -84,12 +84,13 @@ def check_redis(url: str, *, patience_s: float | None = None) -> None:
     answering at all raises ServiceRejected after ``patience_s`` (``PUNCHLINE_START_WAIT_S``)."""
     import redis.exceptions
 
-    from punchline.schedulers.redis_client import ENV_URL, check_url, connect, redact_url, redis_errors
+    from punchline.schedulers.redis_client import ENV_URL, RedisSettings, check_url, connect, redact_url, redis_errors
 
     check_url(url)
     wait_s = start_wait_s() if patience_s is None else patience_s
     where = f"Redis at {redact_url(url)}"
-    client = connect(url)
+    # one try per attempt (no client-side retries): a TLS handshake nobody answers costs one timeout, not four
+    client = connect(RedisSettings(url=url, retries=0, socket_timeout_s=3.0, connect_timeout_s=3.0))
 
     def ping() -> None:
         try:
