@@ -281,11 +281,20 @@ def load_record(raw: bytes, where: str) -> RunRecord:
 
 @contextlib.contextmanager
 def _services(
-    cfg: RunConfig, opts: RunOptions, run_id: str, *, check_keys: bool, keys_here: bool, sim_host: str
+    cfg: RunConfig,
+    opts: RunOptions,
+    run_id: str,
+    store: Store,
+    *,
+    check_keys: bool,
+    keys_here: bool,
+    sim_host: str,
 ) -> Iterator[tuple[str | None, _Ledger]]:
     """The simulator, the providers checked (a bad key stops the run before anything starts), the
-    ledger, and this driver's claim on the run id (a second driver of a running run stops here)."""
+    ledger, this driver's claim on the run id (a second driver of a running run stops here) and its
+    mark on the store (a run with another ledger on the same store stops here)."""
     from punchline.cluster.run_claim import RunClaim
+    from punchline.cluster.store_guard import StoreGuard
     from punchline.schedulers.redis_client import connect
 
     with _simulator(cfg, sim_host) as sim_url:
@@ -298,6 +307,7 @@ def _services(
         with (
             _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
             RunClaim(connect(conn.url), run_id) as claim,
+            StoreGuard(store, conn.identity),
         ):
             conn.driver_claim = claim.value
             yield sim_url, conn
@@ -342,11 +352,11 @@ def run(
         ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
-    with _services(cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host) as (
+    local = ray_settings.is_local
+    with _services(cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host) as (
         sim_url,
         conn,
     ):
-        from punchline.cluster.store_guard import StoreGuard
         from punchline.schedulers.redis_client import connect
 
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -377,8 +387,6 @@ def run(
         )
         if existing is not None:
             record.created_at = load_record(existing, f"{store.url}/{run_id}/run.json").created_at
-        # one ledger per store, before any paid call (and before a refused run leaves a record)
-        guard = StoreGuard(store, conn.identity).acquire()
         _snapshot(store, run_dir, record)
         ledger = Ledger(connect(conn.url))
         worker_cfg = WorkerConfig(
@@ -438,7 +446,6 @@ def run(
                 exc.run_id = run_id  # type: ignore[union-attr]  # for the resume command the CLI prints
             raise
         finally:
-            guard.release()
             coord.close()
             for name in record.stages:
                 with contextlib.suppress(Exception):

@@ -63,7 +63,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, fake_provider: FakeProviderS
 
 @pytest.fixture
 def slow_fake(fake: FakeProviderServer) -> FakeProviderServer:
-    fake.configure(latency_ms_min=80, latency_ms_max=160)  # a fault lands mid-run
+    fake.configure(latency_ms_min=300, latency_ms_max=500)  # a fault lands mid-run
     return fake
 
 
@@ -216,6 +216,7 @@ def test_a_second_ledger_on_the_same_store_is_refused(
     """A default run and a --redis-url run of one config on one runs folder: the second refuses in one
     line instead of paying for what the first pays for."""
     runs = tmp_path / "runs"
+    slow_fake.configure(latency_ms_min=2500, latency_ms_max=3000)  # the first run outlasts the second's start
     with _driver(_argv(setup, runs, "first")) as first:
         _halfway(slow_fake, first)
         second = subprocess.run(
