@@ -276,3 +276,40 @@ def test_service_rejected_is_a_config_error() -> None:
     from punchline.data.errors import ConfigError
 
     assert issubclass(ServiceRejected, ConfigError) and not issubclass(ServiceRejected, LedgerUnavailable)
+
+
+@pytest.fixture
+def answers_400() -> Iterator[str]:
+    """An HTTP server that answers 400 to everything (not an API): its base URL."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _bad(self) -> None:
+            self.send_response(400)
+            self.send_header("Content-Length", "11")
+            self.end_headers()
+            self.wfile.write(b"bad request")
+
+        do_GET = do_POST = _bad
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_address_that_answers_400_to_everything_exits_2(
+    tmp_path: Path, make_config, fake: FakeProviderServer, answers_400: str, capsys
+) -> None:
+    cfg = make_config()
+    cfg.write_text(cfg.read_text().replace(fake.openai_base_url, answers_400, 1))
+    line = _one_line(capsys, main(_run(cfg, tmp_path)))
+    assert "HTTP 400" in line and "providers.sim" in line and "base_url" in line, line
+    _nothing_started(tmp_path)
