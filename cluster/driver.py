@@ -125,15 +125,13 @@ class _Ledger(msgspec.Struct, kw_only=True):
 
 @contextlib.contextmanager
 def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
-    """The run's Redis: the given URL (checked: a wrong password or certificate stops the run at
-    once), else the runs folder's shared embedded ledger (started by the first driver, stopped
-    when the last one leaves)."""
-    from punchline.cluster.preflight import check_redis
+    """The run's Redis: the given URL (checked by the caller: a wrong password or certificate stops
+    the run at once), else the runs folder's shared embedded ledger (started by the first driver,
+    stopped when the last one leaves)."""
     from punchline.cluster.store_guard import redis_identity
     from punchline.schedulers.redis_client import redact_url
 
     if url:
-        check_redis(url)
         with _password_file(url) as password_file:
             yield _Ledger(
                 url=url, public_url=redact_url(url), password_file=password_file, identity=redis_identity(url)
@@ -267,6 +265,11 @@ def _services(
     from punchline.cluster.store_guard import StoreGuard
     from punchline.schedulers.redis_client import connect
 
+    redis_url = opts.redis_url or cfg.run.redis_url
+    if redis_url:  # cheap, and before the providers' SDKs are loaded (seconds on a busy machine)
+        from punchline.cluster.preflight import check_redis
+
+        check_redis(redis_url)
     with _simulator(cfg, sim_host) as sim_url:
         if check_keys:
             from punchline.cluster.preflight import check_provider
@@ -275,7 +278,7 @@ def _services(
                 # local workers share this machine's environment: a key missing here is missing there
                 check_provider(name, settings, key_required=keys_here, file=cfg.source)
         with (
-            _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
+            _redis(redis_url, Path(opts.runs_dir)) as conn,
             RunClaim(connect(conn.url), run_id) as claim,
             StoreGuard(store, conn.identity),
         ):
