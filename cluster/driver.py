@@ -139,11 +139,23 @@ def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
         return
     from punchline.cluster.local_ledger import LocalLedger
 
+    from punchline.data.errors import LedgerFailed
+
     with LocalLedger(runs_dir) as shared:  # restarted from its AOF if it dies; LedgerFailed if it cannot be
         log.info("ledger_joined", url=shared.public_url, started=shared.started)
-        yield _Ledger(
-            url=shared.url, public_url=shared.public_url, password_file=shared.password_file, identity=shared.identity
-        )
+        try:
+            yield _Ledger(
+                url=shared.url,
+                public_url=shared.public_url,
+                password_file=shared.password_file,
+                identity=shared.identity,
+            )
+        except BaseException:
+            # the watcher's LedgerFailed may surface wrapped (raised inside a C extension such as Ray's
+            # wait, it comes out as a SystemError): the run ends with the ledger's one line either way
+            if shared.failure is not None:
+                raise LedgerFailed(shared.failure) from None
+            raise
 
 
 @contextlib.contextmanager
