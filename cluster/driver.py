@@ -138,7 +138,6 @@ def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
             )
         return
     from punchline.cluster.local_ledger import LocalLedger
-
     from punchline.data.errors import LedgerFailed
 
     with LocalLedger(runs_dir) as shared:  # restarted from its AOF if it dies; LedgerFailed if it cannot be

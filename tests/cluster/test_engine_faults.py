@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -216,22 +217,22 @@ def test_a_second_ledger_on_the_same_store_is_refused(
     """A default run and a --redis-url run of one config on one runs folder: the second refuses in one
     line instead of paying for what the first pays for."""
     runs = tmp_path / "runs"
-    slow_fake.configure(latency_ms_min=2500, latency_ms_max=3000)  # the first run outlasts the second's start
-    with _driver(_argv(setup, runs, "first")) as first:
+    # a longer run (160 units, ~45 s) that outlasts the second driver's start on a busy machine
+    cfg = engine_config(tmp_path, slow_fake, jokes=40, shard_size=2, lease_ms=2000, workers_per_node=WORKERS)
+    longer = Setup(cfg, b"", setup.address)
+    slow_fake.configure(latency_ms_min=2000, latency_ms_max=2500)
+    with _driver(_argv(longer, runs, "first")) as first:
         _halfway(slow_fake, first)
-        second = subprocess.run(
-            _argv(setup, runs, "second", "--redis-url", redis_url),
-            cwd=ROOT,
-            capture_output=True,
-            env=_env(),
-            timeout=120,
-        )
+        argv = _argv(longer, runs, "second", "--redis-url", redis_url)
+        second = subprocess.run(argv, cwd=ROOT, capture_output=True, env=_env(), timeout=120)
         lines = second.stderr.decode().strip().splitlines()
+        assert first.poll() is None, "the first run ended before the second started: the test proves nothing"
         assert second.returncode == 2 and len(lines) == 1, lines
         assert "guarded by another ledger" in lines[0] and "embedded ledger" in lines[0], lines
-        assert redis_url.split("@")[0].split(":")[-1] not in lines[0]  # never the password
+        assert urlsplit(redis_url).password not in lines[0]  # never the password
         _finish(first)
-    assert set(slow_fake.stats().calls.values()) == {1}  # every request paid once
+    calls = slow_fake.stats().calls
+    assert len(calls) == 40 * 2 * 2 and set(calls.values()) == {1}  # every request paid once
     assert not (runs / "second").exists()
 
 
