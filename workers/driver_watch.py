@@ -7,8 +7,11 @@ renews every 10 s (``pl:run:<id>:driver``, ``cluster/run_claim.py``):
 
 * on the driver's own machine, every ``PID_CHECK_S`` whether the driver's process still exists
   (a ``kill -9`` is seen within a fraction of a second);
-* anywhere, every ``CLAIM_CHECK_S`` whether the claim still holds this driver's value (a driver
-  elsewhere that died, or was paused past the claim's TTL, or was replaced by a resumed one).
+* anywhere, every ``CLAIM_CHECK_S`` whether the claim still holds this driver's value: another value
+  (a resumed driver took the run over) means gone at once; no claim at all means gone once it has been
+  missing for ``CLAIM_GRACE_S``, longer than a live driver takes to set it again (it renews every 10 s
+  and sets a missing claim), so a wiped or restarted ledger does not stop the workers of a live driver,
+  while one that died elsewhere or is paused past the claim's TTL does.
 
 Once the driver is gone the worker takes no new unit: calls in flight finish (they are paid for
 already and their answers are kept), the rest wait for the next driver. A paused driver that comes
@@ -22,12 +25,14 @@ import contextlib
 import json
 import os
 import socket
+import time
 from typing import Any
 
 from punchline.data.errors import LedgerUnavailable, PunchlineError
 
 PID_CHECK_S = 0.2
 CLAIM_CHECK_S = 2.0
+CLAIM_GRACE_S = 12.0  # a live driver sets a missing claim again within its renewal period (10 s)
 
 
 def driver_claim_key(run_id: str, namespace: str = "pl") -> str:
@@ -59,6 +64,7 @@ class DriverWatch:
         self.claim = claim
         self.gone = False
         self._pid = 0
+        self._missing_since: float | None = None
         if claim:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 holder = json.loads(claim)
@@ -80,6 +86,11 @@ class DriverWatch:
             return False
         if isinstance(held, bytes):
             held = held.decode()
+        if held is None:  # lapsed, or the ledger was wiped: gone only if it stays missing
+            now = time.monotonic()
+            self._missing_since = self._missing_since or now
+            return now - self._missing_since > CLAIM_GRACE_S
+        self._missing_since = None
         return held != self.claim
 
     async def check(self) -> bool:
