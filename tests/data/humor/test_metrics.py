@@ -20,7 +20,7 @@ ITEMS = [
 PREDICTIONS = {
     1: _ans("Ирония", "Б"),  # em (robust and MERA: case is normalised)
     2: _ans("ирония", "В"),  # class right, letter wrong
-    3: "ОТВЕТ: не анекдот\nРЕШЕНИЕ: В",  # em robust only (colon breaks the MERA reading)
+    3: "ОТВЕТ: не анекдот\r\nРЕШЕНИЕ: В",  # em robust only (MERA keeps the CR of the CRLF in the class)
     4: _ans("ирония", "Г"),  # class wrong, letter right
     # 5 missing: counted as an empty answer
 }
