@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+
 from punchline.data.errors import InputError
 from punchline.data.humor.schema import PLACEHOLDERS, HumorInputs, HumorItem, split_output
 from punchline.data.requests import Message, ProviderRequest
@@ -27,6 +29,15 @@ def render_instruction(template: str, inputs: HumorInputs) -> str:
     """``template`` with ``{context}``, ``{main_text}``, ``{option_a}``..``{option_d}`` filled in."""
     values = {name: str(getattr(inputs, name)) for name in PLACEHOLDERS}
     return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
+
+
+def mera_task_text(item: HumorItem) -> str:
+    """The task text as MERA renders it (``doc_to_text`` / ``mera_judge.task_instruction``): Python's
+    ``str.format`` over the inputs, or the bare instruction when formatting fails (stray braces)."""
+    try:
+        return item.instruction.format(**msgspec.structs.asdict(item.inputs))
+    except (KeyError, IndexError, ValueError):
+        return item.instruction
 
 
 def missing_placeholders(template: str) -> list[str]:

@@ -29,7 +29,7 @@ def test_write_report(tmp_path: Path) -> None:
     assert [it.outputs for it in load_humor(paths.submission).data] == ["ирония,Б", "", "не анекдот,Г"]
 
     rep = json.loads(Path(paths.report_json).read_text(encoding="utf-8"))
-    assert rep["n"] == 3 and rep["em"] == 2 / 3 and rep["em_mera"] == 1 / 3
+    assert rep["n"] == 3 and rep["em"] == 2 / 3 and rep["em_mera"] == 1.0  # MERA credits "А или Б" (its first letter)
     assert rep["answers"] == {"1": "ирония,Б", "2": None, "3": "не анекдот,Г"}
     assert (rep["ambiguous"], rep["ambiguous_rate"]) == (1, 1 / 3)  # "А или Б" is a hedge
     assert rep["judge"]["n_missing"] == 1 and rep["judge"]["n_scored"] == 2
