@@ -7,10 +7,10 @@ first standalone 0, 1 or 2 in the reply, divided by 2; the best over MERA's read
 (:func:`punchline.data.humor.mera.mera_readings`, one call each); a failed call or an unreadable reply scores 0,
 never retried for its content (MERA does not retry either).
 
-**Our judge** (``judge``), below it. Scale: **binary, 0 or 1** (1 = the answer names the same class, allowing minor variations in wording,
-*and* the same letter as the reference). A binary score makes agreement with exact match directly
-comparable (rate and Cohen's kappa). The judge must answer with exactly one line ``SCORE: 0`` or
-``SCORE: 1``; anything else raises :class:`JudgeParseError`, a retryable provider error, so the engine
+**Our judge** (``judge``), below it. Scale: **binary, 0 or 1** (1 = the answer names the same class, allowing
+minor variations in wording, *and* the same letter as the reference). A binary score makes agreement with
+exact match directly comparable (rate and Cohen's kappa). The judge must answer with exactly one line ``SCORE:
+0`` or ``SCORE: 1``; anything else raises :class:`JudgeParseError`, a retryable provider error, so the engine
 asks again. A judgement that still fails after the retries is *missing* (``None``), never 0.
 """
 
