@@ -111,6 +111,8 @@ class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_tokens: Count = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
     judge: JudgeSettings | None = None
     mode: Mode | None = None  # of the generate stage (the judge stage has its own)
+    # "mera": lm-eval's generation (shots as user/assistant turns, stop "\n\n"); "punchline": our layout
+    preset: Literal["punchline", "mera"] = "punchline"
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -1,4 +1,4 @@
-"""``punchline humor validate | score | run``: the Humor benchmark (MERA format)."""
+"""``punchline humor validate | score | run | submission``: the Humor benchmark (MERA format)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,19 @@ def register(sub: Any) -> None:
 
     add_run_options(r)
     r.set_defaults(func=cmd_run)
+
+    sb = hs.add_parser(
+        "submission",
+        help="pack a Humor run's answers as MERA's log_to_submission_v2.py would (Humor.json + logs)",
+        description='Writes OUT/<model>/Humor.json ({"data": {"test": [{"outputs": <the model\'s text>, '
+        '"meta": {"id": ...}}]}}) and OUT/<model>/logs_public.zip (lm-eval-shaped sample logs), and zips '
+        "each folder as OUT/<model>.zip. Every item needs exactly one answer.",
+    )
+    sb.add_argument("run", metavar="RUN", help="the run id")
+    sb.add_argument("--out", default=None, help="output folder (default: submission-<RUN>)")
+    sb.add_argument("--runs-dir", default=None, help="local folder for run state (default: runs)")
+    sb.add_argument("--model", action="append", help="only this model nick (repeatable; default: every model)")
+    sb.set_defaults(func=cmd_submission)
 
 
 MAX_BOOTSTRAP = 100_000  # resamples: more adds nothing to a 95 % interval and can take hours
@@ -144,31 +157,48 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
         return 0
-    print_score_summary(report, [paths.submission, paths.report_json, paths.report_md, paths.confusion_png])
+    written = [paths.report_json, paths.report_md, paths.confusion_png]
+    print_score_summary(report, [*([paths.submission] if paths.submission else []), *written])
     return 0
 
 
 def print_score_summary(report: HumorReport, written: list[str], console: Console | None = None) -> None:
     """The human summary of a scored run (also used by the engine's Humor pipeline)."""
     console = console or Console()
+    from punchline.data.humor.report import headlines
+
     metrics, judge = report, report.judge
     t = Table("metric", "value", title=f"Humor: {metrics.n} items")
-    ci = metrics.em_ci95
-    t.add_row("EM (robust)", f"{100 * metrics.em:.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]")
-    t.add_row("EM (official MERA)", f"{100 * metrics.em_mera:.1f} %")
+    for line in headlines(report):
+        if line.value is not None:
+            t.add_row(line.label, line.shown())
     t.add_row("class accuracy", f"{100 * metrics.class_accuracy:.1f} %")
     t.add_row("letter accuracy", f"{100 * metrics.letter_accuracy:.1f} %")
     t.add_row("parse failures", f"{100 * metrics.parse_failure_rate:.1f} %")
     t.add_row("ambiguous (never credited)", f"{100 * metrics.ambiguous_rate:.1f} % ({metrics.ambiguous})")
     t.add_row("missing predictions", str(metrics.n_missing))
     if judge is not None:
-        t.add_row("judge pass rate", "–" if judge.pass_rate is None else f"{100 * judge.pass_rate:.1f} %")
         t.add_row("judge missing", str(judge.n_missing))
         kappa = "–" if judge.kappa_with_em is None else f"{judge.kappa_with_em:.3f}"
         t.add_row("judge vs EM kappa", kappa)
     console.print(t)
     for name in written:
         console.print(f"wrote {name}")
+
+
+def cmd_submission(args: argparse.Namespace) -> int:
+    from punchline.cluster.pipelines.humor import submission_of_run
+
+    written = submission_of_run(
+        args.run,
+        runs_dir=args.runs_dir,
+        out_dir=args.out or f"submission-{args.run}",
+        models=args.model,
+    )
+    console = Console()
+    for name in written:
+        console.print(f"wrote {name}")
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -77,6 +77,15 @@ class Headline(msgspec.Struct, frozen=True):
     low: float | None = None  # 95 % bootstrap interval, when there is one
     high: float | None = None
 
+    def shown(self) -> str:
+        """``"41.7 % [22.1, 61.3]"``; ``"–"`` when there is no value (e.g. no judge configured)."""
+        if self.value is None:
+            return "–"
+        interval = (
+            f" [{100 * self.low:.1f}, {100 * self.high:.1f}]" if self.low is not None and self.high is not None else ""
+        )
+        return f"{100 * self.value:.1f} %{interval}"
+
 
 def headlines(report: HumorReport) -> list[Headline]:
     """The numbers a Humor run ends with: EM under both readings and both judges (None: not judged)."""

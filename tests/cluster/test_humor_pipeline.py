@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
+import zipfile
 from pathlib import Path
 
 import msgspec
@@ -198,20 +200,44 @@ def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path
     assert 3 not in answers and len(answers) == N_ITEMS - 1
 
     judge = JudgeStage()
-    junits = judge.plan(ctx)
+    all_units = judge.plan(ctx)
+    ids = [u.unit_id for u in all_units]
+    assert ids == sorted(ids)
+    junits = [u for u in all_units if u.unit_id.startswith("judge/")]
     assert len(junits) == N_ITEMS - 1 and all(u.check == "judge_score" for u in junits)
     assert all(u.request.messages[0].content == JUDGE_SYSTEM for u in junits)
+    # MERA's judge: one unit per MERA reading ("ОТВЕТ ирония\nРЕШЕНИЕ А": the whole answer and the pair)
+    munits = [u for u in all_units if u.unit_id.startswith("judge_mera/")]
+    assert len(munits) == 2 * (N_ITEMS - 1) and all(not u.check for u in munits)
+    assert munits[0].unit_id == "judge_mera/a/000001/0" and munits[1].unit_id == "judge_mera/a/000001/1"
+    assert [m.role for m in munits[0].request.messages] == ["user"]
+    assert "### Ответ для оценки:\nОТВЕТ ирония\nРЕШЕНИЕ А\n\n" in munits[0].request.messages[0].content
+    assert "### Ответ для оценки:\nирония,А\n\n" in munits[1].request.messages[0].content
     jresults = {
         u.unit_id: UnitResult(unit_id=u.unit_id, key=u.request.key(), response=_response("SCORE: 1")) for u in junits
     }
     jresults["judge/a/000005"] = UnitResult(unit_id="judge/a/000005", key="k", error="JudgeParseError: no score")
+    for u in munits:  # the whole answer scores 1 (of 2), the pair 2; item 6's pair call failed; item 7 unreadable
+        reply = "Оценка: 1" if u.unit_id.endswith("/0") else "2"
+        jresults[u.unit_id] = UnitResult(unit_id=u.unit_id, key=u.request.key(), response=_response(reply))
+    jresults["judge_mera/a/000006/1"] = UnitResult(unit_id="judge_mera/a/000006/1", key="k", error="Fatal: 500")
+    for k in (0, 1):
+        jresults[f"judge_mera/a/000007/{k}"] = UnitResult(
+            unit_id=f"judge_mera/a/000007/{k}", key="k", response=_response("не могу оценить")
+        )
     names = judge.reduce(ctx, jresults)
     assert "report/a/report.json" in names and "judge_scores/a.jsonl" in names
+    assert "judge_mera_scores/a.jsonl" in names
     report = msgspec.json.decode(ctx.read_artifact("report/a/report.json"))
     assert report["n_missing"] == 1
     assert report["judge_scores"]["3"] is None and report["judge_scores"]["5"] is None
     assert report["judge"]["n_scored"] == N_ITEMS - 2 and report["judge"]["n_missing"] == 2
     assert report["judge"]["pass_rate"] == 1.0
+    mera = report["judge_mera_scores"]
+    assert mera["1"] == 1.0 and mera["6"] == 0.5 and mera["7"] == 0.0 and mera["3"] == 0.0  # 3: no answer
+    assert report["judge_mera"] == pytest.approx((N_ITEMS - 3 + 0.5) / N_ITEMS)
+    # item 3 has no answer: no MERA submission
+    assert "submission/a.zip" not in names and "report/a/Humor.json" not in names
 
 
 def test_without_judge_generate_scores_and_k_shot_prefixes(tmp_path: Path) -> None:
@@ -235,10 +261,43 @@ def test_without_judge_generate_scores_and_k_shot_prefixes(tmp_path: Path) -> No
     names = GenerateStage().reduce(ctx, results)
     assert names == [
         "answers/a.jsonl",
+        "report/a/Humor.json",
         "report/a/confusion.png",
+        "report/a/logs_public.zip",
         "report/a/report.json",
         "report/a/report.md",
-        "report/a/submission.json",
+        "submission/a.zip",
     ]
     report = msgspec.json.decode(ctx.read_artifact("report/a/report.json"))
     assert report["n"] == N_ITEMS and report["em"] == 0.0 and report["judge"] is None
+    with zipfile.ZipFile(io.BytesIO(ctx.read_artifact("submission/a.zip"))) as zf:
+        assert sorted(zf.namelist()) == ["Humor.json", "logs_public.zip"]
+        sub = json.loads(zf.read("Humor.json"))
+    assert sub["data"]["test"][0] == {"outputs": "не знаю", "meta": {"id": 1}}
+    assert len(sub["data"]["test"]) == N_ITEMS
+
+
+def test_mera_preset_is_lm_evals_request_and_cuts_at_the_stop(tmp_path: Path) -> None:
+    cfg_path = humor_config(
+        tmp_path / "h.toml",
+        openai_url="http://127.0.0.1:9",
+        anthropic_url="http://127.0.0.1:9",
+        models={"a": "x/a"},
+        judge=False,
+        extra=f'shots = "{SAMPLE}"\nk_shot = 2\npreset = "mera"',
+    )
+    cfg = load_config(cfg_path)
+    ctx = StageContext(cfg, "mera", open_store(str(tmp_path / "store")))
+    units = GenerateStage().plan(ctx)
+    items = load_items(SAMPLE)
+    req = units[0].request
+    assert (req.temperature, req.max_tokens, req.stop) == (0.0, 256, ("\n\n",))
+    assert [m.role for m in req.messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert req.messages[0].content == items[1].instruction.format(**msgspec.structs.asdict(items[1].inputs))
+    assert req.messages[1].content == items[1].outputs.strip() and req.messages[3].content == items[2].outputs.strip()
+    assert req.messages[4].content == items[0].instruction.format(**msgspec.structs.asdict(items[0].inputs))
+    text = "ОТВЕТ ирония\nРЕШЕНИЕ А\n\nПояснение: ирония, но и каламбур.\nОТВЕТ каламбур"
+    results = {u.unit_id: UnitResult(unit_id=u.unit_id, key="k", response=_response(text)) for u in units}
+    GenerateStage().reduce(ctx, results)
+    answers = _answers(ctx.read_artifact("answers/a.jsonl"))
+    assert set(answers.values()) == {"ОТВЕТ ирония\nРЕШЕНИЕ А"}  # cut at "\n\n", as lm-eval cuts it
