@@ -16,11 +16,8 @@ of silently lowering the judge pass rate.
 
 from __future__ import annotations
 
-import re
 import tempfile
-import time
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -169,7 +166,6 @@ def _score(
             predictions,
             judge_scores=judge_scores,
             judge_mera_scores=judge_mera_scores,
-            stamp=_stamp(ctx),
         )
         files = {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir())}
         for file_name, data in files.items():
@@ -183,21 +179,6 @@ def _score(
         ctx.write_artifact(submission_artifact(nick), submission_zip(packed))
         names.append(submission_artifact(nick))
     return names
-
-
-_RUN_ID_TIME = re.compile(r"(\d{8}-\d{6})")
-
-
-def _stamp(ctx: StageContext) -> str:
-    """The submission logs' run stamp: the start time in a generated run id (so a rerun packs the same
-    bytes), else now."""
-    from punchline.data.humor.submission import run_stamp
-
-    m = _RUN_ID_TIME.search(ctx.run_id)
-    if m is not None:
-        started = datetime.strptime(m.group(1), "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc)
-        return run_stamp(started.timestamp())
-    return run_stamp(time.time())
 
 
 def _as_generated(preset: str, text: str) -> str:
@@ -397,7 +378,7 @@ def _answer_lines(raw: bytes, source: str) -> list[tuple[int, str]]:
 def submission_of_run(run_id: str, *, runs_dir: str | None, out_dir: str, models: list[str] | None) -> list[str]:
     """Write ``<out_dir>/<nick>/{Humor.json,logs_public.zip}`` and ``<out_dir>/<nick>.zip`` for each model of a
     finished Humor run. Everything is checked (every model's answers: one per item) before anything is written."""
-    from punchline.data.humor.submission import answers_by_id, run_stamp, submission_files, write_submission
+    from punchline.data.humor.submission import answers_by_id, submission_files, write_submission
     from punchline.data.jsonio import check_out_dir
     from punchline.data.stores import open_store
 
@@ -410,7 +391,6 @@ def submission_of_run(run_id: str, *, runs_dir: str | None, out_dir: str, models
     out = check_out_dir(out_dir)
     items = load_humor(resolve_path(cfg, cfg.humor.data)).data
     store = open_store(record.services.store_url)
-    stamp = run_stamp(record.created_at)
     packs = {}
     for nick in chosen:
         key = f"{run_id}/artifacts/{answers_artifact(nick)}"
@@ -419,7 +399,7 @@ def submission_of_run(run_id: str, *, runs_dir: str | None, out_dir: str, models
         if raw is None:
             raise InputError("missing: the run has no answers for this model yet", file=source)
         answers = answers_by_id(items, _answer_lines(raw, source), source=source)
-        packs[nick] = submission_files(items, answers, stamp=stamp)
+        packs[nick] = submission_files(items, answers)
     written = []
     for nick, files in packs.items():
         written += write_submission(out / nick, files)

@@ -17,7 +17,7 @@ import msgspec
 from punchline.data.humor.judge import DEFAULT_THRESHOLD, JudgeStats, judge_stats
 from punchline.data.humor.metrics import UNPARSED, HumorMetrics, Interval, ItemScore, bootstrap_ci, compute_metrics
 from punchline.data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
-from punchline.data.humor.submission import SUBMISSION_FILE, run_stamp, submission_files
+from punchline.data.humor.submission import SUBMISSION_FILE, submission_files
 from punchline.data.jsonio import atomic_write_bytes
 
 REPORT_JSON = "report.json"
@@ -234,7 +234,8 @@ def write_report(
     stamp: str | None = None,
 ) -> ReportPaths:
     """Write the outputs into ``out_dir`` (created if needed); MERA's submission files too when
-    ``predictions`` (id -> raw text) answers every item (``stamp``: the logs' run stamp, default now)."""
+    ``predictions`` (id -> raw text) answers every item (``stamp``: the logs' run stamp, by default one
+    derived from the answers)."""
     out = Path(out_dir)
     items = _items(source)
     complete = predictions is not None and all(it.id in predictions for it in items)
@@ -245,9 +246,7 @@ def write_report(
         confusion_png=str(out / CONFUSION_PNG),
     )
     if complete and predictions is not None:
-        import time
-
-        files = submission_files(items, dict(predictions), stamp=stamp or run_stamp(time.time()))
+        files = submission_files(items, dict(predictions), stamp=stamp)
         for name, data in files.items():
             atomic_write_bytes(out / name, data)
     atomic_write_bytes(paths.report_json, msgspec.json.format(msgspec.json.encode(report), indent=2))

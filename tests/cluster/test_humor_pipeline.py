@@ -18,6 +18,7 @@ from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipelines.humor import GenerateStage, JudgeStage, stages
 from punchline.data.humor.judge import JUDGE_SYSTEM
 from punchline.data.humor.loaders import load_items
+from punchline.data.humor.mera import mera_readings
 from punchline.data.humor.prompts import render_prompt
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores import open_store
@@ -115,10 +116,14 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
 
     answers = {nick: _answers(_artifact(store, first, f"answers/{nick}.jsonl")) for nick in models}
     assert all(sorted(a) == list(range(1, N_ITEMS + 1)) for a in answers.values())
-    # one judge unit per (model, item); the same answer to the same item is one request, judged once
-    assert rec.counters["judge"].units_total == rec.counters["judge"].units_done == N_ITEMS * len(models)
+    # one judge unit per (model, item) and one MERA judge unit per MERA reading; the same question is one
+    # request, judged once
+    readings = {(i, r) for a in answers.values() for i, text in a.items() for r in mera_readings(text)}
+    mera_units = sum(len(mera_readings(text)) for a in answers.values() for text in a.values())
+    judge_units = N_ITEMS * len(models) + mera_units
+    assert rec.counters["judge"].units_total == rec.counters["judge"].units_done == judge_units
     distinct = {(i, text) for a in answers.values() for i, text in a.items()}
-    assert stats.calls_by_model[JUDGE_ID] == len(distinct) >= N_ITEMS
+    assert stats.calls_by_model[JUDGE_ID] == len(distinct) + len(readings)
 
     reports = {}
     for nick in models:
@@ -129,9 +134,11 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
         assert set(report["judge_scores"].values()) <= {0.0, 1.0}
         scores = [json.loads(line) for line in _artifact(store, first, f"judge_scores/{nick}.jsonl").splitlines()]
         assert {str(s["id"]): s["score"] for s in scores} == report["judge_scores"]
+        assert 0.0 < report["judge_mera"] <= 1.0 and set(report["judge_mera_scores"].values()) <= {0.0, 1.0}
         reports[nick] = report
-        for f in ("report.md", "submission.json", "confusion.png"):
+        for f in ("report.md", "Humor.json", "logs_public.zip", "confusion.png"):
             assert f"report/{nick}/{f}" in rec.artifacts
+        assert f"submission/{nick}.zip" in rec.artifacts
 
     # `punchline humor run` with a new run id on the same store (Redis from the environment, as
     # `punchline run` reads it): every answer comes from the cache, every artifact has the same bytes.
@@ -143,7 +150,8 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
     assert main([*argv, "--store", str(store), "--no-progress"]) == 0
     assert fake.stats().total_calls == 0
     out = capsys.readouterr().out
-    assert f"run {second}: finished" in out and out.count("EM (official MERA)") == len(models)
+    assert f"run {second}: finished" in out and out.count("EM (MERA's reading)") == len(models)
+    assert out.count("judge (MERA's prompt") == len(models) and out.count("judge (ours") == len(models)
     rec2 = msgspec.json.decode((tmp_path / "runs" / second / "run.json").read_bytes(), type=RunRecord)
     assert rec2.state == "finished" and rec2.pipeline == "humor"
     assert rec2.counters["generate"].cache_hits == N_ITEMS * len(models)
