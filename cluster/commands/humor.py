@@ -53,6 +53,10 @@ def register(sub: Any) -> None:
         "--judge-scores",
         help='JSONL: {"id": int, "score": 0|1|null} or {"id": int, "text": "<judge reply>"} per line',
     )
+    s.add_argument(
+        "--judge-mera-scores",
+        help='JSONL for MERA\'s judge (judge_mera): {"id": int, "score": 0..1} or {"id": int, "text": "<judge reply>"}',
+    )
     s.add_argument("--judge-threshold", type=float, default=None, help="judge pass threshold (default 1)")
     s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
     s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -127,7 +131,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     import math
 
-    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores
+    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores, load_mera_judge_scores
     from punchline.data.humor.loaders import check_unique_ids, load_humor, load_predictions
     from punchline.data.humor.report import score_and_write
     from punchline.data.jsonio import check_out_dir
@@ -145,11 +149,13 @@ def cmd_score(args: argparse.Namespace) -> int:
     check_unique_ids(source.data, args.data)
     predictions = load_predictions(args.predictions)
     judge_scores = load_judge_scores(args.judge_scores) if args.judge_scores else None
+    judge_mera_scores = load_mera_judge_scores(args.judge_mera_scores) if args.judge_mera_scores else None
     report, paths = score_and_write(
         args.out,
         source,
         predictions,
         judge_scores=judge_scores,
+        judge_mera_scores=judge_mera_scores,
         judge_threshold=DEFAULT_THRESHOLD if args.judge_threshold is None else args.judge_threshold,
         resamples=args.bootstrap,
         seed=args.seed,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -236,11 +236,27 @@ class JudgeScoreLine(msgspec.Struct):
     text: str | None = None
 
 
-def load_judge_scores(path: str | os.PathLike[str]) -> dict[int, float | None]:
+def _our_reply_score(text: str) -> float | None:
+    try:
+        return parse_score(text)
+    except JudgeParseError:
+        return None
+
+
+def load_mera_judge_scores(path: str | os.PathLike[str]) -> dict[int, float]:
+    """The same JSONL for MERA's judge: ``score`` in [0, 1] (the rubric over 2), or the judge's raw ``text``
+    read as MERA reads it; an unreadable reply or ``null`` scores 0, as in MERA."""
+    return {i: s or 0.0 for i, s in load_judge_scores(path, reply_score=mera_judge_score).items()}
+
+
+def load_judge_scores(
+    path: str | os.PathLike[str], *, reply_score: Callable[[str], float | None] = _our_reply_score
+) -> dict[int, float | None]:
     """JSONL ``{"id": int, "score": number|null}`` or ``{"id": int, "text": "<judge reply>"}``.
 
     A raw text that does not parse is a missing judgement (None), as is ``"score": null``; a score
-    outside the scale or a bad line is an :class:`InputError` naming the line.
+    outside the scale or a bad line is an :class:`InputError` naming the line. ``reply_score`` reads a
+    raw reply (our binary judge's by default).
     """
     p = Path(path)
     try:
@@ -262,10 +278,7 @@ def load_judge_scores(path: str | os.PathLike[str]) -> dict[int, float | None]:
             raise InputError(f"id {rec.id} repeated", file=str(p), record=where, field="id")
         score = rec.score
         if score is None and rec.text is not None:
-            try:
-                score = parse_score(rec.text)
-            except JudgeParseError:
-                score = None
+            score = reply_score(rec.text)
         if score is not None and not SCORE_MIN <= score <= SCORE_MAX:
             message = f"score {score} outside [{SCORE_MIN:g}, {SCORE_MAX:g}]"
             raise InputError(message, file=str(p), record=where, field="score")
