@@ -10,7 +10,7 @@ import pytest
 from punchline.data.humor.judge import judge_request, parse_score
 from punchline.data.humor.loaders import load_items
 from punchline.data.humor.parser import parsed_output
-from punchline.data.humor.prompts import render_prompt
+from punchline.data.humor.prompts import mera_task_text, render_prompt
 from punchline.workers.fake.answers import HUMOR_CLASSES, AnswerKey, AnswerKnobs, JokeBook, answer, humor_skill
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "humor_sample.json"
@@ -24,6 +24,7 @@ def test_every_sample_item_is_found_with_its_own_reference() -> None:
     # the sample reuses texts across items (an item's main text is another's option), so a lookup by
     # main text alone would answer some items with another item's reference
     assert all(KEY.reference(render_prompt(item)) == item.outputs for item in ITEMS)
+    assert all(KEY.reference(mera_task_text(item)) == item.outputs for item in ITEMS)  # the mera preset's prompt
     assert KEY.reference("a prompt about something else") is None
 
 
