@@ -136,13 +136,7 @@ def _encode_lines(records: list[msgspec.Struct]) -> bytes:
 def read_answers(ctx: StageContext, nick: str) -> dict[int, str]:
     """``answers/<nick>.jsonl`` of this run as ``{id: raw answer}``."""
     name = answers_artifact(nick)
-    decoder = msgspec.json.Decoder(Prediction)
-    out: dict[int, str] = {}
-    for line in ctx.read_artifact(name).splitlines():
-        if line.strip():
-            p = decoder.decode(line)
-            out[p.id] = p.text
-    return out
+    return dict(_answer_lines(ctx.read_artifact(name), name))
 
 
 def _score(
