@@ -174,6 +174,11 @@ def test_humor_demo_on_the_simulator_ranks_models_by_size(tmp_path: Path, redis_
     assert large["em"] > small["em"] > 0.1
     assert large["class_accuracy"] > 0.4  # at random it would be 1/12
     assert large["judge"]["kappa_with_em"] > 0.5
+    assert large["judge_mera"] > 0.1 and 0.0 < large["em_mera"] <= large["em"]
+    answers = _answers(_artifact(store, "demo", "answers/70b.jsonl"))
+    with zipfile.ZipFile(io.BytesIO(_artifact(store, "demo", "submission/70b.zip"))) as zf:
+        sub = json.loads(zf.read("Humor.json"))
+    assert sub == {"data": {"test": [{"outputs": answers[i].lstrip(), "meta": {"id": i}} for i in sorted(answers)]}}
 
 
 def test_humor_run_rejects_a_puns_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
