@@ -12,8 +12,8 @@ import msgspec
 import redis
 import redis.asyncio
 
-from punchline.data.completions import greedy_request
 from punchline.data.provider_settings import ModelSettings
+from punchline.data.puns.completions import greedy_request
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
 from punchline.schedulers.leases import BudgetTerms, Leases
