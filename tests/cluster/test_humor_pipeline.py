@@ -151,7 +151,7 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
     assert fake.stats().total_calls == 0
     out = capsys.readouterr().out
     assert f"run {second}: finished" in out and out.count("EM (MERA's reading)") == len(models)
-    assert out.count("judge (MERA's prompt") == len(models) and out.count("judge (ours") == len(models)
+    assert out.count("judge (MERA's prompt") == len(models) and out.count("judge (ours, binary") == len(models)
     rec2 = msgspec.json.decode((tmp_path / "runs" / second / "run.json").read_bytes(), type=RunRecord)
     assert rec2.state == "finished" and rec2.pipeline == "humor"
     assert rec2.counters["generate"].cache_hits == N_ITEMS * len(models)
