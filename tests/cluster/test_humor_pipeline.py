@@ -314,3 +314,14 @@ def test_mera_preset_is_lm_evals_request_and_cuts_at_the_stop(tmp_path: Path) ->
     GenerateStage().reduce(ctx, results)
     answers = _answers(ctx.read_artifact("answers/a.jsonl"))
     assert set(answers.values()) == {"ОТВЕТ ирония\nРЕШЕНИЕ А"}  # cut at "\n\n", as lm-eval cuts it
+
+
+def test_the_judge_estimate_counts_meras_judge_calls(tmp_path: Path) -> None:
+    from punchline.cluster.pipelines.humor import MAX_MERA_READINGS, PIPELINE
+
+    cfg_path = humor_config(
+        tmp_path / "h.toml", openai_url="http://127.0.0.1:9", anthropic_url="http://127.0.0.1:9", models={"a": "x/a"}
+    )
+    units = list(PIPELINE.estimate(load_config(cfg_path), "judge"))
+    assert len(units) == N_ITEMS * (1 + MAX_MERA_READINGS)  # ours once, MERA's once per reading (at most 3)
+    assert {u.request.max_tokens for u in units} == {16, 256}
