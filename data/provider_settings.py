@@ -91,13 +91,20 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
                 return value.strip()
         if self.api_key_file:
             try:
-                return Path(self.api_key_file).expanduser().read_text().strip()
+                key = Path(self.api_key_file).expanduser().read_text().strip()
             except OSError as exc:
                 raise ConfigError(
                     f"cannot read the API key file: {exc.strerror}",
                     record=f"providers.{provider_name}",
                     field="api_key_file",
                 ) from None
+            if not key:
+                raise ConfigError(
+                    f"the API key file {self.api_key_file} is empty",
+                    record=f"providers.{provider_name}",
+                    field="api_key_file",
+                )
+            return key
         if self.api_key_env:
             raise ConfigError(
                 f"environment variable {self.api_key_env} is not set",
