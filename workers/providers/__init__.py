@@ -18,6 +18,7 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.workers.batch_provider import BatchProvider
 from punchline.workers.provider import Provider
 from punchline.workers.providers.base import (
+    CALL_PATHS,
     CHOICE_OFFSET_HEADER,
     MalformedResponse,
     SdkBatches,
@@ -58,6 +59,7 @@ def make_batch_provider(name: str, settings: ProviderSettings) -> BatchProvider:
 
 
 __all__ = [
+    "CALL_PATHS",
     "CHOICE_OFFSET_HEADER",
     "MalformedResponse",
     "SdkBatches",
