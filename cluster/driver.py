@@ -25,7 +25,9 @@ from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.ray_runtime import RayStart, RaySettings
 from punchline.cluster.registry import pipeline_of
+from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
@@ -197,31 +199,14 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     atomic_write_bytes(run_dir / "run.json", data)
 
 
-def _check_options(opts: RunOptions) -> None:
-    """Flags and environment, checked like the config: before anything starts."""
-    import math
-
-    from punchline.cluster.config import check_run_id, check_service_url
-
-    if opts.run_id is not None:
-        check_run_id(opts.run_id)
-    if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
-        raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
-    if opts.redis_url is not None:
-        check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
-    if opts.store is not None:
-        check_service_url(opts.store, "--store / PUNCHLINE_STORE")
-    runs = Path(opts.runs_dir)
-    if runs.exists() and not runs.is_dir():
-        raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
-    if opts.run_id is not None and (runs / opts.run_id).exists() and not (runs / opts.run_id).is_dir():
-        raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
-
-
-def check_inputs(cfg: RunConfig) -> None:
-    """Read the run's input files the way its stages will, so a bad one stops the run before any
-    service starts (one line naming the file, record and field)."""
-    pipeline_of(cfg).check_inputs(cfg)
+def finished(record: RunRecord, store: Store, stages: list[str]) -> bool:
+    """The run finished with these stages and every stage's manifest is in the store: resuming it
+    has nothing to do, so it answers from its record without starting any service."""
+    return (
+        record.state == "finished"
+        and record.stages == stages
+        and all(store.get(f"{record.run_id}/stages/{s}/manifest.json") is not None for s in stages)
+    )
 
 
 def load_record(raw: bytes, where: str) -> RunRecord:
@@ -233,6 +218,21 @@ def load_record(raw: bytes, where: str) -> RunRecord:
         return decode_bytes(raw, RunRecord, source=where)
     except InputError as exc:
         raise InputError(f"not a readable run record ({exc.detail})", file=where, field=exc.field) from None
+
+
+@contextlib.contextmanager
+def _ray(settings: RaySettings) -> Iterator[RayStart]:
+    """Ray starting (:func:`~punchline.cluster.ray_runtime.start_ray`); stopped again when the run
+    fails before it waited for it (a refused service), so no Ray process outlives the driver."""
+    from punchline.cluster.ray_runtime import start_ray
+
+    start = start_ray(settings)
+    try:
+        yield start
+    except BaseException:
+        if not start.waited:
+            start.abandon()
+        raise
 
 
 @contextlib.contextmanager
@@ -266,16 +266,26 @@ def run(
     request_resources: RequestResources | None = None,
 ) -> RunRecord:
     from punchline.cluster.preflight import read_store
+    from punchline.cluster.ray_runtime import driver_node_ip
 
-    _check_options(opts)
+    # the whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes
+    check_options(opts)
+    check_environment()
     cfg = load_config(config_path)  # every value range-checked: a bad config writes nothing
-    check_inputs(cfg)
+    max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
+    offline = opts.offline if opts.offline is not None else cfg.run.offline
+    ray_address = opts.ray_address or cfg.run.ray_address
+    ray_settings = RaySettings.from_env()
+    if ray_address:
+        ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
+    check_run(cfg)  # every stage's inputs, settings against inputs, and models
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
     store_url = opts.store or config_store(cfg) or opts.runs_dir
     store = open_store(store_url)
     existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
     config_toml = Path(config_path).read_text()
+    stages = pipeline_stages(cfg)
     if existing is not None:
         prev = load_record(existing, f"{store.url}/{run_id}/run.json")
         if prev.config_toml != config_toml:
@@ -284,20 +294,18 @@ def run(
                 f"({prev.config_path})",
                 file=config_path,
             )
-    max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
-    offline = opts.offline if opts.offline is not None else cfg.run.offline
-    stages = pipeline_stages(cfg)
-    from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ensure_ray
-
-    ray_address = opts.ray_address or cfg.run.ray_address
-    ray_settings = RaySettings.from_env()
-    if ray_address:
-        ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
+        if finished(prev, store, [s.name for s in stages]):
+            log.info("run_already_finished", run_id=run_id)
+            return prev  # nothing to do: no service is started
+    if not offline and ray_settings.is_local:  # local workers read their keys from this machine
+        check_keys(cfg)
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
-    with _services(cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host) as (
-        sim_url,
-        conn,
+    with (
+        _ray(ray_settings) as ray_start,  # a local Ray starts while the other services are checked and started
+        _services(
+            cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host
+        ) as (sim_url, conn),
     ):
         from punchline.schedulers.redis_client import connect
 
@@ -307,7 +315,7 @@ def run(
 
             configure_logging(run_dir, console=opts.verbose)
         slog = log.bind(run_id=run_id)
-        ensure_ray(ray_settings)
+        ray_start.wait()
         sentinel = ensure_shared(store, run_id, local_ray=ray_settings.is_local)  # before any paid call
         services = Services(
             redis_url=conn.public_url,

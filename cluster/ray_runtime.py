@@ -14,7 +14,11 @@ the driver (``log_to_driver=False``): our processes log JSON lines themselves (`
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import signal
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -112,6 +116,79 @@ def ensure_ray(settings: RaySettings) -> None:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
+
+
+class RayStart:
+    """A local Ray starting in a background thread while the driver checks and starts its other
+    services (a private Ray takes seconds to start: about half the time to a run's first call).
+    ``wait()`` returns once Ray is up, or raises what starting it raised."""
+
+    def __init__(self, settings: RaySettings) -> None:
+        self.settings = settings
+        self.started_here = False  # this process started Ray (a test session may already have one)
+        self.waited = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, name="punchline-ray-start", daemon=True)
+
+    def _start(self) -> None:
+        import ray
+
+        try:
+            self.started_here = not ray.is_initialized()
+            with _quiet_sigterm_warning():
+                ensure_ray(self.settings)
+        except BaseException as exc:  # handed to the caller by wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+        self.waited = True
+        if self._error is not None:
+            raise self._error
+
+    def abandon(self) -> None:
+        """The run stopped before it used Ray: wait for the start and undo it, so no Ray process outlives us."""
+        self._thread.join()
+        if self.started_here and self._error is None:
+            shutdown_ray()
+
+
+def start_ray(settings: RaySettings) -> RayStart:
+    """Start (or join) Ray for the driver: a local Ray in the background (see :class:`RayStart`); a
+    cluster's Ray is joined before this returns (the driver needs its node address at once).
+
+    Ray installs its SIGTERM handler (exit, so ``punchline stop`` / ``ray job stop`` mark the run
+    interrupted) only from the main thread: it is installed here, the same one."""
+    start = RayStart(settings)
+    if not settings.is_local:
+        start._start()
+        start.wait()
+        return start
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    start._thread.start()
+    return start
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    sys.exit(signum)  # Ray's own handler: SystemExit unwinds the driver, which records the run's state
+
+
+class _DropSigtermWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_sigterm_warning() -> Iterator[None]:
+    """Ray warns (on stderr) that a thread cannot install its SIGTERM handler: start_ray installed it."""
+    logger = logging.getLogger("ray._private.worker")
+    drop = _DropSigtermWarning()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def driver_node_ip() -> str:

@@ -177,6 +177,8 @@ def check_out_file(path: str | os.PathLike[str], *, flag: str = "--out") -> Path
         raise InputError("is empty", field=flag)
     if p.is_dir():
         raise InputError("is a directory; give a file path", file=str(p), field=flag)
+    if p.exists() and not p.is_file():  # writing replaces it by a rename: never a device, pipe or socket
+        raise InputError("is not a regular file (a device, pipe or socket); give a file path", file=str(p), field=flag)
     _check_writable_parent(p.parent, p, flag)
     return p
 

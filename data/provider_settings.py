@@ -88,13 +88,19 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
                 return value.strip()
         if self.api_key_file:
             try:
-                return Path(self.api_key_file).expanduser().read_text().strip()
-            except OSError as exc:
+                key = Path(self.api_key_file).expanduser().read_text().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not text"
                 raise ConfigError(
-                    f"cannot read the API key file: {exc.strerror}",
+                    f"cannot read the API key file: {reason}",
                     record=f"providers.{provider_name}",
                     field="api_key_file",
                 ) from None
+            if not key:  # every call would fail with an authentication error
+                raise ConfigError(
+                    "the API key file is empty", record=f"providers.{provider_name}", field="api_key_file"
+                )
+            return key
         if self.api_key_env:
             raise ConfigError(
                 f"environment variable {self.api_key_env} is not set",

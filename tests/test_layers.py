@@ -26,6 +26,7 @@ FLOORS: dict[str, int] = {
     "punchline.cluster": 3,  # config, ray_runtime, redis_server, coordinator, pipeline (the Stage interface)
     "punchline.cluster.driver": 4,
     "punchline.cluster.planner": 4,
+    "punchline.cluster.run_checks": 4,
     "punchline.cluster.pipelines": 4,
     "punchline.cluster.commands": 5,
     "punchline.cluster.cli": 5,

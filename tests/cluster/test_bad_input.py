@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -141,14 +142,17 @@ class Case:
     id: str
     argv: Callable[[Workspace], list[str]]
     expect: tuple[str, ...]  # every one appears in the error line (a file, a record, a field)
+    env: tuple[tuple[str, str], ...] = ()  # environment variables set for the case
 
 
 CASES: list[Case] = []
 
 
-def case(id: str, expect: str | tuple[str, ...]) -> Callable[[Callable[[Workspace], list[str]]], None]:
+def case(
+    id: str, expect: str | tuple[str, ...], env: dict[str, str] | None = None
+) -> Callable[[Callable[[Workspace], list[str]]], None]:
     def register(fn: Callable[[Workspace], list[str]]) -> None:
-        CASES.append(Case(id, fn, (expect,) if isinstance(expect, str) else expect))
+        CASES.append(Case(id, fn, (expect,) if isinstance(expect, str) else expect, tuple((env or {}).items())))
 
     return register
 
@@ -266,6 +270,83 @@ config_cases("curate", "curate/consensus", ["gemini", "nobody"], "curate.consens
 config_cases("curate", "curate/top", 0, "curate.top")
 
 
+# every stage's settings against its inputs and its provider's models (the whole-run preflight)
+for path, value in [
+    ("puns/collect/models", ["3b", "nope"]),
+    ("puns/evaluate/models", ["nope"]),
+]:
+    config_cases("puns", path, value, ("nope", "providers.together.models"))
+config_cases("puns", "puns/classify/model", "nope", ("nope", "providers.anthropic.models"))
+config_cases("puns", "providers/anthropic/models", {}, ("providers.anthropic.models", "none configured"))
+config_cases("puns", "puns/lists_at_classification", "/nonexistent/classified.json", "/nonexistent/classified.json")
+config_cases("puns", "puns/evaluate/score_against", "/nonexistent/lists.json", "/nonexistent/lists.json")
+config_cases("humor", "humor/models", ["nope"], ("nope", "providers.together.models"))
+config_cases("humor", "humor/judge/model", "nope", "nope")
+config_cases("curate", "curate/raters/gemini/model", "nope", "nope")
+
+
+def _few_jokes(ws: Workspace, n: int) -> Path:
+    return ws.json_edit(ws.puns, "few_jokes.json", lambda d: d[:n])
+
+
+for command in ("run", "plan"):
+
+    @case(f"{command} puns 10 jokes for 15 cloze pairs", ("puns.cloze.pairs", "few_jokes.json"))
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("puns", setter("puns/jokes", str(_few_jokes(ws, 10))))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} puns empty jokes list", "few_jokes.json")
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("puns", setter("puns/jokes", str(_few_jokes(ws, 0))))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} humor empty data", ("empty.json", "data"))
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        data = ws.json_edit(ws.humor, "empty.json", lambda d: d.update(data=[]))
+        cfg = ws.config("humor", setter("humor/data", str(data)))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} curate no candidates", "empty.json")
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("curate", setter("curate/jokes", str(ws.write("empty.json", "[]"))))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+
+@case("run empty api_key_file", ("providers.together", "api_key_file", "empty"))
+def _(ws: Workspace) -> list[str]:
+    key = ws.write("key.txt", "\n")
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["providers"]["together"].update(base_url="http://127.0.0.1:9/v1", api_key_file=str(key))
+        del doc["providers"]["together"]["api_key_env"]
+
+    return ["run", str(ws.config("puns", edit)), "--runs-dir", str(ws.runs), *RUN]
+
+
+# the environment behind the flags, read before anything starts
+for name, value in [
+    ("PUNCHLINE_MAX_WORKERS", "many"),
+    ("PUNCHLINE_MAX_WORKERS", "-1"),
+    ("PUNCHLINE_MAX_WORKERS", str(10**12)),
+    ("PUNCHLINE_RAY_NUM_CPUS", "zero"),
+    ("PUNCHLINE_RATE_RECOVER_WINDOW_S", "soon"),
+    ("PUNCHLINE_RUNS_DIR", ""),
+]:
+    expect = "PUNCHLINE_RATE_" if name.startswith("PUNCHLINE_RATE_") else name
+
+    def _env(ws: Workspace) -> list[str]:
+        return ["run", str(ws.config("puns")), *RUN]
+
+    case(f"run {name}={value!r}", expect, env={name: value})(_env)
+    if name != "PUNCHLINE_RUNS_DIR":
+
+        def _plan_env(ws: Workspace) -> list[str]:
+            return ["plan", str(ws.config("puns"))]
+
+        case(f"plan {name}={value!r}", expect, env={name: value})(_plan_env)
+
+
 # configs that are not TOML, or not there
 @case("run malformed TOML", "malformed TOML")
 def _(ws: Workspace) -> list[str]:
@@ -342,6 +423,9 @@ for flag, value, expect in [
     ("--redis-url", "redis://:hunter2@[::1/0", "--redis-url"),
     ("--store", "ftp://host/x", "--store"),
     ("--store", "s3://BAD_bucket/x", "--store"),
+    ("--max-workers", "-1", "--max-workers"),
+    ("--max-workers", str(10**12), "--max-workers"),
+    ("--runs-dir", "", "--runs-dir"),
 ]:
 
     def _flag(ws: Workspace, flag: str = flag, value: str = value) -> list[str]:
@@ -361,6 +445,11 @@ def _(ws: Workspace) -> list[str]:
     cfg = ws.config("puns")
     cfg.write_text(cfg.read_text().replace('name = "demo"', 'name = "demo"\nname = "again"', 1))
     return ["run", str(cfg), "--runs-dir", str(ws.runs), *RUN]
+
+
+@case("run --store is a file", "--store")
+def _(ws: Workspace) -> list[str]:
+    return ["run", str(ws.config("puns")), "--runs-dir", str(ws.runs), "--store", str(ws.write("afile", "x")), *RUN]
 
 
 @case("run --runs-dir is a file", "--runs-dir")
@@ -465,6 +554,11 @@ def _out_cases(label: str, argv: Callable[[Workspace, str], list[str]], kind: st
         def _(ws: Workspace) -> list[str]:
             (ws.root / "outdir").mkdir()
             return argv(ws, str(ws.root / "outdir"))
+
+        @case(f"{label} --out is a pipe", ("--out", "not a regular file"))
+        def _(ws: Workspace) -> list[str]:
+            os.mkfifo(ws.root / "fifo")  # like a device node: writing must never replace it by a file
+            return argv(ws, str(ws.root / "fifo"))
 
     else:
 
@@ -697,6 +791,8 @@ def test_bad_input_is_one_line_and_exit_2(
     monkeypatch.delenv("PUNCHLINE_DEBUG", raising=False)
     for name in ("PUNCHLINE_REDIS_URL", "PUNCHLINE_STORE", "PUNCHLINE_RAY_ADDRESS", "PUNCHLINE_RUNS_DIR"):
         monkeypatch.delenv(name, raising=False)
+    for name, value in bad.env:
+        monkeypatch.setenv(name, value)
     argv = bad.argv(ws)
     before = snapshot(tmp_path)
     code = main(argv)
