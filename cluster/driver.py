@@ -25,7 +25,7 @@ from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.cluster.ray_runtime import RayStart, RaySettings
+from punchline.cluster.ray_runtime import RaySettings, RayStart
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.shared_store import config_store, ensure_shared
@@ -303,9 +303,10 @@ def run(
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
     with (
         _ray(ray_settings) as ray_start,  # a local Ray starts while the other services are checked and started
-        _services(
-            cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host
-        ) as (sim_url, conn),
+        _services(cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host) as (
+            sim_url,
+            conn,
+        ),
     ):
         from punchline.schedulers.redis_client import connect
 

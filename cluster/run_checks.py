@@ -69,9 +69,14 @@ def check_options(opts: RunOptions) -> None:
 def check_environment() -> None:
     """The ``PUNCHLINE_*`` variables the driver and its workers read, decoded now rather than mid-run."""
     RaySettings.from_env()
-    scale = AutoscaleSettings.from_env()
+    try:
+        scale = AutoscaleSettings.from_env()
+    except ConfigError as exc:  # only the environment is read here: name the variable
+        raise ConfigError(exc.detail, field=(exc.field or "").replace("max_workers", "PUNCHLINE_MAX_WORKERS")) from None
     if scale.max_workers > MAX_WORKERS:
-        raise ConfigError(f"must be between 0 and {MAX_WORKERS}, got {scale.max_workers}", field="PUNCHLINE_MAX_WORKERS")
+        raise ConfigError(
+            f"must be between 0 and {MAX_WORKERS}, got {scale.max_workers}", field="PUNCHLINE_MAX_WORKERS"
+        )
     try:
         RateLimitSettings.from_env()
     except (ValueError, msgspec.ValidationError) as exc:
