@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -123,20 +123,22 @@ class _Ledger(msgspec.Struct, kw_only=True):
 
 
 @contextlib.contextmanager
-def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
+def _redis(url: str | None, runs_dir: Path, checked: Callable[[], None]) -> Iterator[_Ledger]:
     """The run's Redis: the given URL (checked: a wrong password or certificate stops the run at
     once), else the runs folder's shared embedded ledger (started by the first driver, stopped
-    when the last one leaves)."""
+    when the last one leaves). ``checked`` is called once nothing here can refuse the run."""
     from punchline.cluster.preflight import check_redis
     from punchline.schedulers.redis_client import redact_url
 
     if url:
         check_redis(url)
+        checked()
         with _password_file(url) as password_file:
             yield _Ledger(url=url, public_url=redact_url(url), password_file=password_file)
         return
     from punchline.cluster.local_ledger import LocalLedger
 
+    checked()
     with LocalLedger(runs_dir) as shared:
         log.info("ledger_joined", url=shared.public_url, started=shared.started)
         yield _Ledger(url=shared.url, public_url=shared.public_url, password_file=shared.password_file)
@@ -222,25 +224,32 @@ def load_record(raw: bytes, where: str) -> RunRecord:
 
 @contextlib.contextmanager
 def _ray(settings: RaySettings) -> Iterator[RayStart]:
-    """Ray starting (:func:`~punchline.cluster.ray_runtime.start_ray`); stopped again when the run
-    fails before it waited for it (a refused service), so no Ray process outlives the driver."""
-    from punchline.cluster.ray_runtime import start_ray
-
-    start = start_ray(settings)
+    """Ray for the run, started by :func:`_services` once nothing can refuse the run any more and
+    awaited just before its first use; undone when the run fails in between, so a refused service
+    never leaves a Ray behind."""
+    start = RayStart(settings)
     try:
         yield start
     except BaseException:
-        if not start.waited:
-            start.abandon()
+        start.abandon()
         raise
 
 
 @contextlib.contextmanager
 def _services(
-    cfg: RunConfig, opts: RunOptions, run_id: str, *, check_keys: bool, keys_here: bool, sim_host: str
+    cfg: RunConfig,
+    opts: RunOptions,
+    run_id: str,
+    *,
+    check_keys: bool,
+    keys_here: bool,
+    sim_host: str,
+    ray_start: RayStart,
 ) -> Iterator[tuple[str | None, _Ledger]]:
     """The simulator, the providers checked (a bad key stops the run before anything starts), the
-    ledger, and this driver's claim on the run id (a second driver of a running run stops here)."""
+    ledger, and this driver's claim on the run id (a second driver of a running run stops here).
+    Ray starts in the background once the providers and a given Redis are accepted (a refused
+    service starts no Ray), while the embedded ledger starts."""
     from punchline.cluster.run_claim import RunClaim
     from punchline.schedulers.redis_client import connect
 
@@ -252,7 +261,7 @@ def _services(
                 # local workers share this machine's environment: a key missing here is missing there
                 check_provider(name, settings, key_required=keys_here, file=cfg.source)
         with (
-            _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
+            _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir), ray_start.start) as conn,
             RunClaim(connect(conn.url), run_id),
         ):
             yield sim_url, conn
@@ -302,11 +311,16 @@ def run(
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
     with (
-        _ray(ray_settings) as ray_start,  # a local Ray starts while the other services are checked and started
-        _services(cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host) as (
-            sim_url,
-            conn,
-        ),
+        _ray(ray_settings) as ray_start,
+        _services(
+            cfg,
+            opts,
+            run_id,
+            check_keys=not offline,
+            keys_here=ray_settings.is_local,
+            sim_host=sim_host,
+            ray_start=ray_start,
+        ) as (sim_url, conn),
     ):
         from punchline.schedulers.redis_client import connect
 

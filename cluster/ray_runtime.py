@@ -119,14 +119,17 @@ def ensure_ray(settings: RaySettings) -> None:
 
 
 class RayStart:
-    """A local Ray starting in a background thread while the driver checks and starts its other
-    services (a private Ray takes seconds to start: about half the time to a run's first call).
-    ``wait()`` returns once Ray is up, or raises what starting it raised."""
+    """Ray starting in a background thread while the driver starts its other services (a private
+    local Ray takes seconds to start, a large part of the time to a run's first call). ``start()``
+    begins (a cluster's Ray is joined at once: the driver needs its node address), ``wait()``
+    returns once Ray is up or raises what starting it raised, ``abandon()`` undoes a start the run
+    did not get to use."""
 
     def __init__(self, settings: RaySettings) -> None:
         self.settings = settings
-        self.started_here = False  # this process started Ray (a test session may already have one)
+        self.started = False
         self.waited = False
+        self.started_here = False  # this process started Ray (a test session may already have one)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, name="punchline-ray-start", daemon=True)
 
@@ -140,33 +143,41 @@ class RayStart:
         except BaseException as exc:  # handed to the caller by wait()
             self._error = exc
 
+    def start(self) -> None:
+        """Ray installs its SIGTERM handler (exit, so ``punchline stop`` / ``ray job stop`` mark the run
+        interrupted) only from the main thread: the same one is installed here."""
+        if self.started:
+            return
+        self.started = True
+        if not self.settings.is_local:
+            self._start()
+            return
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        self._thread.start()
+
     def wait(self) -> None:
-        self._thread.join()
+        self.start()
+        if self._thread.is_alive() or self._thread.ident is not None:
+            self._thread.join()
         self.waited = True
         if self._error is not None:
             raise self._error
 
     def abandon(self) -> None:
         """The run stopped before it used Ray: wait for the start and undo it, so no Ray process outlives us."""
-        self._thread.join()
+        if not self.started or self.waited:
+            return
+        if self._thread.ident is not None:
+            self._thread.join()
         if self.started_here and self._error is None:
             shutdown_ray()
 
 
 def start_ray(settings: RaySettings) -> RayStart:
-    """Start (or join) Ray for the driver: a local Ray in the background (see :class:`RayStart`); a
-    cluster's Ray is joined before this returns (the driver needs its node address at once).
-
-    Ray installs its SIGTERM handler (exit, so ``punchline stop`` / ``ray job stop`` mark the run
-    interrupted) only from the main thread: it is installed here, the same one."""
+    """Ray for the driver, starting (see :class:`RayStart`)."""
     start = RayStart(settings)
-    if not settings.is_local:
-        start._start()
-        start.wait()
-        return start
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    start._thread.start()
+    start.start()
     return start
 
 
