@@ -98,6 +98,8 @@ class Workspace:
         shutil.copy(SAMPLES / "humor_sample.json", self.humor)
         self.cands = root / "cands.json"
         shutil.copy(SAMPLES / "candidate_jokes.json", self.cands)
+        self.prompts = root / "prompts.jsonl"
+        shutil.copy(SAMPLES / "prompts_sample.jsonl", self.prompts)
         self.runs = root / "runs"
         (self.runs / "good").mkdir(parents=True)
         (self.runs / "good" / "run.json").write_text(json.dumps(_record("good")))
@@ -107,6 +109,8 @@ class Workspace:
             doc = _config("demo.toml", ("puns", "jokes"), self.puns)
         elif kind == "humor":
             doc = _config("humor_demo.toml", ("humor", "data"), self.humor)
+        elif kind == "prompts":
+            doc = _config("prompts_demo.toml", ("prompts", "data"), self.prompts)
         else:
             doc = _config("curate_demo.toml", ("curate", "jokes"), self.cands)
         if edit is not None:
@@ -283,6 +287,7 @@ config_cases("puns", "puns/evaluate/score_against", "/nonexistent/lists.json", "
 config_cases("humor", "humor/models", ["nope"], ("nope", "providers.together.models"))
 config_cases("humor", "humor/judge/model", "nope", "nope")
 config_cases("curate", "curate/raters/gemini/model", "nope", "nope")
+config_cases("prompts", "prompts/models", ["8b", "nope"], "nope")
 
 
 def _few_jokes(ws: Workspace, n: int) -> Path:
@@ -305,6 +310,11 @@ for command in ("run", "plan"):
     def _(ws: Workspace, command: str = command) -> list[str]:
         data = ws.json_edit(ws.humor, "empty.json", lambda d: d.update(data=[]))
         cfg = ws.config("humor", setter("humor/data", str(data)))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} prompts no rows", ("empty.jsonl", "no rows"))
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("prompts", setter("prompts/data", str(ws.write("empty.jsonl", ""))))
         return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
 
     @case(f"{command} curate no candidates", "empty.json")
