@@ -61,16 +61,19 @@ def first_call_s(config: Path, runs: Path) -> float:
         pointed.write_text(text)
         env = {**os.environ, "TOGETHER_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-bench"}
         start = time.perf_counter()
-        proc = subprocess.Popen(
-            [CLI, "run", str(pointed), "--runs-dir", str(runs), "--no-progress"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
+        errors = runs.parent / "first_call.err"
+        with errors.open("w") as err:
+            proc = subprocess.Popen(
+                [CLI, "run", str(pointed), "--runs-dir", str(runs), "--no-progress"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+            )
         try:
             while fake.stats().total_calls == 0:
                 if proc.poll() is not None:
-                    raise SystemExit(f"the run ended ({proc.returncode}) before any provider call")
+                    tail = errors.read_text().strip()[-600:]
+                    raise SystemExit(f"the run ended ({proc.returncode}) before any provider call: {tail}")
                 time.sleep(0.01)
             return time.perf_counter() - start
         finally:
@@ -82,9 +85,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.toml"))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--first-call-only", action="store_true", help="only the time to the first provider call")
     args = ap.parse_args()
     config = Path(args.config).resolve()
     with tempfile.TemporaryDirectory() as tmp:
+        if args.first_call_only:
+            print(f"first provider call: {first_call_s(config, Path(tmp) / 'runs2'):.2f} s")
+            return
         runs = Path(tmp) / "runs"
         base = median(["--help"], args.repeat)
         rows: list[tuple[str, float]] = [("--help (baseline)", base)]

@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -25,7 +25,7 @@ from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.cluster.ray_runtime import RaySettings, RayStart
+from punchline.cluster.ray_runtime import RaySettings
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.shared_store import config_store, ensure_shared
@@ -123,22 +123,20 @@ class _Ledger(msgspec.Struct, kw_only=True):
 
 
 @contextlib.contextmanager
-def _redis(url: str | None, runs_dir: Path, checked: Callable[[], None]) -> Iterator[_Ledger]:
+def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
     """The run's Redis: the given URL (checked: a wrong password or certificate stops the run at
     once), else the runs folder's shared embedded ledger (started by the first driver, stopped
-    when the last one leaves). ``checked`` is called once nothing here can refuse the run."""
+    when the last one leaves)."""
     from punchline.cluster.preflight import check_redis
     from punchline.schedulers.redis_client import redact_url
 
     if url:
         check_redis(url)
-        checked()
         with _password_file(url) as password_file:
             yield _Ledger(url=url, public_url=redact_url(url), password_file=password_file)
         return
     from punchline.cluster.local_ledger import LocalLedger
 
-    checked()
     with LocalLedger(runs_dir) as shared:
         log.info("ledger_joined", url=shared.public_url, started=shared.started)
         yield _Ledger(url=shared.url, public_url=shared.public_url, password_file=shared.password_file)
@@ -223,33 +221,11 @@ def load_record(raw: bytes, where: str) -> RunRecord:
 
 
 @contextlib.contextmanager
-def _ray(settings: RaySettings) -> Iterator[RayStart]:
-    """Ray for the run, started by :func:`_services` once nothing can refuse the run any more and
-    awaited just before its first use; undone when the run fails in between, so a refused service
-    never leaves a Ray behind."""
-    start = RayStart(settings)
-    try:
-        yield start
-    except BaseException:
-        start.abandon()
-        raise
-
-
-@contextlib.contextmanager
 def _services(
-    cfg: RunConfig,
-    opts: RunOptions,
-    run_id: str,
-    *,
-    check_keys: bool,
-    keys_here: bool,
-    sim_host: str,
-    ray_start: RayStart,
+    cfg: RunConfig, opts: RunOptions, run_id: str, *, check_keys: bool, keys_here: bool, sim_host: str
 ) -> Iterator[tuple[str | None, _Ledger]]:
     """The simulator, the providers checked (a bad key stops the run before anything starts), the
-    ledger, and this driver's claim on the run id (a second driver of a running run stops here).
-    Ray starts in the background once the providers and a given Redis are accepted (a refused
-    service starts no Ray), while the embedded ledger starts."""
+    ledger, and this driver's claim on the run id (a second driver of a running run stops here)."""
     from punchline.cluster.run_claim import RunClaim
     from punchline.schedulers.redis_client import connect
 
@@ -261,7 +237,7 @@ def _services(
                 # local workers share this machine's environment: a key missing here is missing there
                 check_provider(name, settings, key_required=keys_here, file=cfg.source)
         with (
-            _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir), ray_start.start) as conn,
+            _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
             RunClaim(connect(conn.url), run_id),
         ):
             yield sim_url, conn
@@ -275,7 +251,7 @@ def run(
     request_resources: RequestResources | None = None,
 ) -> RunRecord:
     from punchline.cluster.preflight import read_store
-    from punchline.cluster.ray_runtime import driver_node_ip
+    from punchline.cluster.ray_runtime import driver_node_ip, ensure_ray
 
     # the whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes
     check_options(opts)
@@ -310,17 +286,9 @@ def run(
         check_keys(cfg)
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
-    with (
-        _ray(ray_settings) as ray_start,
-        _services(
-            cfg,
-            opts,
-            run_id,
-            check_keys=not offline,
-            keys_here=ray_settings.is_local,
-            sim_host=sim_host,
-            ray_start=ray_start,
-        ) as (sim_url, conn),
+    with _services(cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host) as (
+        sim_url,
+        conn,
     ):
         from punchline.schedulers.redis_client import connect
 
@@ -330,7 +298,7 @@ def run(
 
             configure_logging(run_dir, console=opts.verbose)
         slog = log.bind(run_id=run_id)
-        ray_start.wait()
+        ensure_ray(ray_settings)
         sentinel = ensure_shared(store, run_id, local_ray=ray_settings.is_local)  # before any paid call
         services = Services(
             redis_url=conn.public_url,

@@ -14,11 +14,7 @@ the driver (``log_to_driver=False``): our processes log JSON lines themselves (`
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import signal
-import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,90 +112,6 @@ def ensure_ray(settings: RaySettings) -> None:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
-
-
-class RayStart:
-    """Ray starting in a background thread while the driver starts its other services (a private
-    local Ray takes seconds to start, a large part of the time to a run's first call). ``start()``
-    begins (a cluster's Ray is joined at once: the driver needs its node address), ``wait()``
-    returns once Ray is up or raises what starting it raised, ``abandon()`` undoes a start the run
-    did not get to use."""
-
-    def __init__(self, settings: RaySettings) -> None:
-        self.settings = settings
-        self.started = False
-        self.waited = False
-        self.started_here = False  # this process started Ray (a test session may already have one)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._start, name="punchline-ray-start", daemon=True)
-
-    def _start(self) -> None:
-        import ray
-
-        try:
-            self.started_here = not ray.is_initialized()
-            with _quiet_sigterm_warning():
-                ensure_ray(self.settings)
-        except BaseException as exc:  # handed to the caller by wait()
-            self._error = exc
-
-    def start(self) -> None:
-        """Ray installs its SIGTERM handler (exit, so ``punchline stop`` / ``ray job stop`` mark the run
-        interrupted) only from the main thread: the same one is installed here."""
-        if self.started:
-            return
-        self.started = True
-        if not self.settings.is_local:
-            self._start()
-            return
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        self._thread.start()
-
-    def wait(self) -> None:
-        self.start()
-        if self._thread.is_alive() or self._thread.ident is not None:
-            self._thread.join()
-        self.waited = True
-        if self._error is not None:
-            raise self._error
-
-    def abandon(self) -> None:
-        """The run stopped before it used Ray: wait for the start and undo it, so no Ray process outlives us."""
-        if not self.started or self.waited:
-            return
-        if self._thread.ident is not None:
-            self._thread.join()
-        if self.started_here and self._error is None:
-            shutdown_ray()
-
-
-def start_ray(settings: RaySettings) -> RayStart:
-    """Ray for the driver, starting (see :class:`RayStart`)."""
-    start = RayStart(settings)
-    start.start()
-    return start
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    sys.exit(signum)  # Ray's own handler: SystemExit unwinds the driver, which records the run's state
-
-
-class _DropSigtermWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "SIGTERM handler is not set" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def _quiet_sigterm_warning() -> Iterator[None]:
-    """Ray warns (on stderr) that a thread cannot install its SIGTERM handler: start_ray installed it."""
-    logger = logging.getLogger("ray._private.worker")
-    drop = _DropSigtermWarning()
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
 
 
 def driver_node_ip() -> str:
