@@ -191,13 +191,10 @@ class Coordinator:
         plan, first_ids = self.write_plan(stage)
         providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
         if batch_mode(providers) and not self.worker_cfg.offline and plan.units_total:
-            # batch-mode providers' answers go into the response cache first; the shards then find them there
+            # batch-mode providers' answers go into the response cache first; the shards then find them there.
+            # What the batches cost is in their records (status adds them up), not in the stage's counters.
             cache = ResponseCache(self.store)
-            totals = run_stage_batches(
-                self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers
-            )
-            if totals.requests_answered:
-                patiently(self.ledger.count, self.ctx.run_id, stage.name, **totals.counters())
+            run_stage_batches(self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers)
         results = self.execute(plan, first_ids)
         artifacts = stage.reduce(self.ctx, results)
         failed = results.failed()

@@ -47,6 +47,8 @@ SAFE_KEY_NAMES = frozenset(
         "lease_key",
         "redis_key",
         "key_prefix",
+        "batch_key",  # a hash of a batch's request keys (schedulers/batches.py)
+        "request_key",
     }
 )
 

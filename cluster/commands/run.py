@@ -152,7 +152,7 @@ def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
             bars.progress.stop()
     out = Console(width=max(Console().width, 110))
     out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
-    _print_counters(out, record.counters)
+    _print_counters(out, with_batch_records(record)[0])
     store = record.services.store_url
     out.print(f"artifacts in {store}/{record.run_id}/artifacts/:")
     for name in record.artifacts:
@@ -291,12 +291,7 @@ def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
 
         with contextlib.suppress(Exception):
             usage = Budget(_ledger_client(record), record.run_id, None).usage()
-    batches: list[BatchRecord] = []
-    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
-        from punchline.data.stores import open_store
-        from punchline.schedulers.batches import read_records
-
-        batches = read_records(open_store(record.services.store_url), record.run_id)
+    counters, usage, batches = with_batch_records(record, counters, usage)
     return StatusView(
         run_id=record.run_id,
         pipeline=record.pipeline,
@@ -308,6 +303,23 @@ def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
         usage=usage,
         batches=batches,
     )
+
+
+def with_batch_records(
+    record: Any, counters: dict[str, StageCounters] | None = None, usage: list[Any] | None = None
+) -> tuple[dict[str, StageCounters], list[Any], list[BatchRecord]]:
+    """Counters and cost-per-model rows (the record's unless given) with every batch record of the run added
+    (what batches cost is in their records, whichever driver ran them), and the records themselves."""
+    from punchline.schedulers.batches import read_records, with_batch_costs
+
+    batches: list[BatchRecord] = []
+    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
+        from punchline.data.stores import open_store
+
+        batches = read_records(open_store(record.services.store_url), record.run_id)
+    counters = record.counters if counters is None else counters
+    usage = record.usage if usage is None else usage
+    return (*with_batch_costs(counters, usage, batches), batches)
 
 
 def _status_renderable(view: StatusView) -> Group:
@@ -362,7 +374,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             table.add_row(path.parent.name, "?", f"unreadable run.json: {str(exc)[:80]}", "", "", "")
             continue
         done = sum(c.units_done for c in rec.counters.values())
-        cost = sum(c.cost_usd for c in rec.counters.values())
+        cost = sum(c.cost_usd for c in with_batch_records(rec)[0].values())
         created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at))
         state = rec.state
         if state == "running" and (rec.driver_gone() or _live_counters(rec) is None):
@@ -405,8 +417,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(estimates).decode())
         return 0
+    from punchline.cluster.commands.batches import plan_cost_title
+
+    # one cost column: the price of the mode the config sends each stage's requests in
     table = Table(
-        "stage", "requests", "input tokens", "output tokens", "cost $", "batch cost $", "least wall time", "note"
+        "stage", "requests", "input tokens", "output tokens", plan_cost_title(estimates), "least wall time", "note"
     )
     for e in estimates:
         table.add_row(
@@ -414,18 +429,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             ("" if e.exact else "≤ ") + str(e.requests),
             str(e.input_tokens),
             str(e.output_tokens),
-            f"{e.cost_usd:.4f}",
-            f"{e.batch_cost_usd:.4f}",
+            f"{e.mode_cost_usd:.4f}",
             f"{e.min_wall_s:.0f}s",
-            e.note,
+            e.note or ("" if e.mode == "online" else e.mode),
         )
     table.add_row(
         "total",
         str(sum(e.requests for e in estimates)),
         str(sum(e.input_tokens for e in estimates)),
         str(sum(e.output_tokens for e in estimates)),
-        f"{sum(e.cost_usd for e in estimates):.4f}",
-        f"{sum(e.batch_cost_usd for e in estimates):.4f}",
+        f"{sum(e.mode_cost_usd for e in estimates):.4f}",
         f"{sum(e.min_wall_s for e in estimates):.0f}s",
         "",
     )
