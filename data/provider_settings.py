@@ -92,16 +92,17 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
         if self.api_key_file:
             try:
                 key = Path(self.api_key_file).expanduser().read_text().strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) else "not text"
+            except OSError as exc:
                 raise ConfigError(
-                    f"cannot read the API key file: {reason}",
+                    f"cannot read the API key file: {exc.strerror}",
                     record=f"providers.{provider_name}",
                     field="api_key_file",
                 ) from None
-            if not key:  # every call would fail with an authentication error
+            if not key:
                 raise ConfigError(
-                    "the API key file is empty", record=f"providers.{provider_name}", field="api_key_file"
+                    f"the API key file {self.api_key_file} is empty",
+                    record=f"providers.{provider_name}",
+                    field="api_key_file",
                 )
             return key
         if self.api_key_env:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
@@ -172,6 +173,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _runs_dir(runs_dir: str) -> Path:
+    if not runs_dir.strip():
+        raise InputError("is empty; give a folder (default: runs)", field="--runs-dir")
     root = Path(runs_dir)
     if root.exists() and not root.is_dir():
         raise InputError("is a file, not a folder", file=runs_dir, field="--runs-dir")
@@ -345,6 +348,8 @@ def _status_renderable(view: StatusView) -> Group:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is not None and not (math.isfinite(args.watch) and 0.1 <= args.watch <= 3600):
+        raise InputError(f"must be between 0.1 and 3600 seconds, got {args.watch}", field="--watch")
     store = args.store or os.environ.get("PUNCHLINE_STORE")
     view = _status(args.runs_dir, args.run_id, store)
     if args.json:
@@ -363,10 +368,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from punchline.cluster.commands._tables import print_whole, whole_table
     from punchline.cluster.driver import load_record
 
     root = _runs_dir(args.runs_dir)
-    table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
+    table = whole_table("run id", "pipeline", "state", "created", "units done", "cost $")
     for path in sorted(root.glob("*/run.json")):
         try:
             rec = load_record(path.read_bytes(), str(path))
@@ -380,7 +386,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if state == "running" and (rec.driver_gone() or _live_counters(rec) is None):
             state = "interrupted (resume with --run-id)"
         table.add_row(rec.run_id, rec.pipeline, state, created, str(done), f"{cost:.4f}")
-    Console().print(table)
+    print_whole(table)  # whole run ids, to copy into status / --run-id
     return 0
 
 

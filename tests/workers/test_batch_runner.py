@@ -40,7 +40,7 @@ FAST = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds
 
 
 def _settings(fake: FakeProviderServer, kind: str, **kw: object) -> ProviderSettings:
-    base = fake.provider_settings(kind, timeout_s=1.0)
+    base = fake.provider_settings(kind, timeout_s=3.0)  # generous: a loaded machine answers slowly
     model = ModelSettings(id=MODEL, input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)
     return ProviderSettings(kind=kind, base_url=base.base_url, mode="batch", models={"8b": model}, **kw)  # type: ignore[arg-type]
 
@@ -255,7 +255,7 @@ def test_an_intent_whose_batch_was_created_is_adopted_not_submitted_again(
 ) -> None:
     store = LocalStore(tmp_path)
     units = _units(6)
-    fake.configure(batch_crash_point="after_create", hang_s=3)
+    fake.configure(batch_crash_point="after_create", hang_s=6)  # well past the 3 s client timeout
     runner = _runner(fake, redis_client, store, kind)
     runner.opt = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds=1)
     # the create call times out after the batch was made: the runner asks the listing and finds it

@@ -140,6 +140,7 @@ for i in range(300):
 """
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_many_processes_append_whole_lines(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(path), str(w)]) for w in range(4)]
@@ -164,6 +165,7 @@ class _LoggingActor:
         return n
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_ray_actors_log_to_the_run_file(tmp_path: Path, ray_local: RaySettings) -> None:
     path = tmp_path / "log.jsonl"
     configure_logging(None, console=False, json_path=path)
