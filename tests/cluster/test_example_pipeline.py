@@ -145,7 +145,7 @@ def test_a_broken_plugin_or_setting_is_one_line_exit_2(
     config.write_text(config.read_text().replace(*edit, 1))
     assert main(["run", str(config), "--runs-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err and str(config) in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and str(config) in err
     for w in words:
         assert w in err
     assert not (tmp_path / "runs").exists()  # nothing started
@@ -159,7 +159,7 @@ def test_a_bad_review_line_names_file_record_and_field(tmp_path: Path, capsys: p
     reviews.write_text("\n".join(lines) + "\n")
     assert main(["run", str(proj / "sentiment.toml"), "--runs-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and str(reviews) in err and "record 5" in err and "field 'text'" in err
+    assert len(err.strip().splitlines()) == 1 and str(reviews) in err and "record 5" in err and "field 'text'" in err
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 300.0) -> None:
