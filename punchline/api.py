@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+import structlog
+
 from punchline.cluster.commands.run import load_run_record
 from punchline.cluster.coordinator import ProgressFn
 from punchline.cluster.driver import RunOptions, RunRecord
@@ -50,6 +52,8 @@ def run(
         max_workers=max_workers,
         offline=offline,
     )
+    if not structlog.is_configured():  # until the driver sends its log to log.jsonl: not to stdout
+        structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
     return run_driver(os.fspath(config), opts, progress=progress)
 
 

@@ -54,7 +54,8 @@ def test_run_returns_the_runs_record_and_prints_nothing(
     assert (result.run_id, result.state, result.stages) == ("api-1", "finished", ["label", "judge"])
     assert result.artifacts == ["labels.jsonl", "judged.jsonl", "summary.json"]
     assert result.counters["label"].units_done == result.counters["judge"].units_done == 12
-    assert sum(u.calls for u in result.usage) == 24 and {u.stage for u in result.usage} == {"label", "judge"}
+    assert {(u.stage, u.model) for u in result.usage} == {("label", "sim-labeller-8b"), ("judge", "sim-judge-70b")}
+    assert all(u.input_tokens > 0 and u.usd > 0 for u in result.usage)
     summary = Path(punchline.artifact_url(result, "summary.json"))
     assert json.loads(summary.read_text())["reviews"] == 12
     out = capfd.readouterr().out
