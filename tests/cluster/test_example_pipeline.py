@@ -265,6 +265,10 @@ def test_submit_runs_the_users_pipeline_on_a_two_node_ray_start_cluster(tmp_path
         followed = punchline("logs", job, *address, "--follow", cwd=proj, env=cluster.env)
         assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr[-2000:]
         assert "run sub: finished" in followed.stdout and "sentiment of 12 reviews" in followed.stdout
+        from ray.job_submission import JobSubmissionClient
+
+        runtime_env = JobSubmissionClient(cluster.dashboard_url).get_job_info(job).runtime_env or {}
+        assert len(runtime_env.get("py_modules", [])) == 1  # the package, uploaded (a gcs:// URI by now)
         judged = rows(store / "sub" / "artifacts" / "judged.jsonl")
         assert [r["id"] for r in judged] == [r["id"] for r in rows(proj / "data" / "reviews.jsonl")]
         assert all(r["judge_answer"] for r in judged)
