@@ -9,7 +9,8 @@ The order of steps is the delivery guarantee:
 3. re-checks the cache under the lease (someone may have finished between 1 and 2);
 4. calls the provider while the worker's heartbeat keeps the lease alive (bounded retries, validation);
 5. writes the answer to the cache with ``if_absent`` (first writer wins; a loser adopts the winner's
-   answer, so every shard built from the cache is identical);
+   answer, so every shard built from the cache is identical); a store down past its outage bound gets
+   the answer kept in the node's spool instead (``data/response_spool.py``), committed on resume;
 6. commits the lease with its fencing token, settling the cost and returning unused tokens: one round
    trip. Nothing of the request stays in Redis: the store has the answer.
 
@@ -35,9 +36,11 @@ from punchline.data.errors import (
     ProviderError,
     PunchlineError,
     RetryableProviderError,
+    StoreError,
 )
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
+from punchline.data.response_spool import ResponseSpool
 from punchline.data.units import ShardUsage, UnitResult, UnitSpec
 from punchline.schedulers.leases import Grant, Held, Leases
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
@@ -79,6 +82,7 @@ class UnitRunner:
         estimate_usd: Callable[[Any], float] | None = None,
         max_invalid: int = 2,
         ledger_retry_s: float = 0.5,
+        spool: ResponseSpool | None = None,
     ) -> None:
         self.leases = leases
         self.cache = cache
@@ -92,6 +96,7 @@ class UnitRunner:
         self.estimate_usd = estimate_usd
         self.max_invalid = max_invalid
         self.ledger_retry_s = ledger_retry_s
+        self.spool = spool  # where a paid answer goes when the store cannot take it (committed on resume)
 
     async def run(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None = None) -> UnitResult:
         """The unit's result; ``cached`` is the answer the shard's look-up already found, if any.
@@ -174,7 +179,13 @@ class UnitRunner:
             response = await self._call_validated(unit, usage, slot_reserved=rate is not None)
             actual = self._cost(unit, response)
             usage.add_call(unit.request.model, response.input_tokens, response.output_tokens, actual)
-            wrote = await asyncio.to_thread(self.cache.put, unit.request, response)
+            try:
+                wrote = await asyncio.to_thread(self.cache.put, unit.request, response)
+            except StoreError:  # the store stayed down past its bound: keep the paid answer on this disk
+                if self.spool is not None:
+                    await asyncio.to_thread(self.spool.keep, unit.request, response)
+                    log.error("answer_spooled", unit=unit.unit_id, key=key, folder=str(self.spool.folder))
+                raise
             if not wrote:  # someone raced us: adopt their answer so every copy is identical
                 response = (await self._cached(key)) or response
             used = response.input_tokens + response.output_tokens
