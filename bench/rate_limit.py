@@ -85,7 +85,7 @@ def run(
     with tempfile.TemporaryDirectory() as tmp:
         embedded = None
         if redis_url is None:
-            embedded = EmbeddedRedis(Path(tmp) / "redis")
+            embedded = EmbeddedRedis(Path(tmp) / "redis", wipe_commands=True)
             embedded.start()
             redis_url = embedded.url
         server = FakeProviderServer(FakeConfig(requests_per_minute=rpm, latency_ms_min=5, latency_ms_max=40))
