@@ -19,7 +19,8 @@ ROOT = Path(punchline.__file__).parent
 
 # (module prefix, floor): the longest matching prefix wins.
 FLOORS: dict[str, int] = {
-    "punchline": 0,
+    "punchline": 5,  # the package itself is its Python API (punchline.run), so the top floor
+    "punchline.api": 5,
     "punchline.data": 0,
     "punchline.schedulers": 1,
     "punchline.workers": 2,
