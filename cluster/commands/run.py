@@ -25,8 +25,8 @@ from punchline.cluster.cli_shared import (
 from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
-from punchline.cluster.planner import plan_run
 from punchline.cluster.retry_failed import drop_failed_shards
+from punchline.cluster.run_checks import check_environment, check_run
 from punchline.cluster.runs import list_runs, load_run_record
 from punchline.cluster.status import StatusView, run_status
 from punchline.data.errors import InputError
@@ -153,7 +153,8 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    estimates = plan_run(load_config(args.config))
+    check_environment()
+    estimates = check_run(load_config(args.config))  # the checks `run` makes before anything starts
     if args.json:
         print(msgspec.json.encode(estimates).decode())
         return 0
