@@ -220,7 +220,7 @@ class ResponseCache:
     def put(self, request: ProviderRequest, response: ProviderResponse, *, source: str = "provider") -> bool:
         """Store one answer at once (a pack of one) unless one is already there; returns whether this
         call wrote it. Many answers at once: :meth:`put_many`; the unit path groups them itself."""
-        if self.get(request.key(), max_age_s=0.0) is not None:
+        if self.get(request.key()) is not None:
             return False
         return self.write_pack([CachedResponse(request=request, response=response, source=source)]) is not None
 
