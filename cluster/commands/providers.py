@@ -187,13 +187,13 @@ def import_legacy(
         raise ConfigError("--cloze needs --tests (the answers are keyed by the prompts of the tests they answer)")
     cache = ResponseCache(open_store(store_url))
     report = ImportReport()
-    answers: list[CachedResponse] = []  # written together at the end: a few packs, not a file per answer
+    collected: list[CachedResponse] = []  # written together at the end: a few packs, not a file per answer
 
     def put(request: ProviderRequest, texts: list[str]) -> None:
         if not texts or not any(texts):
             report.empty_answers += 1
         response = ProviderResponse(texts=texts, model=request.model)
-        answers.append(CachedResponse(request=request, response=response, source="legacy-import"))
+        collected.append(CachedResponse(request=request, response=response, source="legacy-import"))
 
     if raw_path:
         raw: RawCompletions = decode_file(raw_path, RawCompletions)
@@ -244,8 +244,8 @@ def import_legacy(
                 put(cloze_request(targets.evaluate_provider, model_id, tests[int(position)]), [answer.raw_response])
                 report.cloze_answers += 1
                 report.cloze_words_differ += extract_word(answer.raw_response) != answer.extracted_word
-    report.written = cache.put_many(answers)
-    report.already_cached = len(answers) - report.written
+    report.written = cache.put_many(collected)
+    report.already_cached = len(collected) - report.written
     return report
 
 
