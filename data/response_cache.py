@@ -86,6 +86,7 @@ class ResponseCache:
         self.writer = secrets.token_hex(4)
         self._seq = itertools.count()
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._names: list[str] = []  # pack names by id
         self._ids: dict[str, int] = {}
         self._index: dict[int, int] = {}  # _slot(key) -> pack id
@@ -105,12 +106,17 @@ class ResponseCache:
         return time.monotonic() - self._refreshed_at > max_age_s
 
     def refresh(self) -> None:
-        """Index the packs written since the last refresh (by anyone)."""
-        started = time.monotonic()
-        names = [n for n in self.store.list(PACK_PREFIX) if n not in self._ids]
-        for name in names:
-            self.load(name)
-        self._refreshed_at = max(self._refreshed_at, started)
+        """Index the packs written since the last refresh (by anyone). Callers that ask together share
+        one listing: a refresh that started after this call was made covers it."""
+        asked = time.monotonic()
+        with self._refresh_lock:
+            if self._refreshed_at >= asked:
+                return
+            started = time.monotonic()
+            for name in self.store.list(PACK_PREFIX):
+                if name not in self._ids:
+                    self.load(name)
+            self._refreshed_at = max(self._refreshed_at, started)
 
     def load(self, name: str) -> bool:
         """Index (and keep decoded) the pack ``name``; False if it is not there."""
