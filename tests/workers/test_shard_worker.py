@@ -17,6 +17,7 @@ import structlog.testing
 
 from punchline.data.completions import greedy_request
 from punchline.data.provider_settings import ModelSettings
+from punchline.data.response_cache import PACK_PREFIX, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, Settle
@@ -171,10 +172,14 @@ def test_a_commit_that_races_its_renewal_is_not_a_lost_lease(
     _RacingLeases.raced = []
     units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "fast", f"Joke {i} ___")) for i in range(40)]
     with structlog.testing.capture_logs() as logs:
-        _run(tmp_path, redis_client, fake, units, window=4, leases_cls=_RacingLeases, lease_ms=2_000)
+        _, store, _ = _run(tmp_path, redis_client, fake, units, window=4, leases_cls=_RacingLeases, lease_ms=2_000)
     assert sum(_RacingLeases.raced) > 0, "the renewals never found a committed lease gone: no race happened"
     assert [e for e in logs if e["event"] in ("lease_lost", "shard_lease_lost", "lease_lost_at_commit")] == []
     assert fake.stats().total_calls == 40
+    # the answers were group-committed: fewer packs than answers, every answer readable by another process
+    assert 0 < len(list(store.list(PACK_PREFIX))) < 40
+    reader = ResponseCache(store)
+    assert all(reader.get(u.request.key()) is not None for u in units)
 
 
 def test_a_lease_really_lost_is_still_reported() -> None:
