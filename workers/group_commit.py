@@ -6,10 +6,13 @@ guarantee), but it need not be durable *alone*. A worker gathers the answers tha
 fsyncs, or one S3 PUT) and then commits all their leases in one Redis round trip (one AOF fsync),
 each commit leaving a done marker that names the pack. A unit's call slot is free as soon as its
 answer is in hand, so the provider never waits for this; only the unit's own completion (and its
-shard's commit) does, by at most ``linger_s`` plus one write.
+shard's commit) does, by at most ``linger_s`` plus one write. At most ``max_waiting`` answers wait
+without a slot (beyond that a unit keeps its slot until its answer is durable), so a worker holds at most
+its window of calls plus ``max_waiting`` answers' leases.
 
 If the worker dies before the pack is written, the answers are lost with it and their leases lapse:
-another worker pays for them once more, which is the bound the lease protocol already documents.
+another worker pays for each once more, which is the bound the lease protocol already documents (a
+death costs at most the window's calls in flight plus ``max_waiting`` answers).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class GroupCommit:
         *,
         linger_s: float = 0.25,
         max_entries: int = 512,
+        max_waiting: int = 8,
         ledger_retry_s: float = 0.5,
     ) -> None:
         self.cache = cache
@@ -67,12 +71,28 @@ class GroupCommit:
         self.book = book
         self.linger_s = linger_s
         self.max_entries = max_entries
+        self.max_waiting = max_waiting
+        self.waiting = 0  # answers handed in and not yet durable and committed
         self.ledger_retry_s = ledger_retry_s
         self._pending: list[_Waiting] = []
         self._full = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
 
+    def has_room(self) -> bool:
+        """Whether one more answer may wait here without its call slot. A worker that dies loses the
+        answers waiting here with the calls in flight, so both are bounded: at most ``max_waiting``
+        answers wait here beside the window's calls; past that a unit keeps its slot until its answer
+        is durable."""
+        return self.waiting < self.max_waiting
+
     async def submit(self, entry: CachedResponse, settle: Settle) -> tuple[CachedResponse, bool]:
+        self.waiting += 1
+        try:
+            return await self._submit(entry, settle)
+        finally:
+            self.waiting -= 1
+
+    async def _submit(self, entry: CachedResponse, settle: Settle) -> tuple[CachedResponse, bool]:
         done: asyncio.Future[tuple[CachedResponse, bool]] = asyncio.get_running_loop().create_future()
         self._pending.append(_Waiting(entry, settle, done))
         if len(self._pending) >= self.max_entries:

@@ -45,6 +45,7 @@ from punchline.data.units import (
 )
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases
 from punchline.schedulers.ledger import StageKeys
+from punchline.workers.group_commit import GroupCommit
 from punchline.workers.provider import Provider
 from punchline.workers.unit_runner import Slot, UnitRunner
 
@@ -212,6 +213,7 @@ class ShardProcessor:
         return UnitRunner(
             leases=self.leases,
             cache=self.cache,
+            commits=GroupCommit(self.cache, self.leases, self.held, max_waiting=self.cfg.window()),
             providers=self.providers,
             call=call,
             book=self.held,

@@ -238,7 +238,8 @@ class UnitRunner:
             if grant.wait_s > 0:  # the rate-limit slot reserved with the lease
                 await asyncio.sleep(grant.wait_s)
             response = await self._call_validated(unit, usage, slot_reserved=rate is not None)
-            slot.free()  # the answer is in hand: the next unit may call while this one is stored
+            if self.commits.has_room():  # the answer is in hand: the next unit may call while it is stored
+                slot.free()
             actual = self._cost(unit, response)
             usage.add_call(unit.request.model, response.input_tokens, response.output_tokens, actual)
             used = response.input_tokens + response.output_tokens
