@@ -7,26 +7,32 @@ here; a :class:`~punchline.data.errors.PunchlineError` becomes one clear line on
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import pkgutil
 import sys
 from collections.abc import Sequence
 
+from punchline.cluster import commands
 from punchline.data.errors import PunchlineError
 
-COMMAND_MODULES = ("run", "jobs", "puns", "providers", "humor", "batches")
+FIRST_COMMANDS = ("run", "jobs")  # the engine's own families lead `punchline --help`; then the rest by name
+
+
+def command_modules() -> list[str]:
+    """Every module under ``cluster/commands`` (each registers its family of sub-commands)."""
+    found = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    return [*FIRST_COMMANDS, *(n for n in found if n not in FIRST_COMMANDS)]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="punchline",
-        description="Fault-tolerant, resumable LLM data-collection and evaluation pipelines "
-        "(Puns 205, Humor) on Ray, Redis and S3.",
+        description="Fault-tolerant, resumable LLM data-collection and evaluation pipelines on Ray, Redis and S3.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    import importlib
-
-    for name in COMMAND_MODULES:
+    for name in command_modules():
         module = importlib.import_module(f"punchline.cluster.commands.{name}")
         module.register(sub)
     return parser

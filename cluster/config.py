@@ -6,19 +6,20 @@ submission fails on the laptop before anything is scheduled.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import msgspec
 
+from punchline.cluster.pipeline import Pipeline
+from punchline.cluster.registry import available, resolve
 from punchline.data.errors import ConfigError
-from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
 from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import Mode, ProviderSettings
+from punchline.workers.fake.checks import check_simulator, finite
 from punchline.workers.fake.server import FakeConfig
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
@@ -36,7 +37,8 @@ RUN_NAME = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63})?$"
 class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How the engine runs: sharding, leases and budget. Every field has a safe default."""
 
-    pipeline: Literal["puns", "humor", "curate"]
+    # a built-in or installed pipeline's name, or "package.module:Name" (cluster/registry.py resolves it)
+    pipeline: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
     name: Annotated[str, msgspec.Meta(pattern=RUN_NAME)] = ""  # the start of new run ids
     shard_size: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 8
     lease_ms: Annotated[int, msgspec.Meta(ge=1000, le=86_400_000)] = 30_000
@@ -53,107 +55,19 @@ class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ray_address: str | None = None
 
 
-class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    models: Names
-    samples: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
-    mode: Mode | None = None  # this stage's units online or through batches; None: the provider's mode
-
-
-class ClassifySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    model: Name
-    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
-    mode: Mode | None = None
-
-
-class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    pairs: Count = 50
-    seed: Annotated[int, msgspec.Meta(ge=0)] = 42
-
-
-class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    models: Names
-    # score the answers against this puns file's lists instead of the run's own (upstream's analysis
-    # scored against the lists of its day, which had grown since classification)
-    score_against: Name | None = None
-    mode: Mode | None = None
-
-
-class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate."""
-
-    jokes: Name
-    # a classified_completions.json: drop from the jokes' lists every word it calls "other", i.e. use
-    # the lists as they were when it was made (data/puns_history.py)
-    lists_at_classification: Name | None = None
-    collect: CollectSettings
-    classify: ClassifySettings | None = None
-    cloze: ClozeSettings | None = None
-    evaluate: EvaluateSettings | None = None
-
-
-class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    model: Name
-    mode: Mode | None = None
-
-
-class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The Humor (MERA) workflow: generate -> score (exact match) -> judge."""
-
-    data: Name
-    provider: Name
-    models: Names
-    shots: Name | None = None
-    k_shot: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
-    max_tokens: Count = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
-    judge: JudgeSettings | None = None
-    mode: Mode | None = None  # of the generate stage (the judge stage has its own)
-
-
-class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    model: Name
-
-
-class CurateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Puns stages 1-2: rate candidate jokes with several providers, repair the weak ones, build the set.
-
-    ``raters`` maps a rating field's prefix (``gemini`` -> ``gemini_rating``) to the model that rates.
-    """
-
-    jokes: Name
-    raters: Annotated[dict[str, ModelRef], msgspec.Meta(min_length=1)]
-    repair: ModelRef | None = None
-    repair_below: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 7.0
-    top: Count = 205
-    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
-    consensus: Names = msgspec.field(default_factory=lambda: ["gemini", "claudecode"])  # summed
-    tie_break: str = "anthropic"  # rater whose score breaks consensus ties (then sentence length)
-
-
 class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A run's config: the engine's tables, and the pipeline's own table decoded into its ``settings_type``."""
+
     run: RunSettings
     providers: dict[str, ProviderSettings]
-    puns: PunsSettings | None = None
-    humor: HumorSettings | None = None
-    curate: CurateSettings | None = None
     simulator: FakeConfig | None = None  # knobs of the offline simulated provider (base_url = "simulated")
     source: str = ""  # the file it was read from (filled by load_config)
+    settings: Any = None  # the pipeline's table as its settings_type (filled by load_config)
 
     def stage_mode(self, stage: str) -> Mode | None:
-        """The ``mode`` a stage's own table sets (``[puns.collect]``, ``[puns.classify]``, ``[puns.evaluate]``,
-        ``[humor]`` for generate, ``[humor.judge]``), which overrides its providers' ``mode`` for that stage's
+        """The ``mode`` a stage's own table sets, which overrides its providers' ``mode`` for that stage's
         units; None where the table says nothing (or the stage has no table of its own)."""
-        tables: dict[str, Any] = {}
-        if self.run.pipeline == "puns" and self.puns is not None:
-            tables = {"collect": self.puns.collect, "classify": self.puns.classify, "evaluate": self.puns.evaluate}
-        elif self.run.pipeline == "humor" and self.humor is not None:
-            tables = {"generate": self.humor, "judge": self.humor.judge}
-        mode: Mode | None = getattr(tables.get(stage), "mode", None)
-        return mode
+        return resolve(self.run.pipeline, self.source or None).stage_mode(self.settings, stage)
 
     def provider(self, name: str) -> ProviderSettings:
         try:
@@ -183,22 +97,44 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
             record, key, detail = validation_location(exc)
             field = ".".join(k for k in ("providers", name, record, key) if k)
             raise ConfigError(detail, file=str(p), field=field) from None
+    pipeline, settings = _pipeline_settings(tables, str(p))
     try:
         cfg = msgspec.convert(tables, RunConfig)
     except msgspec.ValidationError as exc:
         table, key, detail = validation_location(exc)  # $.run.pipeline -> table "run", key "pipeline"
         raise ConfigError(detail, file=str(p), field=".".join(k for k in (table, key) if k) or None) from None
     cfg.source = str(p)
-    _check(cfg)
+    cfg.settings = settings
+    _check(cfg, pipeline)
     return cfg
 
 
-def _check(cfg: RunConfig) -> None:
-    section = getattr(cfg, cfg.run.pipeline)
-    if section is None:
-        raise ConfigError(
-            f"run.pipeline is {cfg.run.pipeline!r} but there is no [{cfg.run.pipeline}] table", file=cfg.source
-        )
+def _pipeline_settings(tables: dict[str, Any], file: str) -> tuple[Pipeline | None, Any]:
+    """Take the pipeline's own table out of ``tables`` and decode it with its ``settings_type``; errors
+    name the file and the key path (``<table>.<stage>.provider``). (None, None) when ``[run] pipeline`` is
+    missing or not a string: decoding ``[run]`` then says so."""
+    if "settings" in tables:  # the field the decoded table is kept in is no TOML table
+        raise ConfigError("Object contains unknown field `settings`", file=file, field="settings")
+    run = tables.get("run")
+    ref = run.get("pipeline") if isinstance(run, dict) else None
+    if not isinstance(ref, str) or not ref:
+        return None, None
+    pipeline = resolve(ref, file)
+    table = tables.pop(pipeline.name, None)
+    for other in available():  # a config may keep other pipelines' tables: left alone, unread
+        tables.pop(other, None)
+    if table is None:
+        raise ConfigError(f"run.pipeline is {ref!r} but there is no [{pipeline.name}] table", file=file)
+    try:
+        return pipeline, msgspec.convert(table, pipeline.settings_type)
+    except msgspec.ValidationError as exc:
+        record, key, detail = validation_location(exc)
+        field = ".".join(k for k in (pipeline.name, record, key) if k)
+        raise ConfigError(detail, file=file, field=field) from None
+
+
+def _check(cfg: RunConfig, pipeline: Pipeline | None) -> None:
+    assert pipeline is not None  # RunSettings.pipeline is a required non-empty str: decoding refused it
     for name, settings in cfg.providers.items():
         check_provider(name, settings, cfg.source)
     if cfg.simulator is not None:
@@ -206,31 +142,8 @@ def _check(cfg: RunConfig) -> None:
     for field, value in (("run.store", cfg.run.store), ("run.redis_url", cfg.run.redis_url)):
         if value is not None:
             check_service_url(value, field, cfg.source)
-    if cfg.curate is not None:
-        for field, rater in [("curate.tie_break", cfg.curate.tie_break)] + [
-            ("curate.consensus", c) for c in cfg.curate.consensus
-        ]:
-            if rater not in cfg.curate.raters:
-                raise ConfigError(
-                    f"{rater!r} is not one of curate.raters {sorted(cfg.curate.raters)}", file=cfg.source, field=field
-                )
-    names: list[tuple[str, str]] = []
-    if cfg.puns:
-        names.append(("puns.collect.provider", cfg.puns.collect.provider))
-        if cfg.puns.classify:
-            names.append(("puns.classify.provider", cfg.puns.classify.provider))
-        if cfg.puns.evaluate:
-            names.append(("puns.evaluate.provider", cfg.puns.evaluate.provider))
-    if cfg.curate:
-        for rater, ref in cfg.curate.raters.items():
-            names.append((f"curate.raters.{rater}.provider", ref.provider))
-        if cfg.curate.repair:
-            names.append(("curate.repair.provider", cfg.curate.repair.provider))
-    if cfg.humor:
-        names.append(("humor.provider", cfg.humor.provider))
-        if cfg.humor.judge:
-            names.append(("humor.judge.provider", cfg.humor.judge.provider))
-    for field, name in names:
+    pipeline.check_settings(cfg.settings, cfg.source)
+    for field, name in pipeline.provider_refs(cfg.settings):
         if name not in cfg.providers:
             raise ConfigError(
                 f"unknown provider {name!r}; configured: {sorted(cfg.providers)}", file=cfg.source, field=field
@@ -301,10 +214,6 @@ def check_service_url(value: str, field: str, file: str | None = None) -> None:
         raise ConfigError(f"want a folder or s3://bucket/prefix, got {redact_url(value)!r}", file=file, field=field)
 
 
-def _finite(value: float, low: float, high: float) -> bool:
-    return math.isfinite(value) and low <= value <= high
-
-
 def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
     """Range checks of one ``[providers.<name>]`` table (msgspec has checked the types)."""
     record = f"providers.{name}"
@@ -324,53 +233,16 @@ def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
             raise bad(f"models.{nick}.id", "is empty")
         for field in ("input_usd_per_mtok", "output_usd_per_mtok"):
             value = getattr(m, field)
-            if not _finite(value, 0.0, 1e6):
+            if not finite(value, 0.0, 1e6):
                 raise bad(f"models.{nick}.{field}", f"must be a finite price between 0 and 1e6, got {value}")
     for field in ("requests_per_minute", "tokens_per_minute"):
         value = getattr(p, field)
-        if value is not None and not _finite(value, 1e-6, 1e12):
+        if value is not None and not finite(value, 1e-6, 1e12):
             raise bad(field, f"must be a positive finite number (or left out for no limit), got {value}")
     if not 1 <= p.max_concurrency <= 10_000:
         raise bad("max_concurrency", f"must be between 1 and 10000, got {p.max_concurrency}")
-    if not _finite(p.timeout_s, 0.001, 86_400):
+    if not finite(p.timeout_s, 0.001, 86_400):
         raise bad("timeout_s", f"must be a positive finite number of seconds, got {p.timeout_s}")
     for field in ("max_retries", "max_malformed_retries"):
         if not 0 <= getattr(p, field) <= 1000:
             raise bad(field, f"must be between 0 and 1000, got {getattr(p, field)}")
-
-
-def check_simulator(sim: FakeConfig, file: str | None, *, prefix: str = "simulator.") -> None:
-    """Range checks of the simulated provider's knobs (``[simulator]`` or a ``fake-provider --config`` file)."""
-
-    def bad(field: str, message: str) -> ConfigError:
-        return ConfigError(message, file=file, field=f"{prefix}{field}")
-
-    for field in (
-        "error_500_rate",
-        "error_503_rate",
-        "hang_rate",
-        "truncated_body_rate",
-        "malformed_rate",
-        "noise_rate",
-        "format_variant_rate",
-        "judge_flip_rate",
-    ):
-        if not _finite(getattr(sim, field), 0.0, 1.0):
-            raise bad(field, f"must be a probability in [0, 1], got {getattr(sim, field)}")
-    for table in ("funny_propensity", "humor_skill"):
-        for model, value in getattr(sim, table).items():
-            if not _finite(value, 0.0, 1.0):
-                raise bad(f"{table}.{model}", f"must be a probability in [0, 1], got {value}")
-    for field in ("latency_ms_min", "latency_ms_max", "hang_s"):
-        if not _finite(getattr(sim, field), 0.0, 3_600_000.0):
-            raise bad(field, f"must be a finite number >= 0, got {getattr(sim, field)}")
-    if sim.latency_ms_max < sim.latency_ms_min:
-        raise bad("latency_ms_max", f"is below latency_ms_min ({sim.latency_ms_max} < {sim.latency_ms_min})")
-    for field in ("requests_per_minute", "rate_limit_burst"):
-        value = getattr(sim, field)
-        if value is not None and not _finite(value, 1e-6, 1e12):
-            raise bad(field, f"must be a positive finite number, got {value}")
-    if sim.fail_first_attempts < 0:
-        raise bad("fail_first_attempts", f"must be >= 0, got {sim.fail_first_attempts}")
-    if not 100 <= sim.fail_status <= 599:
-        raise bad("fail_status", f"must be an HTTP status (100-599), got {sim.fail_status}")

@@ -25,6 +25,7 @@ from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.registry import pipeline_of
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
@@ -104,21 +105,11 @@ class RunOptions(msgspec.Struct, kw_only=True):
 
 def new_run_id(cfg: RunConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return f"{cfg.run.name or cfg.run.pipeline}-{stamp}-{secrets.token_hex(2)}"
+    return f"{cfg.run.name or pipeline_of(cfg).name}-{stamp}-{secrets.token_hex(2)}"
 
 
 def pipeline_stages(cfg: RunConfig) -> list[Stage]:
-    if cfg.run.pipeline == "puns":
-        from punchline.cluster.pipelines import puns
-
-        return puns.stages(cfg)
-    if cfg.run.pipeline == "curate":
-        from punchline.cluster.pipelines import curate
-
-        return curate.stages(cfg)
-    from punchline.cluster.pipelines import humor
-
-    return humor.stages(cfg)
+    return pipeline_of(cfg).stages(cfg)
 
 
 class _Ledger(msgspec.Struct, kw_only=True):
@@ -183,12 +174,7 @@ def _simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | None]:
         return
     from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 
-    sim_cfg = cfg.simulator or FakeConfig()
-    if cfg.humor is not None and sim_cfg.humor_path is None:
-        # the simulator answers the run's own Humor items, right as often as each model's size says
-        from punchline.cluster.pipelines.humor import resolve_path
-
-        sim_cfg = msgspec.structs.replace(sim_cfg, humor_path=str(resolve_path(cfg, cfg.humor.data)))
+    sim_cfg = pipeline_of(cfg).simulator_knobs(cfg, cfg.simulator or FakeConfig())
     server = FakeProviderServer(sim_cfg, host=host)
     server.start()
     for name in sim:
@@ -235,23 +221,7 @@ def _check_options(opts: RunOptions) -> None:
 def check_inputs(cfg: RunConfig) -> None:
     """Read the run's input files the way its stages will, so a bad one stops the run before any
     service starts (one line naming the file, record and field)."""
-    from punchline.cluster.config import resolve_path
-
-    if cfg.run.pipeline == "puns" and cfg.puns is not None:
-        from punchline.data.puns_io import load_puns
-
-        load_puns(resolve_path(cfg, cfg.puns.jokes))
-    elif cfg.run.pipeline == "humor" and cfg.humor is not None:
-        from punchline.data.humor.loaders import check_unique_ids, load_items
-
-        data = resolve_path(cfg, cfg.humor.data)
-        check_unique_ids(load_items(data), data)
-        if cfg.humor.shots:
-            load_items(resolve_path(cfg, cfg.humor.shots))
-    elif cfg.run.pipeline == "curate" and cfg.curate is not None:
-        from punchline.data.curation import load_candidates
-
-        load_candidates(resolve_path(cfg, cfg.curate.jokes))
+    pipeline_of(cfg).check_inputs(cfg)
 
 
 def load_record(raw: bytes, where: str) -> RunRecord:

@@ -1,4 +1,5 @@
-"""What a pipeline is made of: stages that expand into units, shards of units, and reduce steps.
+"""What a pipeline is: a :class:`Pipeline` object, whose stages expand into units, shards of units
+and reduce steps.
 
 A stage's ``plan`` is a pure function of the config and earlier stages' artifacts, so a resumed
 run (or another node) computes exactly the same units and the same shard boundaries; a stage's
@@ -9,11 +10,18 @@ number of workers, the order of completion or the faults along the way.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from punchline.cluster.config import RunConfig
+import msgspec
+
+from punchline.data.provider_settings import Mode
+from punchline.data.requests import ProviderRequest
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
+from punchline.workers.fake.server import FakeConfig
+
+if TYPE_CHECKING:  # the config module decodes settings through the registry, which reads this module
+    from punchline.cluster.config import RunConfig
 
 
 class StageContext:
@@ -51,3 +59,76 @@ class Stage(Protocol):
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         """Build the stage's artifacts from its results; returns the artifact names written."""
         ...
+
+
+class Pipeline(Protocol):
+    """One workload (a built-in or a user's own): everything the engine needs to know about it.
+
+    The driver, the config loader, the planner and the commands ask this object and never branch on
+    a pipeline's name, so a new workload is one module (a built-in in :mod:`punchline.cluster.registry`,
+    an entry point in the ``punchline.pipelines`` group, or ``[run] pipeline = "package.module:Name"``).
+    ``settings`` below is always an instance of ``settings_type``, decoded from the ``[<name>]`` table.
+    """
+
+    name: str  # its registry key, its TOML table (``[<name>]``) and the start of its run ids
+    settings_type: type[msgspec.Struct]  # forbid_unknown_fields, every field range-checked with msgspec.Meta
+
+    def check_settings(self, settings: Any, source: str) -> None:
+        """Checks across fields that msgspec.Meta cannot state (a rater named twice, ...), when the config
+        is read: ConfigError naming ``source`` and the key path."""
+        ...
+
+    def provider_refs(self, settings: Any) -> list[tuple[str, str]]:
+        """(key path, provider name) of every provider the settings name, so the loader can refuse an
+        unconfigured one generically (``("<name>.<stage>.provider", "<provider>")``)."""
+        ...
+
+    def stage_mode(self, settings: Any, stage: str) -> Mode | None:
+        """The ``mode`` the stage's own table sets (overrides its providers' mode); None when unset."""
+        ...
+
+    def input_paths(self, settings: Any) -> list[str]:
+        """The data files the settings name, as written (``punchline submit`` ships the relative ones)."""
+        ...
+
+    def check_inputs(self, cfg: RunConfig) -> None:
+        """Read the input files the way the stages will, so a bad one stops the run before any service
+        starts: ConfigError or InputError (one line naming file, record and field; exit 2)."""
+        ...
+
+    def stages(self, cfg: RunConfig) -> list[Stage]:
+        """The run's stages in order (which ones may depend on the settings)."""
+        ...
+
+    def estimate(self, cfg: RunConfig, stage: str) -> Iterable[UnitSpec]:
+        """For ``punchline plan``: the most units ``stage`` can have, when its ``plan`` needs earlier
+        artifacts that do not exist yet (the pipeline knows its fan-out and its prompt and answer sizes;
+        the planner prices them). Empty for a stage without provider calls."""
+        ...
+
+    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+        """What a person wants to see first after a run (markdown), read from the run's artifacts."""
+        ...
+
+    def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
+        """The offline simulated provider's knobs for this run (e.g. the answer key of the run's own items)."""
+        ...
+
+
+PIPELINE_METHODS = (
+    "check_settings",
+    "provider_refs",
+    "stage_mode",
+    "input_paths",
+    "check_inputs",
+    "stages",
+    "estimate",
+    "headlines",
+    "simulator_knobs",
+)  # what the registry demands of a plug-in, besides ``name`` and ``settings_type``
+
+
+def repeated(request: ProviderRequest, n: int) -> list[UnitSpec]:
+    """``n`` units of the same request (distinct sample slots, so none is a cache hit of another): an
+    upper-bound estimate priced like one representative request."""
+    return [UnitSpec(unit_id=str(i), request=msgspec.structs.replace(request, sample_slot=i)) for i in range(n)]

@@ -1,13 +1,11 @@
 """``punchline plan``: what a run will ask of its providers, before anything is called.
 
-Stages whose units depend on earlier results (classification batches, cloze evaluation) cannot be
-expanded exactly before those results exist; for them the plan shows an upper bound from the config
-and says so.
+Stages whose units depend on earlier results cannot be expanded exactly before those results exist;
+for them the plan shows the upper bound the pipeline's ``estimate`` states, and says so.
 """
 
 from __future__ import annotations
 
-import math
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
@@ -16,6 +14,7 @@ import msgspec
 
 from punchline.cluster.config import RunConfig
 from punchline.cluster.pipeline import StageContext
+from punchline.cluster.registry import pipeline_of
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 
@@ -81,12 +80,10 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
 
 
 def plan_run(cfg: RunConfig) -> list[StageEstimate]:
-    from punchline.cluster.driver import pipeline_stages
-
     out: list[StageEstimate] = []
     with tempfile.TemporaryDirectory() as tmp:
         ctx = StageContext(cfg, "plan", LocalStore(tmp))
-        for stage in pipeline_stages(cfg):
+        for stage in pipeline_of(cfg).stages(cfg):
             try:
                 estimate = _estimate(cfg, stage.name, stage.plan(ctx), exact=True)
             except FileNotFoundError:
@@ -98,84 +95,10 @@ def plan_run(cfg: RunConfig) -> list[StageEstimate]:
 
 
 def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
-    """Units of a stage that needs earlier results: the most the config allows, priced like the first."""
-    from punchline.cluster.config import resolve_path
-    from punchline.data.puns_io import load_puns
-
-    note = "upper bound: depends on earlier results"
-    if cfg.puns is not None and stage == "classify" and cfg.puns.classify is not None:
-        jokes = len(load_puns(resolve_path(cfg, cfg.puns.jokes)))
-        n = math.ceil(jokes / cfg.puns.classify.batch_size)
-        model = cfg.provider(cfg.puns.classify.provider).model_id(cfg.puns.classify.model)
-        from punchline.data.classify import classify_prompt  # noqa: F401  (same prompt shape as the real batches)
-        from punchline.data.requests import Message, ProviderRequest
-
-        req = ProviderRequest(
-            provider=cfg.puns.classify.provider, model=model, messages=(Message("user", "x" * 4000),), max_tokens=4096
-        )
-        return _scaled(cfg, stage, req, n, note)
-    if cfg.puns is not None and stage == "evaluate" and cfg.puns.evaluate is not None and cfg.puns.cloze:
-        from punchline.data.cloze_run import cloze_request
-        from punchline.data.schemas import ClozeTest
-
-        test = ClozeTest(
-            pair_id=0,
-            type="straight",
-            prompt="x" * 300,
-            expected_completion=[],
-            contrast_completion=[],
-            joke_a_index=0,
-            joke_b_index=1,
-            joke_c_index=2,
-            joke_c_sentence="",
-            joke_a_tier="",
-            joke_b_tier="",
-            joke_c_tier="",
-            joke_c_balance=0.0,
-        )
-        settings = cfg.provider(cfg.puns.evaluate.provider)
-        units = [
-            UnitSpec(
-                unit_id=f"{nick}/{i}", request=cloze_request(cfg.puns.evaluate.provider, settings.model_id(nick), test)
-            )
-            for nick in cfg.puns.evaluate.models
-            for i in range(2 * cfg.puns.cloze.pairs)
-        ]
-        units = [
-            UnitSpec(unit_id=f"{i}", request=msgspec.structs.replace(u.request, sample_slot=i))
-            for i, u in enumerate(units)
-        ]
-        return _estimate(cfg, stage, units, exact=False, note=note)
-    if cfg.curate is not None and stage in ("repair", "rerate"):
-        from punchline.data.curation import load_candidates, rating_request, repair_request
-
-        cur = cfg.curate
-        cands = load_candidates(resolve_path(cfg, cur.jokes))
-        if stage == "repair" and cur.repair is not None:  # at most every candidate is weak
-            model = cfg.provider(cur.repair.provider).model_id(cur.repair.model)
-            units = [UnitSpec(unit_id=str(c.id), request=repair_request(cur.repair.provider, model, c)) for c in cands]
-        else:  # at most every candidate is repaired and rated again by every rater
-            batches = [cands[i : i + cur.batch_size] for i in range(0, len(cands), cur.batch_size)]
-            units = [
-                UnitSpec(
-                    unit_id=f"{name}/{i}",
-                    request=rating_request(ref.provider, cfg.provider(ref.provider).model_id(ref.model), batch),
-                )
-                for name, ref in cur.raters.items()
-                for i, batch in enumerate(batches)
-            ]
-        return _estimate(cfg, stage, units, exact=False, note=note)
-    if cfg.humor is not None and stage == "judge" and cfg.humor.judge is not None:
-        from punchline.data.humor.loaders import load_items
-
-        items = len(load_items(resolve_path(cfg, cfg.humor.data))) * len(cfg.humor.models)
-        model = cfg.provider(cfg.humor.judge.provider).model_id(cfg.humor.judge.model)
-        from punchline.data.requests import Message, ProviderRequest
-
-        req = ProviderRequest(
-            provider=cfg.humor.judge.provider, model=model, messages=(Message("user", "x" * 6000),), max_tokens=16
-        )
-        return _scaled(cfg, stage, req, items, note)
+    """Units of a stage that needs earlier results: the most the pipeline says it can have."""
+    units = list(pipeline_of(cfg).estimate(cfg, stage))
+    if units:
+        return _estimate(cfg, stage, units, exact=False, note="upper bound: depends on earlier results")
     return StageEstimate(
         stage=stage,
         requests=0,
@@ -186,11 +109,3 @@ def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
         min_wall_s=0.0,
         note="no provider calls",
     )
-
-
-def _scaled(cfg: RunConfig, stage: str, req: object, n: int, note: str) -> StageEstimate:
-    from punchline.data.requests import ProviderRequest
-
-    assert isinstance(req, ProviderRequest)
-    units = [UnitSpec(unit_id=str(i), request=msgspec.structs.replace(req, sample_slot=i)) for i in range(n)]
-    return _estimate(cfg, stage, units, exact=False, note=note)

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -83,13 +84,7 @@ def refuse_secrets(opts: SubmitOptions) -> None:
 
 def input_paths(cfg: RunConfig) -> list[str]:
     """Relative input paths a config names (as written; relative to the config's folder)."""
-    values: list[str | None] = []
-    if cfg.puns:
-        values.append(cfg.puns.jokes)
-    if cfg.curate:
-        values.append(cfg.curate.jokes)
-    if cfg.humor:
-        values += [cfg.humor.data, cfg.humor.shots]
+    values = pipeline_of(cfg).input_paths(cfg.settings)
     return [v for v in values if v and not Path(v).expanduser().is_absolute() and "://" not in v]
 
 

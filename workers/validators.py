@@ -20,7 +20,7 @@ def _non_empty(response: ProviderResponse) -> None:
 
 
 def _classify_json(response: ProviderResponse) -> None:
-    from punchline.data.classify import parse_verdicts
+    from punchline.data.puns.classify import parse_verdicts
 
     _non_empty(response)
     try:
@@ -41,7 +41,7 @@ def _judge_score(response: ProviderResponse) -> None:
 
 def _curate_ratings(ids: str, response: ProviderResponse) -> None:
     """``curate_ratings:3,5,8``: a JSON array rating exactly the jokes 3, 5 and 8."""
-    from punchline.data.curation import parse_ratings
+    from punchline.data.puns.curation import parse_ratings
 
     _non_empty(response)
     parse_ratings(response.texts[0], [int(i) for i in ids.split(",")])
@@ -49,7 +49,7 @@ def _curate_ratings(ids: str, response: ProviderResponse) -> None:
 
 def _curate_repair(cand_id: str, response: ProviderResponse) -> None:
     """``curate_repair:7``: a repaired joke with exactly one blank (for candidate 7)."""
-    from punchline.data.curation import Candidate, parse_repair
+    from punchline.data.puns.curation import Candidate, parse_repair
 
     _non_empty(response)
     parse_repair(response.texts[0], Candidate(id=int(cand_id), sentence="", straight=[], punny=[]))

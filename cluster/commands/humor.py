@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -14,8 +13,6 @@ from rich.table import Table
 from punchline.data.errors import ConfigError
 
 if TYPE_CHECKING:
-    from punchline.cluster.config import RunConfig
-    from punchline.cluster.driver import RunRecord
     from punchline.data.humor.report import HumorReport
 
 
@@ -179,39 +176,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_humor(args: argparse.Namespace) -> int:
-    """Run a ``pipeline = "humor"`` config exactly like ``punchline run``, then print each model's scores."""
+    """An alias of ``punchline run`` for a ``pipeline = "humor"`` config (which prints each model's scores
+    as the pipeline's headlines); any other pipeline is refused, naming ``run.pipeline``."""
     from punchline.cluster.commands.run import run_and_report, run_options
     from punchline.cluster.config import load_config
-    from punchline.cluster.driver import RunRecord, new_run_id
+    from punchline.cluster.pipelines.humor import PIPELINE
+    from punchline.cluster.registry import pipeline_of
 
     cfg = load_config(args.config)
-    if cfg.run.pipeline != "humor":
+    if pipeline_of(cfg).name != PIPELINE.name:
         raise ConfigError(
             f'run.pipeline is {cfg.run.pipeline!r}; `humor run` needs pipeline = "humor" (use `punchline run`)',
             file=args.config,
             field="run.pipeline",
         )
-    opts = run_options(args, run_id=args.run_id or new_run_id(cfg))
-    status = run_and_report(args.config, opts, args.no_progress or args.verbose)
-    record_path = Path(opts.runs_dir) / str(opts.run_id) / "run.json"
-    if record_path.exists():
-        record = msgspec.json.decode(record_path.read_bytes(), type=RunRecord)
-        _print_summaries(cfg, record)
-    return status
-
-
-def _print_summaries(cfg: RunConfig, record: RunRecord) -> None:
-    from punchline.cluster.pipelines.humor import report_artifact, report_prefix
-    from punchline.data.humor.report import REPORT_JSON, HumorReport
-    from punchline.data.stores import open_store
-
-    assert cfg.humor is not None
-    store_url, run_id = record.services.store_url, record.run_id
-    store = open_store(store_url)
-    for nick in cfg.humor.models:
-        raw = store.get(f"{run_id}/artifacts/{report_artifact(nick, REPORT_JSON)}")
-        if raw is None:
-            continue
-        report = msgspec.json.decode(raw, type=HumorReport)
-        print(f"\n{nick} ({cfg.provider(cfg.humor.provider).model_id(nick)}):")
-        print_score_summary(report, [f"{store_url}/{run_id}/artifacts/{report_prefix(nick)}/"])
+    return run_and_report(args.config, run_options(args), args.no_progress or args.verbose)

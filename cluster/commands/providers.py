@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.schemas import PunEntry
+from punchline.data.puns.schemas import PunEntry
 
 
 def register(sub: Any) -> None:
@@ -58,8 +58,8 @@ def register(sub: Any) -> None:
 def cmd_fake_provider(args: argparse.Namespace) -> int:
     import ipaddress
 
-    from punchline.cluster.config import check_simulator
     from punchline.data.jsonio import validation_location
+    from punchline.workers.fake.checks import check_simulator
     from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
 
     if not 0 <= args.port <= 65535:
@@ -131,24 +131,26 @@ class ImportReport(msgspec.Struct, kw_only=True):
 
 def targets_from_config(path: str) -> LegacyTargets:
     from punchline.cluster.config import load_config
+    from punchline.cluster.pipelines.puns import PunsSettings
 
     cfg = load_config(path)
-    if cfg.puns is None:
+    puns = cfg.settings
+    if not isinstance(puns, PunsSettings):
         raise ConfigError("import-legacy needs a [puns] table", file=path)
-    collect = cfg.puns.collect
+    collect = puns.collect
     settings = cfg.provider(collect.provider)
     targets = LegacyTargets(
         provider=collect.provider,
         models={nick: settings.model_id(nick) for nick in collect.models},
         samples=collect.samples,
     )
-    if cfg.puns.classify is not None:
-        cl = cfg.puns.classify
+    if puns.classify is not None:
+        cl = puns.classify
         targets.classify_provider = cl.provider
         targets.classify_model = cfg.provider(cl.provider).model_id(cl.model)
         targets.batch_size = cl.batch_size
-    if cfg.puns.evaluate is not None:
-        ev = cfg.puns.evaluate
+    if puns.evaluate is not None:
+        ev = puns.evaluate
         targets.evaluate_provider = ev.provider
         targets.evaluate_models = {nick: cfg.provider(ev.provider).model_id(nick) for nick in ev.models}
     return targets
@@ -170,16 +172,16 @@ def import_legacy(
     which words the run's classify prompts ask about, so the verdicts are imported under those prompts.
     Without them the prompts are built from the lists recorded in ``raw_path`` (upstream's own).
     """
-    from punchline.data.classify import batches, classify_request
-    from punchline.data.cloze_run import cloze_request
-    from punchline.data.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
     from punchline.data.jsonio import decode_file
-    from punchline.data.puns_io import load_cloze_responses, load_cloze_tests
+    from punchline.data.puns.classify import batches, classify_request
+    from punchline.data.puns.cloze_run import cloze_request
+    from punchline.data.puns.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
+    from punchline.data.puns.puns_io import load_cloze_responses, load_cloze_tests
+    from punchline.data.puns.schemas import ClassifiedCompletions, RawCompletionEntry, RawCompletions
+    from punchline.data.puns.words import extract_word
     from punchline.data.requests import ProviderRequest, ProviderResponse
     from punchline.data.response_cache import CachedResponse, ResponseCache
-    from punchline.data.schemas import ClassifiedCompletions, RawCompletionEntry, RawCompletions
     from punchline.data.stores import open_store
-    from punchline.data.words import extract_word
 
     if classified_path and not raw_path:
         raise ConfigError("--classified needs --raw (the verdicts are keyed by the prompts built from it)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from punchline.data import puns_io
+from punchline.data.puns import puns_io
 
 if TYPE_CHECKING:
     from punchline.cluster.pipelines.puns_reproduce import Reproduction, UpstreamFiles
@@ -112,7 +112,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from punchline.data.tiers import tier_counts
+    from punchline.data.puns.tiers import tier_counts
 
     puns = puns_io.load_puns(args.puns)
     counts = tier_counts(puns)
@@ -124,7 +124,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
-    from punchline.data.tiers import apply_rankings, rank, tier_counts
+    from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
 
     out = puns_io.out_path(args.out)
     plot = puns_io.out_path(args.plot) if args.plot else None
@@ -136,7 +136,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {len(ranked)} jokes; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if plot is not None:
         from punchline.data.jsonio import atomic_write_bytes
-        from punchline.data.plots import plot_tiers
+        from punchline.data.puns.plots import plot_tiers
 
         atomic_write_bytes(plot, plot_tiers(ranked))
         print(f"wrote {plot}")
@@ -144,8 +144,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze(args: argparse.Namespace) -> int:
-    from punchline.data.cloze import build_tests
     from punchline.data.errors import InputError
+    from punchline.data.puns.cloze import build_tests
 
     if not 1 <= args.pairs <= 100_000:
         raise InputError(f"must be between 1 and 100000, got {args.pairs}", field="--pairs")
@@ -160,8 +160,8 @@ def cmd_cloze(args: argparse.Namespace) -> int:
 
 
 def cmd_cloze_report(args: argparse.Namespace) -> int:
-    from punchline.data.cloze_report import build_report, to_markdown, write_report
     from punchline.data.jsonio import check_out_dir
+    from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
 
     check_out_dir(args.out)
     puns = puns_io.load_puns(args.puns)
@@ -188,7 +188,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from punchline.cluster.pipelines import puns_reproduce as rep
     from punchline.cluster.pipelines.puns import run_jokes
     from punchline.data.jsonio import atomic_write_bytes
-    from punchline.data.puns_io import dump_cloze_tests
+    from punchline.data.puns.puns_io import dump_cloze_tests
     from punchline.data.stores import open_store
 
     upstream = rep.find_upstream(args.upstream, cloze=args.cloze, tests=args.published_tests)
@@ -230,7 +230,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def render_reproduction(r: Reproduction, upstream: UpstreamFiles) -> str:
     """The reproduction beside the publication, as plain text (markdown tables)."""
-    from punchline.data.puns_history import PUBLISHED_TIERS
+    from punchline.data.puns.puns_history import PUBLISHED_TIERS
 
     def ok(flag: bool) -> str:
         return "as published" if flag else "DIFFERENT from the publication"

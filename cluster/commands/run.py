@@ -76,7 +76,7 @@ def register(sub: Any) -> None:
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of every command that runs a pipeline (``run``, ``humor run``)."""
+    """The options of every command that runs a pipeline (``run`` and its aliases)."""
     p.add_argument("--run-id", help="resume this run (or name a new one)")
     p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
     p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
@@ -157,7 +157,7 @@ def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
     out.print(f"artifacts in {store}/{record.run_id}/artifacts/:")
     for name in record.artifacts:
         out.print(f"  {name}")
-    _print_headlines(out, record)
+    _print_headlines(out, config, record)
     if record.failures:
         out.print(
             f"[red]{sum(len(v) for v in record.failures.values())} failed units[/red]; "
@@ -432,16 +432,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_headlines(console: Console, record: Any) -> None:
-    """The pipeline's own summary of a finished run (tiers and cloze report, curation counts)."""
-    import importlib
-
+def _print_headlines(console: Console, config: str, record: Any) -> None:
+    """The pipeline's own summary of a finished run (its ``headlines``, markdown)."""
     from rich.markdown import Markdown
 
+    from punchline.cluster.config import load_config
+    from punchline.cluster.registry import pipeline_of
     from punchline.data.stores import open_store
 
-    headlines = getattr(importlib.import_module(f"punchline.cluster.pipelines.{record.pipeline}"), "headlines", None)
-    if headlines is None:
-        return
-    for text in headlines(open_store(record.services.store_url), record.run_id):
+    cfg = load_config(config)
+    for text in pipeline_of(cfg).headlines(cfg, open_store(record.services.store_url), record.run_id):
         console.print(Markdown(text))

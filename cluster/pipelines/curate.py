@@ -8,13 +8,17 @@ jokes it cannot rank, and the run is reported failed so ``retry-failed`` can fil
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Annotated
 
 import msgspec
 
-from punchline.cluster.config import CurateSettings, RunConfig, resolve_path
+from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.data.curation import (
+from punchline.data.errors import ConfigError
+from punchline.data.jsonio import decode_bytes, dumps_upstream
+from punchline.data.provider_settings import Mode
+from punchline.data.puns.curation import (
     Candidate,
     MalformedRatings,
     MalformedRepair,
@@ -30,11 +34,32 @@ from punchline.data.curation import (
     rating_request,
     repair_request,
 )
-from punchline.data.errors import ConfigError
-from punchline.data.jsonio import decode_bytes, dumps_upstream
-from punchline.data.puns_io import validate_puns
+from punchline.data.puns.puns_io import validate_puns
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
+from punchline.workers.fake.server import FakeConfig
+
+
+class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: Name
+    model: Name
+
+
+class CurateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Puns stages 1-2: rate candidate jokes with several providers, repair the weak ones, build the set.
+
+    ``raters`` maps a rating field's prefix (``gemini`` -> ``gemini_rating``) to the model that rates.
+    """
+
+    jokes: Name
+    raters: Annotated[dict[str, ModelRef], msgspec.Meta(min_length=1)]
+    repair: ModelRef | None = None
+    repair_below: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 7.0
+    top: Count = 205
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
+    consensus: Names = msgspec.field(default_factory=lambda: ["gemini", "claudecode"])  # summed
+    tie_break: str = "anthropic"  # rater whose score breaks consensus ties (then sentence length)
+
 
 FIRST = "ratings_first.json"
 REPAIRED = "repaired.json"
@@ -43,9 +68,14 @@ RATINGS = "ratings.json"
 CURATED = "puns_curated.json"
 
 
+def settings_of(cfg: RunConfig) -> CurateSettings:
+    """The run's ``[curate]`` table, decoded."""
+    assert isinstance(cfg.settings, CurateSettings), "not a curate config"
+    return cfg.settings
+
+
 def _settings(ctx: StageContext) -> CurateSettings:
-    assert ctx.cfg.curate is not None
-    return ctx.cfg.curate
+    return settings_of(ctx.cfg)
 
 
 def _candidates(ctx: StageContext) -> list[Candidate]:
@@ -203,11 +233,10 @@ def check_settings(cfg: CurateSettings, source: str = "") -> None:
 
 
 def stages(cfg: RunConfig) -> list[Stage]:
-    if cfg.curate is None:
-        raise ConfigError("pipeline 'curate' needs a [curate] table", file=cfg.source or None)
-    check_settings(cfg.curate, cfg.source)
+    settings = settings_of(cfg)
+    check_settings(settings, cfg.source)
     out: list[Stage] = [RateStage()]
-    if cfg.curate.repair is not None:
+    if settings.repair is not None:
         out += [RepairStage(), RerateStage()]
     out.append(BuildStage())
     return out
@@ -221,3 +250,67 @@ def headlines(store: Store, run_id: str) -> list[str]:
     records = msgspec.json.decode(raw, type=list[RatingRecord])
     repaired = sum(r.repaired for r in records)
     return [f"curated: {len(records)} candidates rated, {repaired} repaired and rated again"]
+
+
+class CuratePipeline:
+    """Puns stages 1-2: rate -> (repair -> rerate) -> build ``puns_curated.json`` (``[curate]``)."""
+
+    name = "curate"
+    settings_type = CurateSettings
+
+    def check_settings(self, settings: CurateSettings, source: str) -> None:
+        """The tie-break and consensus raters must be raters."""
+        for field, rater in [("curate.tie_break", settings.tie_break)] + [
+            ("curate.consensus", c) for c in settings.consensus
+        ]:
+            if rater not in settings.raters:
+                raise ConfigError(
+                    f"{rater!r} is not one of curate.raters {sorted(settings.raters)}", file=source, field=field
+                )
+
+    def provider_refs(self, settings: CurateSettings) -> list[tuple[str, str]]:
+        refs = [(f"curate.raters.{rater}.provider", ref.provider) for rater, ref in settings.raters.items()]
+        if settings.repair:
+            refs.append(("curate.repair.provider", settings.repair.provider))
+        return refs
+
+    def stage_mode(self, settings: CurateSettings, stage: str) -> Mode | None:
+        """No stage table of its own: the providers' mode."""
+        return None
+
+    def input_paths(self, settings: CurateSettings) -> list[str]:
+        return [settings.jokes]
+
+    def check_inputs(self, cfg: RunConfig) -> None:
+        load_candidates(resolve_path(cfg, settings_of(cfg).jokes))
+
+    def stages(self, cfg: RunConfig) -> list[Stage]:
+        return stages(cfg)
+
+    def estimate(self, cfg: RunConfig, stage: str) -> Iterable[UnitSpec]:
+        """repair: at most every candidate is weak; rerate: at most every candidate is repaired and rated
+        again by every rater."""
+        cur = settings_of(cfg)
+        cands = load_candidates(resolve_path(cfg, cur.jokes))
+        if stage == "repair" and cur.repair is not None:
+            model = cfg.provider(cur.repair.provider).model_id(cur.repair.model)
+            return [UnitSpec(unit_id=str(c.id), request=repair_request(cur.repair.provider, model, c)) for c in cands]
+        if stage == "rerate":
+            return [
+                UnitSpec(
+                    unit_id=f"{name}/{i}",
+                    request=rating_request(ref.provider, cfg.provider(ref.provider).model_id(ref.model), batch),
+                )
+                for name, ref in cur.raters.items()
+                for i, batch in enumerate(batches(cands, cur.batch_size))
+            ]
+        return []
+
+    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+        return headlines(store, run_id)
+
+    def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
+        return sim
+
+
+PIPELINE = CuratePipeline()

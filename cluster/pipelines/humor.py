@@ -13,21 +13,44 @@ coverage visibly instead of silently lowering the judge pass rate.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Annotated, Any
 
 import msgspec
 
-from punchline.cluster.config import RunConfig, resolve_path
-from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
+from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.humor.loaders import Prediction, load_humor, load_items
+from punchline.data.humor.loaders import Prediction, check_unique_ids, load_humor, load_items
+from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
+from punchline.data.humor.report import REPORT_JSON, HumorReport
 from punchline.data.humor.schema import HumorFile, HumorItem
+from punchline.data.provider_settings import Mode
+from punchline.data.requests import Message, ProviderRequest
+from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
+from punchline.workers.fake.server import FakeConfig
 
-if TYPE_CHECKING:
-    pass
+
+class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: Name
+    model: Name
+    mode: Mode | None = None
+
+
+class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The Humor (MERA) workflow: generate -> score (exact match) -> judge."""
+
+    data: Name
+    provider: Name
+    models: Names
+    shots: Name | None = None
+    k_shot: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
+    max_tokens: Count = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
+    judge: JudgeSettings | None = None
+    mode: Mode | None = None  # of the generate stage (the judge stage has its own)
+
 
 REPORT_PREFIX = "report"
 
@@ -55,15 +78,14 @@ class JudgeScore(msgspec.Struct):
     score: float | None
 
 
-def _settings(ctx: StageContext) -> RunConfig:
-    if ctx.cfg.humor is None:
-        raise ConfigError("the humor pipeline needs a [humor] table", file=ctx.cfg.source)
-    return ctx.cfg
+def settings_of(cfg: RunConfig) -> HumorSettings:
+    """The run's ``[humor]`` table, decoded."""
+    assert isinstance(cfg.settings, HumorSettings), "not a humor config"
+    return cfg.settings
 
 
 def _source(ctx: StageContext) -> HumorFile:
-    cfg = _settings(ctx).humor
-    assert cfg is not None
+    cfg = settings_of(ctx.cfg)
     path = resolve_path(ctx.cfg, cfg.data)
     source = load_humor(path)
     ids = [it.id for it in source.data]
@@ -74,8 +96,7 @@ def _source(ctx: StageContext) -> HumorFile:
 
 
 def _shots(ctx: StageContext) -> list[HumorItem]:
-    cfg = _settings(ctx).humor
-    assert cfg is not None
+    cfg = settings_of(ctx.cfg)
     if cfg.k_shot <= 0:
         return []
     if not cfg.shots:
@@ -153,8 +174,7 @@ class GenerateStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         from punchline.data.humor.prompts import answer_request
 
-        cfg = _settings(ctx).humor
-        assert cfg is not None
+        cfg = settings_of(ctx.cfg)
         settings = ctx.cfg.provider(cfg.provider)
         shots = _shots(ctx)
         units = []
@@ -166,8 +186,7 @@ class GenerateStage:
         return in_unit_order(units)
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        cfg = _settings(ctx).humor
-        assert cfg is not None
+        cfg = settings_of(ctx.cfg)
         source = _source(ctx)
         ids = sorted(it.id for it in source.data)
         names = []
@@ -197,8 +216,8 @@ class JudgeStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         from punchline.data.humor.judge import judge_request
 
-        cfg = _settings(ctx).humor
-        assert cfg is not None and cfg.judge is not None
+        cfg = settings_of(ctx.cfg)
+        assert cfg.judge is not None
         judge_id = ctx.cfg.provider(cfg.judge.provider).model_id(cfg.judge.model)
         items = _source(ctx).data
         units = []
@@ -219,8 +238,7 @@ class JudgeStage:
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         from punchline.data.humor.judge import JudgeParseError, parse_score
 
-        cfg = _settings(ctx).humor
-        assert cfg is not None
+        cfg = settings_of(ctx.cfg)
         source = _source(ctx)
         ids = sorted(it.id for it in source.data)
         names = []
@@ -243,9 +261,103 @@ class JudgeStage:
 
 
 def stages(cfg: RunConfig) -> list[Stage]:
-    if cfg.humor is None:
-        raise ConfigError("run.pipeline is 'humor' but there is no [humor] table", file=cfg.source)
     out: list[Stage] = [GenerateStage()]
-    if cfg.humor.judge is not None:
+    if settings_of(cfg).judge is not None:
         out.append(JudgeStage())
     return out
+
+
+# Upper bound of a judge request for `plan` (the real ones quote answers that do not exist yet): the
+# item and an answer in about 6000 characters; the judge answers with a short score.
+JUDGE_PROMPT_CHARS = 6000
+JUDGE_MAX_TOKENS = 16
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def headline(nick: str, model_id: str, report: HumorReport) -> str:
+    """One model's scores as a markdown table (the rows ``humor score`` prints)."""
+    ci = report.em_ci95
+    rows = [
+        ("EM (robust)", f"{100 * report.em:.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"),
+        ("EM (official MERA)", _percent(report.em_mera)),
+        ("class accuracy", _percent(report.class_accuracy)),
+        ("parse failures", _percent(report.parse_failure_rate)),
+        ("missing predictions", str(report.n_missing)),
+    ]
+    if report.judge is not None:
+        rows += [("judge pass rate", _percent(report.judge.pass_rate)), ("judge missing", str(report.judge.n_missing))]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return f"**{nick}** ({model_id}), {report.n} items:\n\n| metric | value |\n|---|---|\n{table}"
+
+
+class HumorPipeline:
+    """The Humor (MERA) benchmark: generate -> (judge) -> scored reports per model (``[humor]``)."""
+
+    name = "humor"
+    settings_type = HumorSettings
+
+    def check_settings(self, settings: HumorSettings, source: str) -> None:
+        """Every constraint is a msgspec.Meta range: nothing across fields to check."""
+
+    def provider_refs(self, settings: HumorSettings) -> list[tuple[str, str]]:
+        refs = [("humor.provider", settings.provider)]
+        if settings.judge:
+            refs.append(("humor.judge.provider", settings.judge.provider))
+        return refs
+
+    def stage_mode(self, settings: HumorSettings, stage: str) -> Mode | None:
+        """``[humor] mode`` for generate, ``[humor.judge] mode`` for the judge."""
+        tables: dict[str, Any] = {"generate": settings, "judge": settings.judge}
+        mode: Mode | None = getattr(tables.get(stage), "mode", None)
+        return mode
+
+    def input_paths(self, settings: HumorSettings) -> list[str]:
+        return [p for p in (settings.data, settings.shots) if p]
+
+    def check_inputs(self, cfg: RunConfig) -> None:
+        settings = settings_of(cfg)
+        data = resolve_path(cfg, settings.data)
+        check_unique_ids(load_items(data), data)
+        if settings.shots:
+            load_items(resolve_path(cfg, settings.shots))
+
+    def stages(self, cfg: RunConfig) -> list[Stage]:
+        return stages(cfg)
+
+    def estimate(self, cfg: RunConfig, stage: str) -> Iterable[UnitSpec]:
+        """The judge: at most one call per item and model (a failed answer is never judged)."""
+        settings = settings_of(cfg)
+        if stage != "judge" or settings.judge is None:
+            return []
+        items = len(load_items(resolve_path(cfg, settings.data))) * len(settings.models)
+        model = cfg.provider(settings.judge.provider).model_id(settings.judge.model)
+        req = ProviderRequest(
+            provider=settings.judge.provider,
+            model=model,
+            messages=(Message("user", "x" * JUDGE_PROMPT_CHARS),),
+            max_tokens=JUDGE_MAX_TOKENS,
+        )
+        return repeated(req, items)
+
+    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+        """Each model's scores, from its ``report/<model>/report.json``."""
+        settings = settings_of(cfg)
+        out = []
+        for nick in settings.models:
+            raw = store.get(f"{run_id}/artifacts/{report_artifact(nick, REPORT_JSON)}")
+            if raw is not None:
+                report = msgspec.json.decode(raw, type=HumorReport)
+                out.append(headline(nick, cfg.provider(settings.provider).model_id(nick), report))
+        return out
+
+    def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
+        """The simulator answers the run's own items, right as often as each model's size says."""
+        if sim.humor_path is not None:
+            return sim
+        return msgspec.structs.replace(sim, humor_path=str(resolve_path(cfg, settings_of(cfg).data)))
+
+
+PIPELINE = HumorPipeline()

@@ -8,20 +8,71 @@ engine run and the offline tools produce byte-identical files.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Annotated, Any
 
 import msgspec
 
-from punchline.cluster.config import RunConfig, resolve_path
-from punchline.cluster.pipeline import Stage, StageContext
-from punchline.data.completions import greedy_request, sample_request, truncate_before_blank
+from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
+from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.data.jsonio import decode_bytes, dumps_upstream
-from punchline.data.puns_io import load_puns
-from punchline.data.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
+from punchline.data.provider_settings import Mode
+from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
+from punchline.data.puns.puns_io import load_puns
+from punchline.data.puns.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
+from punchline.data.puns.words import extract_word
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
-from punchline.data.words import extract_word
+from punchline.workers.fake.server import FakeConfig
+
+
+class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: Name
+    models: Names
+    samples: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
+    mode: Mode | None = None  # this stage's units online or through batches; None: the provider's mode
+
+
+class ClassifySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: Name
+    model: Name
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
+    mode: Mode | None = None
+
+
+class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pairs: Count = 50
+    seed: Annotated[int, msgspec.Meta(ge=0)] = 42
+
+
+class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: Name
+    models: Names
+    # score the answers against this puns file's lists instead of the run's own (upstream's analysis
+    # scored against the lists of its day, which had grown since classification)
+    score_against: Name | None = None
+    mode: Mode | None = None
+
+
+class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate."""
+
+    jokes: Name
+    # a classified_completions.json: drop from the jokes' lists every word it calls "other", i.e. use
+    # the lists as they were when it was made (data/puns/puns_history.py)
+    lists_at_classification: Name | None = None
+    collect: CollectSettings
+    classify: ClassifySettings | None = None
+    cloze: ClozeSettings | None = None
+    evaluate: EvaluateSettings | None = None
+
+
+def settings_of(cfg: RunConfig) -> PunsSettings:
+    """The run's ``[puns]`` table, decoded."""
+    assert isinstance(cfg.settings, PunsSettings), "not a puns config"
+    return cfg.settings
+
 
 RAW = "raw_completions.json"
 CLASSIFIED = "classified_completions.json"
@@ -34,14 +85,14 @@ RESPONSES = "cloze_responses.json"
 def run_jokes(cfg: RunConfig) -> list[PunEntry]:
     """The jokes a run works on: the ``jokes`` file, with the lists as they were at classification time
     when ``lists_at_classification`` names a classified checkpoint."""
-    assert cfg.puns is not None
-    jokes = load_puns(resolve_path(cfg, cfg.puns.jokes))
-    if cfg.puns.lists_at_classification is None:
+    settings = settings_of(cfg)
+    jokes = load_puns(resolve_path(cfg, settings.jokes))
+    if settings.lists_at_classification is None:
         return jokes
-    from punchline.data.puns_history import lists_as_classified
-    from punchline.data.puns_io import load_classified
+    from punchline.data.puns.puns_history import lists_as_classified
+    from punchline.data.puns.puns_io import load_classified
 
-    path = resolve_path(cfg, cfg.puns.lists_at_classification)
+    path = resolve_path(cfg, settings.lists_at_classification)
     return lists_as_classified(jokes, load_classified(path), file=str(path))[0]
 
 
@@ -57,7 +108,7 @@ class CollectStage:
     def plan(self, ctx: StageContext) -> Iterator[UnitSpec]:
         """Generated in unit order (jokes by index, models by nickname, greedy before samples), so the
         driver never holds the plan: it is the largest stage by far."""
-        cfg = ctx.cfg.puns
+        cfg = settings_of(ctx.cfg)
         assert cfg is not None
         settings = ctx.cfg.provider(cfg.collect.provider)
         for joke in sorted(_jokes(ctx), key=lambda j: f"{j.index:05d}"):
@@ -73,10 +124,10 @@ class CollectStage:
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         """raw_completions.json, written joke by joke: at a million units it is never held whole."""
-        from punchline.data.completions import build_raw_entry
         from punchline.data.jsonio import upstream_object_chunks
+        from punchline.data.puns.completions import build_raw_entry
 
-        cfg = ctx.cfg.puns
+        cfg = settings_of(ctx.cfg)
         assert cfg is not None
 
         def entries() -> Iterator[tuple[str, object]]:
@@ -105,9 +156,9 @@ class ClassifyStage:
         return decode_bytes(ctx.read_artifact(RAW), RawCompletions, source=ctx.artifact_key(RAW))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.classify import batches, classify_request
+        from punchline.data.puns.classify import batches, classify_request
 
-        cfg = ctx.cfg.puns
+        cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.classify is not None
         model_id = ctx.cfg.provider(cfg.classify.provider).model_id(cfg.classify.model)
         units = []
@@ -122,7 +173,7 @@ class ClassifyStage:
         return in_unit_order(units)
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.classify import Verdicts, merge_all, parse_verdicts
+        from punchline.data.puns.classify import Verdicts, merge_all, parse_verdicts
 
         verdicts: Verdicts = {}
         for uid in sorted(results):
@@ -143,8 +194,8 @@ class RankStage:
         return []
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.plots import plot_tiers
-        from punchline.data.tiers import apply_rankings, rank
+        from punchline.data.puns.plots import plot_tiers
+        from punchline.data.puns.tiers import apply_rankings, rank
 
         classified: ClassifiedCompletions = decode_bytes(
             ctx.read_artifact(CLASSIFIED), ClassifiedCompletions, source=ctx.artifact_key(CLASSIFIED)
@@ -164,9 +215,9 @@ class ClozeStage:
         return []
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.cloze import build_tests
+        from punchline.data.puns.cloze import build_tests
 
-        cfg = ctx.cfg.puns
+        cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.cloze is not None
         ranked: list[PunEntry] = decode_bytes(
             ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED)
@@ -182,14 +233,14 @@ class EvaluateStage:
     name = "evaluate"
 
     def _tests(self, ctx: StageContext) -> list:
-        from punchline.data.schemas import ClozeTest
+        from punchline.data.puns.schemas import ClozeTest
 
         return decode_bytes(ctx.read_artifact(TESTS), list[ClozeTest], source=ctx.artifact_key(TESTS))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.cloze_run import cloze_request
+        from punchline.data.puns.cloze_run import cloze_request
 
-        cfg = ctx.cfg.puns
+        cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.evaluate is not None
         settings = ctx.cfg.provider(cfg.evaluate.provider)
         return in_unit_order(
@@ -202,11 +253,11 @@ class EvaluateStage:
         )
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.cloze_report import build_report, write_report
-        from punchline.data.cloze_run import to_response
-        from punchline.data.schemas import ClozeModelResponses
+        from punchline.data.puns.cloze_report import build_report, write_report
+        from punchline.data.puns.cloze_run import to_response
+        from punchline.data.puns.schemas import ClozeModelResponses
 
-        cfg = ctx.cfg.puns
+        cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.evaluate is not None
         settings = ctx.cfg.provider(cfg.evaluate.provider)
         tests = self._tests(ctx)
@@ -233,21 +284,128 @@ class EvaluateStage:
 
 
 def stages(cfg: RunConfig) -> list[Stage]:
-    assert cfg.puns is not None
+    puns = settings_of(cfg)
     out: list[Stage] = [CollectStage()]
-    if cfg.puns.classify is not None:
+    if puns.classify is not None:
         out.append(ClassifyStage())
         out += [RankStage()]
-        if cfg.puns.cloze is not None:
+        if puns.cloze is not None:
             out.append(ClozeStage())
-            if cfg.puns.evaluate is not None:
+            if puns.evaluate is not None:
                 out.append(EvaluateStage())
     return out
 
 
+# Upper-bound request sizes for `plan` (the real prompts exist only once earlier stages have run):
+# a classification batch of about 4000 characters with room for a long JSON verdict list.
+CLASSIFY_PROMPT_CHARS = 4000
+CLASSIFY_MAX_TOKENS = 4096
+CLOZE_PROMPT_CHARS = 300
+
+
+def _estimate_classify(cfg: RunConfig, puns: PunsSettings) -> list[UnitSpec]:
+    import math
+
+    from punchline.data.requests import Message, ProviderRequest
+
+    assert puns.classify is not None
+    n = math.ceil(len(load_puns(resolve_path(cfg, puns.jokes))) / puns.classify.batch_size)
+    model = cfg.provider(puns.classify.provider).model_id(puns.classify.model)
+    req = ProviderRequest(
+        provider=puns.classify.provider,
+        model=model,
+        messages=(Message("user", "x" * CLASSIFY_PROMPT_CHARS),),
+        max_tokens=CLASSIFY_MAX_TOKENS,
+    )
+    return repeated(req, n)
+
+
+def _estimate_evaluate(cfg: RunConfig, puns: PunsSettings) -> list[UnitSpec]:
+    """Two tests (straight and contrast) per cloze pair, per model, each a real cloze request."""
+    from punchline.data.puns.cloze_run import cloze_request
+    from punchline.data.puns.schemas import ClozeTest
+
+    assert puns.evaluate is not None and puns.cloze is not None
+    test = ClozeTest(
+        pair_id=0,
+        type="straight",
+        prompt="x" * CLOZE_PROMPT_CHARS,
+        expected_completion=[],
+        contrast_completion=[],
+        joke_a_index=0,
+        joke_b_index=1,
+        joke_c_index=2,
+        joke_c_sentence="",
+        joke_a_tier="",
+        joke_b_tier="",
+        joke_c_tier="",
+        joke_c_balance=0.0,
+    )
+    settings = cfg.provider(puns.evaluate.provider)
+    requests = [
+        cloze_request(puns.evaluate.provider, settings.model_id(nick), test)
+        for nick in puns.evaluate.models
+        for _ in range(2 * puns.cloze.pairs)
+    ]
+    return [UnitSpec(unit_id=f"{i}", request=msgspec.structs.replace(r, sample_slot=i)) for i, r in enumerate(requests)]
+
+
+class PunsPipeline:
+    """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate (``[puns]``)."""
+
+    name = "puns"
+    settings_type = PunsSettings
+
+    def check_settings(self, settings: PunsSettings, source: str) -> None:
+        """Every constraint is a msgspec.Meta range: nothing across fields to check."""
+
+    def provider_refs(self, settings: PunsSettings) -> list[tuple[str, str]]:
+        refs = [("puns.collect.provider", settings.collect.provider)]
+        if settings.classify:
+            refs.append(("puns.classify.provider", settings.classify.provider))
+        if settings.evaluate:
+            refs.append(("puns.evaluate.provider", settings.evaluate.provider))
+        return refs
+
+    def stage_mode(self, settings: PunsSettings, stage: str) -> Mode | None:
+        tables: dict[str, Any] = {
+            "collect": settings.collect,
+            "classify": settings.classify,
+            "evaluate": settings.evaluate,
+        }
+        mode: Mode | None = getattr(tables.get(stage), "mode", None)
+        return mode
+
+    def input_paths(self, settings: PunsSettings) -> list[str]:
+        return [settings.jokes]
+
+    def check_inputs(self, cfg: RunConfig) -> None:
+        load_puns(resolve_path(cfg, settings_of(cfg).jokes))
+
+    def stages(self, cfg: RunConfig) -> list[Stage]:
+        return stages(cfg)
+
+    def estimate(self, cfg: RunConfig, stage: str) -> Iterable[UnitSpec]:
+        puns = settings_of(cfg)
+        if stage == "classify" and puns.classify is not None:
+            return _estimate_classify(cfg, puns)
+        if stage == "evaluate" and puns.evaluate is not None and puns.cloze:
+            return _estimate_evaluate(cfg, puns)
+        return []
+
+    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+        return headlines(store, run_id)
+
+    def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
+        return sim
+
+
+PIPELINE = PunsPipeline()
+
+
 def headlines(store: Store, run_id: str) -> list[str]:
     """What a person wants to see first after a run (markdown): the tiers and the cloze report."""
-    from punchline.data.tiers import tier_counts
+    from punchline.data.puns.tiers import tier_counts
 
     out = []
     ranked = store.get(f"{run_id}/artifacts/{RANKED}")

@@ -6,7 +6,7 @@ prompts *this* run builds from its lists, and the cloze answers under the prompt
 answered), then run the config offline. This module does the parts that are specific to the study:
 finding the files, writing the effective config, predicting which cloze tests the run will build (the
 recorded answers are keyed by their prompts) and comparing the outcome with the published numbers
-(:mod:`punchline.data.puns_history`).
+(:mod:`punchline.data.puns.puns_history`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import msgspec
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.pipelines import puns
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.puns_history import (
+from punchline.data.puns.puns_history import (
     PUBLISHED_DELTA_PP,
     PUBLISHED_TIERS,
     UPSTREAM_CLASSIFIED,
@@ -36,7 +36,7 @@ from punchline.data.puns_history import (
     is_published_selection,
     lists_as_classified,
 )
-from punchline.data.schemas import ClozeTest, PunEntry
+from punchline.data.puns.schemas import ClozeTest, PunEntry
 from punchline.data.store import Store
 
 CONFIG_NAME = "reproduce.toml"
@@ -145,13 +145,14 @@ def reproduce_config_text(template: str, upstream: UpstreamFiles) -> str:
 def predicted_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest]:
     """The cloze tests the run will build: its collect and classify stages replay the recorded answers,
     so its tiers follow from its lists and upstream's verdicts, computed here by the same functions."""
-    from punchline.data.classify import candidates, merge_all
-    from punchline.data.cloze import build_tests
-    from punchline.data.completions import build_raw_entry
-    from punchline.data.puns_io import load_classified, load_raw_completions
-    from punchline.data.tiers import apply_rankings, rank
+    from punchline.data.puns.classify import candidates, merge_all
+    from punchline.data.puns.cloze import build_tests
+    from punchline.data.puns.completions import build_raw_entry
+    from punchline.data.puns.puns_io import load_classified, load_raw_completions
+    from punchline.data.puns.tiers import apply_rankings, rank
 
-    assert cfg.puns is not None and cfg.puns.cloze is not None
+    cloze = puns.settings_of(cfg).cloze
+    assert cloze is not None
     jokes = puns.run_jokes(cfg)
     raw = load_raw_completions(upstream.raw)
     classified = load_classified(upstream.classified)
@@ -164,7 +165,7 @@ def predicted_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest]:
         for key, entry in run_raw.items()
     }
     ranked = apply_rankings(jokes, rank(merge_all(run_raw, verdicts)))
-    return build_tests(ranked, seed=cfg.puns.cloze.seed, pairs=cfg.puns.cloze.pairs)
+    return build_tests(ranked, seed=cloze.seed, pairs=cloze.pairs)
 
 
 def answered_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest] | None:
@@ -218,9 +219,9 @@ class Reproduction(msgspec.Struct, kw_only=True):
 
 def summarize(store: Store, record: Any, upstream: UpstreamFiles) -> Reproduction:
     """Read the run's artifacts and compare them with the published numbers."""
-    from punchline.data.cloze_report import ClozeReport
-    from punchline.data.puns_io import load_classified, load_cloze_tests, load_puns
-    from punchline.data.tiers import tier_counts
+    from punchline.data.puns.cloze_report import ClozeReport
+    from punchline.data.puns.puns_io import load_classified, load_cloze_tests, load_puns
+    from punchline.data.puns.tiers import tier_counts
 
     def artifact(name: str) -> bytes | None:
         return store.get(f"{record.run_id}/artifacts/{name}")

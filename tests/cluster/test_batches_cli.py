@@ -10,7 +10,7 @@ import msgspec
 
 from punchline.cluster.cli import main
 from punchline.cluster.driver import RunRecord, Services
-from punchline.data.completions import sample_request
+from punchline.data.puns.completions import sample_request
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import BatchRecord, record_path
 from punchline.workers.fake import FakeProviderServer

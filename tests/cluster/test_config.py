@@ -32,7 +32,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_a_good_config_loads(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, GOOD))
-    assert cfg.run.pipeline == "puns" and cfg.puns is not None and cfg.puns.collect.samples == 20
+    assert cfg.run.pipeline == "puns" and cfg.settings is not None and cfg.settings.collect.samples == 20
     assert cfg.run.shard_size == 8 and cfg.run.lease_ms == 30_000
 
 
@@ -73,7 +73,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_humor_answers_may_be_256_tokens_long_by_default() -> None:
-    from punchline.cluster.config import HumorSettings
+    from punchline.cluster.pipelines.humor import HumorSettings
 
     assert HumorSettings(data="x.json", provider="p", models=["m"]).max_tokens == 256  # lm-eval's default
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from punchline.cluster.driver import RunOptions, run
-from punchline.data.curation import load_candidates
-from punchline.data.puns_io import load_puns
+from punchline.data.puns.curation import load_candidates
+from punchline.data.puns.puns_io import load_puns
 from punchline.workers.fake.server import FakeProviderServer
 
 CANDIDATES = Path(__file__).resolve().parents[2] / "data" / "samples" / "candidate_jokes.json"

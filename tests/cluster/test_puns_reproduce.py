@@ -26,18 +26,18 @@ from punchline.cluster.pipelines.puns_reproduce import (
     reproduce_config_text,
     toml_text,
 )
-from punchline.data.cloze_report import build_report, classify_word
 from punchline.data.errors import InputError
-from punchline.data.puns_history import (
+from punchline.data.puns.cloze_report import build_report, classify_word
+from punchline.data.puns.puns_history import (
     PUBLISHED_DELTA_PP,
     PUBLISHED_TIERS,
     RemovedWord,
     is_published_selection,
     lists_as_classified,
 )
-from punchline.data.puns_io import load_classified, load_cloze_responses, load_cloze_tests, load_puns
-from punchline.data.schemas import ClozeTest, PunEntry
-from punchline.data.words import extract_word
+from punchline.data.puns.puns_io import load_classified, load_cloze_responses, load_cloze_tests, load_puns
+from punchline.data.puns.schemas import ClozeTest, PunEntry
+from punchline.data.puns.words import extract_word
 from punchline.workers.fake.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,14 +55,14 @@ def test_toml_text_round_trips_every_shipped_config(name: str) -> None:
 
 def test_shipped_config_runs_the_study_on_the_documented_layout(shared_puns: Path) -> None:
     cfg = load_config(CONFIG)
-    assert cfg.puns is not None and cfg.puns.evaluate is not None and cfg.puns.cloze is not None
-    assert cfg.run.offline and (cfg.puns.cloze.pairs, cfg.puns.cloze.seed) == (50, 42)
+    assert cfg.settings is not None and cfg.settings.evaluate is not None and cfg.settings.cloze is not None
+    assert cfg.run.offline and (cfg.settings.cloze.pairs, cfg.settings.cloze.seed) == (50, 42)
     here = CONFIG.parent
-    assert (here / cfg.puns.jokes).resolve() == (shared_puns / "puns_205.json").resolve()
-    assert (here / str(cfg.puns.lists_at_classification)).resolve() == (
+    assert (here / cfg.settings.jokes).resolve() == (shared_puns / "puns_205.json").resolve()
+    assert (here / str(cfg.settings.lists_at_classification)).resolve() == (
         shared_puns / "classified_completions.json"
     ).resolve()
-    assert (here / str(cfg.puns.evaluate.score_against)).resolve() == (shared_puns / "puns_205.json").resolve()
+    assert (here / str(cfg.settings.evaluate.score_against)).resolve() == (shared_puns / "puns_205.json").resolve()
     assert all(p.api_key_env is None and p.api_key_file is None for p in cfg.providers.values())  # no key needed
 
 
@@ -71,14 +71,14 @@ def test_effective_config_points_at_the_upstream_folder(shared_puns: Path, tmp_p
     text = reproduce_config_text(str(CONFIG), upstream)
     (tmp_path / "r.toml").write_text(text)
     cfg = load_config(tmp_path / "r.toml")
-    assert cfg.puns is not None and cfg.run.offline
-    assert (cfg.puns.jokes, cfg.puns.lists_at_classification) == (upstream.puns, upstream.classified)
-    assert cfg.puns.evaluate is None  # no recorded cloze answers: nothing to evaluate
+    assert cfg.settings is not None and cfg.run.offline
+    assert (cfg.settings.jokes, cfg.settings.lists_at_classification) == (upstream.puns, upstream.classified)
+    assert cfg.settings.evaluate is None  # no recorded cloze answers: nothing to evaluate
     with_cloze = msgspec.structs.replace(upstream, cloze_answers=str(tmp_path / "c.json"))
     (tmp_path / "c.toml").write_text(reproduce_config_text(str(CONFIG), with_cloze))
     cfg = load_config(tmp_path / "c.toml")
-    assert cfg.puns is not None and cfg.puns.evaluate is not None
-    assert cfg.puns.evaluate.score_against == upstream.puns
+    assert cfg.settings is not None and cfg.settings.evaluate is not None
+    assert cfg.settings.evaluate.score_against == upstream.puns
 
 
 def test_upstream_files_are_found_or_named(shared_puns: Path, tmp_path: Path) -> None:

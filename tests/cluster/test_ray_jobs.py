@@ -41,7 +41,10 @@ def test_stage_carries_the_config_and_its_inputs_and_nothing_else(tmp_path: Path
     files = sorted(p.relative_to(into).as_posix() for p in into.rglob("*") if p.is_file())
     assert files == ["configs/demo.toml", "data/samples/puns_sample.json"]
     staged = load_config(into / rel)
-    assert resolve_path(staged, staged.puns.jokes).read_bytes() == (REPO / "data/samples/puns_sample.json").read_bytes()  # type: ignore[union-attr]
+    assert (
+        resolve_path(staged, staged.settings.jokes).read_bytes()
+        == (REPO / "data/samples/puns_sample.json").read_bytes()
+    )  # type: ignore[union-attr]
 
 
 def test_stage_leaves_absolute_paths_and_names_a_missing_input(tmp_path: Path) -> None:

@@ -29,9 +29,9 @@ def test_settings_from_env() -> None:
 
 @ray.remote
 def _where_is_schemas() -> tuple[str, int]:
-    import punchline.data.schemas
+    import punchline.data.puns.schemas
 
-    return punchline.data.schemas.__file__ or "", os.getpid()
+    return punchline.data.puns.schemas.__file__ or "", os.getpid()
 
 
 def test_local_ray_imports_project_modules(ray_local: RaySettings) -> None:

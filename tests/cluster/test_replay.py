@@ -13,7 +13,7 @@ from punchline.cluster.cli import main
 from punchline.cluster.commands.providers import UPSTREAM_MODELS
 from punchline.cluster.driver import RunOptions, run
 from punchline.data.jsonio import decode_file
-from punchline.data.schemas import RawCompletions
+from punchline.data.puns.schemas import RawCompletions
 from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.classify import (
+from punchline.data.errors import RetryableProviderError
+from punchline.data.jsonio import dumps_upstream
+from punchline.data.puns.classify import (
     MalformedVerdicts,
     batches,
     candidates,
@@ -16,10 +18,8 @@ from punchline.data.classify import (
     merge_all,
     parse_verdicts,
 )
-from punchline.data.errors import RetryableProviderError
-from punchline.data.jsonio import dumps_upstream
-from punchline.data.puns_io import load_classified, load_raw_completions
-from punchline.data.schemas import RawCompletionEntry
+from punchline.data.puns.puns_io import load_classified, load_raw_completions
+from punchline.data.puns.schemas import RawCompletionEntry
 
 
 def _as_raw(entry) -> RawCompletionEntry:

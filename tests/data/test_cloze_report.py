@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.cloze_report import build_report, classify_word, score, to_markdown, write_report
-from punchline.data.cloze_run import MAX_TOKENS, STOP, cloze_request, to_response
 from punchline.data.errors import InputError
-from punchline.data.schemas import ClozeModelResponses, ClozeResponse, ClozeTest, PunEntry
+from punchline.data.puns.cloze_report import build_report, classify_word, score, to_markdown, write_report
+from punchline.data.puns.cloze_run import MAX_TOKENS, STOP, cloze_request, to_response
+from punchline.data.puns.schemas import ClozeModelResponses, ClozeResponse, ClozeTest, PunEntry
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

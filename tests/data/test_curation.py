@@ -8,7 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.data.curation import (
+from punchline.data.errors import InputError, RetryableProviderError
+from punchline.data.puns.curation import (
     Candidate,
     MalformedRatings,
     MalformedRepair,
@@ -22,8 +23,7 @@ from punchline.data.curation import (
     rating_request,
     repair_request,
 )
-from punchline.data.errors import InputError, RetryableProviderError
-from punchline.data.puns_io import validate_puns
+from punchline.data.puns.puns_io import validate_puns
 from punchline.data.requests import ProviderResponse
 from punchline.workers.fake.answers import AnswerKnobs, JokeBook, answer
 from punchline.workers.validators import validator

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.data.completions import greedy_request
+from punchline.data.puns.completions import greedy_request
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import (
     PACK_PREFIX,

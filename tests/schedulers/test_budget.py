@@ -11,9 +11,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from punchline.cluster.redis_server import free_port
-from punchline.data.completions import sample_request
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
+from punchline.data.puns.completions import sample_request
 from punchline.schedulers.budget import Budget, estimate_request_cost, make_budget
 from punchline.schedulers.redis_client import connect
 

@@ -14,8 +14,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from punchline.cluster.redis_server import free_port
-from punchline.data.completions import greedy_request
 from punchline.data.errors import LedgerUnavailable, RetryableProviderError
+from punchline.data.puns.completions import greedy_request
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect
 from punchline.workers.fake import FakeProviderServer

@@ -13,9 +13,9 @@ from typing import Any
 import openai
 import pytest
 
-from punchline.data.completions import sample_request
 from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.puns.completions import sample_request
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.batch_provider import merge_parts, parts
 from punchline.workers.fake import FakeProviderServer

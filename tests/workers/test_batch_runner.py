@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from punchline.data.completions import sample_request
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
+from punchline.data.puns.completions import sample_request
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.stores.local import LocalStore

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.data.errors import RetryableProviderError
+from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.data.requests import Message, ProviderRequest
 from punchline.workers.fake import JUDGE_MARKER, FakeProviderServer, fetch_stats, request_wire_key
 from punchline.workers.fake.answers import HUMOR_CLASSES, AnswerKnobs, JokeBook, answer, model_size_b
@@ -149,7 +149,7 @@ def test_model_size_parsing() -> None:
 
 
 def _funny_rate(book: JokeBook, model: str, context: str = "") -> float:
-    from punchline.data.completions import SYSTEM_PROMPT
+    from punchline.data.puns.completions import SYSTEM_PROMPT
 
     knobs = AnswerKnobs(noise_rate=0.0)
     funny = total = 0
@@ -217,7 +217,7 @@ def test_classification_humor_judge_rating_answers(book: JokeBook) -> None:
 
 
 def test_unknown_sentence_and_message_struct(book: JokeBook) -> None:
-    from punchline.data.completions import SYSTEM_PROMPT
+    from punchline.data.puns.completions import SYSTEM_PROMPT
 
     text = answer(
         book,
@@ -235,7 +235,7 @@ def test_unknown_sentence_and_message_struct(book: JokeBook) -> None:
 
 def test_greedy_cloze_priming_moves_answers(book: JokeBook) -> None:
     """Greedy (temperature 0) cloze prompts: the same answer for every call, funnier after puns."""
-    from punchline.data.completions import SYSTEM_PROMPT
+    from punchline.data.puns.completions import SYSTEM_PROMPT
 
     knobs = AnswerKnobs(noise_rate=0.0)
     funny = {"straight": 0, "funny": 0}

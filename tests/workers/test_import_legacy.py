@@ -16,11 +16,11 @@ from punchline.cluster.commands.providers import (
     import_legacy,
     targets_from_config,
 )
-from punchline.data.classify import batches, classify_request, merge_all, parse_verdicts
-from punchline.data.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
 from punchline.data.jsonio import decode_file, dumps_upstream
+from punchline.data.puns.classify import batches, classify_request, merge_all, parse_verdicts
+from punchline.data.puns.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
+from punchline.data.puns.schemas import RawCompletions
 from punchline.data.response_cache import ResponseCache
-from punchline.data.schemas import RawCompletions
 from punchline.data.stores import open_store
 
 
@@ -84,7 +84,7 @@ def test_targets_follow_the_run_config(tmp_path: Path) -> None:
 
 def _cloze_answers(tests: list, words: dict[str, list[str]]) -> dict:
     """A cloze_benchmark_raw.json in upstream's layout: answers keyed by the test's position."""
-    from punchline.data.words import extract_word
+    from punchline.data.puns.words import extract_word
 
     return {
         nick: {
@@ -104,9 +104,9 @@ def _cloze_answers(tests: list, words: dict[str, list[str]]) -> dict:
 
 
 def test_cloze_answers_land_under_the_cloze_requests_of_their_tests(shared_puns: Path, tmp_path: Path) -> None:
-    from punchline.data.cloze import build_tests
-    from punchline.data.cloze_run import cloze_request
-    from punchline.data.puns_io import dump_cloze_tests, load_puns
+    from punchline.data.puns.cloze import build_tests
+    from punchline.data.puns.cloze_run import cloze_request
+    from punchline.data.puns.puns_io import dump_cloze_tests, load_puns
 
     tests = build_tests(load_puns(shared_puns / "puns_205.json"))
     tests_path = tmp_path / "tests.json"
@@ -136,8 +136,8 @@ def test_cloze_answers_land_under_the_cloze_requests_of_their_tests(shared_puns:
 def test_cloze_answers_that_do_not_match_their_tests_are_refused(
     shared_puns: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from punchline.data.cloze import build_tests
-    from punchline.data.puns_io import dump_cloze_tests, load_puns
+    from punchline.data.puns.cloze import build_tests
+    from punchline.data.puns.puns_io import dump_cloze_tests, load_puns
 
     tests = build_tests(load_puns(shared_puns / "puns_205.json"))
     tests_path = tmp_path / "tests.json"

@@ -10,9 +10,9 @@ import traceback
 
 import pytest
 
-from punchline.data.completions import greedy_request
 from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.puns.completions import greedy_request
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import make_provider, parse_retry_after, wire_calls
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from punchline.data.completions import greedy_request
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.puns.completions import greedy_request
 from punchline.data.requests import ProviderResponse
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import MalformedResponse, make_provider

@@ -15,8 +15,8 @@ import redis
 import redis.asyncio
 import structlog.testing
 
-from punchline.data.completions import greedy_request
 from punchline.data.provider_settings import ModelSettings
+from punchline.data.puns.completions import greedy_request
 from punchline.data.response_cache import PACK_PREFIX, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key

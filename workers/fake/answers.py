@@ -32,13 +32,13 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
-from punchline.data.completions import SYSTEM_PROMPT
-from punchline.data.curation import REPAIR_MARKER
 from punchline.data.humor.judge import ANSWER_BEGIN, ANSWER_END, JUDGE_MARKER, REFERENCE_LABEL
 from punchline.data.humor.loaders import load_items
 from punchline.data.humor.parser import parsed_output
 from punchline.data.humor.schema import CLASSES, HumorInputs, split_output
+from punchline.data.puns.cloze_run import SYSTEM_PROMPT as CLOZE_SYSTEM_PROMPT
+from punchline.data.puns.completions import SYSTEM_PROMPT
+from punchline.data.puns.curation import REPAIR_MARKER
 
 HUMOR_CLASSES: tuple[str, ...] = CLASSES  # the 12 canonical Humor classes
 HUMOR_LETTERS: tuple[str, ...] = ("А", "Б", "В", "Г")

@@ -14,7 +14,7 @@ import msgspec
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import atomic_write_bytes, write_upstream_json
-from punchline.data.schemas import ClozeResponses, ClozeTest, PrimingType, PunEntry, WordClass
+from punchline.data.puns.schemas import ClozeResponses, ClozeTest, PrimingType, PunEntry, WordClass
 
 CONTEXTS: tuple[PrimingType, PrimingType] = ("straight", "funny")
 ROUND_DIGITS = 4
@@ -165,7 +165,7 @@ def build_report(
 
 def write_report(report: ClozeReport, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write every report file atomically into ``out_dir`` (created if needed)."""
-    from punchline.data.plots import plot_context_effect, plot_funny_shift
+    from punchline.data.puns.plots import plot_context_effect, plot_funny_shift
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

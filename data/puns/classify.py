@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 
 from punchline.data.errors import RetryableProviderError
+from punchline.data.puns.schemas import ClassifiedEntry, RawCompletionEntry, WordClass
 from punchline.data.requests import Message, ProviderRequest
-from punchline.data.schemas import ClassifiedEntry, RawCompletionEntry, WordClass
 
 BATCH_SIZE = 10
 MAX_TOKENS = 4096

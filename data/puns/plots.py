@@ -14,8 +14,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
-    from punchline.data.cloze_report import ClozeReport
-    from punchline.data.schemas import PunEntry
+    from punchline.data.puns.cloze_report import ClozeReport
+    from punchline.data.puns.schemas import PunEntry
 
 COLORS = {"straight": "#4A90D9", "funny": "#E85D75", "other": "#AAAAAA"}
 DPI = 120
@@ -87,7 +87,7 @@ def plot_tiers(puns: Sequence[PunEntry]) -> bytes:
     reader sees how close to a boundary the jokes sit (and how a change of threshold would move them).
     Right: each model's funny rate averaged over the jokes, the size effect the cloze tests build on.
     """
-    from punchline.data.tiers import (
+    from punchline.data.puns.tiers import (
         BALANCED_MIN_BALANCE,
         FUNNY_DOMINATED_MIN_P_FUNNY,
         LEANING_MIN_BALANCE,

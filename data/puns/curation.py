@@ -18,9 +18,9 @@ from msgspec import UNSET, UnsetType
 
 from punchline.data.errors import InputError, RetryableProviderError
 from punchline.data.jsonio import decode_file
-from punchline.data.puns_io import check_sentence
+from punchline.data.puns.puns_io import check_sentence
+from punchline.data.puns.schemas import BLANK, PunEntry
 from punchline.data.requests import Message, ProviderRequest
-from punchline.data.schemas import BLANK, PunEntry
 
 MAX_TOKENS = 1024
 REPAIR_MARKER = "Improve this fill-in-the-blank pun"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from punchline.data.errors import InputError
-from punchline.data.schemas import ClassifiedEntry, Number, PunEntry, Tier
+from punchline.data.puns.schemas import ClassifiedEntry, Number, PunEntry, Tier
 
 BALANCED_MIN_BALANCE = 0.3
 LEANING_MIN_BALANCE = 0.05

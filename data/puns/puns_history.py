@@ -22,7 +22,7 @@ import msgspec
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import dumps_upstream
-from punchline.data.schemas import ClassifiedEntry, ClozeTest, PunEntry
+from punchline.data.puns.schemas import ClassifiedEntry, ClozeTest, PunEntry
 
 #: Tier counts of the published ``puns_205.json`` (DATASET.md of davidbau/puns).
 PUBLISHED_TIERS: dict[str, int] = {"balanced": 42, "leaning": 51, "funny_dominated": 24, "straight_dominated": 88}

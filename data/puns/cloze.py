@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from msgspec import UnsetType
 
-from punchline.data.completions import truncate_before_blank
 from punchline.data.errors import InputError
-from punchline.data.schemas import BLANK, ClozeTest, PrimingType, PunEntry
+from punchline.data.puns.completions import truncate_before_blank
+from punchline.data.puns.schemas import BLANK, ClozeTest, PrimingType, PunEntry
 
 DEFAULT_SEED = 42
 DEFAULT_PAIRS = 50

@@ -6,9 +6,9 @@ newline or sentence punctuation) so that our answers are comparable with the pub
 
 from __future__ import annotations
 
+from punchline.data.puns.schemas import ClozeResponse, ClozeTest
+from punchline.data.puns.words import extract_word
 from punchline.data.requests import Message, ProviderRequest
-from punchline.data.schemas import ClozeResponse, ClozeTest
-from punchline.data.words import extract_word
 
 SYSTEM_PROMPT = (
     "You are completing a text. Given the text below, output only the "

@@ -16,7 +16,7 @@ from typing import Any
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import decode_file, write_upstream_json
-from punchline.data.schemas import (
+from punchline.data.puns.schemas import (
     BLANK,
     ClassifiedCompletions,
     ClozeResponses,

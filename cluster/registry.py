@@ -1,0 +1,93 @@
+"""Which :class:`~punchline.cluster.pipeline.Pipeline` a config's ``[run] pipeline`` names.
+
+Three places, in this order: ``"package.module:Name"`` (a user's own code on ``sys.path``), a built-in
+name, an entry point of the ``punchline.pipelines`` group (an installed plug-in package). Built-ins are
+named here as ``module:Name`` strings and imported only when asked for, so the config loader can use
+the registry without importing any pipeline (and without knowing one by name). A reference that
+cannot be imported, is not a Pipeline or lacks a method is one line naming it (ConfigError, exit 2).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from typing import Any
+
+import msgspec
+
+from punchline.cluster.pipeline import PIPELINE_METHODS, Pipeline
+from punchline.data.errors import ConfigError
+
+GROUP = "punchline.pipelines"  # the entry-point group a plug-in package declares its pipelines in
+BUILTINS: dict[str, str] = {
+    "puns": "punchline.cluster.pipelines.puns:PIPELINE",
+    "humor": "punchline.cluster.pipelines.humor:PIPELINE",
+    "curate": "punchline.cluster.pipelines.curate:PIPELINE",
+}
+FIELD = "run.pipeline"
+
+
+def _entry_points() -> dict[str, str]:
+    """Installed plug-ins: entry-point name -> ``module:attr`` (read afresh: a test may add a dist-info)."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=GROUP)}
+
+
+def _load(ref: str, file: str | None) -> object:
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"pipeline {ref!r} is not 'package.module:Name'", file=file, field=FIELD)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # a plug-in's own import error, whatever it is, is one line naming it
+        raise ConfigError(
+            f"pipeline {ref!r} cannot be imported: {type(exc).__name__}: {exc}", file=file, field=FIELD
+        ) from None
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"pipeline {ref!r}: module {module_name!r} has no {attr!r}", file=file, field=FIELD) from None
+    return value() if isinstance(value, type) else value  # a class with no arguments, or an instance
+
+
+def check_pipeline(obj: object, ref: str, file: str | None = None) -> Pipeline:
+    """``obj`` if it has everything :class:`Pipeline` asks for; else one line naming ``ref``."""
+    settings_type = getattr(obj, "settings_type", None)
+    name = getattr(obj, "name", None)
+    if not (isinstance(name, str) and isinstance(settings_type, type) and issubclass(settings_type, msgspec.Struct)):
+        raise ConfigError(
+            f"{ref!r} is not a Pipeline (want an object with a str `name`, a msgspec Struct `settings_type` "
+            f"and the methods {', '.join(PIPELINE_METHODS)})",
+            file=file,
+            field=FIELD,
+        )
+    missing = [m for m in PIPELINE_METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        raise ConfigError(f"pipeline {ref!r} lacks {', '.join(missing)}", file=file, field=FIELD)
+    return obj  # type: ignore[return-value]
+
+
+def resolve(ref: str, file: str | None = None) -> Pipeline:
+    """The pipeline ``ref`` names (``[run] pipeline``); ``file`` is the config, for the error line."""
+    if ":" in ref:
+        target = ref
+    elif ref in BUILTINS:
+        target = BUILTINS[ref]
+    else:
+        installed = _entry_points()
+        if ref not in installed:
+            known = sorted({*BUILTINS, *installed})
+            raise ConfigError(
+                f"unknown pipeline {ref!r}: known {known}, or give 'package.module:Name'", file=file, field=FIELD
+            )
+        target = installed[ref]
+    return check_pipeline(_load(target, file), ref, file)
+
+
+def available() -> list[str]:
+    """Every pipeline name a config may use without a ``module:Name`` reference."""
+    return sorted({*BUILTINS, *_entry_points()})
+
+
+def pipeline_of(cfg: Any) -> Pipeline:
+    """The pipeline of a loaded :class:`~punchline.cluster.config.RunConfig`."""
+    return resolve(cfg.run.pipeline, cfg.source or None)

@@ -1,0 +1,1 @@
+"""The Puns workflow's data: its schemas, loaders, completions, classification, tiers, cloze tests and curation."""

@@ -1,0 +1,217 @@
+"""The pipeline registry: built-ins, ``package.module:Name``, entry points, and the one-line failures;
+and the engine (driver, config loader, planner, coordinator, CLI, run/status/plan commands) never
+names a pipeline."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import punchline
+from punchline.cluster import registry
+from punchline.cluster.cli import main
+from punchline.cluster.config import load_config
+from punchline.cluster.planner import plan_run
+from punchline.data.errors import ConfigError
+
+ROOT = Path(punchline.__file__).parent
+
+# The engine's modules: they must learn everything about a workload from its Pipeline object. Left out,
+# on purpose: the registry (it names the built-ins), cluster/pipelines/ (the built-ins themselves), and
+# the command families that belong to one workload: commands/puns.py and commands/humor.py (`punchline
+# puns ...`, `punchline humor ...`) and commands/providers.py (`import-legacy` of upstream Puns files and
+# the fake provider's answer-key flags).
+ENGINE = [
+    "cluster/driver.py",
+    "cluster/config.py",
+    "cluster/planner.py",
+    "cluster/coordinator.py",
+    "cluster/pipeline.py",
+    "cluster/ray_jobs.py",
+    "cluster/cli.py",
+    "cluster/commands/run.py",
+    "cluster/commands/batches.py",
+    "cluster/commands/jobs.py",
+]
+NAMES = re.compile("|".join(sorted(registry.BUILTINS)), re.IGNORECASE)  # anywhere: code, strings, comments
+
+
+def test_the_engine_never_names_a_pipeline() -> None:
+    assert len(registry.BUILTINS) >= 3
+    assert NAMES.search((ROOT / "cluster/registry.py").read_text()), "the pattern finds the names where they are"
+    found = []
+    for rel in ENGINE:
+        for n, line in enumerate((ROOT / rel).read_text().splitlines(), 1):
+            if NAMES.search(line):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == [], "pipeline names outside the registry:\n" + "\n".join(found)
+
+
+PLUGIN = """
+from typing import Annotated
+
+import msgspec
+
+from punchline.data.requests import Message, ProviderRequest
+from punchline.data.units import UnitSpec
+
+
+class EchoSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    provider: str
+    model: str
+    count: Annotated[int, msgspec.Meta(ge=1, le=100)] = 3
+
+
+class EchoStage:
+    name = "echo"
+
+    def plan(self, ctx):
+        s = ctx.cfg.settings
+        model = ctx.cfg.provider(s.provider).model_id(s.model)
+        return [
+            UnitSpec(
+                unit_id=f"{i:03d}",
+                request=ProviderRequest(provider=s.provider, model=model, messages=(Message("user", f"say {i}"),)),
+            )
+            for i in range(s.count)
+        ]
+
+    def reduce(self, ctx, results):
+        ctx.write_artifact("echo.txt", b"ok")
+        return ["echo.txt"]
+
+
+class Echo:
+    name = "echo"
+    settings_type = EchoSettings
+
+    def check_settings(self, settings, source):
+        pass
+
+    def provider_refs(self, settings):
+        return [("echo.provider", settings.provider)]
+
+    def stage_mode(self, settings, stage):
+        return None
+
+    def input_paths(self, settings):
+        return []
+
+    def check_inputs(self, cfg):
+        pass
+
+    def stages(self, cfg):
+        return [EchoStage()]
+
+    def estimate(self, cfg, stage):
+        return []
+
+    def headlines(self, cfg, store, run_id):
+        return [f"echoed {cfg.settings.count}"]
+
+    def simulator_knobs(self, cfg, sim):
+        return sim
+
+
+class Partial:
+    name = "partial"
+    settings_type = EchoSettings
+
+    def stages(self, cfg):
+        return []
+
+
+NOT_A_PIPELINE = {"name": "echo"}
+"""
+
+CONFIG = """
+[run]
+pipeline = "{ref}"
+
+[providers.sim]
+kind = "openai"
+base_url = "simulated"
+
+[providers.sim.models]
+m = {{ id = "model-m" }}
+
+[echo]
+provider = "sim"
+model = "m"
+count = {count}
+"""
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's package on sys.path: ``echo_plugin`` (good, partial, not a pipeline) and ``broken_plugin``."""
+    (tmp_path / "echo_plugin.py").write_text(PLUGIN)
+    (tmp_path / "broken_plugin.py").write_text("import no_such_module_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def config(tmp_path: Path, ref: str, count: int = 4) -> Path:
+    p = tmp_path / "run.toml"
+    p.write_text(CONFIG.format(ref=ref, count=count))
+    return p
+
+
+@pytest.mark.parametrize("name", sorted(registry.BUILTINS))
+def test_a_builtin_is_found_by_name(name: str) -> None:
+    pipeline = registry.resolve(name)
+    assert pipeline.name == name and name in registry.available()
+
+
+def test_a_module_name_reference_loads_the_users_pipeline(plugin: Path) -> None:
+    cfg = load_config(config(plugin, "echo_plugin:Echo", count=4))
+    pipeline = registry.pipeline_of(cfg)
+    assert pipeline.name == "echo" and type(pipeline).__module__ == "echo_plugin"
+    assert cfg.settings.count == 4 and type(cfg.settings).__name__ == "EchoSettings"
+    (estimate,) = plan_run(cfg)  # the planner runs any pipeline's stages
+    assert (estimate.stage, estimate.requests, estimate.exact) == ("echo", 4, True)
+
+
+def test_the_users_table_is_checked_with_file_and_key_path(plugin: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(config(plugin, "echo_plugin:Echo", count=0))
+    assert err.value.field == "echo.count" and str(plugin / "run.toml") in str(err.value)
+    bad = config(plugin, "echo_plugin:Echo").read_text().replace('provider = "sim"\nmodel', 'provider = "x"\nmodel')
+    (plugin / "run.toml").write_text(bad)
+    with pytest.raises(ConfigError, match="unknown provider 'x'") as err:
+        load_config(plugin / "run.toml")
+    assert err.value.field == "echo.provider"
+
+
+def test_an_entry_point_names_an_installed_pipeline(plugin: Path) -> None:
+    dist = plugin / "echo_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{registry.GROUP}]\nechoing = echo_plugin:Echo\n")
+    assert "echoing" in registry.available()
+    assert registry.resolve("echoing").name == "echo"
+    cfg = load_config(config(plugin, "echoing"))
+    assert cfg.settings.count == 4
+
+
+@pytest.mark.parametrize(
+    ("ref", "words"),
+    [
+        ("broken_plugin:Thing", ["'broken_plugin:Thing' cannot be imported", "no_such_module_here"]),
+        ("echo_plugin:NOT_A_PIPELINE", ["'echo_plugin:NOT_A_PIPELINE' is not a Pipeline"]),
+        ("echo_plugin:Partial", ["'echo_plugin:Partial' lacks check_settings", "headlines"]),
+        ("echo_plugin:Missing", ["'echo_plugin:Missing'", "has no 'Missing'"]),
+        ("nope", ["unknown pipeline 'nope'"]),
+    ],
+)
+def test_a_bad_plugin_is_one_line_naming_it(
+    plugin: Path, capsys: pytest.CaptureFixture[str], ref: str, words: list[str]
+) -> None:
+    assert main(["plan", str(config(plugin, ref))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "run.pipeline" in err and str(plugin / "run.toml") in err
+    for w in words:
+        assert w in err
