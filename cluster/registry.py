@@ -23,6 +23,7 @@ BUILTINS: dict[str, str] = {
     "puns": "punchline.cluster.pipelines.puns:PIPELINE",
     "humor": "punchline.cluster.pipelines.humor:PIPELINE",
     "curate": "punchline.cluster.pipelines.curate:PIPELINE",
+    "prompts": "punchline.cluster.pipelines.prompts:PIPELINE",
 }
 FIELD = "run.pipeline"
 

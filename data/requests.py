@@ -34,10 +34,18 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     stop: tuple[str, ...] = ()
     seed: int | None = None
     sample_slot: int = 0
+    top_p: float | None = None  # last, and left out of the key when None (below)
 
     def key(self) -> str:
-        """Stable content hash: equal requests give equal keys in every process and run."""
-        return hashlib.sha256(_ENCODER.encode(self)).hexdigest()[:40]
+        """Stable content hash: equal requests give equal keys in every process and run.
+
+        A request without ``top_p`` hashes exactly as it did before the field existed (its encoding
+        minus the trailing ``top_p: nil`` pair, with the map's length one less), so every answer cached
+        before stays found."""
+        raw = _ENCODER.encode(self)
+        if self.top_p is None:
+            raw = bytes([raw[0] - 1]) + raw[1 : -len(_NO_TOP_P)]
+        return hashlib.sha256(raw).hexdigest()[:40]
 
     def describe(self) -> str:
         """A short human description for errors and logs (never contains secrets)."""
@@ -47,12 +55,29 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+_NO_TOP_P = _ENCODER.encode({"top_p": None})[1:]  # the key and the nil, without the map header
 
 
 class ProviderResponse(msgspec.Struct, kw_only=True):
-    """What came back: one text per choice, and the token counts the provider billed."""
+    """What came back: one text per choice, and the token counts the provider billed.
+
+    ``finish_reasons`` (one per choice: ``stop``, ``length``, ...) is empty for answers cached before
+    it was kept."""
 
     texts: list[str]
     input_tokens: int = 0
     output_tokens: int = 0
     model: str = ""
+    finish_reasons: list[str] = []
+
+
+def joined(parts: list[ProviderResponse]) -> ProviderResponse:
+    """The answer of a request made as several calls (``n`` single-choice calls, or batch parts), in
+    choice order: texts and finish reasons concatenated, tokens summed, the first part's model."""
+    return ProviderResponse(
+        texts=[t for p in parts for t in p.texts],
+        input_tokens=sum(p.input_tokens for p in parts),
+        output_tokens=sum(p.output_tokens for p in parts),
+        model=parts[0].model,
+        finish_reasons=[r for p in parts for r in p.finish_reasons],
+    )

@@ -23,7 +23,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.data.requests import ProviderRequest, ProviderResponse, joined
 
 BatchStatus = Literal["in_progress", "ended"]
 
@@ -83,12 +83,7 @@ def merge_parts(request: ProviderRequest, got: Mapping[str, PartOutcome], settin
         answers.append(value)
     return RequestOutcome(
         key=key,
-        response=ProviderResponse(
-            texts=[t for a in answers for t in a.texts],
-            input_tokens=sum(a.input_tokens for a in answers),
-            output_tokens=sum(a.output_tokens for a in answers),
-            model=answers[0].model,
-        ),
+        response=joined(answers),
     )
 
 

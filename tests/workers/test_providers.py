@@ -126,3 +126,57 @@ def test_max_concurrency_bounds_calls_in_flight(fake: FakeProviderServer) -> Non
 
     assert asyncio.run(go()) >= 0.6  # 6 calls of 200 ms, two at a time
     assert fake.stats().ok == 6
+
+
+@pytest.mark.parametrize(
+    ("kind", "supports_n", "reason"),
+    [("openai", True, "stop"), ("openai", False, "stop"), ("anthropic", True, "end_turn")],
+)
+def test_finish_reasons_are_kept_per_choice_and_top_p_is_sent(
+    fake: FakeProviderServer, kind: str, supports_n: bool, reason: str
+) -> None:
+    from punchline.data.requests import Message, ProviderRequest
+    from punchline.workers.providers.anthropic import message_body
+    from punchline.workers.providers.openai_compat import chat_body
+
+    request = ProviderRequest(
+        provider="fake", model=MODEL, messages=(Message("user", "Options: a | b | c"),), n=3, temperature=0.7, top_p=0.9
+    )
+    assert chat_body(request, 3)["top_p"] == message_body(request)["top_p"] == 0.9
+    assert "top_p" not in chat_body(greedy_request("fake", MODEL, "x"), 1)
+    provider = make_provider("fake", fake.provider_settings(kind, supports_n=supports_n, timeout_s=5))  # type: ignore[arg-type]
+
+    async def go() -> list[str]:
+        try:
+            response = await provider.complete(request)
+        finally:
+            await provider.aclose()
+        assert len(response.texts) == 3
+        return response.finish_reasons
+
+    assert asyncio.run(go()) == [reason] * 3
+
+
+def test_a_request_without_top_p_keeps_the_key_it_had_before_the_field() -> None:
+    """Answers cached before ``top_p`` existed stay found: the key of a request without it is unchanged."""
+    import hashlib
+
+    import msgspec
+
+    from punchline.data.requests import Message, ProviderRequest
+
+    class Before(msgspec.Struct, frozen=True, kw_only=True):  # ProviderRequest as it was
+        provider: str
+        model: str
+        messages: tuple[Message, ...]
+        temperature: float = 0.0
+        max_tokens: int = 16
+        n: int = 1
+        stop: tuple[str, ...] = ()
+        seed: int | None = None
+        sample_slot: int = 0
+
+    fields = {"provider": "p", "model": "m", "messages": (Message("user", "hi"),), "n": 5, "seed": 3, "stop": ("\n",)}
+    old = hashlib.sha256(msgspec.msgpack.Encoder(order="deterministic").encode(Before(**fields))).hexdigest()[:40]  # type: ignore[arg-type]
+    assert ProviderRequest(**fields).key() == old  # type: ignore[arg-type]
+    assert ProviderRequest(**fields, top_p=0.9).key() != old  # type: ignore[arg-type]

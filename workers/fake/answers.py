@@ -16,7 +16,13 @@ The fake recognises the prompt families punchline sends:
   (so that a demo's scores rank models as real runs would), else drawn at random;
 * judge prompts (contain :data:`JUDGE_MARKER`, or ``"оцените"``): ``SCORE: 0|1``; a Humor judge prompt
   is graded against its reference with the robust parser, and the grade is flipped now and then (a
-  judge that mostly agrees with exact match, but not always).
+  judge that mostly agrees with exact match, but not always);
+* generic prompts (the prompts pipeline's): a prompt with an ``Options: a | b | c`` line is answered with
+  one of them, drawn from the request's seed (the fake knows no answers) — as JSON
+  ``{"answer", "confidence"}`` when the prompt says ``JSON`` (sometimes fenced, sometimes prose: a parse
+  failure), else ``Answer: <option>`` (sometimes hedged prose); a prompt with
+  ``VERDICT`` and ``Reference:`` / ``Response:`` lines is graded ``VERDICT: correct|incorrect`` by
+  whether the response names the reference, flipped now and then.
 """
 
 from __future__ import annotations
@@ -207,6 +213,11 @@ def answer(
         return _pun_word(rng, knobs, book, model, user, greedy=temperature == 0)
     if REPAIR_MARKER in text:
         return _repair(rng, knobs, text)
+    if "VERDICT" in text and _REFERENCE_RE.search(text) and _RESPONSE_RE.search(text):
+        return _verdict(rng, knobs, text)
+    options = _OPTIONS_RE.search(text)
+    if options is not None:
+        return _generic(rng, knobs, text, options.group(1))
     lower = text.lower()
     if "rate" in lower and "json" in lower:
         return _ratings(rng, knobs, text)
@@ -363,6 +374,36 @@ def _humor(rng: random.Random, knobs: AnswerKnobs, model: str, reference: str | 
     if variant == 1:
         return f"ответ: {cls.lower()}\nрешение: {letter}"
     return f"Подумаем.\nОТВЕТ: «{cls}»\nРЕШЕНИЕ: {letter}."
+
+
+_OPTIONS_RE = re.compile(r"^Options:[ \t]*(.+)$", re.M)
+_REFERENCE_RE = re.compile(r"^Reference:[ \t]*(.*)$", re.M)
+_RESPONSE_RE = re.compile(r"^Response:[ \t]*(.*?)(?=^\w+:|\Z)", re.M | re.S)
+
+
+def _generic(rng: random.Random, knobs: AnswerKnobs, text: str, options_line: str) -> str:
+    """One of the prompt's options, in the format the prompt asks for."""
+    options = [o.strip() for o in options_line.split("|") if o.strip()] or list(GENERIC_WORDS)
+    pick = rng.choice(options)
+    hedge = rng.random() < knobs.noise_rate / 2
+    if "JSON" in text:
+        if hedge:
+            return f"I would say {pick}, but I am not sure."
+        body = json.dumps({"answer": pick, "confidence": round(0.5 + rng.random() / 2, 2)})
+        return f"```json\n{body}\n```" if rng.random() < knobs.format_variant_rate else body
+    if hedge:
+        return f"It could be {pick}, or perhaps not."
+    return f"Answer: {pick}" if rng.random() >= knobs.format_variant_rate else f"Let me think.\nAnswer: {pick}."
+
+
+def _verdict(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
+    reference, response = _REFERENCE_RE.search(text), _RESPONSE_RE.search(text)
+    assert reference is not None and response is not None
+    ref = reference.group(1).strip().lower()
+    right = bool(ref) and ref in response.group(1).lower()
+    if rng.random() < knobs.judge_flip_rate:
+        right = not right
+    return f"VERDICT: {'correct' if right else 'incorrect'}"
 
 
 # the reference and the graded answer inside :func:`data.humor.judge.judge_request`'s prompt

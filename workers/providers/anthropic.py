@@ -16,7 +16,7 @@ import anthropic
 import msgspec
 
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.data.requests import ProviderRequest, ProviderResponse, joined
 from punchline.workers.providers import (
     MalformedResponse,
     SdkProvider,
@@ -38,12 +38,7 @@ class AnthropicProvider(SdkProvider):
 
     async def complete(self, request: ProviderRequest) -> ProviderResponse:
         parts = [await self._call(request, request.sample_slot * request.n + i) for i in range(request.n)]
-        return ProviderResponse(
-            texts=[p.texts[0] for p in parts],
-            input_tokens=sum(p.input_tokens for p in parts),
-            output_tokens=sum(p.output_tokens for p in parts),
-            model=parts[0].model,
-        )
+        return joined(parts)
 
     async def _call(self, request: ProviderRequest, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
@@ -65,6 +60,8 @@ def message_body(request: ProviderRequest) -> dict[str, Any]:
     stop = [s for s in request.stop if s.strip()]
     if stop:
         params["stop_sequences"] = stop
+    if request.top_p is not None:
+        params["top_p"] = request.top_p
     return params
 
 
@@ -84,6 +81,7 @@ class _Message(msgspec.Struct):
     content: list[_Block] | None = None
     usage: _Usage | None = None
     model: str | None = None
+    stop_reason: str | None = None
 
 
 _message = msgspec.json.Decoder(_Message)
@@ -101,4 +99,5 @@ def message_response(where: str, resp: Any) -> ProviderResponse:
         input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
         model=str(getattr(resp, "model", "") or ""),
+        finish_reasons=[str(getattr(resp, "stop_reason", None) or "")],
     )

@@ -17,7 +17,7 @@ import msgspec
 import openai
 
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.data.requests import ProviderRequest, ProviderResponse, joined
 from punchline.workers.providers import (
     MalformedResponse,
     SdkProvider,
@@ -40,12 +40,7 @@ class OpenAICompatProvider(SdkProvider):
     async def complete(self, request: ProviderRequest) -> ProviderResponse:
         if request.n > 1 and not self.settings.supports_n:
             parts = [await self._call(request, 1, request.sample_slot * request.n + i) for i in range(request.n)]
-            return ProviderResponse(
-                texts=[t for p in parts for t in p.texts],
-                input_tokens=sum(p.input_tokens for p in parts),
-                output_tokens=sum(p.output_tokens for p in parts),
-                model=parts[0].model,
-            )
+            return joined(parts)
         return await self._call(request, request.n, request.sample_slot * request.n)
 
     async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
@@ -67,6 +62,8 @@ def chat_body(request: ProviderRequest, n: int) -> dict[str, Any]:
         params["stop"] = list(request.stop)
     if request.seed is not None:
         params["seed"] = request.seed
+    if request.top_p is not None:
+        params["top_p"] = request.top_p
     return params
 
 
@@ -77,6 +74,7 @@ class _Message(msgspec.Struct):
 class _Choice(msgspec.Struct):
     message: _Message
     index: int | None = None
+    finish_reason: str | None = None
 
 
 class _Usage(msgspec.Struct):
@@ -104,6 +102,7 @@ def response_of(where: str, resp: Any) -> ProviderResponse:
     try:
         ordered = sorted(choices, key=lambda c: c.index or 0)
         texts = [c.message.content or "" for c in ordered]
+        reasons = [str(getattr(c, "finish_reason", None) or "") for c in ordered]
     except AttributeError as exc:
         raise MalformedResponse(f"{where}: malformed response: {exc}") from None
     usage = getattr(resp, "usage", None)
@@ -112,4 +111,5 @@ def response_of(where: str, resp: Any) -> ProviderResponse:
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         model=str(getattr(resp, "model", "") or ""),
+        finish_reasons=reasons,
     )
