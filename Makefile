@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= configs/demo.toml
 
-.PHONY: run test lint typecheck bench clean venv
+.PHONY: run test test-fast lint typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ typecheck: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
+
+# The quick check before a commit: lint, types and every test not marked `slow` (no multi-process
+# cluster, no local Ray, no whole-pipeline fault runs). `make test` stays the whole suite.
+test-fast: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_vs_loop.py

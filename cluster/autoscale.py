@@ -36,6 +36,9 @@ class RequestResources(Protocol):
     def __call__(self, *, bundles: list[dict[str, float]]) -> Any: ...
 
 
+MAX_WORKERS = 100_000  # the config's bound on [run] max_workers
+
+
 class AutoscaleSettings(msgspec.Struct, frozen=True, kw_only=True):
     """``max_workers``: the most worker nodes a run asks the autoscaler for (0: never ask, e.g. a
     fixed-size or local cluster). ``node_cpus``: the CPUs of one worker node, the bundle size asked
@@ -52,7 +55,7 @@ class AutoscaleSettings(msgspec.Struct, frozen=True, kw_only=True):
         config); ``overrides`` that are not None (command-line flags) win."""
         source = os.environ if env is None else env
         values: dict[str, Any] = msgspec.structs.asdict(base) if base is not None else {}
-        raw = source.get("PUNCHLINE_MAX_WORKERS", "").strip()
+        raw = raw_workers = source.get("PUNCHLINE_MAX_WORKERS", "").strip()
         if raw:
             try:
                 values["max_workers"] = int(raw)
@@ -64,10 +67,12 @@ class AutoscaleSettings(msgspec.Struct, frozen=True, kw_only=True):
                 values["node_cpus"] = float(raw)
             except ValueError:
                 raise ConfigError(f"not a number: {raw!r}", field="PUNCHLINE_WORKER_NODE_CPUS") from None
+        flag = overrides.get("max_workers")
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
-        if settings.max_workers < 0:
-            raise ConfigError(f"must be >= 0, got {settings.max_workers}", field="max_workers")
+        if not 0 <= settings.max_workers <= MAX_WORKERS:
+            field = "--max-workers" if flag is not None else "PUNCHLINE_MAX_WORKERS" if raw_workers else "max_workers"
+            raise ConfigError(f"must be between 0 and {MAX_WORKERS}, got {settings.max_workers}", field=field)
         if settings.node_cpus is not None and not settings.node_cpus > 0:
             raise ConfigError(f"must be > 0, got {settings.node_cpus}", field="PUNCHLINE_WORKER_NODE_CPUS")
         return settings

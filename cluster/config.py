@@ -180,12 +180,13 @@ def check_run_id(run_id: str, *, field: str = "--run-id") -> str:
 
 
 def check_http_url(value: str, *, file: str | None, record: str | None, field: str) -> None:
-    parts = urlsplit(value)
     try:
+        parts = urlsplit(value)  # raises on a broken IPv6 literal ("http://[::1/v1")
         port_ok = parts.port is None or 0 < parts.port < 65536
+        host_ok = bool(parts.hostname)
     except ValueError:
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or " " in value:
+        parts, port_ok, host_ok = urlsplit(""), False, False
+    if parts.scheme not in ("http", "https") or not host_ok or not port_ok or " " in value:
         raise ConfigError(
             f"not an http(s) URL: {value!r} (want e.g. https://api.example.com/v1, or {SIMULATED!r})",
             file=file,
@@ -212,6 +213,8 @@ def check_service_url(value: str, field: str, file: str | None = None) -> None:
             raise ConfigError(f"not a valid S3 bucket in {redact_url(value)!r}", file=file, field=field)
     elif "://" in value:
         raise ConfigError(f"want a folder or s3://bucket/prefix, got {redact_url(value)!r}", file=file, field=field)
+    elif Path(value).expanduser().exists() and not Path(value).expanduser().is_dir():
+        raise ConfigError("is a file, not a folder (give a folder or s3://bucket/prefix)", file=value, field=field)
 
 
 def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:

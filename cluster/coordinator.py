@@ -1,7 +1,7 @@
 """The coordinator: turns a stage into shards, keeps a worker on every node until every shard is
 committed, then runs the stage's reduce step.
 
-Elasticity is reconciliation, not events: once a second it compares the nodes Ray reports alive
+Elasticity is reconciliation, not events: every poll (0.5 s) it compares the nodes Ray reports alive
 with the workers it has, starts workers on nodes that joined, replaces workers that died on nodes
 that are still alive, and forgets those of nodes that left. Their shards come back to the queue
 when their leases expire. Completion is decided by the store (every shard file present), never by
@@ -23,6 +23,7 @@ from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.response_cache import ResponseCache
 from punchline.data.store import Store
+from punchline.data.stores.sentinel import is_not_shared
 from punchline.data.units import (
     PlanPage,
     ShardOutput,
@@ -70,9 +71,21 @@ class WorkerPool:
         self.replaced = 0
         self.deaths_since_progress = 0
         self.last_death = ""
+        self.excluded: dict[str, str] = {}  # node id -> why: its workers cannot see the driver's store
+
+    def cpu_nodes(self) -> list[str]:
+        return [n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
 
     def alive_nodes(self) -> list[str]:
-        return [n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        """The nodes that get workers: alive, with CPUs, and not excluded for a store they cannot see."""
+        return [n for n in self.cpu_nodes() if n not in self.excluded]
+
+    def every_node_excluded(self) -> str | None:
+        """Why no node can work (each one's workers failed the store check), or None while one can."""
+        nodes = self.cpu_nodes()
+        if nodes and all(n in self.excluded for n in nodes):
+            return self.excluded[nodes[0]]
+        return None
 
     def _start(self, slot: _Slot) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -86,11 +99,11 @@ class WorkerPool:
         slot.ref = slot.actor.work.remote(self.plan_ref)
 
     def reconcile(self) -> None:
-        alive = set(self.alive_nodes())
+        alive = set(self.cpu_nodes())
         for key in [k for k in self.slots if k[0] not in alive]:
             log.info("node_left", node=key[0][:12])
             del self.slots[key]
-        for node in alive:
+        for node in alive - set(self.excluded):
             for i in range(self.per_node):
                 if (node, i) not in self.slots:
                     slot = _Slot(node, i)
@@ -112,11 +125,17 @@ class WorkerPool:
                 reports.append(msgspec.msgpack.decode(self.ray.get(ref), type=WorkerReport))
             except Exception as exc:  # the actor died (killed, node lost, OOM, failed to start): replace it
                 lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+                reason = next((ln for ln in reversed(lines) if is_not_shared(ln)), None)
+                del self.slots[(slot.node_id, slot.index)]
+                if reason is not None:  # a node with its own view of the store: no restarts there, others go on
+                    if slot.node_id not in self.excluded:
+                        log.warning("node_excluded", node=slot.node_id[:12], reason=reason[:500])
+                    self.excluded[slot.node_id] = reason[:500]
+                    continue
                 self.last_death = lines[-1][:500] if lines else type(exc).__name__
                 log.warning("worker_died", node=slot.node_id[:12], error=type(exc).__name__, reason=self.last_death)
                 self.replaced += 1
                 self.deaths_since_progress += 1
-                del self.slots[(slot.node_id, slot.index)]
         return reports
 
     def switch(self, stage: str, plan_ref: Any) -> None:
@@ -191,13 +210,10 @@ class Coordinator:
         plan, first_ids = self.write_plan(stage)
         providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
         if batch_mode(providers) and not self.worker_cfg.offline and plan.units_total:
-            # batch-mode providers' answers go into the response cache first; the shards then find them there
+            # batch-mode providers' answers go into the response cache first; the shards then find them there.
+            # What the batches cost is in their records (status adds them up), not in the stage's counters.
             cache = ResponseCache(self.store)
-            totals = run_stage_batches(
-                self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers
-            )
-            if totals.requests_answered:
-                patiently(self.ledger.count, self.ctx.run_id, stage.name, **totals.counters())
+            run_stage_batches(self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers)
         results = self.execute(plan, first_ids)
         artifacts = stage.reduce(self.ctx, results)
         failed = results.failed()
@@ -320,6 +336,9 @@ class Coordinator:
                 )
             if counters.shards_done != shards_done:
                 shards_done, pool.deaths_since_progress = counters.shards_done, 0
+            blind = pool.every_node_excluded()
+            if blind is not None:
+                raise InfraError(f"stage {stage}: no node can see the store: {blind}")
             if pool.deaths_since_progress >= self.max_deaths_without_progress:
                 raise InfraError(
                     f"stage {stage}: {pool.deaths_since_progress} workers died in a row without committing a shard; "

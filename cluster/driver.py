@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import structlog
@@ -26,6 +27,7 @@ from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.registry import pipeline_of
+from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
@@ -126,9 +128,10 @@ def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
     once), else the runs folder's shared embedded ledger (started by the first driver, stopped
     when the last one leaves)."""
     from punchline.cluster.preflight import check_redis
-    from punchline.schedulers.redis_client import redact_url
+    from punchline.schedulers.redis_client import credentials_in_userinfo, redact_url
 
     if url:
+        url = credentials_in_userinfo(url)  # ?password= too: workers get it redacted, never in their arguments
         check_redis(url)
         with _password_file(url) as password_file:
             yield _Ledger(url=url, public_url=redact_url(url), password_file=password_file)
@@ -197,6 +200,16 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     atomic_write_bytes(run_dir / "run.json", data)
 
 
+def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
+    """Put the answers this machine's workers paid for but could not store (a long outage) into the cache."""
+    from punchline.data.response_cache import ResponseCache
+    from punchline.data.response_spool import ResponseSpool
+
+    spool = ResponseSpool(run_dir / "spool")
+    if spool.pending():
+        slog.info("spooled_answers_committed", answers=spool.commit(ResponseCache(store)))
+
+
 def _check_options(opts: RunOptions) -> None:
     """Flags and environment, checked like the config: before anything starts."""
     import math
@@ -211,6 +224,9 @@ def _check_options(opts: RunOptions) -> None:
         check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
     if opts.store is not None:
         check_service_url(opts.store, "--store / PUNCHLINE_STORE")
+    autoscale.AutoscaleSettings.from_env(max_workers=opts.max_workers)  # --max-workers, PUNCHLINE_MAX_WORKERS
+    if not opts.runs_dir.strip():
+        raise ConfigError("is empty; give a folder (default: runs)", field="--runs-dir / PUNCHLINE_RUNS_DIR")
     runs = Path(opts.runs_dir)
     if runs.exists() and not runs.is_dir():
         raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
@@ -287,9 +303,10 @@ def run(
     max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
     offline = opts.offline if opts.offline is not None else cfg.run.offline
     stages = pipeline_stages(cfg)
-    from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ensure_ray
+    from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray
 
     ray_address = opts.ray_address or cfg.run.ray_address
+    check_address(ray_address)  # nothing listening there: one line now, not a hang after the ledger started
     ray_settings = RaySettings.from_env()
     if ray_address:
         ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
@@ -330,6 +347,7 @@ def run(
         if existing is not None:
             record.created_at = load_record(existing, f"{store.url}/{run_id}/run.json").created_at
         _snapshot(store, run_dir, record)
+        _commit_spooled(store, run_dir, slog)  # answers paid before an earlier session lost the store
         ledger = Ledger(connect(conn.url))
         worker_cfg = WorkerConfig(
             run_id=run_id,
@@ -341,6 +359,7 @@ def run(
             offline=offline,
             max_cost_usd=max_cost,
             log_path=str((run_dir / "log.jsonl").resolve()),
+            spool_dir=str((run_dir / "spool").resolve()),
             max_in_flight=cfg.run.units_in_flight,
             store_sentinel=sentinel,
         )
@@ -362,6 +381,7 @@ def run(
             ),
         )
         slog.info("run_start", stages=record.stages, store=store.url)
+        shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
         try:
             for stage in stages:
                 if coord.stage_done(stage.name):
@@ -398,6 +418,7 @@ def run(
             with contextlib.suppress(Exception):
                 _snapshot(store, run_dir, record)
             slog.info("run_end", state=record.state)
+            shipper.close()
     return record
 
 

@@ -28,6 +28,8 @@ class StageEstimate(msgspec.Struct, kw_only=True):
     cost_usd: float
     min_wall_s: float
     batch_cost_usd: float = 0.0  # the same requests through the providers' batch APIs
+    mode: str = "online"  # how the config sends them: online, batch, or online+batch (some providers each)
+    mode_cost_usd: float = 0.0  # what they cost sent as configured (each provider's, or the stage's, mode)
     note: str = ""
 
 
@@ -35,7 +37,12 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
     """Requests, tokens, dollars and the least wall time the rate limits allow (limits are per provider,
     all models together, plus any model's own)."""
     from punchline.schedulers.budget import estimate_request_cost
+    from punchline.workers.batch_runner import stage_providers
     from punchline.workers.providers import wire_calls
+
+    as_run = stage_providers(cfg.providers, cfg.stage_mode(stage))  # a stage's own mode over its providers'
+    modes: set[str] = set()
+    mode_usd = 0.0
 
     per_provider_req: dict[str, int] = defaultdict(int)
     per_provider_tok: dict[str, int] = defaultdict(int)
@@ -48,6 +55,9 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
         i, o, c = estimate_request_cost(settings, u.request)
         tin, tout, usd = tin + i, tout + o, usd + c
         batch_usd += c * settings.batch_price_factor
+        mode = as_run[u.request.provider].mode
+        modes.add(mode)
+        mode_usd += c * settings.batch_price_factor if mode == "batch" else c
         calls = wire_calls(settings, u.request)
         per_provider_req[u.request.provider] += calls
         per_provider_tok[u.request.provider] += i + o
@@ -74,6 +84,8 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
         output_tokens=tout,
         cost_usd=usd,
         batch_cost_usd=batch_usd,
+        mode="+".join(sorted(modes)) or "online",
+        mode_cost_usd=mode_usd,
         min_wall_s=wall,
         note=note,
     )

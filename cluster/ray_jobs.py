@@ -17,25 +17,46 @@ store (finished stages skipped, committed shards kept, cached answers free).
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import secrets
 import shlex
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
 from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.ray_runtime import raise_if_auth
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
+from punchline.schedulers.redis_client import secret_parts
+from punchline.workers.logs import redact_text
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 ADDRESS_ENV = ("PUNCHLINE_JOBS_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 RUN_ID_KEY = "punchline_run_id"  # job metadata: which run a job drives
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+# The variables ``submit --env`` may set for a job: punchline's own settings, none of them a secret
+# (PUNCHLINE_REDIS_URL may carry a password: the nodes take it from their own environment).
+JOB_ENV = frozenset(
+    {
+        "PUNCHLINE_S3_OUTAGE_S",
+        "PUNCHLINE_S3_ENDPOINT_URL",
+        "PUNCHLINE_S3_ADDRESSING_STYLE",
+        "PUNCHLINE_MAX_WORKERS",
+        "PUNCHLINE_WORKER_NODE_CPUS",
+        "PUNCHLINE_STORE",
+        "PUNCHLINE_DEBUG",
+    }
+)
+JOB_ENV_PREFIXES = ("PUNCHLINE_RATE_",)  # the rate limiter's knobs (PUNCHLINE_RATE_RECOVER_WINDOW_S, ...)
+_SUBMISSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
 class SubmitOptions(msgspec.Struct, kw_only=True):
@@ -47,6 +68,9 @@ class SubmitOptions(msgspec.Struct, kw_only=True):
     max_cost_usd: float | None = None
     offline: bool = False
     python: str = "python"  # the interpreter on the cluster with punchline installed
+    env: dict[str, str] = {}  # --env KEY=VALUE: the job's environment (only JOB_ENV names)
+    entrypoint_num_cpus: float | None = None  # CPUs Ray reserves for the driver (--entrypoint-num-cpus)
+    submission_id: str | None = None  # the job id (--submission-id); default punchline-<run>-<hex>
 
 
 class JobRow(msgspec.Struct, kw_only=True):
@@ -73,13 +97,58 @@ def jobs_address(flag: str | None, env: dict[str, str] | None = None) -> str:
 
 
 def refuse_secrets(opts: SubmitOptions) -> None:
-    if opts.redis_url and urlsplit(opts.redis_url).password:
+    """No credential goes into a job in any form: a URL's ``user:password@``, a ``?password=`` (or any
+    query parameter naming a secret: token, key, secret...), an ``--env`` outside the allowlist."""
+    for flag, value in (("--redis-url", opts.redis_url), ("--store", opts.store)):
+        found = secret_parts(value or "")
+        if found:
+            where = "PUNCHLINE_REDIS_URL" if flag == "--redis-url" else "the nodes' own environment"
+            raise ConfigError(
+                f"carries a secret ({', '.join(found)}), which would be stored in the job's entrypoint (kept by Ray "
+                f"and shown on its dashboard); set {where} on the cluster's nodes instead (a Kubernetes Secret, "
+                "SSM), or pass a URL without it",
+                field=flag,
+            )
+    for name, value in opts.env.items():
+        if name not in JOB_ENV and not name.startswith(JOB_ENV_PREFIXES):
+            allowed = ", ".join(sorted(JOB_ENV)) + ", " + ", ".join(f"{p}*" for p in JOB_ENV_PREFIXES)
+            raise ConfigError(
+                f"{name} cannot be set for a job (only punchline's own settings, never a secret: {allowed}); "
+                "give the nodes secrets in their own environment",
+                field="--env",
+            )
+        if secret_parts(value) or redact_text(value) != value:
+            raise ConfigError(f"the value of {name} looks like a secret; it would be stored by Ray", field="--env")
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` flags as a dict (one line naming the flag for a malformed one)."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+            raise ConfigError(f"want KEY=VALUE with an upper-case KEY, got {redact_text(pair)!r}", field="--env")
+        env[name] = value
+    return env
+
+
+def check_submit_options(opts: SubmitOptions) -> None:
+    """Everything ``submit`` is given, checked before anything is staged or sent."""
+    refuse_secrets(opts)
+    if opts.entrypoint_num_cpus is not None and not (
+        math.isfinite(opts.entrypoint_num_cpus) and 0 <= opts.entrypoint_num_cpus <= 1024
+    ):
+        raise ConfigError(f"must be between 0 and 1024, got {opts.entrypoint_num_cpus}", field="--entrypoint-num-cpus")
+    if opts.submission_id is not None and not _SUBMISSION_ID.fullmatch(opts.submission_id):
         raise ConfigError(
-            "--redis-url carries a password, which would be stored in the job's entrypoint (kept by Ray and "
-            "shown on its dashboard); set PUNCHLINE_REDIS_URL on the cluster's nodes instead (a Kubernetes "
-            "Secret, SSM), or pass a URL without a password",
-            field="--redis-url",
+            f"want 1-128 letters, digits, '.', '_', '-', got {opts.submission_id!r}", field="--submission-id"
         )
+    if opts.max_workers is not None:
+        from punchline.cluster.autoscale import AutoscaleSettings
+
+        AutoscaleSettings.from_env({}, max_workers=opts.max_workers)
+    if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
+        raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
 
 
 def input_paths(cfg: RunConfig) -> list[str]:
@@ -146,23 +215,33 @@ def client(address: str) -> Any:
         return JobSubmissionClient(address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise InfraError(f"cannot reach the Ray dashboard at {address}: {_one_line(exc)}") from None
+    except Exception as exc:
+        raise_if_auth(exc, f"the Ray dashboard at {address}")
+        raise
 
 
 def submit(address: str, config_path: str, run_id: str, opts: SubmitOptions, *, staging: Path) -> str:
     """Submit run ``run_id`` of a config (a new one, or a resume); the job id."""
-    refuse_secrets(opts)
+    check_submit_options(opts)
     config_rel = stage(config_path, staging)
-    jobs = client(address)
-    job_id = f"punchline-{run_id}-{secrets.token_hex(3)}"
-    try:
+    job_id = opts.submission_id or f"punchline-{run_id}-{secrets.token_hex(3)}"
+    runtime_env: dict[str, Any] = {"working_dir": str(staging)}
+    if opts.env:
+        runtime_env["env_vars"] = dict(opts.env)
+    extra: dict[str, Any] = {}
+    if opts.entrypoint_num_cpus is not None:
+        extra["entrypoint_num_cpus"] = opts.entrypoint_num_cpus
+
+    def send(jobs: Any) -> None:
         jobs.submit_job(
             entrypoint=entrypoint(config_rel, run_id, opts),
             submission_id=job_id,
-            runtime_env={"working_dir": str(staging)},
+            runtime_env=runtime_env,
             metadata={RUN_ID_KEY: run_id, "punchline_config": config_rel},
+            **extra,
         )
-    except (ConnectionError, RuntimeError) as exc:
-        raise InfraError(f"cannot submit to {address}: {_one_line(exc)}") from None
+
+    _call(address, job_id, send, doing="submit")
     return job_id
 
 
@@ -196,10 +275,10 @@ def list_jobs(address: str, *, everything: bool = False) -> list[JobRow]:
                 job_id=job.submission_id,
                 status=str(getattr(job.status, "value", job.status)),
                 run_id=run_id,
-                entrypoint=job.entrypoint,
+                entrypoint=redact_text(job.entrypoint or ""),
                 start_time_s=job.start_time / 1000 if job.start_time else None,
                 end_time_s=job.end_time / 1000 if job.end_time else None,
-                message=job.message or "",
+                message=redact_text(job.message or ""),
             )
         )
     rows.sort(key=lambda r: r.start_time_s or 0.0)
@@ -211,7 +290,7 @@ def status(address: str, job_id: str) -> str:
 
 
 def logs(address: str, job_id: str) -> str:
-    return str(_call(address, job_id, lambda c: c.get_job_logs(job_id)))
+    return redact_text(str(_call(address, job_id, lambda c: c.get_job_logs(job_id))))
 
 
 def follow(address: str, job_id: str) -> AsyncIterator[str]:
@@ -223,19 +302,42 @@ def stop(address: str, job_id: str) -> bool:
     return bool(_call(address, job_id, lambda c: c.stop_job(job_id)))
 
 
-def _call(address: str, job_id: str, fn: Any) -> Any:
+def delete(address: str, job_id: str) -> bool:
+    """Delete a finished job and what Ray keeps of it (its info; the log files stay on the head)."""
+    state = status(address, job_id)
+    if state not in TERMINAL:
+        raise InputError(f"job {job_id} is {state}: stop it first (`punchline stop {job_id} --wait`)")
+    return bool(_call(address, job_id, lambda c: c.delete_job(job_id), doing="delete"))
+
+
+def _call(address: str, job_id: str, fn: Any, *, doing: str = "") -> Any:
     jobs = client(address)
     try:
         return fn(jobs)
     except RuntimeError as exc:
-        text = _one_line(exc)
-        if "does not exist" in text or "404" in text:
+        text = redact_text(_one_line(exc))
+        if doing != "submit" and ("does not exist" in text or "404" in text):
             raise InputError(f"no job {job_id!r} on {address} (see `punchline jobs`)") from None
-        raise InfraError(f"{address}: {text}") from None
+        if doing == "submit" and "already exists" in text:
+            raise InputError(f"a job {job_id!r} exists on {address}; pick another", field="--submission-id") from None
+        raise InfraError(f"{address}: {f'cannot {doing}: ' if doing else ''}{text}") from None
     except ConnectionError as exc:
         raise InfraError(f"cannot reach the Ray dashboard at {address}: {_one_line(exc)}") from None
+    except Exception as exc:
+        raise_if_auth(exc, f"the Ray dashboard at {address}")
+        raise
+
+
+def shorten(text: str, width: int = 100) -> str:
+    """A job's message on one line: its first line, cut at ``width`` (``punchline logs`` shows the rest)."""
+    line = _one_line_text(text)
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _one_line_text(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else ""
 
 
 def _one_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0][:400] if lines else type(exc).__name__
+    return _one_line_text(str(exc))[:400] or type(exc).__name__

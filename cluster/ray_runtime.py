@@ -14,15 +14,17 @@ the driver (``log_to_driver=False``): our processes log JSON lines themselves (`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
-from punchline.data.errors import ConfigError, InfraError
+from punchline.data.errors import ConfigError, InfraError, ServiceRejected
 
 ENV_ADDRESS = ("PUNCHLINE_RAY_ADDRESS", "RAY_ADDRESS")
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's driver
 NAMESPACE = "punchline"
 # Ray refuses less than ~75 MB; 200 MB keeps a laptop/CI node light. Our payloads are small
 # (msgpack'ed plans and reports); bulk data goes through the store, not the object store.
@@ -78,6 +80,18 @@ class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
         return self.address is None
 
 
+def job_runtime_env(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``runtime_env`` of the Ray job this process drives ({} when it is not a job's driver)."""
+    raw = (os.environ if env is None else env).get(JOB_CONFIG_ENV)
+    if not raw:
+        return {}
+    try:
+        found = json.loads(raw).get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def ensure_ray(settings: RaySettings) -> None:
     """Initialise Ray once per process; a second call (or a caller that already connected) is a no-op.
 
@@ -96,8 +110,11 @@ def ensure_ray(settings: RaySettings) -> None:
         "log_to_driver": False,
         "configure_logging": False,
     }
-    if settings.env_vars:
-        kwargs["runtime_env"] = {"env_vars": dict(settings.env_vars)}
+    # a Ray job's own env_vars (`submit --env`) already reach every worker of the job, and Ray refuses to
+    # merge a variable given twice: forward only the others
+    env_vars = {k: v for k, v in settings.env_vars.items() if k not in job_runtime_env().get("env_vars", {})}
+    if env_vars:
+        kwargs["runtime_env"] = {"env_vars": env_vars}
     if settings.is_local:
         kwargs["address"] = "local"  # never silently join a cluster someone else started
         kwargs["num_cpus"] = settings.num_cpus
@@ -112,6 +129,50 @@ def ensure_ray(settings: RaySettings) -> None:
         raise InfraError(f"cannot reach Ray at {settings.address}: {exc}") from exc
     except RuntimeError as exc:  # ray raises bare RuntimeError/ConnectionError for unreachable heads
         raise InfraError(f"cannot start or join Ray ({settings.address or 'local'}): {exc}") from exc
+    except Exception as exc:
+        raise_if_auth(exc, f"Ray at {settings.address or 'local'}")
+        raise
+
+
+def raise_if_auth(exc: BaseException, what: str) -> None:
+    """Ray's ``AuthenticationError`` (a token-auth cluster, no token or a wrong one) as one line and exit 2,
+    naming the setting to fix; any other exception is left to the caller."""
+    if type(exc).__name__ != "AuthenticationError":
+        return
+    text = str(getattr(exc, "message", "") or exc).lower()
+    # Ray's words: "Authentication required ... no authentication token was found" (401, or no token here)
+    # versus "Authentication failed ... the authentication token is invalid or incorrect" (403)
+    wrong = text.startswith("authentication failed") or "token is invalid" in text
+    raise ServiceRejected(
+        f"{what} refused {'the' if wrong else 'a missing'} authentication token (token auth is on): "
+        f"{'fix' if wrong else 'set'} RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) to the "
+        "cluster's token",
+        field="RAY_AUTH_TOKEN",
+    ) from None
+
+
+def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLINE_RAY_ADDRESS") -> None:
+    """Refuse, in one line and within seconds, a cluster address where nothing listens (a refused
+    connection, an unknown host, a malformed address): ``ray.init`` would wait for it far longer.
+    ``auto`` and addresses Ray resolves itself are left to Ray; a slow network is not refused."""
+    import socket
+
+    if not address or address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[1] if address.startswith("ray://") else address
+    host, sep, port_text = target.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"want HOST:PORT (the head's GCS) or ray://HOST:PORT, got {address!r}", field=field)
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=5.0):
+            return
+    except ConnectionRefusedError:
+        raise ConfigError(f"nothing listens at {address} (is the Ray head started there?)", field=field) from None
+    except socket.gaierror:
+        raise ConfigError(f"unknown host in {address!r}", field=field) from None
+    except OSError:  # a timeout or an unreachable network: Ray's own wait decides
+        return
 
 
 def driver_node_ip() -> str:

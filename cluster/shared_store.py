@@ -14,8 +14,6 @@ not checked.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +21,12 @@ import msgspec
 import structlog
 
 from punchline.cluster.config import RunConfig, resolve_path
-from punchline.cluster.ray_runtime import NodeInfo, alive_nodes, node_affinity
+from punchline.cluster.ray_runtime import NodeInfo, alive_nodes, job_runtime_env, node_affinity
 from punchline.data.errors import ConfigError, PunchlineError
 from punchline.data.store import Store
 from punchline.data.stores.sentinel import SHARED_HINT, Sentinel, not_shared, plant
 
 log = structlog.get_logger("punchline.shared_store")
-
-JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's driver
 
 
 class NodeView(msgspec.Struct, kw_only=True):
@@ -54,14 +50,7 @@ def config_store(cfg: RunConfig) -> str | None:
 def job_working_dir(env: dict[str, str] | None = None) -> Path | None:
     """The folder Ray unpacked this job's ``working_dir`` into, when this process is the driver of a
     Ray job submitted with one (the supervisor starts the entrypoint there)."""
-    raw = (os.environ if env is None else env).get(JOB_CONFIG_ENV)
-    if not raw:
-        return None
-    try:
-        runtime_env = json.loads(raw).get("runtime_env") or {}
-    except (ValueError, AttributeError):
-        return None
-    return Path.cwd().resolve() if runtime_env.get("working_dir") else None
+    return Path.cwd().resolve() if job_runtime_env(env).get("working_dir") else None
 
 
 def refuse_job_working_dir(store_url: str, env: dict[str, str] | None = None) -> None:

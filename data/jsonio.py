@@ -142,9 +142,14 @@ def upstream_object_chunks(items: Iterable[tuple[str, Any]]) -> Iterator[bytes]:
     yield b"{}" if first else b"\n}"
 
 
+NOT_REGULAR = "is not a regular file (a device, a pipe, a socket); give a file path"
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write via a temp file in the same folder and rename: readers see old or new, never half."""
     p = Path(path)
+    if p.exists() and not p.is_file():  # never replace a device, a pipe or a socket with a regular file
+        raise InputError(NOT_REGULAR, file=str(p))
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
@@ -177,6 +182,8 @@ def check_out_file(path: str | os.PathLike[str], *, flag: str = "--out") -> Path
         raise InputError("is empty", field=flag)
     if p.is_dir():
         raise InputError("is a directory; give a file path", file=str(p), field=flag)
+    if p.exists() and not p.is_file():
+        raise InputError(NOT_REGULAR, file=str(p), field=flag)
     _check_writable_parent(p.parent, p, flag)
     return p
 

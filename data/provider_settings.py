@@ -55,6 +55,9 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     batch_max_requests: int = 10_000  # provider-side requests per batch (a split n-request counts n)
     batch_max_bytes: int = 100_000_000  # bytes of request bodies per batch
     batch_price_factor: float = 0.5  # batch price / online price
+    # what becomes of requests no batch could answer (the provider refused the batch, or they failed
+    # ``max_rounds`` batches): "fail" stops the stage naming the reason, "online" pays the online price for them
+    batch_fallback: Literal["fail", "online"] = "fail"
 
     def model_id(self, nickname: str) -> str:
         """Resolve a nickname (``"8b"``) to the model id; an unknown name is taken as an id."""
@@ -88,13 +91,20 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
                 return value.strip()
         if self.api_key_file:
             try:
-                return Path(self.api_key_file).expanduser().read_text().strip()
+                key = Path(self.api_key_file).expanduser().read_text().strip()
             except OSError as exc:
                 raise ConfigError(
                     f"cannot read the API key file: {exc.strerror}",
                     record=f"providers.{provider_name}",
                     field="api_key_file",
                 ) from None
+            if not key:
+                raise ConfigError(
+                    f"the API key file {self.api_key_file} is empty",
+                    record=f"providers.{provider_name}",
+                    field="api_key_file",
+                )
+            return key
         if self.api_key_env:
             raise ConfigError(
                 f"environment variable {self.api_key_env} is not set",

@@ -27,11 +27,23 @@ batch, which has a record of its own, and a collected record stays as it was (th
 batches`` shows). One small file per partly answered request is read back with one listing on resume and
 removed once the request is whole. While a request waits for its missing parts, its lease stays with the run
 (a later batch of the same run adopts it), so no other run or online worker asks for all ``n`` again.
+
+**Tags.** Every intent draws a random ``tag`` before its create call; the batch carries it (in its custom ids,
+and in OpenAI's metadata), so a batch found on the account is this intent's only if it carries the tag: the
+batch key alone would not do, as any run of the same requests computes the same key.
+
+**Costs.** The records are the truth of what batches cost: :func:`with_batch_costs` adds every record's tokens
+and dollars to a stage's counters and to its per-model rows, whichever driver created or collected it.
+
+**Cancels.** ``punchline batches RUN --cancel`` writes ``<run>/batches/control/cancel.json`` (when) before it
+cancels anything and marks the records it cancelled; a live runner that sees a cancel newer than its own start
+stops resending (:meth:`BatchLedger.cancel_requested`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -42,9 +54,11 @@ import redis
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.requests import ProviderResponse
 from punchline.data.store import Store
-from punchline.schedulers.ledger import fence_key, request_key
+from punchline.schedulers.budget import UsageRow
+from punchline.schedulers.ledger import StageCounters, fence_key, request_key
 
-BatchState = Literal["intent", "submitted", "collected"]
+BatchState = Literal["intent", "submitted", "collected", "failed"]
+Fallback = Literal["", "online"]
 
 
 class BatchRecord(msgspec.Struct, kw_only=True):
@@ -54,17 +68,26 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     run_id: str
     stage: str
     provider: str
+    model: str = ""  # one model per batch (OpenAI requires it; records written before grouping have none)
+    tag: str = ""  # random, drawn at the intent: carried by the batch (custom ids, metadata), proves it ours
     keys: list[str]  # request keys, sorted
     requests: int  # provider-side requests submitted (a request split into n single calls counts n)
     held_parts: list[str] = []  # custom ids of parts of ``keys`` answered by earlier batches: not submitted
     state: BatchState = "intent"
     batch_id: str = ""
     intent_at: float = 0.0
+    # when the create call was started: 0 = never (nothing to reconcile), -1 = unknown (records written before)
+    create_at: float = -1.0
     submitted_at: float = 0.0
     collected_at: float = 0.0
     provider_status: str = ""
     succeeded: int = 0  # provider-side requests answered (and kept), out of ``requests``
     failed: int = 0  # errored, expired, cancelled, missing or rejected by the validator
+    billed: int = 0  # provider-side requests the provider answered (and so billed), kept or not
+    error: str = ""  # why the provider failed the whole batch (state ``failed``), in its own words
+    fallback: Fallback = ""  # "online": its unanswered requests were left to the online path (full price)
+    online_requests: int = 0  # how many requests that was
+    cancelled_at: float = 0.0  # when ``punchline batches --cancel`` cancelled it
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0  # at the batch price
@@ -106,6 +129,30 @@ def _record_paths(store: Store, run_id: str) -> list[str]:
     """The batch records of a run (not the part files beside them: the store lists recursively)."""
     prefix = batches_prefix(run_id)
     return [p for p in store.list(prefix) if "/" not in p[len(prefix) :]]
+
+
+def new_tag() -> str:
+    """An intent's tag: 12 random hex digits (a wire id stays within Anthropic's 64 characters)."""
+    return secrets.token_hex(6)
+
+
+def cancel_path(run_id: str) -> str:
+    """Where ``punchline batches --cancel`` records a cancel (a subfolder: not a batch record)."""
+    return f"{batches_prefix(run_id)}control/cancel.json"
+
+
+class CancelRequest(msgspec.Struct, kw_only=True):
+    at: float  # epoch seconds
+
+
+def request_cancel(store: Store, run_id: str, at: float) -> None:
+    store.put(cancel_path(run_id), msgspec.json.encode(CancelRequest(at=at)))
+
+
+def cancel_requested(store: Store, run_id: str) -> float:
+    """When the run's batches were last cancelled by ``punchline batches --cancel`` (0: never)."""
+    raw = store.get(cancel_path(run_id))
+    return 0.0 if raw is None else msgspec.json.decode(raw, type=CancelRequest).at
 
 
 def batch_owner(run_id: str, key: str) -> str:
@@ -200,7 +247,15 @@ class BatchLedger:
     # --- records -----------------------------------------------------------------------------------
 
     def write(self, record: BatchRecord) -> None:
+        """Write a record, keeping a cancel that ``punchline batches --cancel`` wrote into it meanwhile."""
+        if not record.cancelled_at:
+            stored = self.read(record.batch_key)
+            if stored is not None and stored.cancelled_at:
+                record.cancelled_at = stored.cancelled_at
         self.store.put(record_path(self.run_id, record.batch_key), _encoder.encode(record))
+
+    def cancel_requested(self) -> float:
+        return cancel_requested(self.store, self.run_id)
 
     def read(self, key: str) -> BatchRecord | None:
         raw = self.store.get(record_path(self.run_id, key))
@@ -254,3 +309,25 @@ def read_records(store: Store, run_id: str) -> list[BatchRecord]:
 
 def now_s() -> float:
     return time.time()
+
+
+def with_batch_costs(
+    counters: dict[str, StageCounters], usage: list[UsageRow], records: Iterable[BatchRecord]
+) -> tuple[dict[str, StageCounters], list[UsageRow]]:
+    """The stage counters and per-(stage, model) rows with every batch record's requests, tokens and dollars
+    added: the records, not a driver's counters, say what batches cost, however many drivers ran them. The
+    inputs (what the workers paid online) are left as they are."""
+    out = {stage: msgspec.structs.replace(c) for stage, c in counters.items()}
+    rows = {(r.stage, r.model): msgspec.structs.replace(r) for r in usage}
+    for rec in records:
+        c = out.setdefault(rec.stage, StageCounters())
+        c.provider_requests += rec.billed
+        c.input_tokens += rec.input_tokens
+        c.output_tokens += rec.output_tokens
+        c.cost_usd += rec.cost_usd
+        model = rec.model or f"{rec.provider} (batch)"
+        row = rows.setdefault((rec.stage, model), UsageRow(stage=rec.stage, model=model))
+        row.input_tokens += rec.input_tokens
+        row.output_tokens += rec.output_tokens
+        row.usd += rec.cost_usd
+    return out, [rows[k] for k in sorted(rows)]

@@ -13,11 +13,19 @@ by an earlier batch) and reports each part's outcome by custom id; :func:`merge_
 parts, once all are answered, into the same :class:`ProviderResponse` the online call gives (texts in choice
 offset order). Why per part and not per request: when one of ``n`` parts fails, only that part is paid for
 again; the runner keeps the others (see :mod:`punchline.workers.batch_runner`).
+
+**Wire ids.** On the wire a part's custom id is prefixed with its batch intent's random *tag*
+(``<tag>-<request key>-o<offset>``, at most 64 characters of ``[A-Za-z0-9_-]`` as Anthropic requires): only the
+intent that drew the tag can have written it, so a batch whose results carry exactly the intent's wire ids is
+provably that intent's batch, whoever else on the account submits the same requests (:func:`wire_ids`).
+OpenAI batches carry the tag in their metadata as well. Every batch is **one model**: OpenAI requires one model
+(and one endpoint) per input file, and the runner groups so for both APIs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+import re
+from collections.abc import Container, Iterator, Mapping
 from typing import Literal, Protocol
 
 import msgspec
@@ -39,6 +47,8 @@ class BatchInfo(msgspec.Struct, kw_only=True):
     succeeded: int = 0
     failed: int = 0  # errored, expired or cancelled
     batch_key: str = ""  # from the batch's metadata, where the API has it (OpenAI)
+    tag: str = ""  # the intent's tag from the batch's metadata (OpenAI)
+    error: str = ""  # why the provider refused the whole batch (validation), one line
 
 
 PartOutcome = ProviderResponse | str
@@ -71,6 +81,27 @@ def parts(settings: ProviderSettings, request: ProviderRequest, skip: Container[
     return [p for p in split if p.custom_id not in skip]
 
 
+_TAG = re.compile(r"^([0-9a-f]{12})-(.+)$")
+
+
+def wire_id(tag: str, custom_id: str) -> str:
+    """A part's custom id as submitted: prefixed with the intent's tag (none for records without one)."""
+    return f"{tag}-{custom_id}" if tag else custom_id
+
+
+def part_id(wire: str) -> str:
+    """The part's own custom id (``<request key>-o<offset>``) from a wire id."""
+    m = _TAG.match(wire)
+    return m.group(2) if m else wire
+
+
+def wire_ids(
+    settings: ProviderSettings, requests: list[ProviderRequest], tag: str, skip: Container[str] = ()
+) -> set[str]:
+    """Every wire id a batch of ``requests`` (minus the parts in ``skip``) carries under ``tag``."""
+    return {wire_id(tag, p.custom_id) for r in requests for p in parts(settings, r, skip)}
+
+
 def merge_parts(request: ProviderRequest, got: Mapping[str, PartOutcome], settings: ProviderSettings) -> RequestOutcome:
     """The request's outcome from its parts' outcomes (answers in offset order, as the online call joins them);
     a part missing or failed leaves the request without an answer (its error says why)."""
@@ -96,18 +127,22 @@ class BatchProvider(Protocol):
     settings: ProviderSettings
     has_metadata: bool  # whether a batch carries our batch key (then reconciling is exact)
 
-    def create(self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = ()) -> BatchInfo:
-        """One batch of the parts of ``requests`` except those whose custom id is in ``skip``."""
+    def create(
+        self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = (), tag: str = ""
+    ) -> BatchInfo:
+        """One batch of the parts of ``requests`` except those whose custom id is in ``skip``; each part goes
+        under its wire id (``tag``), and where the API has metadata the batch carries ``batch_key`` and ``tag``."""
         ...
 
     def retrieve(self, batch_id: str) -> BatchInfo: ...
 
-    def recent(self, limit: int = 100) -> list[BatchInfo]:
-        """The newest batches first (at most ``limit``)."""
+    def listing(self, since: float = 0.0) -> Iterator[BatchInfo]:
+        """Every batch of the account created at or after ``since`` (epoch seconds), newest first, page by
+        page at the API's largest page size: as far back as asked, however many batches the account holds."""
         ...
 
     def results(self, batch_id: str) -> dict[str, PartOutcome]:
-        """Each part's outcome by custom id (a part the provider did not report is simply absent)."""
+        """Each part's outcome by *wire* id (a part the provider did not report is simply absent)."""
         ...
 
     def cancel(self, batch_id: str) -> BatchInfo: ...

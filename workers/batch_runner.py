@@ -19,8 +19,19 @@ whenever the driver dies.
 While a batch is open its units' request leases belong to it and are renewed at every poll, so an online
 worker (or another run) that needs one of them waits for the cache instead of calling. A driver killed at
 any point resumes from the store's records: an intent without a batch id is reconciled with the provider's
-listing before anything is submitted again, and where that cannot be decided (Anthropic batches carry no
-metadata) the run stops with :class:`AmbiguousBatch` naming the batch ids to check.
+listing before anything is submitted again. The listing is paged back to the intent's time, however many
+batches the account holds, and a batch is taken only when it carries what only this intent could have
+written, its random tag: OpenAI's metadata, Anthropic's custom ids (checked in the batch's results; while a
+candidate with the right count and time is still open nothing is adopted and nothing is created: the intent
+waits until the results say whose it is). A batch not provably ours is never adopted, polled as ours or
+cancelled.
+
+Batches hold **one model** each (OpenAI requires one model per input file). A batch the provider refuses as a
+whole (validation) is recorded ``failed`` with the provider's reason; its requests, like requests that failed
+``max_rounds`` batches, are not paid for online unless the provider says ``batch_fallback = "online"`` (and the
+record then says so): by default the stage stops with :class:`BatchFailed`, one line naming the reason.
+A cancel recorded by ``punchline batches --cancel`` after this runner started stops it from sending anything
+more (:class:`BatchesCancelled`), after collecting what came back.
 """
 
 from __future__ import annotations
@@ -43,18 +54,33 @@ from punchline.schedulers.batches import (
     BatchRecord,
     HeldParts,
     batch_owner,
+    new_tag,
     now_s,
-    record_path,
     run_owners,
 )
-from punchline.workers.batch_provider import BatchInfo, BatchProvider, Part, merge_parts, parts
+from punchline.workers.batch_provider import (
+    BatchInfo,
+    BatchProvider,
+    Part,
+    PartOutcome,
+    merge_parts,
+    part_id,
+    parts,
+    wire_ids,
+)
 from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.batches")
 
 
-class AmbiguousBatch(PunchlineError):
-    """An intent may or may not have a batch behind it and the listing cannot tell which: a human decides."""
+class BatchFailed(PunchlineError):
+    """Requests no batch could answer (the provider refused their batch, or they failed ``max_rounds`` batches)
+    that the config does not let go online (``batch_fallback = "fail"``): the stage stops, naming why."""
+
+
+class BatchesCancelled(PunchlineError):
+    """``punchline batches --cancel`` cancelled the run's batches while this runner was live: it sent nothing
+    more, kept what came back, and stops the stage (a resume submits the rest)."""
 
 
 class BatchOptions(msgspec.Struct, kw_only=True):
@@ -62,25 +88,23 @@ class BatchOptions(msgspec.Struct, kw_only=True):
     poll_min_s: float = 0.2
     poll_max_s: float = 60.0
     reconcile_window_s: float = 900.0  # how long after an intent an Anthropic batch may have been created
-    max_rounds: int = 4  # batches a request may go through before it is left to the online path
+    clock_skew_s: float = 120.0  # how far the provider's clock may be behind ours (the listing goes back so far)
+    # after a create whose outcome is unknown (a timeout), how long the listing must show nothing before the
+    # batch is created again: a provider may finish creating it after the client gave up
+    create_grace_s: float = 120.0
+    max_rounds: int = 4  # batches a request may go through before it is given up (``batch_fallback`` says what then)
 
 
 class BatchTotals(msgspec.Struct, kw_only=True):
-    """What a stage's batches did in this driver (answers cached, what they cost at the batch price)."""
+    """What a stage's batches did in this driver (answers cached, what they cost at the batch price). The
+    run's figures come from the records (:func:`~punchline.schedulers.batches.with_batch_costs`), not these."""
 
     batches: int = 0
     requests_answered: int = 0  # requests (not parts) whose answer a batch of this driver cached
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
-
-    def counters(self) -> dict[str, float]:
-        return {
-            "provider_requests": self.requests_answered,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost_usd": self.cost_usd,
-        }
+    online_fallback: int = 0  # requests left to the online path (``batch_fallback = "online"``)
 
 
 def batch_mode(providers: dict[str, ProviderSettings]) -> bool:
@@ -118,10 +142,17 @@ class BatchRunner:
         self.rounds: dict[str, int] = {}
         self.held: dict[str, dict[str, ProviderResponse]] = {}  # request key -> answered parts (its part file)
         self.totals = BatchTotals()
+        self.started_at = now_s()
+        self.cancelled_at = 0.0  # a cancel seen while live: nothing more is sent
+        self.foreign: set[str] = set()  # batch ids proven not this run's (their results carry other ids)
+        self.refused: list[BatchRecord] = []  # batches the provider refused whose requests may not go online
+        self.exhausted: dict[str, str] = {}  # request key -> last reason, after max_rounds batches (may not go online)
+        self.unsure: dict[str, float] = {}  # batch key -> when a create of unknown outcome failed (monotonic)
 
     # --- the loop ------------------------------------------------------------------------------------
 
     def run(self, units: Iterable[UnitSpec]) -> BatchTotals:
+        self.started_at = now_s()
         for unit in units:
             s = self.settings.get(unit.request.provider)
             if s is not None and s.mode == "batch":
@@ -130,11 +161,12 @@ class BatchRunner:
         self._load_held()
         active: list[BatchRecord] = []
         for rec in self.ledger.records(self.stage):  # resume: every unfinished batch first
-            if rec.state != "collected":
+            if rec.state in ("intent", "submitted"):
                 self._hold(rec)
                 active.append(rec)
         delay = self.opt.poll_min_s
         while True:
+            self._check_cancel(active)
             busy = {k for r in active for k in r.keys}
             pending = [
                 k
@@ -142,11 +174,11 @@ class BatchRunner:
                 if k not in self.answered and k not in busy and self.rounds.get(k, 0) < self.opt.max_rounds
             ]
             pending = [k for k in pending if not self._cached(k) and self._todo(k)]
-            if not active and not pending:  # all answered, or left to the online path (max_rounds)
+            if not active and (not pending or self.cancelled_at):  # all answered, given up, or cancelled
                 break
             submitted = False
-            for provider, keys in self._groups(pending):
-                new = self._intent(provider, keys)
+            for provider, model, keys in [] if self.cancelled_at else self._groups(pending):
+                new = self._intent(provider, model, keys)
                 if new is not None:
                     active.append(new)
                     submitted = True
@@ -154,13 +186,16 @@ class BatchRunner:
             for rec in list(active):
                 if rec.state == "intent":
                     self._create(rec)
-                    progressed |= rec.state == "submitted"
+                    progressed |= rec.state != "intent"
+                    if rec.state == "failed" or (self.cancelled_at and rec.state == "intent"):
+                        active.remove(rec)  # refused; or cancelled before it was created (a resume creates it)
                     continue
                 if self._poll(rec):
                     active.remove(rec)
                     progressed = True
             delay = self.opt.poll_min_s if progressed else min(delay * 1.5, self.opt.poll_max_s)
             self.sleep(delay)
+        self._finish()
         return self.totals
 
     def _cached(self, key: str) -> bool:
@@ -170,6 +205,57 @@ class BatchRunner:
             self.answered.add(key)
             return True
         return False
+
+    def _finish(self) -> None:
+        """Stop the stage where requests are left that may not go online (or the batches were cancelled)."""
+        unanswered = [k for k in self.specs if not self._cached(k)]
+        if self.cancelled_at:
+            when = time.strftime("%H:%M:%S", time.gmtime(self.cancelled_at))
+            raise BatchesCancelled(
+                f"stage {self.stage}: the run's batches were cancelled (punchline batches --cancel at {when} UTC); "
+                f"{len(unanswered)} requests are unanswered and were not sent again, in batches or online; what "
+                "came back is kept: resume the run to submit the rest"
+            )
+        if self.refused:
+            rec = self.refused[0]
+            more = f" (and {len(self.refused) - 1} more batches)" if len(self.refused) > 1 else ""
+            raise BatchFailed(
+                f"stage {self.stage}: {rec.provider} refused batch {rec.batch_id or rec.batch_key} "
+                f"({rec.requests} requests to {rec.model or rec.provider}){more}: {rec.error}; its requests were "
+                f'not sent online (set batch_fallback = "online" in [providers.{rec.provider}] to pay the online '
+                "price for them)"
+            )
+        left = [k for k in self.exhausted if k in unanswered]
+        if left:
+            provider = self.specs[left[0]].request.provider
+            raise BatchFailed(
+                f"stage {self.stage}: {len(left)} requests to {provider} failed in {self.opt.max_rounds} batches "
+                f"each (last: {self.exhausted[left[0]]}); they were not sent online (resume to try them in batches "
+                f'again, or set batch_fallback = "online" in [providers.{provider}] to pay the online price)'
+            )
+
+    # --- cancels -------------------------------------------------------------------------------------
+
+    def _check_cancel(self, active: list[BatchRecord]) -> None:
+        """A cancel recorded after this runner started: cancel what is open (the command may have missed a
+        batch created meanwhile; every one here is provably ours) and send nothing more."""
+        at = self.ledger.cancel_requested()
+        if at < self.started_at or at <= self.cancelled_at:
+            return
+        self.cancelled_at = at
+        log.warning("batches_cancelled", stage=self.stage, open=len(active))
+        for rec in active:
+            if rec.batch_id:
+                self._cancel(rec)
+
+    def _cancel(self, rec: BatchRecord) -> None:
+        try:
+            info = self.clients[rec.provider].cancel(rec.batch_id)
+            rec.provider_status = info.provider_status
+        except ProviderError as exc:  # ended meanwhile, or unreachable: the poll tells
+            log.warning("batch_cancel_failed", batch_id=rec.batch_id, error=str(exc))
+        rec.cancelled_at = rec.cancelled_at or self.cancelled_at
+        self.ledger.write(rec)
 
     # --- held parts ---------------------------------------------------------------------------------
 
@@ -216,12 +302,14 @@ class BatchRunner:
             self.ledger.drop_parts(key)
         return ok
 
-    def _groups(self, keys: list[str]) -> Iterable[tuple[str, list[str]]]:
-        """Batches within each provider's request and byte limits, in key order (deterministic)."""
-        by_provider: dict[str, list[str]] = {}
+    def _groups(self, keys: list[str]) -> Iterable[tuple[str, str, list[str]]]:
+        """Batches of one provider and one model each (OpenAI requires one model per input file; the endpoint
+        is one per provider kind), within the provider's request and byte limits, in key order (deterministic)."""
+        by_model: dict[tuple[str, str], list[str]] = {}
         for k in sorted(keys):
-            by_provider.setdefault(self.specs[k].request.provider, []).append(k)
-        for provider, ks in by_provider.items():
+            request = self.specs[k].request
+            by_model.setdefault((request.provider, request.model), []).append(k)
+        for (provider, model), ks in sorted(by_model.items()):
             s = self.settings[provider]
             group: list[str] = []
             n = size = 0
@@ -231,17 +319,17 @@ class BatchRunner:
                 # every part carries the whole body (an input-file line each)
                 nbytes = (len(json.dumps([m.content for m in req.messages])) + 200) * cost
                 if group and (n + cost > s.batch_max_requests or size + nbytes > s.batch_max_bytes):
-                    yield provider, group
+                    yield provider, model, group
                     group, n, size = [], 0, 0
                 group.append(k)
                 n += cost
                 size += nbytes
             if group:
-                yield provider, group
+                yield provider, model, group
 
     # --- submission: intent, create, record the id ----------------------------------------------------
 
-    def _intent(self, provider: str, keys: list[str]) -> BatchRecord | None:
+    def _intent(self, provider: str, model: str, keys: list[str]) -> BatchRecord | None:
         # a partly answered request's lease stayed with this run's earlier batch: this one adopts it
         adopt = run_owners(self.ledger.run_id)
         key = self.ledger.new_key(keys)
@@ -262,11 +350,14 @@ class BatchRunner:
             run_id=self.ledger.run_id,
             stage=self.stage,
             provider=provider,
+            model=model,
+            tag=new_tag(),
             keys=sorted(keys),
             # what is submitted is fixed here, so a batch created again after a kill is the same batch
             requests=sum(len(self._todo(k)) for k in keys),
             held_parts=sorted(cid for k in keys for cid in self.held.get(k, {})),
             intent_at=now_s(),
+            create_at=0.0,  # no create call yet: a driver killed before it leaves nothing to look for
         )
         for k in keys:
             self.rounds[k] = self.rounds.get(k, 0) + 1
@@ -276,6 +367,7 @@ class BatchRunner:
             stage=self.stage,
             batch_key=key,
             provider=provider,
+            model=model,
             requests=rec.requests,
             held_parts=len(rec.held_parts),
         )
@@ -289,16 +381,29 @@ class BatchRunner:
             self.rounds[k] = self.rounds.get(k, 0) + 1
 
     def _create(self, rec: BatchRecord) -> None:
-        if self._reconcile(rec) is not None:
+        found = self._reconcile(rec)
+        if found == "absent" and time.monotonic() - self.unsure.get(rec.batch_key, -1e18) < self.opt.create_grace_s:
+            found = "unresolved"  # the last create may still land: the listing has to show nothing for a while
+        if found != "absent" or self.cancelled_at:  # adopted, still unresolved, or nothing may be sent now
+            if rec.state == "intent":  # still waiting: its units stay this intent's meanwhile
+                keys = [k for k in rec.keys if k in self.specs]
+                self.ledger.take(batch_owner(rec.run_id, rec.batch_key), keys, self.opt.lease_ms)
+            elif self.cancelled_at and rec.batch_id:
+                self._cancel(rec)
             return
         client = self.clients[rec.provider]
         requests = [self.specs[k].request for k in rec.keys]
+        if rec.create_at <= 0:  # from now on a batch may exist: a resumed driver has to look for it
+            rec.create_at = now_s()
+            self.ledger.write(rec)
         try:
-            info = client.create(rec.batch_key, requests, skip=set(rec.held_parts))
-        except FatalProviderError:
-            raise
+            info = client.create(rec.batch_key, requests, skip=set(rec.held_parts), tag=rec.tag)
+        except FatalProviderError as exc:  # refused at create (Anthropic validates there): never created
+            self._refused(rec, str(exc))
+            return
         except ProviderError as exc:  # did it get created? only the provider knows: ask before anything else
             log.warning("batch_create_unknown", batch_key=rec.batch_key, error=str(exc))
+            self.unsure[rec.batch_key] = time.monotonic()
             self._reconcile(rec)
             return
         self._submitted(rec, info)
@@ -312,35 +417,97 @@ class BatchRunner:
         self.totals.batches += 1
         log.info("batch_submitted", stage=self.stage, batch_key=rec.batch_key, batch_id=info.batch_id)
 
-    def _reconcile(self, rec: BatchRecord) -> BatchInfo | None:
-        """Find the batch an intent may have created (the driver died between create and recording its id)."""
+    def _reconcile(self, rec: BatchRecord) -> str:
+        """Find the batch an intent may have created (the driver died between create and recording its id):
+        ``adopted`` (now recorded), ``absent`` (provably none: it may be created) or ``unresolved`` (a candidate
+        is still open and only its results can tell whose it is: nothing is created or adopted meanwhile)."""
         if rec.state != "intent":
-            return None
+            return "adopted"
+        if rec.create_at == 0.0:  # the create call was never started: there is nothing to find
+            return "absent"
         client = self.clients[rec.provider]
-        recent = client.recent(limit=100)
-        if client.has_metadata:
-            hits = [b for b in recent if b.batch_key == rec.batch_key]
-            hits.sort(key=lambda b: b.created_at)
+        known = {r.batch_id for r in self.ledger.records() if r.batch_id}
+        listed = client.listing(since=rec.intent_at - self.opt.clock_skew_s)  # every page back to the intent
+        if client.has_metadata:  # the batch key and the intent's tag are in the batch's metadata
+            hits = sorted(
+                (b for b in listed if b.batch_key == rec.batch_key and b.tag == rec.tag and b.batch_id not in known),
+                key=lambda b: b.created_at,
+            )
             if len(hits) > 1:
                 log.warning("batch_duplicates", batch_key=rec.batch_key, ids=[b.batch_id for b in hits])
-        else:
-            known = {r.batch_id for r in self.ledger.records() if r.batch_id}
-            lo, hi = rec.intent_at - 120.0, rec.intent_at + self.opt.reconcile_window_s
-            hits = [
-                b for b in recent if b.batch_id not in known and b.total == rec.requests and lo <= b.created_at <= hi
-            ]
-            if len(hits) > 1:
-                ids = ", ".join(b.batch_id for b in hits)
-                raise AmbiguousBatch(
-                    f"batch {rec.batch_key} of stage {rec.stage} ({rec.requests} requests to {rec.provider}) may be "
-                    f"any of {ids}: check them, cancel the extra ones, and put the right id into "
-                    f"{record_path(rec.run_id, rec.batch_key)} (state submitted) before resuming"
-                )
-        if not hits:
+            return self._adopt(rec, hits[0]) if hits else "absent"
+        # no metadata (Anthropic): count and time narrow it down; only the custom ids in the results prove it
+        latest = rec.intent_at + self.opt.reconcile_window_s
+        candidates = [
+            b
+            for b in listed
+            if b.batch_id not in known
+            and b.batch_id not in self.foreign
+            and b.total == rec.requests
+            and b.created_at <= latest
+        ]
+        if not candidates:
+            return "absent"
+        expected = self._wire_ids(rec)
+        still_open = []
+        for b in candidates:
+            if b.status != "ended":
+                still_open.append(b.batch_id)
+            elif expected is not None and set(client.results(b.batch_id)) == expected:
+                return self._adopt(rec, b)
+            else:
+                self.foreign.add(b.batch_id)  # someone else's: never looked at again
+        if not still_open:
+            return "absent"
+        status = f"checking {', '.join(still_open)}"
+        if rec.provider_status != status:
+            rec.provider_status = status
+            self.ledger.write(rec)
+            log.warning(
+                "batch_unresolved",
+                batch_key=rec.batch_key,
+                candidates=still_open,
+                reason="open batches with this count and time: their results will tell whose they are",
+            )
+        return "unresolved"
+
+    def _adopt(self, rec: BatchRecord, info: BatchInfo) -> str:
+        log.info("batch_reconciled", batch_key=rec.batch_key, batch_id=info.batch_id)
+        self._submitted(rec, info)
+        return "adopted"
+
+    def _wire_ids(self, rec: BatchRecord) -> set[str] | None:
+        """The custom ids a batch of this intent carries (None: its requests are not all known here)."""
+        if any(k not in self.specs for k in rec.keys):
             return None
-        log.info("batch_reconciled", batch_key=rec.batch_key, batch_id=hits[0].batch_id)
-        self._submitted(rec, hits[0])
-        return hits[0]
+        requests = [self.specs[k].request for k in rec.keys]
+        return wire_ids(self.settings[rec.provider], requests, rec.tag, set(rec.held_parts))
+
+    def _refused(self, rec: BatchRecord, reason: str) -> None:
+        """The provider refused the whole batch: recorded with its reason; its requests go online only where
+        the provider's ``batch_fallback`` says so, else the stage stops at the end (:meth:`_finish`)."""
+        rec.state = "failed"
+        rec.error = " ".join(reason.split())[:300]
+        rec.collected_at = now_s()
+        keys = [k for k in rec.keys if k in self.specs and not self._cached(k)]
+        for k in keys:
+            self.rounds[k] = self.opt.max_rounds  # never in a batch again in this driver
+        if self.settings[rec.provider].batch_fallback == "online":
+            rec.fallback, rec.online_requests = "online", len(keys)
+            self.totals.online_fallback += len(keys)
+        else:
+            self.refused.append(rec)
+        self.ledger.write(rec)
+        self.ledger.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
+        log.warning(
+            "batch_refused",
+            stage=self.stage,
+            batch_key=rec.batch_key,
+            batch_id=rec.batch_id,
+            error=rec.error,
+            fallback=rec.fallback or "fail",
+            requests=len(keys),
+        )
 
     # --- polling and collecting -------------------------------------------------------------------------
 
@@ -371,27 +538,49 @@ class BatchRunner:
                 rec.provider_status = info.provider_status
                 self.ledger.write(rec)
             return False
+        rec.provider_status = info.provider_status
+        if info.error:  # refused as a whole (validation): nothing ran, nothing was billed
+            self._refused(rec, f"{info.provider_status}: {info.error}")
+            return True
         try:
-            got = client.results(rec.batch_id)
+            got = own_parts(client.results(rec.batch_id), rec.tag)
         except FatalProviderError:
             raise
         except ProviderError as exc:
             log.warning("batch_results_failed", batch_id=rec.batch_id, error=str(exc))
             return False
+        self._collect(rec, got)
+        self.ledger.write(rec)
+        self._release(rec, owner)
+        log.info(
+            "batch_collected",
+            batch_id=rec.batch_id,
+            status=info.provider_status,
+            succeeded=rec.succeeded,
+            failed=rec.failed,
+        )
+        return True
+
+    def _collect(self, rec: BatchRecord, got: dict[str, PartOutcome]) -> None:
+        """Keep every answered part (cached once its request is whole) and count what the batch did."""
         s = self.settings[rec.provider]
         skip = set(rec.held_parts)
-        succeeded = failed = answered = 0
+        succeeded = failed = answered = billed = 0
         rec.input_tokens = rec.output_tokens = 0  # counted afresh from the results (a collect may be repeated)
         rec.cost_usd = rec.online_cost_usd = 0.0
+        rec.online_requests = 0
         for key in rec.keys:
             unit = self.specs[key]
             fresh: dict[str, ProviderResponse] = {}
+            reason = ""
             for part in parts(s, unit.request, skip):
                 value = got.get(part.custom_id, "missing")
                 if isinstance(value, str):
                     failed += 1
+                    reason = value
                     continue
                 fresh[part.custom_id] = value
+                billed += 1
                 self._account(rec, s, unit.request.model, value)  # billed, whatever becomes of it
             if key in self.answered:  # cached before a kill (or by someone else): nothing more to keep
                 succeeded += len(fresh)
@@ -411,26 +600,27 @@ class BatchRunner:
                 answered += 1
             else:
                 failed += len(fresh)
-        rec.succeeded = succeeded
-        rec.failed = failed
+                reason = "the answer failed its check"
+            if not self._cached(key) and self.rounds.get(key, 0) >= self.opt.max_rounds:
+                self._give_up(rec, key, reason or "missing")
+        rec.succeeded, rec.failed, rec.billed = succeeded, failed, billed
         rec.state = "collected"
         rec.collected_at = now_s()
-        rec.provider_status = info.provider_status
-        self.ledger.write(rec)
-        self._release(rec, owner)
         self.totals.requests_answered += answered
         self.totals.input_tokens += rec.input_tokens
         self.totals.output_tokens += rec.output_tokens
         self.totals.cost_usd += rec.cost_usd
-        log.info(
-            "batch_collected",
-            batch_id=rec.batch_id,
-            status=info.provider_status,
-            succeeded=rec.succeeded,
-            failed=rec.failed,
-            answered=answered,
-        )
-        return True
+
+    def _give_up(self, rec: BatchRecord, key: str, reason: str) -> None:
+        """A request that failed ``max_rounds`` batches: online only where the config says so (and the
+        record says it went), else it stops the stage at the end."""
+        if self.settings[rec.provider].batch_fallback == "online":
+            rec.fallback = "online"
+            rec.online_requests += 1
+            self.totals.online_fallback += 1
+            log.warning("batch_request_online", batch_key=rec.batch_key, key=key, reason=reason)
+        else:
+            self.exhausted[key] = reason
 
     @staticmethod
     def _account(rec: BatchRecord, s: ProviderSettings, model: str, response: ProviderResponse) -> None:
@@ -449,6 +639,15 @@ class BatchRunner:
             if k in self.held and k not in self.answered and self.rounds.get(k, 0) < self.opt.max_rounds
         }
         self.ledger.release(owner, [k for k in rec.keys if k not in keep])
+
+
+def own_parts(raw: dict[str, PartOutcome], tag: str) -> dict[str, PartOutcome]:
+    """A batch's results by part id, keeping only wire ids under the intent's tag (all of them for a record
+    written before tags)."""
+    if not tag:
+        return raw
+    prefix = f"{tag}-"
+    return {part_id(w): v for w, v in raw.items() if w.startswith(prefix)}
 
 
 def run_stage_batches(

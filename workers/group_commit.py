@@ -23,8 +23,9 @@ from typing import Protocol
 
 import structlog
 
-from punchline.data.errors import LedgerUnavailable
+from punchline.data.errors import LedgerUnavailable, StoreError
 from punchline.data.response_cache import CachedResponse, ResponseCache
+from punchline.data.response_spool import ResponseSpool
 from punchline.schedulers.leases import Grant, Leases, Settle
 
 log = structlog.get_logger("punchline.unit")
@@ -65,6 +66,7 @@ class GroupCommit:
         max_entries: int = 512,
         max_waiting: int = 8,
         ledger_retry_s: float = 0.5,
+        spool: ResponseSpool | None = None,
     ) -> None:
         self.cache = cache
         self.leases = leases
@@ -74,6 +76,7 @@ class GroupCommit:
         self.max_waiting = max_waiting
         self.waiting = 0  # answers handed in and not yet durable and committed
         self.ledger_retry_s = ledger_retry_s
+        self.spool = spool  # where paid answers go when the store cannot take them (committed on resume)
         self._pending: list[_Waiting] = []
         self._full = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
@@ -120,7 +123,14 @@ class GroupCommit:
     def _write(self, entries: list[CachedResponse]) -> list[tuple[CachedResponse, str]]:
         """Write the pack (in a thread); for each entry, the answer stored under its key and its pack
         (an answer some other writer stored first is adopted, so every copy is identical)."""
-        name = self.cache.write_pack(entries)
+        try:
+            name = self.cache.write_pack(entries)
+        except StoreError:  # the store stayed down past its bound: keep the paid answers on this disk
+            if self.spool is not None:
+                for entry in entries:
+                    self.spool.keep(entry.request, entry.response)
+                log.error("answers_spooled", answers=len(entries), folder=str(self.spool.folder))
+            raise
         out: list[tuple[CachedResponse, str]] = []
         for entry in entries:
             key = entry.request.key()

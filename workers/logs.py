@@ -28,6 +28,8 @@ from typing import Any, TextIO
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
+from punchline.schedulers.redis_client import redact_query
+
 MAX_LINE_BYTES = 4000
 REDACTED = "***"
 
@@ -47,6 +49,8 @@ SAFE_KEY_NAMES = frozenset(
         "lease_key",
         "redis_key",
         "key_prefix",
+        "batch_key",  # a hash of a batch's request keys (schedulers/batches.py)
+        "request_key",
     }
 )
 
@@ -64,9 +68,10 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.\-]{0,15}://)(?P<user>[^:/
 
 
 def redact_text(text: str) -> str:
-    """Mask key-shaped substrings, bearer tokens and URL passwords in free text."""
+    """Mask key-shaped substrings, bearer tokens and URL passwords (userinfo or query) in free text."""
     text = _SECRET_VALUE.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = redact_query(text)  # ?password=, ?token=, ... in a URL
     return _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:{REDACTED}@", text)
 
 

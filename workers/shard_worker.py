@@ -26,10 +26,11 @@ from typing import Any
 import msgspec
 import structlog
 
-from punchline.data.errors import BudgetExceeded, LedgerUnavailable
+from punchline.data.errors import BudgetExceeded, LedgerUnavailable, StoreError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.data.response_cache import ResponseCache
+from punchline.data.response_spool import ResponseSpool
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.stores.sentinel import Sentinel, ensure_sees
@@ -61,6 +62,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     offline: bool = False
     max_cost_usd: float | None = None
     log_path: str | None = None
+    spool_dir: str | None = None  # paid answers the store could not take (runs/<id>/spool on each node's disk)
     max_in_flight: int = 0  # units running at once per worker; 0 = the largest provider max_concurrency
     store_sentinel: Sentinel | None = None  # checked at start: this node must see the driver's store
     # redis_url shows its password as ***: the worker reads it from this 0600 file, else from its own
@@ -177,6 +179,7 @@ class ShardProcessor:
         self.pages = _PlanPages(store)
         self.held = _Held()
         self._executor_set = False
+        self.spool = ResponseSpool(cfg.spool_dir) if cfg.spool_dir else None
 
     def _runner(self) -> UnitRunner:
         from punchline.schedulers.budget import estimate_request_cost
@@ -213,7 +216,7 @@ class ShardProcessor:
         return UnitRunner(
             leases=self.leases,
             cache=self.cache,
-            commits=GroupCommit(self.cache, self.leases, self.held, max_waiting=self.cfg.window()),
+            commits=GroupCommit(self.cache, self.leases, self.held, max_waiting=self.cfg.window(), spool=self.spool),
             providers=self.providers,
             call=call,
             book=self.held,
@@ -222,6 +225,7 @@ class ShardProcessor:
             rate_scope=limiter.scope if limiter is not None else (lambda provider, model: None),
             offline=self.cfg.offline,
             estimate_usd=estimate if self.cfg.max_cost_usd is not None else None,
+            spool=self.spool,
         )
 
     async def work(self, plan: StagePlan) -> WorkerReport:
@@ -231,6 +235,9 @@ class ShardProcessor:
                 ThreadPoolExecutor(max_workers=max(16, 2 * self.cfg.window()), thread_name_prefix="punchline-io")
             )
             self._executor_set = True
+        if self.spool is not None and self.spool.pending():  # answers paid before the store went away
+            committed = await asyncio.to_thread(self.spool.commit, self.cache)
+            self.log.info("spooled_answers_committed", answers=committed)
         run = _StageRun(self, plan)
         return await run.go()
 
@@ -250,6 +257,7 @@ class _StageRun:
         self.room = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.stop = False
+        self.failed: BaseException | None = None
         self.log = proc.log.bind(stage=plan.stage)
 
     async def go(self) -> WorkerReport:
@@ -262,7 +270,19 @@ class _StageRun:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+        if self.failed is not None:
+            raise self.failed
         return self.report
+
+    def _shard_ended(self, task: asyncio.Task[None]) -> None:
+        """A shard that raised (the store down past its bound) ends this work call with its error: the
+        coordinator sees the worker fail instead of a worker that holds the shard's lease forever."""
+        self.tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, StoreError) and self.failed is None:
+            self.failed = error
+            self.stop = True
+            self.room.set()
 
     def _unit_done(self) -> None:
         self.pending_units -= 1
@@ -309,7 +329,7 @@ class _StageRun:
             self.pending_units += len(units)
             task = asyncio.create_task(self._shard(claim, units))
             self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            task.add_done_callback(self._shard_ended)
 
     async def _unit(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None) -> UnitResult:
         """A unit counts against the window until its call is done (not until its answer is committed:

@@ -13,7 +13,9 @@ The order of steps is the delivery guarantee:
    then gives up its call slot;
 5. hands the answer to the worker's group commit (:mod:`punchline.workers.group_commit`), which writes
    the answers of a short spell as one pack (an answer already stored by someone else is adopted, so
-   every shard built from the cache is identical) and, once the pack is durable,
+   every shard built from the cache is identical; a store down past its outage bound gets the answers
+   kept in the node's spool instead, ``data/response_spool.py``, committed on resume) and, once the
+   pack is durable,
 6. commits their leases with their fencing tokens in one round trip, settling costs and returning
    unused tokens; each lease becomes a done marker for ``MARKER_MS``, then nothing of the request stays
    in Redis: the store has the answer.
@@ -43,6 +45,7 @@ from punchline.data.errors import (
 )
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import CachedResponse, ResponseCache
+from punchline.data.response_spool import ResponseSpool
 from punchline.data.units import ShardUsage, UnitResult, UnitSpec
 from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
@@ -103,6 +106,7 @@ class UnitRunner:
         estimate_usd: Callable[[Any], float] | None = None,
         max_invalid: int = 2,
         ledger_retry_s: float = 0.5,
+        spool: ResponseSpool | None = None,
     ) -> None:
         self.leases = leases
         self.cache = cache
@@ -117,12 +121,15 @@ class UnitRunner:
         self.estimate_usd = estimate_usd
         self.max_invalid = max_invalid
         self.ledger_retry_s = ledger_retry_s
+        self.spool = spool  # where a paid answer goes when the store cannot take it (committed on resume)
 
     @property
     def commits(self) -> GroupCommit:
         """The worker's group commit (made on first use, inside the running event loop)."""
         if self._commits is None:
-            self._commits = GroupCommit(self.cache, self.leases, self.book, ledger_retry_s=self.ledger_retry_s)
+            self._commits = GroupCommit(
+                self.cache, self.leases, self.book, ledger_retry_s=self.ledger_retry_s, spool=self.spool
+            )
         return self._commits
 
     async def run(

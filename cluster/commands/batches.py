@@ -1,7 +1,10 @@
 """``punchline batches RUN_ID [--cancel]``: a run's provider batches (state, counts, age, cost), and cancelling them.
 
 The list comes from the store's batch records (``<run>/batches/*.json``), so it works after a crash and
-without Redis; ``--cancel`` asks each provider to cancel the batches still open. A resumed run reconciles
+without Redis; a store that does not hold the run is one line and exit 2, not an empty table. ``--cancel``
+first records the cancel in the store (``<run>/batches/control/cancel.json``), so a live driver stops sending
+anything more (it cancels what it created meanwhile, keeps what came back and stops the stage), then asks each
+provider to cancel the batches still open and writes that into their records. A later resume reconciles
 cancelled batches like any other: answers that came back are kept, the rest is submitted again.
 """
 
@@ -9,22 +12,29 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from punchline.data.errors import InputError, ProviderError
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.store import Store
 from punchline.data.stores import open_store
-from punchline.schedulers.batches import BatchRecord, read_records
+from punchline.schedulers.batches import BatchRecord, read_records, record_path, request_cancel
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("batches", help="a run's provider batches: state, request counts, age; --cancel cancels them")
     p.add_argument("run_id")
     p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--cancel", action="store_true", help="cancel every batch of the run still open at its provider")
+    p.add_argument(
+        "--cancel",
+        action="store_true",
+        help="cancel every batch of the run still open at its provider (a live run stops sending more)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_batches)
 
@@ -36,29 +46,56 @@ def _age(rec: BatchRecord) -> str:
     )
 
 
+def run_store(run: Any) -> Store:
+    """The store a run's record names, checked to hold the run (moved, deleted or not mounted: one line)."""
+    store = open_store(run.services.store_url)
+    if not store.exists(f"{run.run_id}/run.json"):
+        raise InputError(
+            f"the store {store.url} does not hold run {run.run_id} (moved, deleted or not mounted?)",
+            file=f"{store.url}/{run.run_id}/run.json",
+        )
+    return store
+
+
 def cmd_batches(args: argparse.Namespace) -> int:
     from punchline.cluster.commands.run import load_run_record
 
     run = load_run_record(args.runs_dir, args.run_id)
-    records = read_records(open_store(run.services.store_url), args.run_id)
+    store = run_store(run)
     if args.cancel:
-        _cancel(run, records)
+        cancel_run(run, store)
+    records = read_records(store, args.run_id)
     if args.json:
         print(msgspec.json.encode(records).decode())
         return 0
-    Console(width=max(Console().width, 130)).print(batch_table(records))
+    Console(width=max(Console().width, 150)).print(batch_table(records))
     return 0
 
 
+def _note(r: BatchRecord) -> str:
+    notes = []
+    if r.error:
+        notes.append(r.error)
+    if r.fallback == "online":
+        notes.append(f"{r.online_requests} requests went online (batch_fallback)")
+    if r.cancelled_at:
+        notes.append(f"cancelled {time.strftime('%H:%M:%S', time.gmtime(r.cancelled_at))} UTC")
+    return "; ".join(notes)
+
+
 def batch_table(records: list[BatchRecord]) -> Table:
-    """One row per batch: what ``batches`` and ``status`` show."""
-    table = Table("batch", "stage", "provider", "state", "provider id", "requests", "ok", "failed", "age", "cost $")
-    for r in records:
+    """One row per batch: what ``batches`` and ``status`` show (a note column only where there is a note)."""
+    notes = [_note(r) for r in records]
+    columns = ["batch", "stage", "provider/model", "state", "provider id", "requests", "ok", "failed", "age", "cost $"]
+    table = Table(*columns, *(["note"] if any(notes) else []))
+    table.columns[0].no_wrap, table.columns[0].min_width = True, 12  # the key a reader greps the log for
+    for r, note in zip(records, notes, strict=True):
         state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
+        model = r.model.rsplit("/", 1)[-1]
         table.add_row(
             r.batch_key[:12],
             r.stage,
-            r.provider,
+            f"{r.provider}/{model}" if model else r.provider,
             state,
             r.batch_id or "-",
             str(r.requests),
@@ -66,22 +103,50 @@ def batch_table(records: list[BatchRecord]) -> Table:
             str(r.failed),
             _age(r),
             f"{r.cost_usd:.4f}",
+            *([note] if any(notes) else []),
         )
     return table
 
 
-def _cancel(run: Any, records: list[BatchRecord]) -> None:
+def cancel_run(run: Any, store: Store) -> None:
+    """Record the cancel (a live driver stops sending), cancel each open batch and mark its record."""
     from punchline.workers.providers import make_batch_provider
 
+    at = time.time()
+    request_cancel(store, run.run_id, at)
     providers = msgspec.toml.decode(run.config_toml.encode()).get("providers", {})
-    for r in records:
-        if r.state == "collected" or not r.batch_id:
-            continue
-        settings = msgspec.convert(providers[r.provider], ProviderSettings)
-        client = make_batch_provider(r.provider, settings)
-        try:
-            info = client.cancel(r.batch_id)
-        finally:
-            client.close()
-        r.provider_status = info.provider_status
-        print(f"cancelled {r.batch_id} ({r.provider}): {info.provider_status}")
+    open_records = [r for r in read_records(store, run.run_id) if r.state in ("intent", "submitted")]
+    if not open_records:
+        print(f"run {run.run_id} has no open batches")
+    for r in open_records:
+        status = "not created"
+        if r.batch_id:
+            settings = msgspec.convert(providers[r.provider], ProviderSettings)
+            client = make_batch_provider(r.provider, settings)
+            try:
+                status = client.cancel(r.batch_id).provider_status
+            except ProviderError as exc:  # ended meanwhile, or unreachable: said, and the others go on
+                status = f"not cancelled: {exc}"
+            finally:
+                client.close()
+        _mark_cancelled(store, r, at, status)
+        print(f"cancelled {r.batch_id or 'intent ' + r.batch_key[:12]} ({r.provider}): {status}")
+
+
+def _mark_cancelled(store: Store, rec: BatchRecord, at: float, status: str) -> None:
+    """Write the cancel into the record as it is now (a live driver may have moved it on meanwhile)."""
+    path = record_path(rec.run_id, rec.batch_key)
+    raw = store.get(path)
+    fresh = rec if raw is None else msgspec.json.decode(raw, type=BatchRecord)
+    fresh.cancelled_at = fresh.cancelled_at or at
+    if fresh.state != "collected" and not status.startswith("not cancelled"):
+        fresh.provider_status = status
+    store.put(path, msgspec.json.encode(fresh))
+
+
+def plan_cost_title(estimates: Sequence[Any]) -> str:
+    """The title of ``plan``'s one cost column: the price of the mode the config sends requests in."""
+    modes = {m for e in estimates if e.requests for m in e.mode.split("+")}
+    if modes == {"batch"}:
+        return "batch cost $"
+    return "cost $ (online + batch)" if "batch" in modes else "cost $"

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 ADDRESS_HELP = (
     "the cluster's dashboard, e.g. http://HEAD:8265 (env PUNCHLINE_JOBS_ADDRESS or RAY_API_SERVER_ADDRESS; "
@@ -41,6 +40,19 @@ def register(sub: Any) -> None:
     s.add_argument("--max-cost-usd", type=float, help="stop scheduling new units before this budget is exceeded")
     s.add_argument("--offline", action="store_true", help="never call a provider: cache misses fail")
     s.add_argument("--python", default="python", help="the interpreter on the cluster (default: python)")
+    s.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one of punchline's own variables for this job (repeatable), e.g. PUNCHLINE_S3_OUTAGE_S=1200; "
+        "only PUNCHLINE_S3_*, PUNCHLINE_RATE_*, PUNCHLINE_MAX_WORKERS, PUNCHLINE_WORKER_NODE_CPUS, "
+        "PUNCHLINE_STORE, PUNCHLINE_DEBUG: never a secret (Ray stores and shows a job's environment)",
+    )
+    s.add_argument(
+        "--entrypoint-num-cpus", type=float, help="CPUs Ray reserves for the job's driver (default: none reserved)"
+    )
+    s.add_argument("--submission-id", help="the job id (default: punchline-<run id>-<random>)")
     s.set_defaults(func=cmd_submit)
 
     j = sub.add_parser("jobs", help="punchline runs submitted to a cluster, with their state")
@@ -66,6 +78,16 @@ def register(sub: Any) -> None:
     st.add_argument("--wait", action="store_true", help="wait until the job has stopped")
     st.set_defaults(func=cmd_stop)
 
+    d = sub.add_parser(
+        "delete",
+        help="delete a finished job from the cluster's job list",
+        description="Delete a job that has ended (SUCCEEDED, FAILED or STOPPED) and Ray's record of it; the run's "
+        "store (artifacts, run.json, log.jsonl) is kept. A running job must be stopped first.",
+    )
+    d.add_argument("job_id")
+    d.add_argument("--address", help=ADDRESS_HELP)
+    d.set_defaults(func=cmd_delete)
+
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from punchline.cluster import ray_jobs
@@ -80,8 +102,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         max_cost_usd=args.max_cost_usd,
         offline=args.offline,
         python=args.python,
+        env=ray_jobs.parse_env(args.env),
+        entrypoint_num_cpus=args.entrypoint_num_cpus,
+        submission_id=args.submission_id,
     )
-    ray_jobs.refuse_secrets(opts)
+    ray_jobs.check_submit_options(opts)
     run_id = args.run_id or new_run_id(load_config(args.config))
     with tempfile.TemporaryDirectory(prefix="punchline-job-") as staging:
         job_id = ray_jobs.submit(address, args.config, run_id, opts, staging=Path(staging))
@@ -100,12 +125,14 @@ def _when(ts: float | None) -> str:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from punchline.cluster import ray_jobs
+    from punchline.cluster.commands._tables import print_whole, whole_table
 
     rows = ray_jobs.list_jobs(ray_jobs.jobs_address(args.address), everything=args.all)
-    table = Table("job id", "run id", "status", "started (UTC)", "ended (UTC)", "message")
+    table = whole_table("job id", "run id", "status", "started (UTC)", "ended (UTC)", "message", box=None)
     for row in rows:
-        table.add_row(row.job_id, row.run_id, row.status, _when(row.start_time_s), _when(row.end_time_s), row.message)
-    Console(width=max(Console().width, 140)).print(table)
+        message = ray_jobs.shorten(row.message)  # one line per job; `punchline logs JOB` shows the rest
+        table.add_row(row.job_id, row.run_id, row.status, _when(row.start_time_s), _when(row.end_time_s), message)
+    print_whole(table)
     return 0
 
 
@@ -141,4 +168,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
         time.sleep(0.5)
         state = ray_jobs.status(address, args.job_id)
     Console(stderr=True).print(f"job {args.job_id}: {state} (resume with `punchline submit CONFIG --run-id RUN`)")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from punchline.cluster import ray_jobs
+
+    ray_jobs.delete(ray_jobs.jobs_address(args.address), args.job_id)
+    Console(stderr=True).print(f"job {args.job_id}: deleted (the run's store is kept)")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
@@ -152,7 +153,7 @@ def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
             bars.progress.stop()
     out = Console(width=max(Console().width, 110))
     out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
-    _print_counters(out, record.counters)
+    _print_counters(out, with_batch_records(record)[0])
     store = record.services.store_url
     out.print(f"artifacts in {store}/{record.run_id}/artifacts/:")
     for name in record.artifacts:
@@ -172,6 +173,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _runs_dir(runs_dir: str) -> Path:
+    if not runs_dir.strip():
+        raise InputError("is empty; give a folder (default: runs)", field="--runs-dir")
     root = Path(runs_dir)
     if root.exists() and not root.is_dir():
         raise InputError("is a file, not a folder", file=runs_dir, field="--runs-dir")
@@ -291,12 +294,7 @@ def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
 
         with contextlib.suppress(Exception):
             usage = Budget(_ledger_client(record), record.run_id, None).usage()
-    batches: list[BatchRecord] = []
-    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
-        from punchline.data.stores import open_store
-        from punchline.schedulers.batches import read_records
-
-        batches = read_records(open_store(record.services.store_url), record.run_id)
+    counters, usage, batches = with_batch_records(record, counters, usage)
     return StatusView(
         run_id=record.run_id,
         pipeline=record.pipeline,
@@ -308,6 +306,23 @@ def _status(runs_dir: str, run_id: str, store: str | None = None) -> StatusView:
         usage=usage,
         batches=batches,
     )
+
+
+def with_batch_records(
+    record: Any, counters: dict[str, StageCounters] | None = None, usage: list[Any] | None = None
+) -> tuple[dict[str, StageCounters], list[Any], list[BatchRecord]]:
+    """Counters and cost-per-model rows (the record's unless given) with every batch record of the run added
+    (what batches cost is in their records, whichever driver ran them), and the records themselves."""
+    from punchline.schedulers.batches import read_records, with_batch_costs
+
+    batches: list[BatchRecord] = []
+    with contextlib.suppress(PunchlineError):  # the store may be out of reach: status still shows the rest
+        from punchline.data.stores import open_store
+
+        batches = read_records(open_store(record.services.store_url), record.run_id)
+    counters = record.counters if counters is None else counters
+    usage = record.usage if usage is None else usage
+    return (*with_batch_costs(counters, usage, batches), batches)
 
 
 def _status_renderable(view: StatusView) -> Group:
@@ -333,6 +348,8 @@ def _status_renderable(view: StatusView) -> Group:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is not None and not (math.isfinite(args.watch) and 0.1 <= args.watch <= 3600):
+        raise InputError(f"must be between 0.1 and 3600 seconds, got {args.watch}", field="--watch")
     store = args.store or os.environ.get("PUNCHLINE_STORE")
     view = _status(args.runs_dir, args.run_id, store)
     if args.json:
@@ -351,10 +368,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from punchline.cluster.commands._tables import print_whole, whole_table
     from punchline.cluster.driver import load_record
 
     root = _runs_dir(args.runs_dir)
-    table = Table("run id", "pipeline", "state", "created", "units done", "cost $")
+    table = whole_table("run id", "pipeline", "state", "created", "units done", "cost $")
     for path in sorted(root.glob("*/run.json")):
         try:
             rec = load_record(path.read_bytes(), str(path))
@@ -362,13 +380,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
             table.add_row(path.parent.name, "?", f"unreadable run.json: {str(exc)[:80]}", "", "", "")
             continue
         done = sum(c.units_done for c in rec.counters.values())
-        cost = sum(c.cost_usd for c in rec.counters.values())
+        cost = sum(c.cost_usd for c in with_batch_records(rec)[0].values())
         created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.created_at))
         state = rec.state
         if state == "running" and (rec.driver_gone() or _live_counters(rec) is None):
             state = "interrupted (resume with --run-id)"
         table.add_row(rec.run_id, rec.pipeline, state, created, str(done), f"{cost:.4f}")
-    Console().print(table)
+    print_whole(table)  # whole run ids, to copy into status / --run-id
     return 0
 
 
@@ -404,8 +422,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(estimates).decode())
         return 0
+    from punchline.cluster.commands.batches import plan_cost_title
+
+    # one cost column: the price of the mode the config sends each stage's requests in
     table = Table(
-        "stage", "requests", "input tokens", "output tokens", "cost $", "batch cost $", "least wall time", "note"
+        "stage", "requests", "input tokens", "output tokens", plan_cost_title(estimates), "least wall time", "note"
     )
     for e in estimates:
         table.add_row(
@@ -413,18 +434,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             ("" if e.exact else "≤ ") + str(e.requests),
             str(e.input_tokens),
             str(e.output_tokens),
-            f"{e.cost_usd:.4f}",
-            f"{e.batch_cost_usd:.4f}",
+            f"{e.mode_cost_usd:.4f}",
             f"{e.min_wall_s:.0f}s",
-            e.note,
+            e.note or ("" if e.mode == "online" else e.mode),
         )
     table.add_row(
         "total",
         str(sum(e.requests for e in estimates)),
         str(sum(e.input_tokens for e in estimates)),
         str(sum(e.output_tokens for e in estimates)),
-        f"{sum(e.cost_usd for e in estimates):.4f}",
-        f"{sum(e.batch_cost_usd for e in estimates):.4f}",
+        f"{sum(e.mode_cost_usd for e in estimates):.4f}",
         f"{sum(e.min_wall_s for e in estimates):.0f}s",
         "",
     )

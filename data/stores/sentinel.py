@@ -69,6 +69,11 @@ def not_shared(store_url: str, where: str) -> str:
     return f"store {store_url} is not shared: {where} cannot see what the driver wrote there; {SHARED_HINT}"
 
 
+def is_not_shared(text: str) -> bool:
+    """Whether an error line is :func:`not_shared`'s (a worker found it cannot see the driver's store)."""
+    return "what the driver wrote" in text and ("cannot see" in text or "cannot read" in text)
+
+
 def ensure_sees(store: Store, sentinel: Sentinel | None, where: str) -> None:
     """Raise (with the one line) unless this process sees ``sentinel``; None checks nothing."""
     if sentinel is not None and not sees(store, sentinel):

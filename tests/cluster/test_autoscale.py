@@ -80,6 +80,7 @@ def test_settings_config_then_environment_then_flag() -> None:
             AutoscaleSettings.from_env(bad)
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_a_request_through_rays_sdk_reaches_the_gcs(ray_local: Any) -> None:
     auto = Autoscaler(
         AutoscaleSettings(max_workers=3),

@@ -2,7 +2,8 @@
 
 Batch answers land under the online path's cache keys, so the artifacts are byte-identical whichever mode
 paid for them; a driver killed with ``kill -9`` at each point of a batch's life resumes without creating a
-batch twice or billing a request twice (the fake provider counts both)."""
+batch twice or billing a request twice (the fake provider counts both), also behind 150 other users' batches;
+the fake enforces OpenAI's one model per input file, and ``status`` shows what the batch records cost."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.test_faults import ROOT, opts, wait_for
+from tests.workers.test_batch_runner import billed_parts
 
 pytestmark = pytest.mark.slow
 
@@ -50,8 +52,28 @@ def online_baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServ
 
 def assert_billed_once(fake: FakeProviderServer) -> None:
     stats = fake.batch_stats()
-    assert stats.billed and set(stats.billed.values()) == {1}, "a request was billed twice"
+    assert stats.billed and set(billed_parts(stats).values()) == {1}, "a request was billed twice"
     assert fake.stats().total_calls == 0, "a batch-mode run called the online endpoint"
+    assert stats.failed_validation == 0 and stats.foreign_cancelled == 0
+
+
+def assert_status_costs_are_the_records(tmp: Path, run_id: str, capsys: Any) -> None:
+    """``status``: cost per stage and per model is the sum of the run's batch records (no online calls)."""
+    from punchline.cluster.cli import main
+
+    records = read_records(LocalStore(tmp / "store"), run_id)
+    capsys.readouterr()
+    assert main(["status", run_id, "--runs-dir", str(tmp / "runs"), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert sum(r.cost_usd for r in records) > 0
+    for stage in {r.stage for r in records}:
+        paid = sum(r.cost_usd for r in records if r.stage == stage)
+        assert view["counters"][stage]["cost_usd"] == pytest.approx(paid)
+    per_model = {(u["stage"], u["model"]): u["usd"] for u in view["usage"] if u["usd"]}
+    expected: dict[tuple[str, str], float] = {}
+    for r in records:
+        expected[(r.stage, r.model)] = expected.get((r.stage, r.model), 0.0) + r.cost_usd
+    assert per_model == pytest.approx({k: v for k, v in expected.items() if v})
 
 
 def test_batch_mode_gives_the_online_artifacts_at_half_price(
@@ -66,6 +88,9 @@ def test_batch_mode_gives_the_online_artifacts_at_half_price(
     records = read_records(LocalStore(tmp_path / "store"), "batched")
     assert {r.stage for r in records} == {"collect", "classify"}
     assert all(r.state == "collected" for r in records)
+    # one model per batch, as OpenAI requires (the fake enforces it): both collect models paid the batch price
+    collect_models = {r.model for r in records if r.stage == "collect"}
+    assert len(collect_models) == 2 and all(r.model for r in records)
     assert fake.batch_stats().batches_created == len(records)
     assert sum(r.cost_usd for r in records) == pytest.approx(sum(r.online_cost_usd for r in records) / 2)
     assert sum(r.cost_usd for r in records) > 0
@@ -85,6 +110,7 @@ def test_batch_mode_gives_the_online_artifacts_at_half_price(
     assert main(["status", "batched", "--runs-dir", str(tmp_path / "runs")]) == 0
     shown = capsys.readouterr().out
     assert "provider batches" in shown and records[0].batch_key[:12] in shown
+    assert_status_costs_are_the_records(tmp_path, "batched", capsys)
 
 
 def test_a_stage_in_batch_mode_of_its_own_with_split_requests_failing_in_part(
@@ -122,7 +148,13 @@ CRASHES = {
 
 @pytest.mark.parametrize("point", sorted(CRASHES))
 def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
-    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any, point: str
+    tmp_path: Path,
+    make_config: Any,
+    fake: FakeProviderServer,
+    redis_url: str,
+    ray_local: Any,
+    point: str,
+    capsys: Any,
 ) -> None:
     online, batch = batch_config(make_config)
     expected = online_baseline(tmp_path, online, redis_url, fake)
@@ -163,6 +195,9 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
     else:
         assert created_before >= 1
     fake.configure()  # the provider is healthy again
+    if point in ("before_create", "after_create"):  # 150 other batches land on the account before the resume
+        for api in ("openai", "anthropic"):
+            fake.seed_foreign_batches(api, 150, requests=3)
 
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
@@ -172,6 +207,7 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
     # one provider batch per record: the one in flight at the kill was adopted, never created again
     assert fake.batch_stats().batches_created == len(records)
     assert len({r.batch_id for r in records}) == len(records)
+    assert_status_costs_are_the_records(tmp_path, "killed", capsys)
 
 
 def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(
@@ -191,4 +227,6 @@ def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(
     for key, n in fake.batch_stats().billed_keys.items():
         paid[key] = paid.get(key, 0) + n
     assert paid and max(paid.values()) == 1, "a request was paid for twice (once online, once in a batch)"
-    assert fake.batch_stats().billed and fake.stats().total_calls > 0  # both modes did pay for some
+    # which run pays for what depends on which driver's workers come up first (a loaded machine may let the
+    # batch run lease everything): the guarantee is that together they paid for each request once
+    assert fake.batch_stats().billed

@@ -43,3 +43,23 @@ def test_plan_shows_the_batch_price_beside_the_online_price() -> None:
     priced = [e for e in estimates if e.cost_usd > 0]
     assert priced
     assert all(e.batch_cost_usd == pytest.approx(e.cost_usd / 2) for e in priced)
+
+
+def test_plan_shows_only_the_cost_of_the_mode_configured(make_config, capsys) -> None:
+    online: Path = make_config(jokes=4, models=("3b",), samples=2, classify=True)
+    assert main(["plan", str(online)]) == 0
+    header = capsys.readouterr().out
+    assert "cost $" in header and "batch" not in header
+    batch = online.with_name("batch.toml")
+    text = online.read_text()
+    for table in ("[providers.sim]\n", "[providers.claude]\n"):
+        text = text.replace(table, f'{table}mode = "batch"\n')
+    batch.write_text(text)
+    by_stage = {e.stage: e for e in plan_run(load_config(batch))}
+    collect = by_stage["collect"]
+    assert collect.mode == "batch" and collect.cost_usd > 0
+    assert collect.mode_cost_usd == pytest.approx(collect.cost_usd / 2)
+    assert main(["plan", str(batch)]) == 0
+    shown = capsys.readouterr().out
+    assert "batch cost $" in shown and f"{collect.mode_cost_usd:.4f}" in shown
+    assert f"{collect.cost_usd:.4f}" not in shown  # the online price of a batch-mode stage is not shown

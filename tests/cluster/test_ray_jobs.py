@@ -158,6 +158,7 @@ def artifacts(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~560 s on a loaded 2-core machine (load 20) before the teardown: 600 s was too tight
 def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
     tmp_path: Path, ray_local: Any, redis_url: str
 ) -> None:
@@ -210,10 +211,21 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         mark("stopped; run record says interrupted")
         assert not (store / "sub" / "artifacts" / "puns_ranked.json").exists()
 
-        # resume: the same config and run id; follow its log to the end
-        again = cli("submit", "configs/demo.toml", *address, *services, "--run-id", "sub")
+        # a password through a side door (?password=) is refused before anything reaches the cluster
+        password = urlsplit(redis_url).password or ""
+        assert password
+        side_door = redis_url.replace(f":{password}@", "@", 1) + f"?password={password}"
+        refused = cli("submit", "configs/demo.toml", *address, *services, "--redis-url", side_door, "--run-id", "x")
+        assert refused.returncode == 2 and "--redis-url" in refused.stderr and password not in refused.stderr
+
+        # resume: the same config and run id, with Ray's job options; follow its log to the end
+        again = cli(
+            "submit", "configs/demo.toml", *address, *services, "--run-id", "sub", "--submission-id", "sub-resume-1",
+            "--entrypoint-num-cpus", "0", "--env", "PUNCHLINE_S3_OUTAGE_S=900",
+        )  # fmt: skip
         assert again.returncode == 0, again.stderr
         second = again.stdout.strip()
+        assert second == "sub-resume-1"
         followed = cli("logs", second, *address, "--follow")
         assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr[-2000:]
         assert "run sub: finished" in followed.stdout and "SUCCEEDED" in followed.stderr
@@ -227,6 +239,27 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         assert urlsplit(record.services.simulator_url).hostname == cluster.node_ip != "127.0.0.1"
         mark(f"resumed run finished; {len(expected)} artifacts identical to the local run's")
         assert cli("logs", "no-such-job", *address).returncode == 2
+        # the run's log is in the store beside run.json; no secret in Ray's job table or in any job's log
+        assert b'"run_end"' in (store / "sub" / "log.jsonl").read_bytes()
+        ray_bin = str(Path(sys.executable).parent / "ray")
+        table = subprocess.run(
+            [ray_bin, "job", "list", *address],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert table.returncode == 0 and "sub-resume-1" in table.stdout, table.stderr[-2000:]
+        shown = table.stdout + cli("jobs", *address, "--all").stdout
+        shown += cli("logs", first, *address).stdout + cli("logs", second, *address).stdout
+        assert password not in shown
+        listed = [ln for ln in cli("jobs", *address).stdout.splitlines() if ln.strip()]
+        assert len(listed) == 1 + 2  # the header and one line per job
+        # an ended job can be deleted (a running one must be stopped first)
+        deleted = cli("delete", first, *address)
+        assert deleted.returncode == 0, deleted.stderr
+        assert first not in cli("jobs", *address).stdout
 
         # `ray job submit --working-dir` of the user's folder: refused while the store is relative, then fine
         ray_cli = [str(Path(sys.executable).parent / "ray"), "job", "submit", *address, "--working-dir", str(project)]
@@ -254,3 +287,122 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
         mark("ray job submit --working-dir with a shared store: succeeded")
     finally:
         cluster.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("flag", "url"),
+    [
+        ("redis_url", "redis://:hunter2@redis:6379/0"),
+        ("redis_url", "redis://default:hunter2@redis:6379/0"),
+        ("redis_url", "redis://redis:6379/0?password=hunter2"),
+        ("redis_url", "rediss://redis:6380/0?ssl_ca_certs=/ca.pem&Password=hunter2"),
+        ("redis_url", "redis://redis:6379/0?db=1&auth_token=hunter2"),
+        ("redis_url", "redis://redis:6379/0?api-key=hunter2"),
+        ("store", "s3://bucket/prefix?secret=hunter2"),
+    ],
+)
+def test_a_credential_in_any_form_never_goes_into_a_job(flag: str, url: str, capsys: Any) -> None:
+    from punchline.cluster.cli import main
+
+    with pytest.raises(ConfigError, match="carries a secret") as caught:
+        refuse_secrets(SubmitOptions(**{flag: url}))
+    assert "hunter2" not in str(caught.value)
+    # the command refuses it before it reads the config or reaches a cluster (port 9: nothing listens)
+    option = "--redis-url" if flag == "redis_url" else "--store"
+    code = main(["submit", str(DEMO), option, url, "--address", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and option in err and "hunter2" not in err
+
+
+def test_urls_without_secrets_go_through_and_redaction_covers_every_form() -> None:
+    from punchline.schedulers.redis_client import credentials_in_userinfo, redact_url
+    from punchline.workers.logs import redact_text
+
+    refuse_secrets(SubmitOptions(redis_url="rediss://redis:6380/0?ssl_ca_certs=/ca.pem&ssl_keyfile=/k.pem"))
+    assert redact_url("redis://redis:6379/0?password=hunter2&db=1") == "redis://redis:6379/0?password=***&db=1"
+    assert redact_url("redis://u:hunter2@[::1]:6379/0") == "redis://u:***@[::1]:6379/0"
+    line = "python -m punchline run c.toml --redis-url 'redis://h:1/0?token=hunter2' --store s3://b/p?sig=hunter2"
+    assert "hunter2" not in redact_text(line) and "--store s3://b/p" in redact_text(line)
+    # the driver moves a ?password= into the userinfo, so workers get it as ***, never in their arguments
+    moved = credentials_in_userinfo("redis://h:6379/0?password=hunter2&db=1")
+    assert moved == "redis://:hunter2@h:6379/0?db=1"
+    assert redact_url(moved) == "redis://:***@h:6379/0?db=1"
+
+
+def test_a_job_takes_only_punchline_settings_as_environment() -> None:
+    from punchline.cluster.ray_jobs import check_submit_options, parse_env
+
+    env = parse_env(["PUNCHLINE_S3_OUTAGE_S=1200", "PUNCHLINE_RATE_RECOVER_WINDOW_S=30"])
+    assert env == {"PUNCHLINE_S3_OUTAGE_S": "1200", "PUNCHLINE_RATE_RECOVER_WINDOW_S": "30"}
+    check_submit_options(SubmitOptions(env=env, entrypoint_num_cpus=0.5, submission_id="my-run.1"))
+    for bad, field in [
+        ({"PUNCHLINE_REDIS_URL": "redis://h/0"}, "--env"),
+        ({"AWS_SECRET_ACCESS_KEY": "x"}, "--env"),
+        ({"OPENAI_API_KEY": "sk-abcdefghijklmnopqrstuvwx"}, "--env"),
+        ({"PUNCHLINE_STORE": "s3://b/p?token=hunter2"}, "--env"),
+        ({"PUNCHLINE_DEBUG": "sk-abcdefghijklmnopqrstuvwx"}, "--env"),
+    ]:
+        with pytest.raises(ConfigError, match=field) as caught:
+            check_submit_options(SubmitOptions(env=bad))
+        assert "hunter2" not in str(caught.value) and "sk-abc" not in str(caught.value)
+    for pair in ("NOVALUE", "lower=1", "=x"):
+        with pytest.raises(ConfigError, match="--env"):
+            parse_env([pair])
+    for opts, field in [
+        (SubmitOptions(entrypoint_num_cpus=-1.0), "--entrypoint-num-cpus"),
+        (SubmitOptions(entrypoint_num_cpus=float("nan")), "--entrypoint-num-cpus"),
+        (SubmitOptions(submission_id="a b"), "--submission-id"),
+        (SubmitOptions(submission_id=""), "--submission-id"),
+        (SubmitOptions(max_workers=10**12), "--max-workers"),
+        (SubmitOptions(max_cost_usd=float("inf")), "--max-cost-usd"),
+    ]:
+        with pytest.raises(ConfigError, match=field):
+            check_submit_options(opts)
+
+
+class _AuthDashboard:
+    """An HTTP server on 127.0.0.1 answering every request as a token-auth Ray dashboard answers a client
+    with no token (401) or a wrong one (403)."""
+
+    def __init__(self, status: int) -> None:
+        import http.server
+        import threading
+
+        code = status
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                body = b"Unauthorized: missing or invalid authentication token"
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(("status", "word"), [(401, "set RAY_AUTH_TOKEN"), (403, "fix RAY_AUTH_TOKEN")])
+def test_a_token_auth_cluster_refusing_us_is_one_line_and_exit_2(status: int, word: str, capsys: Any) -> None:
+    from punchline.cluster.cli import main
+
+    dashboard = _AuthDashboard(status)
+    try:
+        for argv in (["jobs"], ["logs", "j1"], ["stop", "j1"], ["delete", "j1"], ["submit", str(DEMO)]):
+            code = main([*argv, "--address", dashboard.url])
+            err = capsys.readouterr().err.strip().splitlines()
+            assert code == 2, (argv, err)
+            assert len(err) == 1 and word in err[0] and "internal error" not in err[0], (argv, err)
+    finally:
+        dashboard.close()

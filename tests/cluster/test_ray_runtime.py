@@ -34,6 +34,7 @@ def _where_is_schemas() -> tuple[str, int]:
     return punchline.data.puns.schemas.__file__ or "", os.getpid()
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_local_ray_imports_project_modules(ray_local: RaySettings) -> None:
     ensure_ray(ray_local)  # second call is a no-op
     path, pid = ray.get(_where_is_schemas.remote(), timeout=120)
@@ -91,6 +92,7 @@ def _read_store(url: str, key: str) -> bytes | None:
     return open_store(url).get(key)
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_workers_reach_the_s3_store(ray_local: RaySettings, s3_url: str) -> None:
     from punchline.data.stores import open_store
 
@@ -98,6 +100,7 @@ def test_workers_reach_the_s3_store(ray_local: RaySettings, s3_url: str) -> None
     assert ray.get(_read_store.remote(s3_url, "from-driver"), timeout=120) == b"hello"
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_local_ray_is_back_after_cluster(ray_local: RaySettings) -> None:
     """Runs after the cluster test (file order): ray_local's Ray was restored."""
     assert ray.is_initialized()
@@ -106,6 +109,7 @@ def test_local_ray_is_back_after_cluster(ray_local: RaySettings) -> None:
     assert len(alive_nodes()) == 1
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_a_local_ray_listens_on_the_loopback_only(ray_local: RaySettings) -> None:
     """A private local Ray is not reachable from the network: its GCS, raylet and workers bind 127.0.0.1."""
     import subprocess

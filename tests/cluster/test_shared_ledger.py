@@ -80,6 +80,7 @@ def _joiner(runs: Path) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_a_killed_driver_does_not_keep_the_server_alive(tmp_path: Path) -> None:
     driver = _joiner(tmp_path)
     assert _running(tmp_path) is not None
@@ -88,6 +89,7 @@ def test_a_killed_driver_does_not_keep_the_server_alive(tmp_path: Path) -> None:
     wait_for(lambda: _running(tmp_path) is None, timeout_s=30)  # the keeper saw no live driver and stopped it
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_a_killed_driver_does_not_stop_the_server_under_another(tmp_path: Path) -> None:
     first, second = _joiner(tmp_path), _joiner(tmp_path)
     try:
@@ -104,6 +106,7 @@ def test_a_killed_driver_does_not_stop_the_server_under_another(tmp_path: Path) 
     wait_for(lambda: _running(tmp_path) is None, timeout_s=30)
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_a_server_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
     """A runs folder removed under a running ledger (a test's tmp folder, a user's rm -rf) leaves no
     server behind once its drivers are gone."""

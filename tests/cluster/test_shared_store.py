@@ -14,7 +14,8 @@ import boto3
 import pytest
 
 from punchline.cluster.config import load_config
-from punchline.cluster.shared_store import JOB_CONFIG_ENV, config_store, refuse_job_working_dir
+from punchline.cluster.ray_runtime import JOB_CONFIG_ENV, job_runtime_env
+from punchline.cluster.shared_store import config_store, refuse_job_working_dir
 from punchline.data.errors import ConfigError, StoreError
 from punchline.data.stores import open_store
 from punchline.data.stores.sentinel import ensure_sees, plant, sees
@@ -128,3 +129,48 @@ def test_a_folder_one_node_cannot_see_stops_the_run_before_any_call(
         assert any(o["Key"].endswith("raw_completions.json") for o in listed.get("Contents", []))
     finally:
         cluster.shutdown()
+
+
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
+def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
+    tmp_path: Path, redis_url: str, ray_local: object
+) -> None:
+    """A node with its own view of the store is left out of scheduling (not restarted in a loop); with
+    no node left, the stage stops with the store's one line (here: the only, local, node)."""
+    import ray
+
+    from punchline.cluster.coordinator import WorkerPool
+    from punchline.workers.shard_worker import WorkerConfig
+
+    sentinel = plant(open_store(str(tmp_path / "drivers-view")), "r1")
+    cfg = WorkerConfig(
+        run_id="r1",
+        redis_url=redis_url,
+        store_url=str(tmp_path / "nodes-own-disk"),
+        providers={},
+        store_sentinel=sentinel,
+    )
+    pool = WorkerPool(cfg, per_node=2, cpus=0.1, stage="collect", plan_ref=ray.put(b""))
+    deadline = time.monotonic() + 300  # generous: actors start slowly on a loaded machine
+    try:
+        while pool.every_node_excluded() is None or pool.slots:
+            assert time.monotonic() < deadline, f"not excluded: {pool.excluded} {pool.last_death}"
+            pool.reconcile()
+            pool.poll(1.0)
+        for _ in range(3):  # later ticks start nothing on the excluded node
+            pool.reconcile()
+            pool.poll(0.2)
+        assert pool.started == 2 and pool.replaced == 0 and pool.deaths_since_progress == 0 and not pool.slots
+        reason = pool.every_node_excluded()
+        assert reason is not None and "cannot see what the driver wrote" in reason
+        assert pool.alive_nodes() == []
+    finally:
+        pool.shutdown()
+
+
+def test_a_jobs_own_env_vars_are_not_forwarded_again_by_the_driver() -> None:
+    """Ray refuses to merge a job's runtime_env env_vars (`submit --env`) with ray.init's when a variable is
+    in both; the driver reads the job's and leaves those out of what it forwards."""
+    env = {JOB_CONFIG_ENV: json.dumps({"runtime_env": {"working_dir": "gcs://x.zip", "env_vars": {"A": "1"}}})}
+    assert job_runtime_env(env)["env_vars"] == {"A": "1"}
+    assert job_runtime_env({}) == {} and job_runtime_env({JOB_CONFIG_ENV: "not json"}) == {}

@@ -132,6 +132,7 @@ def test_local_store_leaves_no_temp_files(tmp_path: Path) -> None:
     assert list(store.list()) == ["a/b"]
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_local_if_absent_across_processes(tmp_path: Path) -> None:
     import multiprocessing as mp
 

@@ -5,6 +5,7 @@ provider before anything is paid again."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +18,29 @@ from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
-from punchline.schedulers.batches import BatchLedger, BatchRecord, batch_key, batch_owner, parts_prefix
+from punchline.schedulers.batches import (
+    BatchLedger,
+    BatchRecord,
+    batch_key,
+    batch_owner,
+    new_tag,
+    parts_prefix,
+    request_cancel,
+)
 from punchline.schedulers.ledger import request_key
-from punchline.workers.batch_runner import AmbiguousBatch, BatchOptions, BatchRunner
+from punchline.workers.batch_provider import part_id, parts
+from punchline.workers.batch_runner import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
 from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.batches import BatchStats
 from punchline.workers.providers import make_batch_provider
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
-FAST = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000)
+# fault tests inject 20-30 % failures per round: 8 rounds keep a request from failing every one of them
+FAST = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds=8)
 
 
 def _settings(fake: FakeProviderServer, kind: str, **kw: object) -> ProviderSettings:
-    base = fake.provider_settings(kind, timeout_s=1.0)
+    base = fake.provider_settings(kind, timeout_s=3.0)  # generous: a loaded machine answers slowly
     model = ModelSettings(id=MODEL, input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)
     return ProviderSettings(kind=kind, base_url=base.base_url, mode="batch", models={"8b": model}, **kw)  # type: ignore[arg-type]
 
@@ -38,6 +50,15 @@ def _units(n: int, provider: str = "p", samples: int = 2) -> list[UnitSpec]:
         UnitSpec(unit_id=f"u{i:04d}", request=sample_request(provider, MODEL, f"Joke {i} ends with a", n=samples))
         for i in range(n)
     ]
+
+
+def billed_parts(stats: BatchStats) -> dict[str, int]:
+    """Requests billed per part, whatever intent's tag they were submitted under: a part billed in two batches
+    shows as 2 here (per wire id it would be two ids billed once each)."""
+    out: dict[str, int] = {}
+    for wire, n in stats.billed.items():
+        out[part_id(wire)] = out.get(part_id(wire), 0) + n
+    return out
 
 
 def _runner(
@@ -71,7 +92,7 @@ def test_batch_answers_go_into_the_online_cache_keys_at_half_price(
     assert all(r.requests <= 8 for r in records)
     assert totals.batches == len(records) == fake.batch_stats().batches_created
     assert totals.cost_usd == pytest.approx(sum(r.online_cost_usd for r in records) / 2)
-    assert set(fake.batch_stats().billed.values()) == {1}
+    assert set(billed_parts(fake.batch_stats()).values()) == {1}
     assert redis_client.keys("pl:req:*") == []  # the batches' leases are gone
     # a second run of the same units pays for nothing
     again = _runner(fake, redis_client, store, kind, run_id="r2").run(units)
@@ -128,7 +149,7 @@ def test_only_errored_and_expired_requests_are_resubmitted(
     assert totals.requests_answered == 60
     stats = fake.batch_stats()
     assert stats.errored > 0 and stats.expired > 0
-    assert set(stats.billed.values()) == {1}
+    assert set(billed_parts(stats).values()) == {1}
     parts_total = 60 * samples
     assert len(stats.billed) == parts_total
     records = BatchLedger(redis_client, store, "r1").records()
@@ -179,13 +200,13 @@ def test_a_driver_killed_after_keeping_parts_before_collected_resumes_billing_ea
     assert rec.state == "submitted"
     held = BatchLedger(redis_client, store, "r1").held_parts()
     assert held, "no request was partly answered: pick another seed"
-    billed_before = dict(fake.batch_stats().billed)
+    billed_before = billed_parts(fake.batch_stats())
     assert all(cid in billed_before for h in held.values() for cid in h.parts)
 
     _runner(fake, redis_client, store, kind, **kw).run(units)  # the resumed driver (same run, same store)
     assert _answers(store, units) == expected
     stats = fake.batch_stats()
-    assert set(stats.billed.values()) == {1} and len(stats.billed) == 36
+    assert set(billed_parts(stats).values()) == {1} and len(stats.billed) == 36
     records = BatchLedger(redis_client, store, "r1").records()
     assert records[0].batch_id == rec.batch_id and records[0].state == "collected"
     assert stats.batches_created == len(records)
@@ -208,8 +229,8 @@ def test_a_batch_of_missing_parts_created_by_a_dead_driver_is_found_by_its_count
     client = runner.clients["p"]
     create = client.create
 
-    def dying_create(key: str, requests: list[Any], skip: Any = ()) -> Any:
-        info = create(key, requests, skip)
+    def dying_create(key: str, requests: list[Any], skip: Any = (), tag: str = "") -> Any:
+        info = create(key, requests, skip, tag)
         if skip:  # a batch that leaves held parts out was created; the driver dies before recording it
             raise Killed
         return info
@@ -224,7 +245,7 @@ def test_a_batch_of_missing_parts_created_by_a_dead_driver_is_found_by_its_count
     records = BatchLedger(redis_client, store, "r1").records()
     assert fake.batch_stats().batches_created == len(records)  # adopted, never created again
     assert all(r.state == "collected" and r.batch_id for r in records)
-    assert set(fake.batch_stats().billed.values()) == {1} and len(fake.batch_stats().billed) == 36
+    assert set(billed_parts(fake.batch_stats()).values()) == {1} and len(fake.batch_stats().billed) == 36
     assert all(ResponseCache(store).contains(u.request.key()) for u in units)
 
 
@@ -234,7 +255,7 @@ def test_an_intent_whose_batch_was_created_is_adopted_not_submitted_again(
 ) -> None:
     store = LocalStore(tmp_path)
     units = _units(6)
-    fake.configure(batch_crash_point="after_create", hang_s=3)
+    fake.configure(batch_crash_point="after_create", hang_s=6)  # well past the 3 s client timeout
     runner = _runner(fake, redis_client, store, kind)
     runner.opt = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds=1)
     # the create call times out after the batch was made: the runner asks the listing and finds it
@@ -242,61 +263,184 @@ def test_an_intent_whose_batch_was_created_is_adopted_not_submitted_again(
     assert fake.batch_stats().batches_created == 1
     [rec] = BatchLedger(redis_client, store, "r1").records()
     assert rec.state == "collected" and rec.batch_id
-    assert set(fake.batch_stats().billed.values()) == {1}
+    assert set(billed_parts(fake.batch_stats()).values()) == {1}
 
 
-def test_an_intent_left_by_a_dead_driver_is_reconciled_on_resume(
-    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+def _intent_left_behind(
+    ledger: BatchLedger, units: list[UnitSpec], requests: int, create_started: bool = True
+) -> BatchRecord:
+    """What a driver killed after writing an intent leaves behind: its create call started (a batch may or may
+    not exist), or not yet."""
+    keys = sorted(u.request.key() for u in units)
+    rec = BatchRecord(
+        batch_key=batch_key(keys),
+        run_id="r1",
+        stage="collect",
+        provider="p",
+        model=MODEL,
+        tag=new_tag(),
+        keys=keys,
+        requests=requests,
+        intent_at=time.time(),
+        create_at=time.time() if create_started else 0.0,
+    )
+    ledger.write(rec)
+    return rec
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_dead_drivers_batch_is_found_behind_150_newer_batches_of_others(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, kind: str
 ) -> None:
+    """Killed between the create call and recording the id, then 150 other batches on the account (for
+    Anthropic with the same request count and time, and the same requests: each is checked by its results),
+    then resume: the dead driver's batch is found on the listing's second page / among look-alikes and adopted;
+    nothing is created or billed twice."""
     store = LocalStore(tmp_path)
     units = _units(5)
-    keys = sorted(u.request.key() for u in units)
+    ledger = BatchLedger(redis_client, store, "r1")
+    per_request = 2 if kind == "anthropic" else 1
+    rec = _intent_left_behind(ledger, units, requests=5 * per_request)
+    client = make_batch_provider("p", _settings(fake, kind))
+    created = client.create(rec.batch_key, [u.request for u in units], tag=rec.tag)
+    look_alike = sorted(p.custom_id for u in units for p in parts(client.settings, u.request))
+    fake.seed_foreign_batches(kind, 150, requests=len(look_alike), custom_ids=look_alike, created_at=time.time() + 1)
+    totals = _runner(fake, redis_client, store, kind).run(units)
+    [after] = ledger.records()
+    assert after.batch_id == created.batch_id and after.state == "collected"
+    assert totals.batches == 1 and totals.requests_answered == 5
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0
+    assert set(billed_parts(stats).values()) == {1} and len(billed_parts(stats)) == 5 * per_request
+    assert all(ResponseCache(store).contains(u.request.key()) for u in units)
+
+
+def test_a_foreign_anthropic_batch_with_the_same_count_and_time_is_never_adopted_or_cancelled(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """The driver died in its create call, which never reached the provider. On the account: another user's
+    batch of the very same requests
+    (ended), and another's open batch with the same count, both created at the intent's time. Neither carries
+    the intent's tag: the ended one is ruled out by its results, the open one holds the intent back (nothing
+    is created while it might be ours) until its results rule it out too; then the run creates its own."""
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    ledger = BatchLedger(redis_client, store, "r1")
+    rec = _intent_left_behind(ledger, units, requests=4)
     settings = _settings(fake, "anthropic")
-    client = make_batch_provider("p", settings)
-    ledger = BatchLedger(redis_client, store, "r1")
-    key = batch_key(keys)
-    # what a driver killed right after the create call returned leaves behind
-    import time
+    same = sorted(p.custom_id for u in units for p in parts(settings, u.request))
+    [twin] = fake.seed_foreign_batches("anthropic", 1, requests=4, custom_ids=same, created_at=rec.intent_at)
+    [slow] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.intent_at + 1, delay_s=1.0)
+    seen: list[str] = []
 
-    ledger.write(
-        BatchRecord(
-            batch_key=key, run_id="r1", stage="collect", provider="p", keys=keys, requests=10, intent_at=time.time()
-        )
-    )
-    created = client.create(key, [u.request for u in units])
-    _runner(fake, redis_client, store, "anthropic").run(units)
-    [rec] = ledger.records()
-    assert rec.batch_id == created.batch_id and rec.state == "collected"
-    assert fake.batch_stats().batches_created == 1
+    def sleep(s: float) -> None:  # what the intent's record says while the open batch may still be ours
+        stored = ledger.read(rec.batch_key)
+        seen.append(stored.provider_status if stored else "")
+        time.sleep(0.05)
+
+    runner = _runner(fake, redis_client, store, "anthropic")
+    runner.sleep = sleep
+    runner.run(units)
+    [after] = ledger.records()
+    assert after.state == "collected" and after.batch_id not in (twin, slow)
+    assert any(slow in status for status in seen)  # it waited for the open one to tell, and said so
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0
+    assert set(billed_parts(stats).values()) == {1} and len(billed_parts(stats)) == 4
+    assert all(ResponseCache(store).contains(u.request.key()) for u in units)
 
 
-def test_two_candidate_batches_stop_the_run_naming_them(
+def test_batches_hold_one_model_each_so_openai_validates_them(
     fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    import time
-
+    other = "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo"
+    units = _units(6) + [
+        UnitSpec(unit_id=f"v{i}", request=sample_request("p", other, f"Joke {i} ends with a", n=2)) for i in range(6)
+    ]
     store = LocalStore(tmp_path)
-    units = _units(5)
-    keys = sorted(u.request.key() for u in units)
-    client = make_batch_provider("p", _settings(fake, "anthropic"))
-    ledger = BatchLedger(redis_client, store, "r1")
-    ledger.write(
-        BatchRecord(
-            batch_key=batch_key(keys),
-            run_id="r1",
-            stage="collect",
-            provider="p",
-            keys=keys,
-            requests=10,
-            intent_at=time.time(),
-        )
-    )
-    a = client.create("x", [u.request for u in units]).batch_id
-    b = client.create("y", [u.request for u in units]).batch_id
-    with pytest.raises(AmbiguousBatch) as err:
-        _runner(fake, redis_client, store, "anthropic").run(units)
-    assert a in str(err.value) and b in str(err.value) and "\n" not in str(err.value)
-    assert fake.batch_stats().batches_created == 2  # nothing more was paid for
+    runner = _runner(fake, redis_client, store, "openai")
+    runner.settings["p"].models["70b"] = ModelSettings(id=other, input_usd_per_mtok=3.0, output_usd_per_mtok=4.0)
+    totals = runner.run(units)  # the fake enforces one model per input file (the default, as OpenAI)
+    records = BatchLedger(redis_client, store, "r1").records()
+    assert sorted(r.model for r in records) == sorted([MODEL, other])
+    assert all(r.state == "collected" and r.succeeded == r.requests == 6 for r in records)
+    assert fake.batch_stats().failed_validation == 0 and totals.requests_answered == 12
+    assert all(r.cost_usd == pytest.approx(r.online_cost_usd / 2) and r.cost_usd > 0 for r in records)
+
+
+@pytest.mark.parametrize("fallback", ["fail", "online"])
+def test_a_batch_the_provider_refuses_is_recorded_with_its_reason_and_never_paid_online_unasked(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, fallback: str
+) -> None:
+    fake.configure(batch_max_file_requests=3)  # the runner's batches hold up to 8: the first one is refused
+    store = LocalStore(tmp_path)
+    units = _units(10)
+    runner = _runner(fake, redis_client, store, "openai", batch_max_requests=8, batch_fallback=fallback)
+    if fallback == "fail":
+        with pytest.raises(BatchFailed) as err:
+            runner.run(units)
+        line = str(err.value)
+        assert "\n" not in line and "too_many_requests" in line and 'batch_fallback = "online"' in line
+    else:
+        assert runner.run(units).online_fallback == 8
+    refused, ok = BatchLedger(redis_client, store, "r1").records()
+    assert refused.state == "failed" and "too_many_requests" in refused.error and refused.requests == 8
+    assert ok.state == "collected" and ok.succeeded == 2
+    assert (refused.fallback, refused.online_requests) == (("online", 8) if fallback == "online" else ("", 0))
+    cache = ResponseCache(store)
+    assert sum(cache.contains(u.request.key()) for u in units) == 2  # never resubmitted, nothing paid online here
+    assert fake.batch_stats().batches_created == 2 and fake.stats().total_calls == 0
+    assert redis_client.keys("pl:req:*") == []  # the refused batch's units are free for the online path (or none)
+
+
+@pytest.mark.parametrize("fallback", ["fail", "online"])
+def test_requests_failing_every_round_stop_the_stage_unless_online_is_allowed(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, fallback: str
+) -> None:
+    fake.configure(batch_error_rate=1.0)
+    store = LocalStore(tmp_path)
+    runner = _runner(fake, redis_client, store, "openai", batch_fallback=fallback)
+    runner.opt = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds=2)
+    if fallback == "fail":
+        with pytest.raises(BatchFailed, match=r"3 requests to p failed in 2 batches each \(last: errored"):
+            runner.run(_units(3))
+    else:
+        assert runner.run(_units(3)).online_fallback == 3
+    records = BatchLedger(redis_client, store, "r1").records()
+    assert len(records) == 2 and fake.batch_stats().billed == {}
+    assert records[-1].online_requests == (3 if fallback == "online" else 0)
+
+
+def test_a_cancel_recorded_while_the_runner_is_live_stops_it_resending(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """``punchline batches --cancel`` records the cancel; the live runner cancels what it has open (also a
+    batch the command could not know of), sends nothing more, keeps what came back, and stops; a resume
+    submits the rest."""
+    fake.configure(batch_delay_s=300)
+    store = LocalStore(tmp_path)
+    units = _units(6)
+    runner = _runner(fake, redis_client, store, "openai", batch_max_requests=4)
+    calls: list[int] = []
+
+    def sleep(_: float) -> None:
+        calls.append(1)
+        if len(calls) == 2:  # both batches are open: the command records a cancel (and cancels nothing itself)
+            request_cancel(store, "r1", time.time())
+
+    runner.sleep = sleep
+    with pytest.raises(BatchesCancelled) as err:
+        runner.run(units)
+    assert "6 requests are unanswered" in str(err.value) and "\n" not in str(err.value)
+    records = BatchLedger(redis_client, store, "r1").records()
+    assert len(records) == 2 and all(r.cancelled_at and r.state == "collected" for r in records)
+    stats = fake.batch_stats()
+    assert stats.batches_created == 2 and stats.cancelled == 6 and stats.billed == {}
+    assert sum(stats.submitted.values()) == 6  # nothing was sent again
+    fake.configure()
+    _runner(fake, redis_client, store, "openai").run(units)  # the resume: the cancel is history
+    assert all(ResponseCache(store).contains(u.request.key()) for u in units)
+    assert set(billed_parts(fake.batch_stats()).values()) == {1} and len(fake.batch_stats().billed) == 6
 
 
 def test_units_leased_by_someone_else_wait_instead_of_being_submitted(
@@ -321,3 +465,48 @@ def test_units_leased_by_someone_else_wait_instead_of_being_submitted(
     assert len(fake.batch_stats().billed) == 3
     assert redis_client.get(request_key("pl", held)) == b"online-worker|1"
     assert batch_owner("r1", "k")  # owner names are per run and batch
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_create_that_lands_after_the_client_gave_up_is_adopted_not_made_twice(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, kind: str
+) -> None:
+    """The create call times out and the provider creates the batch a moment later: the listing shows nothing
+    at first, and the runner waits out ``create_grace_s`` before creating again, so it finds that batch."""
+    fake.configure(batch_crash_point="late_create", hang_s=1.5)
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    runner = _runner(fake, redis_client, store, kind, timeout_s=0.5)  # the client gives up before it lands
+    runner.opt = BatchOptions(poll_min_s=0.05, poll_max_s=0.1, lease_ms=5_000, create_grace_s=30)
+
+    def sleep(s: float) -> None:
+        time.sleep(s)
+        if fake.batch_stats().crashes.get("late_create") and fake.batch_stats().hanging == 0:
+            fake.configure()  # the batch has landed: the provider is healthy again
+
+    runner.sleep = sleep
+    runner.run(units)
+    [rec] = BatchLedger(redis_client, store, "r1").records()
+    assert rec.state == "collected" and fake.batch_stats().batches_created == 1
+    assert set(billed_parts(fake.batch_stats()).values()) == {1}
+    assert all(ResponseCache(store).contains(u.request.key()) for u in units)
+
+
+def test_an_intent_whose_create_never_started_is_created_at_once_whatever_the_account_holds(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Killed before the create call: the record says no create was started, so there is nothing to look for,
+    and another user's open batch with the same count and time neither holds the run back nor is touched."""
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    ledger = BatchLedger(redis_client, store, "r1")
+    rec = _intent_left_behind(ledger, units, requests=4, create_started=False)
+    [slow] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.intent_at, delay_s=300)
+    _runner(fake, redis_client, store, "anthropic").run(units)
+    [after] = ledger.records()
+    assert after.state == "collected" and after.batch_id != slow and after.create_at >= rec.intent_at
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0 and stats.foreign_results_downloads == 0
+    claude = make_batch_provider("p", _settings(fake, "anthropic"))
+    assert claude.retrieve(slow).status == "in_progress"
+    claude.close()

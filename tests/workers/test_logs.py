@@ -77,6 +77,8 @@ def test_secrets_are_redacted_everywhere(tmp_path: Path) -> None:
         aws_id="AKIAABCDEFGHIJKLMNOP",
         key="shards/0001.json",  # a store key: fine to log
         cache_key="ab12",
+        batch_key="0f3a9c",  # a hash of a batch's request keys: what a reader greps the log for
+        request_key="9e1d",
     )
     try:
         raise RuntimeError(f"provider said no to {openai_key}")
@@ -100,6 +102,7 @@ def test_secrets_are_redacted_everywhere(tmp_path: Path) -> None:
         assert secret not in console.getvalue(), secret
     event = next(iter(read_log(path or "")))
     assert event["key"] == "shards/0001.json" and event["cache_key"] == "ab12"
+    assert event["batch_key"] == "0f3a9c" and event["request_key"] == "9e1d"
     assert event["password"] == "***" and event["url"] == "redis://:***@db:6379/0"
     failed = list(read_log(path or ""))[1]
     assert "RuntimeError" in failed["exception"] and "***" in failed["exception"]
@@ -137,6 +140,7 @@ for i in range(300):
 """
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_many_processes_append_whole_lines(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(path), str(w)]) for w in range(4)]
@@ -161,6 +165,7 @@ class _LoggingActor:
         return n
 
 
+@pytest.mark.slow  # Ray or several processes: not in `make test-fast`
 def test_ray_actors_log_to_the_run_file(tmp_path: Path, ray_local: RaySettings) -> None:
     path = tmp_path / "log.jsonl"
     configure_logging(None, console=False, json_path=path)

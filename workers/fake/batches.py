@@ -11,15 +11,30 @@ online run. A request's choice offset (the online ``X-Choice-Offset`` header) tr
 ``-o<offset>`` suffix; a custom id without one answers from offset 0.
 
 **Processing** is lazy: a batch is decided when it is looked at after ``batch_delay_s``. Each request then
-errors with ``batch_error_rate`` or expires with ``batch_expire_rate``, decided by a hash of (seed, custom
-id, how often that custom id was processed before), so a resubmitted request gets a fresh draw. A batch
+errors with ``batch_error_rate`` or expires with ``batch_expire_rate``, decided by a hash of (seed, the
+request's body and choice offset, how often that request was processed before), so a resubmitted request gets a
+fresh draw, and the draws do not depend on how a client names its requests (custom ids may carry random parts). A batch
 with expired requests ends as ``expired`` (OpenAI) or ``ended`` with ``expired`` results (Anthropic).
 Succeeded requests are **billed** once each; errored, expired and cancelled ones are not.
 
+**Validation** follows OpenAI's rules for an input file: one model and one endpoint per file
+(``batch_one_model_per_file``, on by default as at OpenAI) and at most ``batch_max_file_requests`` lines. A file
+that breaks one makes a batch that is ``validating`` when created and ``failed`` at the first look, with the
+reason in its ``errors`` and nothing billed. Anthropic's Message Batches take mixed models.
+
+**Listing** pages as the providers do: newest first, ``limit`` 20 by default, at most 100 with ``after``
+(OpenAI) and at most 1000 with ``after_id`` / ``before_id`` (Anthropic); a limit out of range is a 400.
+
+**Other users' batches** share the account: ``POST /batch-seed`` (:meth:`BatchBook.seed`) adds ``count``
+foreign batches of ``requests`` requests each, created at a given time, open for ``delay_s``. They are listed,
+retrieved, answered and cancellable like any other, but counted apart (``foreign_*``), so a test sees at once
+when a run adopted, waited on or cancelled one.
+
 **Crash points** (``batch_crash_point``): ``before_create`` hangs a create call without creating anything,
-``after_create`` creates the batch and then hangs (the client never learns its id), ``results`` hangs the
-results download; each hang lasts ``hang_s`` and then drops the connection. A test kills the client while
-it hangs (``GET /batch-stats`` shows ``hanging``) or lets the client's timeout fire.
+``after_create`` creates the batch and then hangs (the client never learns its id), ``late_create`` hangs
+first and creates the batch when the client has given up, ``results`` hangs the results download; each hang
+lasts ``hang_s`` and then drops the connection. A test kills the client while it hangs (``GET /batch-stats``
+shows ``hanging``) or lets the client's timeout fire.
 """
 
 from __future__ import annotations
@@ -59,6 +74,10 @@ class BatchStats(msgspec.Struct, kw_only=True):
     results_downloads: int = 0
     hanging: int = 0  # calls held at a crash point right now
     crashes: dict[str, int] = {}
+    failed_validation: int = 0  # batches that ended ``failed`` (their input file broke a rule)
+    foreign_batches: int = 0  # other users' batches (seeded); never in the counters above
+    foreign_cancelled: int = 0  # cancel calls on other users' batches
+    foreign_results_downloads: int = 0
 
 
 class _Request(msgspec.Struct):
@@ -67,13 +86,26 @@ class _Request(msgspec.Struct):
 
 
 class _Batch:
-    def __init__(self, api: str, requests: list[_Request], metadata: dict[str, str], input_file_id: str) -> None:
+    def __init__(
+        self,
+        api: str,
+        requests: list[_Request],
+        metadata: dict[str, str],
+        input_file_id: str,
+        *,
+        foreign: bool = False,
+        created_at: float | None = None,
+        delay_s: float | None = None,
+    ) -> None:
         self.id = ("batch_" if api == "openai" else "msgbatch_") + uuid.uuid4().hex[:24]
         self.api = api
         self.requests = requests
         self.metadata = metadata
         self.input_file_id = input_file_id
-        self.created_at = time.time()
+        self.foreign = foreign  # another user's batch on the same account
+        self.delay_s = delay_s  # its own processing delay (else the knob's)
+        self.errors: list[dict[str, Any]] = []  # why validation failed (OpenAI): the batch ends ``failed``
+        self.created_at = time.time() if created_at is None else created_at
         self.cancel_at: float | None = None
         self.ended_at: float | None = None
         self.status = "in_progress"  # in_progress | ended (anthropic) ; completed | expired | cancelled (openai)
@@ -129,34 +161,42 @@ class BatchBook:
         if batch.ended_at is not None:
             return
         now = time.time()
+        if batch.errors:  # validation failed: nothing runs, nothing is billed
+            batch.status, batch.ended_at = "failed", now
+            self.stats.failed_validation += 1
+            return
         if batch.cancel_at is not None:
             batch.status = "ended" if batch.api == "anthropic" else "cancelled"
             batch.ended_at = now
             for r in batch.requests:
                 batch.outcomes[r.custom_id] = ("canceled", None)
-                self.stats.cancelled += 1
+                if not batch.foreign:
+                    self.stats.cancelled += 1
             self._write_files(batch)
             return
-        if now < batch.created_at + cfg.batch_delay_s:
+        if now < batch.created_at + (cfg.batch_delay_s if batch.delay_s is None else batch.delay_s):
             return
         any_expired = False
         for r in batch.requests:
-            attempt = self.processed[r.custom_id]
-            self.processed[r.custom_id] += 1
-            if cfg.batch_expire_rate > 0 and _unit(cfg.seed, r.custom_id, attempt, "expire") < cfg.batch_expire_rate:
+            match = _OFFSET.search(r.custom_id)
+            offset = int(match.group(1)) if match else 0
+            request = hashlib.sha256(f"{json.dumps(r.body, sort_keys=True)}|{offset}".encode()).hexdigest()
+            attempt = self.processed[request]
+            self.processed[request] += 1
+            if cfg.batch_expire_rate > 0 and _unit(cfg.seed, request, attempt, "expire") < cfg.batch_expire_rate:
                 batch.outcomes[r.custom_id] = ("expired", None)
                 self.stats.expired += 1
                 any_expired = True
                 continue
-            if cfg.batch_error_rate > 0 and _unit(cfg.seed, r.custom_id, attempt, "error") < cfg.batch_error_rate:
+            if cfg.batch_error_rate > 0 and _unit(cfg.seed, request, attempt, "error") < cfg.batch_error_rate:
                 batch.outcomes[r.custom_id] = ("errored", "injected batch request error")
                 self.stats.errored += 1
                 continue
-            match = _OFFSET.search(r.custom_id)
-            payload, key = self.answer(batch.api, r.body, int(match.group(1)) if match else 0)
+            payload, key = self.answer(batch.api, r.body, offset)
             batch.outcomes[r.custom_id] = ("succeeded", payload)
-            self.billed[r.custom_id] += 1
-            self.billed_keys[key] += 1
+            if not batch.foreign:
+                self.billed[r.custom_id] += 1
+                self.billed_keys[key] += 1
         batch.ended_at = now
         if batch.api == "anthropic":
             batch.status = "ended"
@@ -230,11 +270,14 @@ class BatchBook:
                 "results_url": f"{base_url}/v1/messages/batches/{batch.id}/results" if batch.ended_at else None,
             }
         status = batch.status if batch.ended_at is not None else ("cancelling" if batch.cancel_at else "in_progress")
+        if batch.errors and batch.ended_at is None:
+            status = "validating"
+        total = 0 if batch.errors else len(batch.requests)  # a file that failed validation holds no requests
         return {
             "id": batch.id,
             "object": "batch",
             "endpoint": "/v1/chat/completions",
-            "errors": None,
+            "errors": {"object": "list", "data": batch.errors} if batch.errors else None,
             "input_file_id": batch.input_file_id,
             "completion_window": "24h",
             "status": status,
@@ -244,11 +287,12 @@ class BatchBook:
             "in_progress_at": int(batch.created_at),
             "expires_at": int(batch.created_at + 86400),
             "completed_at": int(batch.ended_at) if batch.ended_at and status == "completed" else None,
+            "failed_at": int(batch.ended_at) if batch.ended_at and status == "failed" else None,
             "expired_at": int(batch.ended_at) if batch.ended_at and status == "expired" else None,
             "cancelled_at": int(batch.ended_at) if batch.ended_at and status == "cancelled" else None,
             "cancelling_at": int(batch.cancel_at) if batch.cancel_at else None,
             "request_counts": {
-                "total": len(batch.requests),
+                "total": total,
                 "completed": c["succeeded"],
                 "failed": c["errored"] + c["expired"] + c["canceled"],
             },
@@ -335,17 +379,106 @@ class BatchBook:
             self.submitted[r.custom_id] += 1
         return batch
 
+    @staticmethod
+    def _validate(lines: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+        """OpenAI's rules for a batch input file; each broken one is an entry of the batch's ``errors``."""
+        if len(lines) > cfg.batch_max_file_requests:
+            return [
+                {
+                    "code": "too_many_requests",
+                    "message": f"The batch input file has {len(lines)} requests, more than the maximum of "
+                    f"{cfg.batch_max_file_requests}.",
+                    "param": None,
+                    "line": None,
+                }
+            ]
+        first = lines[0] if lines else {}
+        for i, ln in enumerate(lines[1:], start=2):
+            if ln.get("url") != first.get("url"):
+                return [
+                    {
+                        "code": "mismatched_endpoint",
+                        "message": "All requests in a batch input file must use the same endpoint.",
+                        "param": "url",
+                        "line": i,
+                    }
+                ]
+            model, model_1 = (ln.get("body") or {}).get("model"), (first.get("body") or {}).get("model")
+            if cfg.batch_one_model_per_file and model != model_1:
+                return [
+                    {
+                        "code": "mismatched_model",
+                        "message": f"The model in line {i} ({model}) differs from the model in line 1 ({model_1}): "
+                        "all requests in a batch input file must use the same model.",
+                        "param": "body.model",
+                        "line": i,
+                    }
+                ]
+        return []
+
+    def seed(self, spec: dict[str, Any]) -> list[str]:
+        """Add other users' batches: ``api``, ``count``, ``requests`` each, ``created_at`` (epoch s, default
+        now), ``delay_s`` (open that long; default the knob's), ``model``, ``custom_ids`` (default
+        ``foreign-<n>``). Returns their ids, oldest first."""
+        api = str(spec.get("api", "openai"))
+        if api not in ("openai", "anthropic"):
+            raise ValueError(f"api must be openai or anthropic, got {api!r}")
+        n = int(spec.get("requests", 3))
+        model = str(spec.get("model", "foreign-model"))
+        ids = spec.get("custom_ids") or [f"foreign-{i}" for i in range(n)]
+        created_at = spec.get("created_at")
+        delay_s = spec.get("delay_s")
+        out: list[str] = []
+        with self.lock:
+            for j in range(int(spec.get("count", 1))):
+                requests = [
+                    _Request(
+                        str(cid),
+                        {
+                            "model": model,
+                            "max_tokens": 8,
+                            "messages": [{"role": "user", "content": f"someone else's prompt {j}/{i}"}],
+                        },
+                    )
+                    for i, cid in enumerate(ids)
+                ]
+                batch = _Batch(
+                    api,
+                    requests,
+                    {"owner": "someone-else"},
+                    "",
+                    foreign=True,
+                    created_at=None if created_at is None else float(created_at),
+                    delay_s=None if delay_s is None else float(delay_s),
+                )
+                self.batches[batch.id] = batch
+                self.order.append(batch.id)
+                self.stats.foreign_batches += 1
+                out.append(batch.id)
+            # listings are newest first by creation time, also for batches seeded in the past
+            self.order.sort(key=lambda i: self.batches[i].created_at)
+        return out
+
     def _listing(self, api: str, query: dict[str, str], cfg: Any, base_url: str, after_key: str) -> dict[str, Any]:
+        """One page of the API's listing, newest first, at the provider's page sizes."""
         limit = int(query.get("limit", 20))
+        most = 100 if api == "openai" else 1000
+        if not 1 <= limit <= most:
+            raise ValueError(f"limit must be between 1 and {most}, got {limit}")
         ids = [i for i in reversed(self.order) if self.batches[i].api == api]  # newest first
         after = query.get(after_key)
-        if after in ids:
-            ids = ids[ids.index(after) + 1 :]
-        page = ids[:limit]
+        before = query.get("before_id") if api == "anthropic" else None
+        if before in ids:  # the page of newer batches right before that one
+            end = ids.index(before)
+            page, has_more = ids[max(0, end - limit) : end], end > limit
+        else:
+            if after in ids:
+                ids = ids[ids.index(after) + 1 :]
+            page, has_more = ids[:limit], len(ids) > limit
         for i in page:
             self._settle(self.batches[i], cfg)
         data = [self._view(self.batches[i], base_url) for i in page]
-        out: dict[str, Any] = {"data": data, "has_more": len(ids) > limit}
+        out: dict[str, Any] = {"data": data, "has_more": has_more}
         out["first_id"] = page[0] if page else None
         out["last_id"] = page[-1] if page else None
         if api == "openai":
@@ -368,14 +501,19 @@ class BatchBook:
                 self._hang(h, "before_create", cfg, stop)
                 return
             body = json.loads(raw)
+            if cfg.batch_crash_point == "late_create":
+                self._hang(h, "late_create", cfg, stop)
             with self.lock:
                 meta, data = self.files[body["input_file_id"]]
                 lines = [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()]
                 requests = [_Request(ln["custom_id"], ln["body"]) for ln in lines]
                 batch = self._create("openai", requests, dict(body.get("metadata") or {}), meta["id"])
+                batch.errors = self._validate(lines, cfg)
                 view = self._view(batch, base_url)
-            if cfg.batch_crash_point == "after_create":
-                self._hang(h, "after_create", cfg, stop)
+            if cfg.batch_crash_point in ("after_create", "late_create"):
+                if cfg.batch_crash_point == "after_create":
+                    self._hang(h, "after_create", cfg, stop)
+                h.close_connection = True
                 return
             h._send(200, view)
         elif method == "GET" and not rest:
@@ -391,6 +529,8 @@ class BatchBook:
                 h._send(404, {"error": {"message": f"no batch {'/'.join(rest)}", "type": "not_found_error"}})
                 return
             if method == "POST" and rest[1:] == ["cancel"]:
+                if batch.foreign:
+                    self.stats.foreign_cancelled += 1
                 if batch.ended_at is None and batch.cancel_at is None:
                     batch.cancel_at = time.time()
                     if cfg.batch_delay_s > 0:  # a slow batch is cancelled before anything ran
@@ -417,12 +557,16 @@ class BatchBook:
                 self._hang(h, "before_create", cfg, stop)
                 return
             body = json.loads(raw)
+            if cfg.batch_crash_point == "late_create":
+                self._hang(h, "late_create", cfg, stop)
             requests = [_Request(r["custom_id"], r["params"]) for r in body["requests"]]
             with self.lock:
                 batch = self._create("anthropic", requests, {}, "")
                 view = self._view(batch, base_url)
-            if cfg.batch_crash_point == "after_create":
-                self._hang(h, "after_create", cfg, stop)
+            if cfg.batch_crash_point in ("after_create", "late_create"):
+                if cfg.batch_crash_point == "after_create":
+                    self._hang(h, "after_create", cfg, stop)
+                h.close_connection = True
                 return
             h._send(200, view)
         elif method == "GET" and not rest:
@@ -438,7 +582,10 @@ class BatchBook:
                     h._send(404, {"error": {"message": "results not ready", "type": "not_found_error"}})
                     return
                 batch = found
-                self.stats.results_downloads += 1
+                if batch.foreign:
+                    self.stats.foreign_results_downloads += 1
+                else:
+                    self.stats.results_downloads += 1
                 lines = []
                 for r in batch.requests:
                     kind, payload = batch.outcomes[r.custom_id]

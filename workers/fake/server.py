@@ -92,7 +92,11 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     batch_delay_s: float = 0.0
     batch_error_rate: float = 0.0
     batch_expire_rate: float = 0.0
-    batch_crash_point: Literal["", "before_create", "after_create", "results"] = ""
+    batch_crash_point: Literal["", "before_create", "after_create", "late_create", "results"] = ""
+    # OpenAI's validation of an input file: one model (and one endpoint) per file, at most this many lines;
+    # a file that breaks a rule makes a batch that ends ``failed`` with the reason in its ``errors``
+    batch_one_model_per_file: bool = True
+    batch_max_file_requests: int = 50_000
 
 
 class FakeStats(msgspec.Struct, kw_only=True):
@@ -389,6 +393,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/reset":
             state.reset()
             self._send(200, {"ok": True})
+        elif self.path == "/batch-seed":
+            try:
+                self._send(200, {"ids": state.batches.seed(body)})
+            except (ValueError, TypeError) as exc:
+                self._send(400, {"error": {"message": f"bad seed: {exc}"}})
         elif self.path == "/configure":
             try:
                 merged = {**msgspec.to_builtins(state.defaults), **body}
@@ -669,6 +678,10 @@ class FakeProviderServer:
     def reset(self) -> None:
         """Clear the counters, attempt numbers and rate-limit state (not the knobs)."""
         self._state.reset()
+
+    def seed_foreign_batches(self, api: str, count: int, **spec: Any) -> list[str]:
+        """Other users' batches on the account (``POST /batch-seed``): see :meth:`BatchBook.seed`."""
+        return self._state.batches.seed({"api": api, "count": count, **spec})
 
     def configure(self, **knobs: Any) -> FakeConfig:
         """Set knobs on top of the defaults given at construction (earlier ``configure`` calls are dropped)."""

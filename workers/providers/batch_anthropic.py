@@ -1,14 +1,17 @@
 """Anthropic Message Batches via ``anthropic.Anthropic`` (``client.messages.batches.*``).
 
 Message batches carry no metadata, so a batch created by a driver that died before recording its id is
-found again by what it does carry: its request count and its creation time (see
-:mod:`punchline.schedulers.batches`). Results come as JSONL with one ``succeeded`` / ``errored`` /
-``expired`` / ``canceled`` result per custom id. SDK retries are off.
+found again by what only its intent could have written: the custom ids, prefixed with the intent's random tag
+(:func:`~punchline.workers.batch_provider.wire_id`). The listing narrows the candidates (request count,
+creation time); a candidate is the intent's batch only once its results carry exactly the intent's wire ids
+(see :mod:`punchline.workers.batch_runner`). Results come as JSONL with one ``succeeded`` / ``errored`` /
+``expired`` / ``canceled`` result per custom id. A request the API refuses is refused at create (a 400 naming
+it). SDK retries are off.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -16,9 +19,11 @@ import anthropic
 
 from punchline.data.errors import RetryableProviderError
 from punchline.data.requests import ProviderRequest
-from punchline.workers.batch_provider import BatchInfo, PartOutcome, parts
+from punchline.workers.batch_provider import BatchInfo, PartOutcome, parts, wire_id
 from punchline.workers.providers import SdkBatches, redact
 from punchline.workers.providers.anthropic import message_body, message_response
+
+PAGE = 1000  # the most a listing page holds (``limit`` 1-1000, default 20)
 
 
 class AnthropicBatches(SdkBatches):
@@ -28,16 +33,20 @@ class AnthropicBatches(SdkBatches):
     client_class = anthropic.Anthropic
     label = "message batches"
 
-    def batch_requests(self, requests: list[ProviderRequest], skip: Container[str] = ()) -> list[dict[str, Any]]:
+    def batch_requests(
+        self, requests: list[ProviderRequest], skip: Container[str] = (), tag: str = ""
+    ) -> list[dict[str, Any]]:
         return [
-            {"custom_id": part.custom_id, "params": message_body(request)}
+            {"custom_id": wire_id(tag, part.custom_id), "params": message_body(request)}
             for request in requests
             for part in parts(self.settings, request, skip)
         ]
 
-    def create(self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = ()) -> BatchInfo:
-        del batch_key  # no metadata in this API: reconciled by count and time
-        body = self.batch_requests(requests, skip)
+    def create(
+        self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = (), tag: str = ""
+    ) -> BatchInfo:
+        del batch_key  # no metadata in this API: the tag travels in the custom ids
+        body = self.batch_requests(requests, skip, tag)
         with self._errors("create"):
             return _info(self._client.messages.batches.create(requests=body))
 
@@ -45,14 +54,13 @@ class AnthropicBatches(SdkBatches):
         with self._errors("retrieve"):
             return _info(self._client.messages.batches.retrieve(batch_id))
 
-    def recent(self, limit: int = 100) -> list[BatchInfo]:
-        out: list[BatchInfo] = []
+    def listing(self, since: float = 0.0) -> Iterator[BatchInfo]:
         with self._errors("list"):
-            for batch in self._client.messages.batches.list(limit=min(limit, 100)):
-                out.append(_info(batch))
-                if len(out) >= limit:
-                    break
-        return out
+            for batch in self._client.messages.batches.list(limit=PAGE):  # next pages by ``after_id``
+                info = _info(batch)
+                if info.created_at < since:
+                    return
+                yield info
 
     def cancel(self, batch_id: str) -> BatchInfo:
         with self._errors("cancel"):

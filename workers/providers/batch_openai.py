@@ -1,26 +1,31 @@
 """OpenAI-compatible batches (OpenAI, Together, vLLM's batch runner, the fake) via ``openai.OpenAI``.
 
-A batch is a JSONL file uploaded with ``files.create(purpose="batch")`` and a ``batches.create`` over it.
-The batch key travels twice, in the batch's ``metadata`` and in the input file's name
-(``punchline-<batch key>.jsonl``), so a driver that died between the create call and recording its id finds
-the batch again by listing. SDK retries are off: a create is never repeated behind the runner's back.
+A batch is a JSONL file uploaded with ``files.create(purpose="batch")`` and a ``batches.create`` over it;
+OpenAI validates the file (one model and one endpoint per file) and a file that breaks a rule makes a batch
+that ends ``failed`` with the reason in its ``errors`` (:attr:`BatchInfo.error`). The batch key and the
+intent's random tag travel in the batch's ``metadata`` (the key also in the input file's name,
+``punchline-<batch key>.jsonl``), so a driver that died between the create call and recording its id finds
+the batch again by listing, and only its own. SDK retries are off: a create is never repeated behind the
+runner's back.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from typing import Any, Literal
 
 import openai
 
 from punchline.data.errors import RetryableProviderError
 from punchline.data.requests import ProviderRequest
-from punchline.workers.batch_provider import BatchInfo, PartOutcome, parts
+from punchline.workers.batch_provider import BatchInfo, PartOutcome, parts, wire_id
 from punchline.workers.providers import SdkBatches, redact
 from punchline.workers.providers.openai_compat import chat_body, response_of
 
 METADATA_KEY = "punchline_batch_key"
+METADATA_TAG = "punchline_intent"
+PAGE = 100  # the most a listing page holds (``limit`` 1-100, default 20)
 ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
 
 
@@ -31,22 +36,25 @@ class OpenAIBatches(SdkBatches):
     client_class = openai.OpenAI
     label = "batches"
 
-    def input_file(self, requests: list[ProviderRequest], skip: Container[str] = ()) -> bytes:
+    def input_file(self, requests: list[ProviderRequest], skip: Container[str] = (), tag: str = "") -> bytes:
         lines = []
         for request in requests:
             for part in parts(self.settings, request, skip):
                 body = chat_body(request, part.n)
+                cid = wire_id(tag, part.custom_id)
                 lines.append(
                     json.dumps(
-                        {"custom_id": part.custom_id, "method": "POST", "url": ENDPOINT, "body": body},
+                        {"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body},
                         ensure_ascii=False,
                         separators=(",", ":"),
                     )
                 )
         return ("\n".join(lines) + "\n").encode()
 
-    def create(self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = ()) -> BatchInfo:
-        data = self.input_file(requests, skip)
+    def create(
+        self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = (), tag: str = ""
+    ) -> BatchInfo:
+        data = self.input_file(requests, skip, tag)
         with self._errors("upload"):
             uploaded = self._client.files.create(file=(f"punchline-{batch_key}.jsonl", data), purpose="batch")
         with self._errors("create"):
@@ -54,7 +62,7 @@ class OpenAIBatches(SdkBatches):
                 input_file_id=uploaded.id,
                 endpoint=ENDPOINT,
                 completion_window="24h",
-                metadata={METADATA_KEY: batch_key},
+                metadata={METADATA_KEY: batch_key, METADATA_TAG: tag},
             )
         return _info(batch)
 
@@ -62,14 +70,13 @@ class OpenAIBatches(SdkBatches):
         with self._errors("retrieve"):
             return _info(self._client.batches.retrieve(batch_id))
 
-    def recent(self, limit: int = 100) -> list[BatchInfo]:
-        out: list[BatchInfo] = []
+    def listing(self, since: float = 0.0) -> Iterator[BatchInfo]:
         with self._errors("list"):
-            for batch in self._client.batches.list(limit=min(limit, 100)):
-                out.append(_info(batch))
-                if len(out) >= limit:
-                    break
-        return out
+            for batch in self._client.batches.list(limit=PAGE):  # the SDK fetches the next page (``after``)
+                info = _info(batch)
+                if info.created_at < since:
+                    return
+                yield info
 
     def cancel(self, batch_id: str) -> BatchInfo:
         with self._errors("cancel"):
@@ -115,4 +122,18 @@ def _info(batch: Any) -> BatchInfo:
         succeeded=int(counts.completed) if counts else 0,
         failed=int(counts.failed) if counts else 0,
         batch_key=str((batch.metadata or {}).get(METADATA_KEY, "")),
+        tag=str((batch.metadata or {}).get(METADATA_TAG, "")),
+        error=_error(batch),
     )
+
+
+def _error(batch: Any) -> str:
+    """The provider's reason for failing a whole batch (validation), one line."""
+    errors = getattr(getattr(batch, "errors", None), "data", None) or []
+    if not errors:
+        return "failed without a reason given" if str(batch.status) == "failed" else ""
+    first = errors[0]
+    where = f" (line {first.line})" if getattr(first, "line", None) else ""
+    text = f"{first.code or 'error'}{where}: {first.message or ''}".strip()
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return " ".join(f"{text}{more}".split())[:300]
