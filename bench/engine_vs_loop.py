@@ -520,7 +520,7 @@ def main() -> None:
     from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
     from punchline.cluster.redis_server import EmbeddedRedis
 
-    with tempfile.TemporaryDirectory() as tmp_s, EmbeddedRedis(Path(tmp_s) / "redis") as server:
+    with tempfile.TemporaryDirectory() as tmp_s, EmbeddedRedis(Path(tmp_s) / "redis", wipe_commands=True) as server:
         tmp = Path(tmp_s)
         jokes = tmp / "jokes.json"
         jokes.write_text(json.dumps(synthetic_jokes(args.jokes)))

@@ -92,7 +92,7 @@ def run(
     with tempfile.TemporaryDirectory() as tmp:
         embedded = None
         if redis_url is None:
-            embedded = EmbeddedRedis(Path(tmp) / "redis")
+            embedded = EmbeddedRedis(Path(tmp) / "redis", wipe_commands=True)
             embedded.start()
             redis_url = embedded.url
         server = FakeProviderServer(

@@ -46,8 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PunchlineError as exc:
         print(f"punchline: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("punchline: interrupted; everything committed so far is kept (re-run to resume)", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        resume = getattr(exc, "resume_command", None)
+        hint = f"resume with: {resume}" if resume else "re-run to resume"
+        print(f"punchline: interrupted; everything committed so far is kept ({hint})", file=sys.stderr)
         return 130
     except OSError as exc:  # a path we were given cannot be read or written (permissions, a full disk)
         where = f": {exc.filename}" if exc.filename else ""

@@ -10,6 +10,7 @@ it: finished stages are skipped, committed shards are not redone, cached answers
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import socket
@@ -120,27 +121,43 @@ class _Ledger(msgspec.Struct, kw_only=True):
     url: str
     public_url: str
     password_file: str | None = None
+    identity: str = ""  # what the store records as its ledger (cluster/store_guard.py): never a password
+    driver_claim: str | None = None  # this driver's claim on the run id, watched by its workers
 
 
 @contextlib.contextmanager
 def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
-    """The run's Redis: the given URL (checked: a wrong password or certificate stops the run at
-    once), else the runs folder's shared embedded ledger (started by the first driver, stopped
-    when the last one leaves)."""
-    from punchline.cluster.preflight import check_redis
+    """The run's Redis: the given URL (checked by the caller: a wrong password or certificate stops
+    the run at once), else the runs folder's shared embedded ledger (started by the first driver,
+    stopped when the last one leaves)."""
+    from punchline.cluster.store_guard import redis_identity
     from punchline.schedulers.redis_client import credentials_in_userinfo, redact_url
 
     if url:
         url = credentials_in_userinfo(url)  # ?password= too: workers get it redacted, never in their arguments
-        check_redis(url)
         with _password_file(url) as password_file:
-            yield _Ledger(url=url, public_url=redact_url(url), password_file=password_file)
+            yield _Ledger(
+                url=url, public_url=redact_url(url), password_file=password_file, identity=redis_identity(url)
+            )
         return
     from punchline.cluster.local_ledger import LocalLedger
+    from punchline.data.errors import LedgerFailed
 
-    with LocalLedger(runs_dir) as shared:
+    with LocalLedger(runs_dir) as shared:  # restarted from its AOF if it dies; LedgerFailed if it cannot be
         log.info("ledger_joined", url=shared.public_url, started=shared.started)
-        yield _Ledger(url=shared.url, public_url=shared.public_url, password_file=shared.password_file)
+        try:
+            yield _Ledger(
+                url=shared.url,
+                public_url=shared.public_url,
+                password_file=shared.password_file,
+                identity=shared.identity,
+            )
+        except BaseException:
+            # the watcher's LedgerFailed may surface wrapped (raised inside a C extension such as Ray's
+            # wait, it comes out as a SystemError): the run ends with the ledger's one line either way
+            if shared.failure is not None:
+                raise LedgerFailed(shared.failure) from None
+            raise
 
 
 @contextlib.contextmanager
@@ -193,11 +210,17 @@ def _simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | None]:
 
 def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     data = msgspec.json.format(msgspec.json.encode(record), indent=2)
-    store.put(f"{record.run_id}/run.json", data)
+    with contextlib.suppress(OSError) if record.state != "running" else contextlib.nullcontext():
+        store.put(f"{record.run_id}/run.json", data)  # the local record below says how it ended even so
     run_dir.mkdir(parents=True, exist_ok=True)
-    from punchline.data.jsonio import atomic_write_bytes
+    from punchline.data.jsonio import atomic_write_bytes, overwrite_in_place
 
-    atomic_write_bytes(run_dir / "run.json", data)
+    try:
+        atomic_write_bytes(run_dir / "run.json", data)
+    except OSError as exc:  # a full disk has no room for a second copy: the run's state must still show
+        if exc.errno != errno.ENOSPC:
+            raise
+        overwrite_in_place(run_dir / "run.json", msgspec.json.encode(record))  # compact: fits the old blocks
 
 
 def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
@@ -253,13 +276,27 @@ def load_record(raw: bytes, where: str) -> RunRecord:
 
 @contextlib.contextmanager
 def _services(
-    cfg: RunConfig, opts: RunOptions, run_id: str, *, check_keys: bool, keys_here: bool, sim_host: str
+    cfg: RunConfig,
+    opts: RunOptions,
+    run_id: str,
+    store: Store,
+    *,
+    check_keys: bool,
+    keys_here: bool,
+    sim_host: str,
 ) -> Iterator[tuple[str | None, _Ledger]]:
     """The simulator, the providers checked (a bad key stops the run before anything starts), the
-    ledger, and this driver's claim on the run id (a second driver of a running run stops here)."""
+    ledger, this driver's claim on the run id (a second driver of a running run stops here) and its
+    mark on the store (a run with another ledger on the same store stops here)."""
     from punchline.cluster.run_claim import RunClaim
+    from punchline.cluster.store_guard import StoreGuard
     from punchline.schedulers.redis_client import connect
 
+    redis_url = opts.redis_url or cfg.run.redis_url
+    if redis_url:  # cheap, and before the providers' SDKs are loaded (seconds on a busy machine)
+        from punchline.cluster.preflight import check_redis
+
+        check_redis(redis_url)
     with _simulator(cfg, sim_host) as sim_url:
         if check_keys:
             from punchline.cluster.preflight import check_provider
@@ -268,9 +305,11 @@ def _services(
                 # local workers share this machine's environment: a key missing here is missing there
                 check_provider(name, settings, key_required=keys_here, file=cfg.source)
         with (
-            _redis(opts.redis_url or cfg.run.redis_url, Path(opts.runs_dir)) as conn,
-            RunClaim(connect(conn.url), run_id),
+            _redis(redis_url, Path(opts.runs_dir)) as conn,
+            RunClaim(connect(conn.url), run_id) as claim,
+            StoreGuard(store, conn.identity),
         ):
+            conn.driver_claim = claim.value
             yield sim_url, conn
 
 
@@ -291,10 +330,12 @@ def run(
     store_url = opts.store or config_store(cfg) or opts.runs_dir
     store = open_store(store_url)
     existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
-    config_toml = Path(config_path).read_text()
+    from punchline.schedulers.redis_client import redact_urls
+
+    config_toml = redact_urls(Path(config_path).read_text())  # a password in [run] redis_url stays in the file
     if existing is not None:
         prev = load_record(existing, f"{store.url}/{run_id}/run.json")
-        if prev.config_toml != config_toml:
+        if redact_urls(prev.config_toml) != config_toml:
             raise ConfigError(
                 f"run {run_id} exists with a different config; start a new run id or restore the config "
                 f"({prev.config_path})",
@@ -312,7 +353,8 @@ def run(
         ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
-    with _services(cfg, opts, run_id, check_keys=not offline, keys_here=ray_settings.is_local, sim_host=sim_host) as (
+    local = ray_settings.is_local
+    with _services(cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host) as (
         sim_url,
         conn,
     ):
@@ -362,6 +404,7 @@ def run(
             spool_dir=str((run_dir / "spool").resolve()),
             max_in_flight=cfg.run.units_in_flight,
             store_sentinel=sentinel,
+            driver_claim=conn.driver_claim,
         )
         ctx = StageContext(cfg, run_id, store)
         coord = Coordinator(
@@ -404,6 +447,7 @@ def run(
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C; SIGTERM (Ray's handler exits):
                 record.state = "interrupted"  # `punchline stop`, `ray job stop`, a deleted pod
+                exc.run_id = run_id  # type: ignore[union-attr]  # for the resume command the CLI prints
             raise
         finally:
             coord.close()

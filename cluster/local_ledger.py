@@ -16,6 +16,20 @@ would call. So the embedded server belongs to the runs folder (``runs/_ledger/``
 
 Stopping is a clean SIGTERM: the AOF (``appendfsync always``) keeps everything acknowledged, and the
 next driver starts the server again on the same folder.
+
+Every member watches the server (``WATCH_S``): when it is gone while drivers still use it (killed,
+crashed, or stopped by the keeper while this driver was paused past ``STALE_S``) the driver registers
+again and restarts it from its AOF on the same port, so the URLs workers hold stay valid and the run
+carries on within seconds. What a restart cannot cure (a full disk, a server that dies again at once)
+stops the run instead, and so does a disk that is about to be full (less than ``LOW_SPACE_BYTES``
+free beside the AOF; the default store shares that disk), before a write is lost: the watcher
+records the reason and raises :class:`LedgerFailed` in the driver's main thread (through
+``SIGUSR2``), one line instead of minutes of "connection refused".
+The watcher also starts a keeper again when the keeper itself was killed, so the server is never
+left without one.
+
+Every file of the folder is opened without following symbolic links and only if this user owns it
+(``redis_server.open_private``).
 """
 
 from __future__ import annotations
@@ -33,16 +47,27 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from punchline.cluster.redis_server import EmbeddedRedis, _private_dir, _write_private
-from punchline.data.errors import LedgerUnavailable
+import structlog
+
+from punchline.cluster.redis_server import EmbeddedRedis, _private_dir, _write_private, open_private, read_private
+from punchline.data.errors import LedgerFailed, LedgerUnavailable
+
+log = structlog.get_logger("punchline.ledger")
 
 LEDGER_DIR = "_ledger"
 HEARTBEAT_S = 5.0
-STALE_S = 60.0  # a registration not touched for this long is a dead (or frozen) driver
+# a registration not touched for this long is a dead (or frozen) driver (the tests shorten it)
+STALE_S = float(os.environ.get("PUNCHLINE_LEDGER_STALE_S", "60"))
 KEEPER_POLL_S = 2.0
 KEEPER_GRACE_POLLS = 3  # consecutive polls without a live driver before the keeper stops the server
 JOIN_TIMEOUT_S = 60.0
+WATCH_S = 0.5  # how often a member checks that the server is still there
+LOW_SPACE_BYTES = 256 * 1024  # less free than this beside the AOF: the disk is full, a restart would die again
+MAX_RESTARTS = 5  # restarts within RESTART_WINDOW_S before the server counts as dying for good
+RESTART_WINDOW_S = 60.0
+FAILURE_SIGNAL = signal.SIGUSR2
 
 
 def ledger_dir(runs_dir: str | os.PathLike[str]) -> Path:
@@ -53,7 +78,7 @@ def ledger_dir(runs_dir: str | os.PathLike[str]) -> Path:
 def _flock(path: Path, *, timeout_s: float = JOIN_TIMEOUT_S, blocking: bool = True) -> Iterator[bool]:
     """Hold an exclusive flock on ``path``; yields False (not holding it) when ``blocking`` is off
     and someone else has it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -89,8 +114,8 @@ def live_clients(folder: Path, *, prune: bool = True) -> list[Path]:
     alive: list[Path] = []
     for path in sorted((folder / "clients").glob("*.json")):
         try:
-            record = json.loads(path.read_text())
-            age = now - path.stat().st_mtime
+            record = json.loads(read_private(path) or "")
+            age = now - path.lstat().st_mtime
         except (OSError, ValueError):
             continue
         fresh = age < STALE_S
@@ -107,7 +132,8 @@ class LocalLedger:
     """One driver's membership of the runs folder's ledger (a context manager).
 
     ``url`` carries the password and stays in this process; ``public_url`` (``***``) and
-    ``password_file`` are what is recorded and handed to workers.
+    ``password_file`` are what is recorded and handed to workers. ``failure`` is set (and
+    :class:`LedgerFailed` raised in the main thread that joined) when the server died for good.
     """
 
     def __init__(self, runs_dir: str | os.PathLike[str]) -> None:
@@ -115,23 +141,40 @@ class LocalLedger:
         self.url = ""
         self.public_url = ""
         self.started = False  # whether this driver started the server
+        self.restarts = 0  # how often this driver restarted a server that died under it
+        self.failure: str | None = None
         self._client_file: Path | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._restart_times: list[float] = []
+        self._main_ident: int | None = None
+        self._old_handler: object = None
 
     @property
     def password_file(self) -> str:
         return str(self.folder / "password")
 
+    @property
+    def identity(self) -> str:
+        """What guards a store (no password, no port): this machine's runs-folder ledger."""
+        return f"embedded ledger {self.folder} on {socket.gethostname()}"
+
+    def _register(self) -> None:
+        """(Re)write this driver's registration: the keeper may have pruned it while we were paused."""
+        if self._client_file is None:
+            name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
+            self._client_file = self.folder / "clients" / name
+        record = {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+        _write_private(self._client_file, json.dumps(record))
+
     def join(self) -> LocalLedger:
         _private_dir(self.folder)
         _private_dir(self.folder / "clients")
+        full = disk_full(self.folder, "")
+        if full is not None:
+            raise LedgerFailed(full.replace("the ledger stopped: ", "cannot start the ledger: "))
         with _flock(self.folder / "join.lock"):
-            name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
-            self._client_file = self.folder / "clients" / name
-            _write_private(
-                self._client_file, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
-            )
+            self._register()
             try:
                 url = EmbeddedRedis.find_running(self.folder)
                 if url is None:
@@ -141,28 +184,94 @@ class LocalLedger:
                     url = server.url
                     self.started = True
             except BaseException:
+                assert self._client_file is not None
                 self._client_file.unlink(missing_ok=True)
+                self._client_file = None
                 raise
         self.url = url
         from punchline.schedulers.redis_client import redact_url
 
         self.public_url = redact_url(url)
         spawn_keeper(self.folder)
-        self._heartbeat = threading.Thread(target=self._beat, name="ledger-heartbeat", daemon=True)
+        if threading.current_thread() is threading.main_thread():
+            self._main_ident = threading.get_ident()
+            self._old_handler = signal.signal(FAILURE_SIGNAL, self._raise_failure)
+        self._heartbeat = threading.Thread(target=self._watch, name="ledger-watch", daemon=True)
         self._heartbeat.start()
         return self
 
-    def _beat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            if self._client_file is not None:
-                with contextlib.suppress(OSError):
-                    os.utime(self._client_file)
+    def _raise_failure(self, signum: int, frame: object) -> None:
+        if self.failure is not None:
+            raise LedgerFailed(self.failure)
+
+    def _watch(self) -> None:
+        """Heartbeat, keeper and server watch: restart the server when it is gone, stop the run when
+        it cannot be restarted."""
+        last_beat = time.monotonic()
+        while not self._stop.wait(WATCH_S):
+            try:
+                if time.monotonic() - last_beat >= HEARTBEAT_S:
+                    last_beat = time.monotonic()
+                    if self._client_file is not None and not self._client_file.exists():
+                        with _flock(self.folder / "join.lock"):
+                            self._register()
+                    elif self._client_file is not None:
+                        os.utime(self._client_file, follow_symlinks=False)
+                    spawn_keeper(self.folder)  # a killed keeper is replaced: the server is never orphaned
+                full = disk_full(self.folder, "")  # stop before the AOF or a shard write runs out of room
+                if full is not None:
+                    raise LedgerFailed(full)
+                if EmbeddedRedis._record(self.folder) is None and not self._stop.is_set():
+                    self._revive()
+            except LedgerFailed as exc:
+                self._fail(str(exc))
+                return
+            except Exception as exc:  # a bug or a vanished folder must not kill the heartbeat quietly
+                log.warning("ledger_watch_error", error=f"{type(exc).__name__}: {exc}")
+
+    def _revive(self) -> None:
+        """The server is gone while this driver uses it: start it again from its AOF on the same port."""
+        with _flock(self.folder / "join.lock"):
+            if self._stop.is_set():
+                return
+            self._register()
+            if EmbeddedRedis.find_running(self.folder) is not None:
+                return  # another member restarted it first
+            server = EmbeddedRedis(self.folder, port=urlsplit(self.url).port)
+            full = disk_full(self.folder, server._log_tail())
+            if full is not None:
+                raise LedgerFailed(full)
+            now = time.monotonic()
+            self._restart_times = [t for t in self._restart_times if now - t < RESTART_WINDOW_S] + [now]
+            if len(self._restart_times) > MAX_RESTARTS:
+                raise LedgerFailed(
+                    f"the ledger in {self.folder} died {MAX_RESTARTS + 1} times within {RESTART_WINDOW_S:.0f} s: "
+                    f"{server._log_tail(2)}"
+                )
+            try:
+                server.start()
+            except LedgerUnavailable as exc:
+                why = disk_full(self.folder, str(exc)) or f"the ledger could not be restarted: {exc}"
+                raise LedgerFailed(why) from None
+            server.detach()
+            self.restarts += 1
+            log.warning("ledger_restarted", folder=str(self.folder), restarts=self.restarts)
+        spawn_keeper(self.folder)
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        log.error("ledger_failed", reason=reason)
+        if self._main_ident is not None:
+            signal.pthread_kill(self._main_ident, FAILURE_SIGNAL)
 
     def leave(self) -> bool:
         """Unregister; stop the server if no live driver is left. True if this call stopped it."""
         self._stop.set()
         if self._heartbeat is not None:
-            self._heartbeat.join(timeout=2)
+            self._heartbeat.join(timeout=5)
+        if self._main_ident is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(FAILURE_SIGNAL, self._old_handler)  # type: ignore[arg-type]
+            self._main_ident = None
         if self._client_file is None:
             return False
         with _flock(self.folder / "join.lock"):
@@ -177,6 +286,23 @@ class LocalLedger:
 
     def __exit__(self, *exc: object) -> None:
         self.leave()
+
+
+def disk_full(folder: Path, log_tail: str) -> str | None:
+    """The reason to give when the ledger died of a full disk (its log says so, or almost no space is
+    left beside its AOF), else None."""
+    try:
+        st = os.statvfs(folder)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = LOW_SPACE_BYTES
+    said = any(s in log_tail for s in ("No space left", "Short write", "ENOSPC"))
+    if free >= LOW_SPACE_BYTES and not said:
+        return None
+    return (
+        f"the ledger stopped: no space left on the disk of {folder} ({free // 1024} KiB free); "
+        "free some space, then resume the run (same command with --run-id)"
+    )
 
 
 def spawn_keeper(folder: Path) -> None:
@@ -199,8 +325,8 @@ def keep(folder: Path, server_pid: int = 0) -> int:
     (the last driver was killed before it could leave); exit when the server is gone. ``server_pid``
     is the server the spawning driver saw, stopped if its folder is deleted under it."""
     try:
-        fd = os.open(folder / "keeper.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:  # the folder is already gone
+        fd = open_private(folder / "keeper.lock", os.O_RDWR | os.O_CREAT)
+    except (OSError, LedgerUnavailable):  # the folder is already gone (or not ours)
         if server_pid:
             _stop_orphan(server_pid, folder)
         return 0
@@ -236,8 +362,8 @@ def keep(folder: Path, server_pid: int = 0) -> int:
 
 def _server_pid(folder: Path) -> int:
     try:
-        return int(json.loads((folder / "redis.lock").read_text())["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(json.loads(read_private(folder / "redis.lock") or "")["pid"])
+    except (ValueError, KeyError, TypeError):
         return 0
 
 

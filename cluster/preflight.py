@@ -6,14 +6,25 @@ is a setting to fix, not an outage: waiting ten minutes cannot cure it. Each che
 2) for those, and waits only for refused connections and timeouts.
 
 Providers get a cheap authenticated request that costs nothing (listing models), so a bad key is
-found before the first paid call instead of failing every unit.
+found before the first paid call instead of failing every unit, and then the exact endpoint the run
+will call gets a request without a model (every API refuses it for free, with 400): a 404 or 405
+there means ``base_url`` points at the wrong path, which no unit could ever get past.
+
+At the start of a run nothing is known to have worked yet, so "nothing answers" is waited out only
+for ``PUNCHLINE_START_WAIT_S`` (60 s by default), then it is a mistake to fix (exit 2), not an
+outage; so is a server that accepts the connection but never answers as Redis (an HTTP server, a
+``rediss://`` URL for a server without TLS).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 
@@ -31,6 +42,22 @@ from punchline.data.store import Store
 log = structlog.get_logger("punchline.preflight")
 
 PATIENCE_S = 600.0  # how long an outage (refused, timed out) is waited out before giving up
+START_WAIT_ENV = "PUNCHLINE_START_WAIT_S"
+START_WAIT_S = 60.0  # how long a service that does not answer at all is waited for at the start of a run
+
+
+def start_wait_s(env: dict[str, str] | None = None) -> float:
+    """``PUNCHLINE_START_WAIT_S`` (seconds, > 0), else 60."""
+    raw = (os.environ if env is None else env).get(START_WAIT_ENV, "").strip()
+    if not raw:
+        return START_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and 0 < value <= 86_400):
+        raise ConfigError(f"must be a number of seconds in (0, 86400], got {raw!r}", field=START_WAIT_ENV)
+    return value
 
 
 def _patiently(
@@ -52,25 +79,62 @@ def _patiently(
 # --- Redis --------------------------------------------------------------------------------------
 
 
-def check_redis(url: str, *, patience_s: float = PATIENCE_S) -> None:
-    """The ledger answers PING with these credentials; permanent failures raise at once."""
-    from punchline.schedulers.redis_client import ENV_URL, check_url, connect, redact_url, redis_errors
+def check_redis(url: str, *, patience_s: float | None = None) -> None:
+    """The ledger answers PING with these credentials; permanent failures raise at once, and nothing
+    answering at all raises ServiceRejected after ``patience_s`` (``PUNCHLINE_START_WAIT_S``)."""
+    import redis.exceptions
+
+    from punchline.schedulers.redis_client import ENV_URL, RedisSettings, check_url, connect, redact_url, redis_errors
 
     check_url(url)
-    client = connect(url)
+    wait_s = start_wait_s() if patience_s is None else patience_s
+    where = f"Redis at {redact_url(url)}"
+    # one try per attempt (no client-side retries): a TLS handshake nobody answers costs one timeout, not four
+    client = connect(RedisSettings(url=url, retries=0, socket_timeout_s=3.0, connect_timeout_s=3.0))
 
     def ping() -> None:
-        with redis_errors(f"Redis at {redact_url(url)}"):
-            client.ping()
+        try:
+            with redis_errors(where):
+                client.ping()
+        except LedgerUnavailable:
+            if _listens(url):  # connected, yet no answer in time: not a Redis (or not speaking TLS)
+                raise ServiceRejected(
+                    f"{where}: something accepts connections there but does not answer as Redis"
+                    f"{' over TLS (is the server without TLS? use redis://)' if url.startswith('rediss:') else ''}; "
+                    "fix --redis-url",
+                    field=ENV_URL,
+                ) from None
+            raise
+        except (redis.exceptions.InvalidResponse, redis.exceptions.ResponseError) as exc:
+            raise ServiceRejected(
+                f"{where} does not speak the Redis protocol ({type(exc).__name__}): fix --redis-url", field=ENV_URL
+            ) from None
 
     try:
-        _patiently("redis", ping, patience_s, (LedgerUnavailable,))
+        _patiently("redis", ping, wait_s, (LedgerUnavailable,))
     except ServiceRejected as exc:
-        raise ServiceRejected(f"Redis at {redact_url(url)}: {exc.detail}", field=ENV_URL) from None
+        detail = exc.detail if exc.detail.startswith(where) else f"{where}: {exc.detail}"
+        raise ServiceRejected(detail, field=ENV_URL) from None
     except LedgerUnavailable as exc:
-        raise LedgerUnavailable(f"gave up after {patience_s:.0f} s: {exc}") from None
+        raise ServiceRejected(
+            f"{where}: nothing answers there (waited {wait_s:.0f} s, {START_WAIT_ENV}): start the server or fix "
+            f"--redis-url ({str(exc)[-160:]})",
+            field=ENV_URL,
+        ) from None
     finally:
         client.close()
+
+
+def _listens(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether a TCP server accepts connections at a redis(s):// URL's address (a unix socket: False)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        return False
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 6379), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -164,13 +228,21 @@ def key_setting(name: str, settings: ProviderSettings) -> str:
 
 
 def check_provider(
-    name: str, settings: ProviderSettings, *, key_required: bool, file: str | None = None, timeout_s: float = 10.0
+    name: str,
+    settings: ProviderSettings,
+    *,
+    key_required: bool,
+    file: str | None = None,
+    timeout_s: float = 10.0,
+    wait_s: float | None = None,
 ) -> str:
-    """Key present and accepted: one authenticated request that costs nothing (listing models).
+    """Key present and accepted (listing models, free), the endpoint the run calls exists (a request
+    without a model, refused for free), and something answers at all within ``wait_s``
+    (``PUNCHLINE_START_WAIT_S``).
 
-    Returns a note when the endpoint could not be asked (no model listing, down for the moment):
-    the run goes on and waits out outages itself. ``key_required`` is false when the workers read
-    keys from other machines' environments (a Ray cluster): a key missing here is then not an error.
+    Returns a note when the endpoint could not be asked fully (no model listing): the run goes on.
+    ``key_required`` is false when the workers read keys from other machines' environments (a Ray
+    cluster): a key missing here is then not an error.
     """
     try:
         key = settings.api_key(name)
@@ -179,33 +251,97 @@ def check_provider(
             raise
         return "key not available on the driver; not checked"
     where = f"provider {name} ({settings.base_url or 'the default endpoint'})"
+    wait = start_wait_s() if wait_s is None else wait_s
+    deadline = time.monotonic() + wait
+    delay = 0.5
+    while True:
+        try:
+            _list_models(settings, key, timeout_s)
+            note = "ok"
+        except Exception as exc:
+            status = getattr(exc, "status_code", None)
+            _reject_status(name, settings, where, status, file, "GET models")
+            reason = permanent_network_reason(exc)
+            if reason is not None:
+                raise ServiceRejected(
+                    f"{where}: {reason}: fix base_url", record=f"providers.{name}", field="base_url"
+                ) from None
+            if status is None:  # no HTTP answer at all: refused, reset or timed out
+                if time.monotonic() + delay > deadline:
+                    raise ServiceRejected(
+                        f"{where}: nothing answers there (waited {wait:.0f} s, {START_WAIT_ENV}; "
+                        f"{type(exc).__name__}): start it or fix base_url",
+                        record=f"providers.{name}",
+                        field="base_url",
+                    ) from None
+                log.warning("service_waiting", service=f"provider {name}", error=type(exc).__name__, retry_in_s=delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            note = f"models not listed (HTTP {status})"
+        break
+    _reject_status(name, settings, where, _probe_endpoint(settings, key, timeout_s), file, "POST")
+    return note
+
+
+def _reject_status(
+    name: str, settings: ProviderSettings, where: str, status: int | None, file: str | None, what: str
+) -> None:
+    """ServiceRejected for an answer that says the settings are wrong: a refused key, a wrong path."""
+    from punchline.workers.providers import CALL_PATHS
+
+    if status in (401, 403):
+        raise ServiceRejected(
+            f"{where} refused the API key (HTTP {status}): fix {key_setting(name, settings)}",
+            file=file,
+            record=f"providers.{name}",
+        )
+    if status == 400 and what == "GET models":  # no API refuses a plain GET of its models as malformed
+        raise ServiceRejected(
+            f"{where} answers HTTP 400 to GET models: is base_url an API of kind {settings.kind!r}? fix base_url",
+            file=file,
+            record=f"providers.{name}",
+            field="base_url",
+        )
+    if status in (404, 405) and what == "POST":
+        raise ServiceRejected(
+            f"{where} answers HTTP {status} at POST {CALL_PATHS[settings.kind]}, the endpoint every unit calls: "
+            "fix base_url",
+            file=file,
+            record=f"providers.{name}",
+            field="base_url",
+        )
+
+
+def _probe_endpoint(settings: ProviderSettings, key: str, timeout_s: float) -> int | None:
+    """The HTTP status the run's endpoint gives a request without a model (free: refused before any
+    work), or None when it could not be asked."""
+    import httpx2
+
+    from punchline.workers.providers import CALL_PATHS
+
     try:
-        _list_models(settings, key, timeout_s)
+        with _client(settings, key, timeout_s) as client:
+            client.post(CALL_PATHS[settings.kind], cast_to=httpx2.Response, body={})
     except Exception as exc:
         status = getattr(exc, "status_code", None)
-        if status in (401, 403):
-            raise ServiceRejected(
-                f"{where} refused the API key (HTTP {status}): fix {key_setting(name, settings)}",
-                file=file,
-                record=f"providers.{name}",
-            ) from None
-        reason = permanent_network_reason(exc)
-        if reason is not None:
-            raise ServiceRejected(
-                f"{where}: {reason}: fix base_url", record=f"providers.{name}", field="base_url"
-            ) from None
-        return f"not checked ({type(exc).__name__}{f' {status}' if status else ''})"
-    return "ok"
+        return int(status) if status is not None else None
+    return 200
 
 
-def _list_models(settings: ProviderSettings, key: str, timeout_s: float) -> None:
+def _client(settings: ProviderSettings, key: str, timeout_s: float) -> Any:
     if settings.kind == "anthropic":
         import anthropic
 
-        with anthropic.Anthropic(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s) as client:
-            client.models.list(limit=1)
-        return
+        return anthropic.Anthropic(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s)
     import openai
 
-    with openai.OpenAI(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s) as client:
-        client.models.list()
+    return openai.OpenAI(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s)
+
+
+def _list_models(settings: ProviderSettings, key: str, timeout_s: float) -> None:
+    with _client(settings, key, timeout_s) as client:
+        if settings.kind == "anthropic":
+            client.models.list(limit=1)
+        else:
+            client.models.list()

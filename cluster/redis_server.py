@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import hashlib
 import importlib.util
@@ -32,6 +33,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -46,6 +48,8 @@ from punchline.data.errors import ConfigError, LedgerUnavailable
 from punchline.schedulers.redis_client import connect, redact_url
 
 MIN_VERSION = (7, 2, 0)
+# refused on top of @admin: a client with the password must not be able to wipe the ledger's leases
+REFUSED_COMMANDS = "-flushall -flushdb -script|flush -migrate -keys"
 _VERSION = re.compile(r"v=(\d+)\.(\d+)\.(\d+)")
 
 # --- which binary -------------------------------------------------------------------------------
@@ -103,24 +107,56 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def open_private(path: Path, flags: int) -> int:
+    """An fd of ``path`` (a file in a ledger folder), opened without following a symlink and only if
+    this user owns it: a link or a file planted there by someone else must never make us write (or
+    trust) another file. Raises LedgerUnavailable naming the file otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LedgerUnavailable(f"{path} is a symbolic link; remove it (the ledger never follows links)") from None
+        raise
+    st = os.fstat(fd)
+    if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"owned by uid {st.st_uid}, not by us"
+        raise LedgerUnavailable(f"{path} is {what}; remove it")
+    return fd
+
+
 def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 0600 from the first byte (never readable by others)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Write ``text`` to ``path`` with mode 0600 from the first byte (never readable by others), never
+    through a symlink and never into a file someone else owns (checked before truncating)."""
+    fd = open_private(path, os.O_WRONLY | os.O_CREAT)
     with os.fdopen(fd, "w") as fh:
+        fh.truncate(0)
         fh.write(text)
-    os.chmod(path, 0o600)
+        os.fchmod(fh.fileno(), 0o600)
+
+
+def read_private(path: Path) -> str | None:
+    """The text of a ledger-folder file (no symlink, ours), or None when it is missing or unreadable."""
+    try:
+        fd = open_private(path, os.O_RDONLY)
+    except (OSError, LedgerUnavailable):
+        return None
+    with os.fdopen(fd) as fh:
+        return fh.read()
 
 
 def _private_dir(path: Path) -> None:
+    """A 0700 folder of ours: a symlink or someone else's folder in its place is refused."""
     path.mkdir(parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise LedgerUnavailable(f"{path} is not a folder of ours (a symbolic link or another user's); remove it")
     os.chmod(path, 0o700)
 
 
 def read_password(path: str | os.PathLike[str]) -> str | None:
-    try:
-        return Path(path).read_text().strip() or None
-    except OSError:
-        return None
+    text = read_private(Path(path))
+    return (text.strip() or None) if text is not None else None
 
 
 class EmbeddedRedis:
@@ -129,7 +165,9 @@ class EmbeddedRedis:
     Start it again on the same folder and it reloads its AOF: that is how a crashed local run
     resumes. The port is chosen once and reused by restarts, so URLs handed out stay valid; so is
     the password (``data_dir/password``, made on the first start). With ``unix_socket=True`` it
-    listens only on ``data_dir/redis.sock`` (no TCP port at all).
+    listens only on ``data_dir/redis.sock`` (no TCP port at all). ``wipe_commands=True`` allows
+    FLUSHALL, FLUSHDB, SCRIPT FLUSH, MIGRATE and KEYS, for a server that guards nothing (a test
+    suite's shared server, a benchmark's); a ledger never allows them.
 
     ``url`` carries the password (for this process's own clients); ``public_url`` shows it as
     ``***`` and is what may be logged, recorded or handed to other processes.
@@ -144,6 +182,7 @@ class EmbeddedRedis:
         unix_socket: bool = False,
         binary: str | None = None,
         startup_timeout_s: float = 15.0,
+        wipe_commands: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.host = host
@@ -152,6 +191,8 @@ class EmbeddedRedis:
         self.unix_socket = unix_socket
         self.binary = binary or find_redis_server()
         self.startup_timeout_s = startup_timeout_s
+        # FLUSHALL, KEYS...: allowed only on a server that is not a ledger (a test suite's, a benchmark's)
+        self.wipe_commands = wipe_commands
         self._proc: subprocess.Popen[bytes] | None = None
         self._password: str | None = None
 
@@ -229,7 +270,9 @@ class EmbeddedRedis:
             "protected-mode yes",
             # the password and the commands a ledger client may use: everything but @admin
             # (CONFIG, DEBUG, MODULE, ACL, REPLICAOF, SHUTDOWN, MONITOR, BGSAVE...)
-            f"user default on #{digest} ~* &* +@all -@admin",
+            # and none that wipe or move the ledger, or walk all of it: FLUSHALL, FLUSHDB, SCRIPT FLUSH,
+            # MIGRATE, KEYS (the engine uses SCAN)
+            f"user default on #{digest} ~* &* +@all -@admin {'' if self.wipe_commands else REFUSED_COMMANDS}".rstrip(),
             "enable-debug-command no",
             "enable-module-command no",
             "enable-protected-configs no",
@@ -245,6 +288,7 @@ class EmbeddedRedis:
         if self.running():
             return self
         _private_dir(self.data_dir)
+        self._check_own_files()
         attempts = 1 if (self._port_fixed or self.unix_socket) else 3
         last_error = ""
         for _ in range(attempts):
@@ -281,16 +325,27 @@ class EmbeddedRedis:
             break
         raise LedgerUnavailable(f"redis-server in {self.data_dir} did not start: {last_error}")
 
+    def _check_own_files(self) -> None:
+        """The server itself opens its log and AOF folder by name (following links): refuse to start
+        when one of them is a symbolic link or belongs to someone else."""
+        for path in (self.log_path, self.data_dir / "appendonlydir"):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
+                raise LedgerUnavailable(f"{path} is a symbolic link or another user's file; remove it")
+
     def _lock(self) -> int:
         """An fd holding an exclusive ``flock`` on the folder, or LedgerUnavailable if a live server
         (maybe left running by a killed driver) already owns it: two servers appending to one AOF
         would corrupt it."""
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private(self.lock_path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            owner = self.lock_path.read_text(errors="replace").strip() or "unknown"
+            owner = (read_private(self.lock_path) or "").strip() or "unknown"
             raise LedgerUnavailable(f"{self.data_dir} is already served by another redis-server ({owner})") from None
         return fd
 
@@ -299,8 +354,8 @@ class EmbeddedRedis:
         """The lock file's record if a live process holds the folder's lock, else None."""
         lock_path = data_dir / "redis.lock"
         try:
-            fd = os.open(lock_path, os.O_RDONLY)
-        except FileNotFoundError:
+            fd = open_private(lock_path, os.O_RDONLY)
+        except (OSError, LedgerUnavailable):
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -310,8 +365,8 @@ class EmbeddedRedis:
         finally:
             os.close(fd)
         try:
-            record = json.loads(lock_path.read_text())
-        except (OSError, ValueError):
+            record = json.loads(read_private(lock_path) or "")
+        except ValueError:
             return None
         return record if isinstance(record, dict) else None
 
@@ -368,9 +423,8 @@ class EmbeddedRedis:
             client.close()
 
     def _log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
+        text = read_private(self.log_path)
+        if text is None:
             return "(no log)"
         return " | ".join(text.strip().splitlines()[-lines:])
 
@@ -434,8 +488,8 @@ def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float =
     been taken by another run's server, which must not be mistaken for ours.
     """
     try:
-        record = json.loads((Path(data_dir) / "redis.lock").read_text())
-    except (OSError, ValueError):
+        record = json.loads(read_private(Path(data_dir) / "redis.lock") or "")
+    except ValueError:
         return False
     client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     try:

@@ -5,6 +5,9 @@ would stop services under the other. The claim is a key in the ledger (``pl:run:
 holding the driver's host, pid and a token, with a TTL renewed by a heartbeat thread: a driver
 killed on another machine frees its run after ``ttl_ms``, one killed on this machine at once (its
 pid is gone), so a resume right after a ``kill -9`` is not refused.
+
+The claim is also how workers know their driver is alive: a worker stops taking units once the key no
+longer holds its driver's value (``workers/driver_watch.py``), so killing a driver stops the spending.
 """
 
 from __future__ import annotations
@@ -20,9 +23,16 @@ from typing import Any
 from punchline.data.errors import InputError, LedgerUnavailable
 from punchline.schedulers.redis_client import redis_errors
 
+# renew our claim; take it again when it lapsed (this driver was paused past the TTL, or the ledger
+# restarted without it): our workers stop while it is missing and start again once it is back
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not held then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
 end
 return 0
 """

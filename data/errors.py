@@ -65,6 +65,11 @@ class LedgerUnavailable(InfraError):
     """Redis cannot be reached: no provider call may be made (fail closed)."""
 
 
+class LedgerFailed(InfraError):
+    """The run's own ledger died for good (a full disk, a server that will not start again): the run
+    stops at once with one line instead of waiting out an outage that will not end."""
+
+
 class StoreError(InfraError):
     """The checkpoint store (local folder or S3) failed."""
 

@@ -163,6 +163,19 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
+def overwrite_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """Rewrite an existing file in its own blocks (no temp copy): the last resort on a full disk, where
+    :func:`atomic_write_bytes` has no room. Not atomic; used only for a small record that must say how
+    a run ended."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_upstream_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_bytes(path, dumps_upstream(obj).encode("utf-8"))
 

@@ -105,6 +105,14 @@ def credentials_in_userinfo(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:{moved['password']}@{host}", query=rest))
 
 
+_ANY_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,15}://[^:/@\s\"']*):[^@\s\"'/]*@")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` (a config file, a message) with the password of every URL in it shown as ``***``."""
+    return _ANY_USERINFO.sub(lambda m: f"{m.group('head')}:***@", text)
+
+
 class RedisSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Where the ledger lives and how patient a client is.
 

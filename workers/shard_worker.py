@@ -46,6 +46,7 @@ from punchline.data.units import (
 )
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases
 from punchline.schedulers.ledger import StageKeys
+from punchline.workers.driver_watch import DriverGone, DriverWatch
 from punchline.workers.group_commit import GroupCommit
 from punchline.workers.provider import Provider
 from punchline.workers.unit_runner import Slot, UnitRunner
@@ -68,6 +69,9 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     # redis_url shows its password as ***: the worker reads it from this 0600 file, else from its own
     # PUNCHLINE_REDIS_URL (credentials never travel in actor arguments)
     redis_password_file: str | None = None
+    # the value of the driver's claim on the run (host, pid, token): the worker stops taking units once
+    # the claim no longer holds it (the driver was killed); None: no driver to watch
+    driver_claim: str | None = None
 
     def window(self) -> int:
         if self.max_in_flight > 0:
@@ -81,6 +85,7 @@ class WorkerReport(msgspec.Struct, kw_only=True):
     shards_lost: int = 0
     budget_exhausted: bool = False
     stage_reset: bool = False
+    driver_gone: bool = False
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -180,6 +185,7 @@ class ShardProcessor:
         self.held = _Held()
         self._executor_set = False
         self.spool = ResponseSpool(cfg.spool_dir) if cfg.spool_dir else None
+        self.driver = DriverWatch(leases.r, cfg.run_id, cfg.driver_claim)
 
     def _runner(self) -> UnitRunner:
         from punchline.schedulers.budget import estimate_request_cost
@@ -261,15 +267,21 @@ class _StageRun:
         self.log = proc.log.bind(stage=plan.stage)
 
     async def go(self) -> WorkerReport:
+        self.p.driver.gone = False  # a paused driver that came back has taken its claim again
+        if await self.p.driver.check():
+            self.report.driver_gone = True
+            return self.report
         heartbeat = asyncio.create_task(self._heartbeat())
+        watch = asyncio.create_task(self.p.driver.watch(self._driver_gone))
         try:
             await self._claim_loop()
             while self.tasks:
                 await asyncio.wait(set(self.tasks))
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            for task in (heartbeat, watch):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.failed is not None:
             raise self.failed
         return self.report
@@ -283,6 +295,13 @@ class _StageRun:
             self.failed = error
             self.stop = True
             self.room.set()
+
+    def _driver_gone(self) -> None:
+        """No new unit from now on: calls in flight finish, the rest wait for the next driver."""
+        self.log.warning("driver_gone", pending_units=self.pending_units)
+        self.report.driver_gone = True
+        self.stop = True
+        self.room.set()
 
     def _unit_done(self) -> None:
         self.pending_units -= 1
@@ -335,6 +354,14 @@ class _StageRun:
         """A unit counts against the window until its call is done (not until its answer is committed:
         the group commit that follows needs no call slot)."""
         slot = Slot(self.slots, self._unit_done)
+        try:
+            if cached is None:
+                await slot.take()
+                if self.p.driver.gone:
+                    raise DriverGone(f"the driver of run {self.plan.run_id} is gone")
+        except BaseException:
+            slot.free()
+            raise
         return await self.runner.run(unit, usage, cached, slot=slot)
 
     def _lookup(self, units: list[UnitSpec]) -> list[ProviderResponse | None]:
@@ -360,10 +387,11 @@ class _StageRun:
                     *(self._unit(u, usage, c) for u, c in zip(units, cached, strict=True)), return_exceptions=True
                 )
                 finished = len(units)
-                budget = next((o for o in outcomes if isinstance(o, BudgetExceeded)), None)
-                if budget is not None:
-                    self.log.warning("budget_exhausted", error=str(budget))
-                    self.report.budget_exhausted = True
+                stopped = next((o for o in outcomes if isinstance(o, (BudgetExceeded, DriverGone))), None)
+                if stopped is not None:  # the shard goes back: its paid answers are in the cache already
+                    if isinstance(stopped, BudgetExceeded):
+                        self.log.warning("budget_exhausted", error=str(stopped))
+                        self.report.budget_exhausted = True
                     self.stop = True
                     self.p.held.close_shard(claim)
                     with contextlib.suppress(LedgerUnavailable):

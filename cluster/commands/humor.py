@@ -1,4 +1,4 @@
-"""``punchline humor validate | score | run``: the Humor benchmark (MERA format)."""
+"""``punchline humor validate | score | run | submission``: the Humor benchmark (MERA format)."""
 
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ def register(sub: Any) -> None:
 
     s = hs.add_parser(
         "score",
-        help="score model answers: EM, official MERA EM, per-class metrics, judge agreement",
-        description="Writes submission.json (the input's shape with outputs filled), report.json, report.md "
-        "and confusion.png into --out.",
+        help="score model answers: EM (MERA's reading and ours), per-class metrics, both judges",
+        description="Writes report.json, report.md and confusion.png into --out, and MERA's submission files "
+        "Humor.json + logs_public.zip when every item has an answer.",
     )
     s.add_argument("--data", required=True, help="the data file with reference outputs")
     s.add_argument("--predictions", required=True, help='JSONL: {"id": int, "text": "<raw model answer>"} per line')
@@ -49,6 +49,10 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--judge-scores",
         help='JSONL: {"id": int, "score": 0|1|null} or {"id": int, "text": "<judge reply>"} per line',
+    )
+    s.add_argument(
+        "--judge-mera-scores",
+        help='JSONL for MERA\'s judge (judge_mera): {"id": int, "score": 0..1} or {"id": int, "text": "<judge reply>"}',
     )
     s.add_argument("--judge-threshold", type=float, default=None, help="judge pass threshold (default 1)")
     s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
@@ -66,6 +70,19 @@ def register(sub: Any) -> None:
 
     add_run_options(r)
     r.set_defaults(func=cmd_run)
+
+    sb = hs.add_parser(
+        "submission",
+        help="pack a Humor run's answers as MERA's log_to_submission_v2.py would (Humor.json + logs)",
+        description='Writes OUT/<model>/Humor.json ({"data": {"test": [{"outputs": <the model\'s text>, '
+        '"meta": {"id": ...}}]}}) and OUT/<model>/logs_public.zip (lm-eval-shaped sample logs), and zips '
+        "each folder as OUT/<model>.zip. Every item needs exactly one answer.",
+    )
+    sb.add_argument("run", metavar="RUN", help="the run id")
+    sb.add_argument("--out", default=None, help="output folder (default: submission-<RUN>)")
+    sb.add_argument("--runs-dir", default=None, help="local folder for run state (default: runs)")
+    sb.add_argument("--model", action="append", help="only this model nick (repeatable; default: every model)")
+    sb.set_defaults(func=cmd_submission)
 
 
 MAX_BOOTSTRAP = 100_000  # resamples: more adds nothing to a 95 % interval and can take hours
@@ -111,7 +128,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     import math
 
-    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores
+    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores, load_mera_judge_scores
     from punchline.data.humor.loaders import check_unique_ids, load_humor, load_predictions
     from punchline.data.humor.report import score_and_write
     from punchline.data.jsonio import check_out_dir
@@ -129,11 +146,13 @@ def cmd_score(args: argparse.Namespace) -> int:
     check_unique_ids(source.data, args.data)
     predictions = load_predictions(args.predictions)
     judge_scores = load_judge_scores(args.judge_scores) if args.judge_scores else None
+    judge_mera_scores = load_mera_judge_scores(args.judge_mera_scores) if args.judge_mera_scores else None
     report, paths = score_and_write(
         args.out,
         source,
         predictions,
         judge_scores=judge_scores,
+        judge_mera_scores=judge_mera_scores,
         judge_threshold=DEFAULT_THRESHOLD if args.judge_threshold is None else args.judge_threshold,
         resamples=args.bootstrap,
         seed=args.seed,
@@ -141,31 +160,48 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
         return 0
-    print_score_summary(report, [paths.submission, paths.report_json, paths.report_md, paths.confusion_png])
+    written = [paths.report_json, paths.report_md, paths.confusion_png]
+    print_score_summary(report, [*([paths.submission] if paths.submission else []), *written])
     return 0
 
 
 def print_score_summary(report: HumorReport, written: list[str], console: Console | None = None) -> None:
     """The human summary of a scored run (also used by the engine's Humor pipeline)."""
+    from punchline.data.humor.report import headlines
+
     console = console or Console()
     metrics, judge = report, report.judge
     t = Table("metric", "value", title=f"Humor: {metrics.n} items")
-    ci = metrics.em_ci95
-    t.add_row("EM (robust)", f"{100 * metrics.em:.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]")
-    t.add_row("EM (official MERA)", f"{100 * metrics.em_mera:.1f} %")
+    for line in headlines(report):
+        if line.value is not None:
+            t.add_row(line.label, line.shown())
     t.add_row("class accuracy", f"{100 * metrics.class_accuracy:.1f} %")
     t.add_row("letter accuracy", f"{100 * metrics.letter_accuracy:.1f} %")
     t.add_row("parse failures", f"{100 * metrics.parse_failure_rate:.1f} %")
     t.add_row("ambiguous (never credited)", f"{100 * metrics.ambiguous_rate:.1f} % ({metrics.ambiguous})")
     t.add_row("missing predictions", str(metrics.n_missing))
     if judge is not None:
-        t.add_row("judge pass rate", "–" if judge.pass_rate is None else f"{100 * judge.pass_rate:.1f} %")
         t.add_row("judge missing", str(judge.n_missing))
         kappa = "–" if judge.kappa_with_em is None else f"{judge.kappa_with_em:.3f}"
         t.add_row("judge vs EM kappa", kappa)
     console.print(t)
     for name in written:
         console.print(f"wrote {name}")
+
+
+def cmd_submission(args: argparse.Namespace) -> int:
+    from punchline.cluster.pipelines.humor import submission_of_run
+
+    written = submission_of_run(
+        args.run,
+        runs_dir=args.runs_dir,
+        out_dir=args.out or f"submission-{args.run}",
+        models=args.model,
+    )
+    console = Console()
+    for name in written:
+        console.print(f"wrote {name}")
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

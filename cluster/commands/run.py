@@ -148,6 +148,11 @@ def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
         bars.progress.start()
     try:
         record = run(config, opts, progress=bars)
+    except KeyboardInterrupt as exc:  # Ctrl-C: the CLI prints how to resume exactly this run
+        run_id = getattr(exc, "run_id", None) or opts.run_id
+        if run_id:
+            exc.resume_command = resume_command(config, opts, run_id)  # type: ignore[attr-defined]
+        raise
     finally:
         if bars:
             bars.progress.stop()
@@ -166,6 +171,33 @@ def run_and_report(config: str, opts: Any, no_progress: bool) -> int:
         )
         return 1
     return 0
+
+
+def resume_command(config: str, opts: Any, run_id: str) -> str:
+    """The command that resumes this run: the same config and the options that say where its state
+    is (a --redis-url is shown with its password as ***)."""
+    import shlex
+
+    from punchline.schedulers.redis_client import redact_url
+
+    parts = ["punchline", "run", config, "--run-id", run_id]
+    env = os.environ
+    if opts.runs_dir != env.get("PUNCHLINE_RUNS_DIR", "runs"):
+        parts += ["--runs-dir", opts.runs_dir]
+    for flag, value, var in (
+        ("--store", opts.store, "PUNCHLINE_STORE"),
+        ("--redis-url", opts.redis_url and redact_url(opts.redis_url), "PUNCHLINE_REDIS_URL"),
+        ("--ray-address", opts.ray_address, "PUNCHLINE_RAY_ADDRESS"),
+    ):
+        if value and not env.get(var):
+            parts += [flag, value]
+    if opts.max_cost_usd is not None:
+        parts += ["--max-cost-usd", str(opts.max_cost_usd)]
+    if opts.max_workers is not None:
+        parts += ["--max-workers", str(opts.max_workers)]
+    if opts.offline:
+        parts.append("--offline")
+    return shlex.join(parts)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

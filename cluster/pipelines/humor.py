@@ -1,13 +1,17 @@
 """The Humor (MERA) benchmark as engine stages: generate -> (judge) -> score.
 
-``generate`` asks each model once per item (greedy, as MERA does); ``judge`` asks the judge model
-to grade each answer. Scoring is no stage of its own: it needs no provider call, so it runs in the
-reduce of the last stage, through the same ``score_and_write`` as ``punchline humor score`` — an
-engine run and the offline scorer give byte-identical reports.
+``generate`` asks each model once per item (greedy, as MERA does; ``[humor] preset = "mera"`` makes the
+request lm-eval makes: shots as user/assistant turns, stop ``"\\n\\n"``, and the answer is cut at the stop
+whatever the provider did with it); ``judge`` asks the judge model to grade each answer twice over: our binary
+prompt once, and MERA's judge prompt once per MERA reading of the answer (``judge_mera``: the best of them, 0
+for a failed call). The reduce also packs MERA's submission (``submission/<nick>.zip``: ``Humor.json`` with
+the model's own text + ``logs_public.zip``) when every item has an answer. Scoring is no stage of its own: it
+needs no provider call, so it runs in the reduce of the last stage, through the same ``score_and_write`` as
+``punchline humor score`` — an engine run and the offline scorer give byte-identical reports.
 
-A unit that failed after its retries leaves no answer line (the scorer counts it as missing, i.e.
-wrong) and no judge score (``None``, a *missing* judgement, never 0), so a flaky provider lowers
-coverage visibly instead of silently lowering the judge pass rate.
+A unit that failed after its retries leaves no answer line (the scorer counts it as missing, i.e. wrong) and
+no judge score (``None``, a *missing* judgement, never 0), so a flaky provider lowers coverage visibly instead
+of silently lowering the judge pass rate.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
@@ -24,13 +28,16 @@ from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.humor.loaders import Prediction, check_unique_ids, load_humor, load_items
 from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
-from punchline.data.humor.report import REPORT_JSON, HumorReport
+from punchline.data.humor.report import REPORT_JSON, HumorReport, headlines
 from punchline.data.humor.schema import HumorFile, HumorItem
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.workers.fake.server import FakeConfig
+
+if TYPE_CHECKING:
+    from punchline.cluster.driver import RunRecord
 
 
 class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -50,6 +57,8 @@ class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_tokens: Count = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
     judge: JudgeSettings | None = None
     mode: Mode | None = None  # of the generate stage (the judge stage has its own)
+    # "mera": lm-eval's generation (shots as user/assistant turns, stop "\n\n"); "punchline": our layout
+    preset: Literal["punchline", "mera"] = "punchline"
 
 
 REPORT_PREFIX = "report"
@@ -61,6 +70,14 @@ def answers_artifact(nick: str) -> str:
 
 def judge_scores_artifact(nick: str) -> str:
     return f"judge_scores/{nick}.jsonl"
+
+
+def judge_mera_scores_artifact(nick: str) -> str:
+    return f"judge_mera_scores/{nick}.jsonl"
+
+
+def submission_artifact(nick: str) -> str:
+    return f"submission/{nick}.zip"
 
 
 def report_prefix(nick: str) -> str:
@@ -76,6 +93,13 @@ class JudgeScore(msgspec.Struct):
 
     id: int
     score: float | None
+
+
+class MeraJudgeScore(msgspec.Struct):
+    """One line of ``judge_mera_scores/<nick>.jsonl``: MERA's judge score of an item, in [0, 1]."""
+
+    id: int
+    score: float
 
 
 def settings_of(cfg: RunConfig) -> HumorSettings:
@@ -137,13 +161,7 @@ def _encode_lines(records: list[msgspec.Struct]) -> bytes:
 def read_answers(ctx: StageContext, nick: str) -> dict[int, str]:
     """``answers/<nick>.jsonl`` of this run as ``{id: raw answer}``."""
     name = answers_artifact(nick)
-    decoder = msgspec.json.Decoder(Prediction)
-    out: dict[int, str] = {}
-    for line in ctx.read_artifact(name).splitlines():
-        if line.strip():
-            p = decoder.decode(line)
-            out[p.id] = p.text
-    return out
+    return dict(_answer_lines(ctx.read_artifact(name), name))
 
 
 def _score(
@@ -152,18 +170,41 @@ def _score(
     nick: str,
     predictions: Mapping[int, str],
     judge_scores: Mapping[int, float | None] | None,
+    judge_mera_scores: Mapping[int, float] | None = None,
 ) -> list[str]:
-    """Score one model into a temp dir and store every output file as ``report/<nick>/<file>``."""
+    """Score one model into a temp dir and store every output file as ``report/<nick>/<file>``, and MERA's
+    submission archive as ``submission/<nick>.zip`` when every item has an answer."""
     from punchline.data.humor.report import score_and_write
+    from punchline.data.humor.submission import submission_zip
 
     names = []
     with tempfile.TemporaryDirectory(prefix="punchline-humor-") as tmp:
-        score_and_write(tmp, source, predictions, judge_scores=judge_scores)
-        for f in sorted(Path(tmp).iterdir()):
-            name = report_artifact(nick, f.name)
-            ctx.write_artifact(name, f.read_bytes())
+        _, paths = score_and_write(
+            tmp,
+            source,
+            predictions,
+            judge_scores=judge_scores,
+            judge_mera_scores=judge_mera_scores,
+        )
+        files = {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir())}
+        for file_name, data in files.items():
+            name = report_artifact(nick, file_name)
+            ctx.write_artifact(name, data)
             names.append(name)
+    if paths.submission is not None:
+        from punchline.data.humor.submission import LOGS_NAME, SUBMISSION_FILE
+
+        packed = {n: files[n] for n in (SUBMISSION_FILE, f"{LOGS_NAME}.zip")}
+        ctx.write_artifact(submission_artifact(nick), submission_zip(packed))
+        names.append(submission_artifact(nick))
     return names
+
+
+def _as_generated(preset: str, text: str) -> str:
+    """The answer as the preset's generator leaves it: ``mera`` cuts at lm-eval's stop sequence."""
+    from punchline.data.humor.prompts import MERA_STOP, cut_at_stop
+
+    return cut_at_stop(text, MERA_STOP) if preset == "mera" else text
 
 
 class GenerateStage:
@@ -172,16 +213,17 @@ class GenerateStage:
     name = "generate"
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.humor.prompts import answer_request
+        from punchline.data.humor.prompts import answer_request, mera_answer_request
 
         cfg = settings_of(ctx.cfg)
         settings = ctx.cfg.provider(cfg.provider)
         shots = _shots(ctx)
         units = []
+        build = mera_answer_request if cfg.preset == "mera" else answer_request
         for item in _source(ctx).data:
             prefix = _shots_for(item, shots, cfg.k_shot)
             for nick in cfg.models:
-                request = answer_request(cfg.provider, settings.model_id(nick), item, prefix, max_tokens=cfg.max_tokens)
+                request = build(cfg.provider, settings.model_id(nick), item, prefix, max_tokens=cfg.max_tokens)
                 units.append(UnitSpec(unit_id=_unit_id(self.name, nick, item.id), request=request))
         return in_unit_order(units)
 
@@ -195,13 +237,44 @@ class GenerateStage:
             for item_id in ids:
                 text = _text(results.get(_unit_id(self.name, nick, item_id)))
                 if text is not None:
-                    lines.append(Prediction(id=item_id, text=text))
+                    lines.append(Prediction(id=item_id, text=_as_generated(cfg.preset, text)))
             ctx.write_artifact(answers_artifact(nick), _encode_lines(lines))
             names.append(answers_artifact(nick))
         if cfg.judge is None:
             for nick in cfg.models:
                 names += _score(ctx, source, nick, read_answers(ctx, nick), None)
         return names
+
+
+MERA_JUDGE = "judge_mera"  # unit ids: judge_mera/<nick>/<item>/<reading>
+MAX_MERA_READINGS = 3  # the whole answer, the tail after "Ответ:", the rebuilt pair
+
+
+def _mera_judge_units(provider: str, judge_id: str, nick: str, item: HumorItem, answer: str) -> list[UnitSpec]:
+    """One MERA judge call per MERA reading of the answer (no content check: MERA scores an unreadable
+    reply 0 rather than asking again)."""
+    from punchline.data.humor.judge import mera_judge_request
+    from punchline.data.humor.mera import mera_readings
+
+    return [
+        UnitSpec(
+            unit_id=f"{_unit_id(MERA_JUDGE, nick, item.id)}/{k}",
+            request=mera_judge_request(provider, judge_id, item, reading),
+        )
+        for k, reading in enumerate(mera_readings(answer))
+    ]
+
+
+def _mera_judge_scores(results: Mapping[str, UnitResult], nick: str, ids: list[int]) -> dict[int, float]:
+    """``judge_mera`` per item: the best over its readings' replies; 0 for a failed call or no answer."""
+    from punchline.data.humor.judge import mera_judge_score
+
+    out: dict[int, float] = {}
+    for item_id in ids:
+        unit = _unit_id(MERA_JUDGE, nick, item_id)
+        replies = [mera_judge_score(_text(results.get(f"{unit}/{k}"))) for k in range(MAX_MERA_READINGS)]
+        out[item_id] = max(replies)
+    return out
 
 
 class JudgeStage:
@@ -233,6 +306,7 @@ class JudgeStage:
                         check="judge_score",
                     )
                 )
+                units += _mera_judge_units(cfg.judge.provider, judge_id, nick, item, answers[item.id])
         return in_unit_order(units)
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
@@ -256,7 +330,11 @@ class JudgeStage:
             lines: list[msgspec.Struct] = [JudgeScore(id=i, score=s) for i, s in scores.items()]
             ctx.write_artifact(judge_scores_artifact(nick), _encode_lines(lines))
             names.append(judge_scores_artifact(nick))
-            names += _score(ctx, source, nick, read_answers(ctx, nick), scores)
+            mera = _mera_judge_scores(results, nick, ids)
+            mera_lines: list[msgspec.Struct] = [MeraJudgeScore(id=i, score=s) for i, s in mera.items()]
+            ctx.write_artifact(judge_mera_scores_artifact(nick), _encode_lines(mera_lines))
+            names.append(judge_mera_scores_artifact(nick))
+            names += _score(ctx, source, nick, read_answers(ctx, nick), scores, mera)
         return names
 
 
@@ -278,17 +356,17 @@ def _percent(value: float | None) -> str:
 
 
 def headline(nick: str, model_id: str, report: HumorReport) -> str:
-    """One model's scores as a markdown table (the rows ``humor score`` prints)."""
-    ci = report.em_ci95
-    rows = [
-        ("EM (robust)", f"{100 * report.em:.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"),
-        ("EM (official MERA)", _percent(report.em_mera)),
+    """One model's scores as a markdown table: EM under MERA's reading and ours, both judges (with their
+    intervals; a judge not configured is left out), then the rows ``humor score`` prints after them."""
+    rows = [(line.label, line.shown()) for line in headlines(report) if line.value is not None]
+    rows += [
         ("class accuracy", _percent(report.class_accuracy)),
         ("parse failures", _percent(report.parse_failure_rate)),
+        ("ambiguous (never credited)", _percent(report.ambiguous_rate)),
         ("missing predictions", str(report.n_missing)),
     ]
     if report.judge is not None:
-        rows += [("judge pass rate", _percent(report.judge.pass_rate)), ("judge missing", str(report.judge.n_missing))]
+        rows += [("judge (ours) missing", str(report.judge.n_missing))]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return f"**{nick}** ({model_id}), {report.n} items:\n\n| metric | value |\n|---|---|\n{table}"
 
@@ -328,7 +406,10 @@ class HumorPipeline:
         return stages(cfg)
 
     def estimate(self, cfg: RunConfig, stage: str) -> Iterable[UnitSpec]:
-        """The judge: at most one call per item and model (a failed answer is never judged)."""
+        """The judge: at most one call of ours and one MERA judge call per MERA reading (at most
+        :data:`MAX_MERA_READINGS`) per item and model (a failed answer is never judged)."""
+        from punchline.data.humor.judge import MERA_JUDGE_MAX_TOKENS
+
         settings = settings_of(cfg)
         if stage != "judge" or settings.judge is None:
             return []
@@ -340,7 +421,8 @@ class HumorPipeline:
             messages=(Message("user", "x" * JUDGE_PROMPT_CHARS),),
             max_tokens=JUDGE_MAX_TOKENS,
         )
-        return repeated(req, items)
+        mera = msgspec.structs.replace(req, max_tokens=MERA_JUDGE_MAX_TOKENS)
+        return [*repeated(req, items), *repeated(mera, items * MAX_MERA_READINGS)]
 
     def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
         """Each model's scores, from its ``report/<model>/report.json``."""
@@ -361,3 +443,77 @@ class HumorPipeline:
 
 
 PIPELINE = HumorPipeline()
+
+
+# --- the submission of a finished run (`punchline humor submission RUN`) and its end-of-run numbers -------------
+
+
+def _run_record(run_id: str, runs_dir: str | None) -> tuple[RunRecord, RunConfig]:
+    """A Humor run's record and its config (as recorded when the run started; relative paths resolve
+    against the config's original folder)."""
+    import os
+
+    from punchline.cluster.config import check_run_id, load_config
+    from punchline.cluster.driver import RunRecord
+
+    check_run_id(run_id, field="RUN")
+    path = Path(runs_dir or os.environ.get("PUNCHLINE_RUNS_DIR", "runs")) / run_id / "run.json"
+    try:
+        record = msgspec.json.decode(path.read_bytes(), type=RunRecord)
+    except OSError:
+        raise InputError("no such run (no run.json)", file=str(path), field="RUN") from None
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InputError(f"unreadable run record: {exc}", file=str(path)) from None
+    if record.pipeline != "humor":
+        raise InputError(f"run {run_id} is a {record.pipeline!r} run, not humor", file=str(path), field="pipeline")
+    with tempfile.TemporaryDirectory(prefix="punchline-humor-") as tmp:
+        recorded = Path(tmp) / Path(record.config_path).name
+        recorded.write_text(record.config_toml, encoding="utf-8")
+        cfg = load_config(recorded)
+    cfg.source = record.config_path
+    return record, cfg
+
+
+def _answer_lines(raw: bytes, source: str) -> list[tuple[int, str]]:
+    """Every ``(id, text)`` line of an answers artifact, repeats kept (the submission rejects them)."""
+    decoder = msgspec.json.Decoder(Prediction)
+    out = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if line.strip():
+            try:
+                p = decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise InputError(str(exc), file=source, record=f"line {lineno}") from None
+            out.append((p.id, p.text))
+    return out
+
+
+def submission_of_run(run_id: str, *, runs_dir: str | None, out_dir: str, models: list[str] | None) -> list[str]:
+    """Write ``<out_dir>/<nick>/{Humor.json,logs_public.zip}`` and ``<out_dir>/<nick>.zip`` for each model of a
+    finished Humor run. Everything is checked (every model's answers: one per item) before anything is written."""
+    from punchline.data.humor.submission import answers_by_id, submission_files, write_submission
+    from punchline.data.jsonio import check_out_dir
+    from punchline.data.stores import open_store
+
+    record, cfg = _run_record(run_id, runs_dir)
+    settings = settings_of(cfg)
+    chosen = models or list(settings.models)
+    unknown = [m for m in chosen if m not in settings.models]
+    if unknown:
+        raise InputError(f"not a model of run {run_id}: {', '.join(unknown)}", field="--model")
+    out = check_out_dir(out_dir)
+    items = load_humor(resolve_path(cfg, settings.data)).data
+    store = open_store(record.services.store_url)
+    packs = {}
+    for nick in chosen:
+        key = f"{run_id}/artifacts/{answers_artifact(nick)}"
+        source = f"{record.services.store_url}/{key}"
+        raw = store.get(key)
+        if raw is None:
+            raise InputError("missing: the run has no answers for this model yet", file=source)
+        answers = answers_by_id(items, _answer_lines(raw, source), source=source)
+        packs[nick] = submission_files(items, answers)
+    written = []
+    for nick, files in packs.items():
+        written += write_submission(out / nick, files)
+    return written

@@ -1,9 +1,16 @@
-"""The LLM-judge metric: a judge model compares a model's answer with the reference.
+"""The two LLM-judge metrics: a judge model compares a model's answer with the reference.
 
-Scale: **binary, 0 or 1** (1 = the answer names the same class, allowing minor variations in wording,
-*and* the same letter as the reference). A binary score makes agreement with exact match directly
-comparable (rate and Cohen's kappa). The judge must answer with exactly one line ``SCORE: 0`` or
-``SCORE: 1``; anything else raises :class:`JudgeParseError`, a retryable provider error, so the engine
+**MERA's judge** (``judge_mera``, pinned to MERA-Evaluation/MERA ``benchmark_tasks/mera_judge.py`` at
+4310d9836d03a1e70128fd65095cf6d04f96942b): one fixed Russian prompt (task text, reference, the answer, the
+criterion "Правильность ответа" with a 0/1/2 rubric) as a single user message, temperature 0, 256 tokens; the
+first standalone 0, 1 or 2 in the reply, divided by 2; the best over MERA's readings of the answer
+(:func:`punchline.data.humor.mera.mera_readings`, one call each); a failed call or an unreadable reply scores 0,
+never retried for its content (MERA does not retry either).
+
+**Our judge** (``judge``), below it. Scale: **binary, 0 or 1** (1 = the answer names the same class, allowing
+minor variations in wording, *and* the same letter as the reference). A binary score makes agreement with
+exact match directly comparable (rate and Cohen's kappa). The judge must answer with exactly one line ``SCORE:
+0`` or ``SCORE: 1``; anything else raises :class:`JudgeParseError`, a retryable provider error, so the engine
 asks again. A judgement that still fails after the retries is *missing* (``None``), never 0.
 """
 
@@ -11,13 +18,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
 from punchline.data.errors import InputError, RetryableProviderError
-from punchline.data.humor.prompts import render_prompt
+from punchline.data.humor.prompts import mera_task_text, render_prompt
 from punchline.data.humor.schema import HumorItem
 from punchline.data.jsonio import reject_duplicate_keys
 from punchline.data.requests import Message, ProviderRequest
@@ -60,6 +67,66 @@ SCORE: <0 или 1>"""
 
 _SCORE_LINE = re.compile(r"^\s*\**\s*SCORE\s*\**\s*:\s*\**\s*(?P<value>[-+]?\d+(?:\.\d+)?)\s*\**\s*$", re.IGNORECASE)
 _SCORE_WORD = re.compile(r"SCORE\s*:", re.IGNORECASE)
+
+
+MERA_CRITERIA_NAME = "Правильность ответа"
+MERA_CRITERIA_RUBRICS = """0: Дан неправильный ответ или ответ отсутствует.
+
+1: Ответ модели неполный (не на все вопросы задания получен ответ, в формулировке ответа отсутствует часть информации).
+
+2: Ответ модели совпадает с эталонным или эквивалентен ему."""
+MERA_REFERENCE_HEADER = "### Эталонный ответ:"
+MERA_ANSWER_HEADER = "### Ответ для оценки:"
+MERA_CRITERIA_HEADER = "### Критерий оценки:"
+MERA_JUDGE_TEMPLATE = f"""### Задание для оценки:
+{{instruction}}
+
+{MERA_REFERENCE_HEADER}
+{{reference_answer}}
+
+{MERA_ANSWER_HEADER}
+{{answer}}
+
+{MERA_CRITERIA_HEADER}
+{{criteria_name}}
+
+### Шкала оценивания по критерию:
+{{criteria_rubrics}}"""
+MERA_JUDGE_MAX_SCORE = 2.0
+MERA_JUDGE_MAX_TOKENS = 256  # lm-eval's compute_llm_judge default
+_MERA_FIELD = re.compile(r"\{(instruction|reference_answer|answer|criteria_name|criteria_rubrics)\}")
+_MERA_SCORE = re.compile(r"\b([0-2])\b", re.IGNORECASE | re.DOTALL)
+
+
+def mera_judge_prompt(item: HumorItem, answer: str) -> str:
+    """MERA's judge prompt for one reading of an answer, filled in one pass (no text is re-scanned)."""
+    values = {
+        "instruction": mera_task_text(item),
+        "reference_answer": item.outputs,
+        "answer": answer,
+        "criteria_name": MERA_CRITERIA_NAME,
+        "criteria_rubrics": MERA_CRITERIA_RUBRICS,
+    }
+    return _MERA_FIELD.sub(lambda m: values[m.group(1)], MERA_JUDGE_TEMPLATE)
+
+
+def mera_judge_request(provider: str, model_id: str, item: HumorItem, answer: str) -> ProviderRequest:
+    """The request MERA's judge sends for one reading: one user message, temperature 0, 256 tokens."""
+    return ProviderRequest(
+        provider=provider,
+        model=model_id,
+        messages=(Message("user", mera_judge_prompt(item, answer)),),
+        temperature=0.0,
+        max_tokens=MERA_JUDGE_MAX_TOKENS,
+    )
+
+
+def mera_judge_score(reply: str | None) -> float:
+    """A MERA judge reply on the [0, 1] scale: the first standalone 0/1/2 over 2; 0 when absent or failed."""
+    m = _MERA_SCORE.search(reply) if reply is not None else None
+    if m is None:
+        return 0.0
+    return min(max(float(m.group(1)) / MERA_JUDGE_MAX_SCORE, 0.0), 1.0)
 
 
 class JudgeParseError(RetryableProviderError):
@@ -169,11 +236,27 @@ class JudgeScoreLine(msgspec.Struct):
     text: str | None = None
 
 
-def load_judge_scores(path: str | os.PathLike[str]) -> dict[int, float | None]:
+def _our_reply_score(text: str) -> float | None:
+    try:
+        return parse_score(text)
+    except JudgeParseError:
+        return None
+
+
+def load_mera_judge_scores(path: str | os.PathLike[str]) -> dict[int, float]:
+    """The same JSONL for MERA's judge: ``score`` in [0, 1] (the rubric over 2), or the judge's raw ``text``
+    read as MERA reads it; an unreadable reply or ``null`` scores 0, as in MERA."""
+    return {i: s or 0.0 for i, s in load_judge_scores(path, reply_score=mera_judge_score).items()}
+
+
+def load_judge_scores(
+    path: str | os.PathLike[str], *, reply_score: Callable[[str], float | None] = _our_reply_score
+) -> dict[int, float | None]:
     """JSONL ``{"id": int, "score": number|null}`` or ``{"id": int, "text": "<judge reply>"}``.
 
     A raw text that does not parse is a missing judgement (None), as is ``"score": null``; a score
-    outside the scale or a bad line is an :class:`InputError` naming the line.
+    outside the scale or a bad line is an :class:`InputError` naming the line. ``reply_score`` reads a
+    raw reply (our binary judge's by default).
     """
     p = Path(path)
     try:
@@ -195,10 +278,7 @@ def load_judge_scores(path: str | os.PathLike[str]) -> dict[int, float | None]:
             raise InputError(f"id {rec.id} repeated", file=str(p), record=where, field="id")
         score = rec.score
         if score is None and rec.text is not None:
-            try:
-                score = parse_score(rec.text)
-            except JudgeParseError:
-                score = None
+            score = reply_score(rec.text)
         if score is not None and not SCORE_MIN <= score <= SCORE_MAX:
             message = f"score {score} outside [{SCORE_MIN:g}, {SCORE_MAX:g}]"
             raise InputError(message, file=str(p), record=where, field="score")

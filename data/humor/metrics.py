@@ -6,8 +6,9 @@
 the parser refused because they hedge (several classes or letters) or contradict themselves; they are
 also parse failures. Items without a prediction are scored as an empty answer (wrong) and counted in
 ``n_missing``. Precision of a class never predicted is 0 (sklearn's
-``zero_division=0``). Bootstrap intervals are percentile intervals over items, seeded so reports are
-reproducible.
+``zero_division=0``). Bootstrap intervals are 95 % percentile intervals over items (the same resamples
+for every per-class figure), seeded so reports are reproducible: on EM (both readings), class accuracy and
+each class's precision, recall and F1.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class ClassStats(msgspec.Struct):
     f1: float
 
 
+class ClassIntervals(msgspec.Struct):
+    """95 % bootstrap intervals of one class's precision, recall and F1."""
+
+    precision: Interval
+    recall: Interval
+    f1: Interval
+
+
 class ConfusionMatrix(msgspec.Struct):
     """``counts[i][j]``: items of reference class ``rows[i]`` predicted as ``cols[j]``."""
 
@@ -67,7 +76,9 @@ class HumorMetrics(msgspec.Struct, kw_only=True):
     predicted_letters: dict[str, int]  # А, Б, В, Г and UNPARSED: position bias
     reference_letters: dict[str, int]
     em_ci95: Interval
+    em_mera_ci95: Interval
     class_accuracy_ci95: Interval
+    per_class_ci95: dict[str, ClassIntervals]
     bootstrap_resamples: int
     bootstrap_seed: int
 
@@ -133,6 +144,39 @@ def bootstrap_ci(values: Sequence[int | float], *, resamples: int = 1000, seed: 
     return Interval(_quantile(means, 0.025), _quantile(means, 0.975))
 
 
+def _prf(correct: int, predicted: int, support: int) -> tuple[float, float, float]:
+    p, r = _ratio(correct, predicted), _ratio(correct, support)
+    return p, r, _ratio(2 * p * r, p + r)
+
+
+def per_class_bootstrap(
+    pairs: Sequence[tuple[str, str | None]], *, resamples: int = 1000, seed: int = 0
+) -> dict[str, ClassIntervals]:
+    """Per-class precision/recall/F1 intervals: ``pairs`` are (reference class, predicted class or None)
+    per item; each resample draws items with replacement and recomputes all three for every class."""
+    n = len(pairs)
+    rng = random.Random(seed)
+    draws: dict[str, list[list[float]]] = {c: [[], [], []] for c in CLASSES}
+    for _ in range(resamples if n else 0):
+        support = dict.fromkeys(CLASSES, 0)
+        predicted = dict.fromkeys(CLASSES, 0)
+        correct = dict.fromkeys(CLASSES, 0)
+        for ref, pred in rng.choices(pairs, k=n):
+            support[ref] += 1
+            if pred is not None:
+                predicted[pred] += 1
+                correct[pred] += pred == ref
+        for c in CLASSES:
+            for values, x in zip(draws[c], _prf(correct[c], predicted[c], support[c]), strict=True):
+                values.append(x)
+
+    def interval(values: list[float]) -> Interval:
+        values.sort()
+        return Interval(_quantile(values, 0.025), _quantile(values, 0.975))
+
+    return {c: ClassIntervals(*(interval(v) for v in draws[c])) for c in CLASSES}
+
+
 def compute_metrics(
     items: Sequence[HumorItem],
     predictions: Mapping[int, str],
@@ -162,8 +206,7 @@ def compute_metrics(
         support = sum(counts[i])
         predicted = sum(row[i] for row in counts)
         correct = counts[i][i]
-        p, r = _ratio(correct, predicted), _ratio(correct, support)
-        per_class[cls] = ClassStats(support, predicted, correct, p, r, _ratio(2 * p * r, p + r))
+        per_class[cls] = ClassStats(support, predicted, correct, *_prf(correct, predicted, support))
     present = [st for st in per_class.values() if st.support]
     em = [s.em for s in scores]
     cls_ok = [s.class_correct for s in scores]
@@ -187,7 +230,11 @@ def compute_metrics(
         predicted_letters=predicted_letters,
         reference_letters=reference_letters,
         em_ci95=bootstrap_ci(em, resamples=resamples, seed=seed),
+        em_mera_ci95=bootstrap_ci([s.em_mera for s in scores], resamples=resamples, seed=seed + 2),
         class_accuracy_ci95=bootstrap_ci(cls_ok, resamples=resamples, seed=seed + 1),
+        per_class_ci95=per_class_bootstrap(
+            [(_reference_of(s)[0], s.parsed.cls) for s in scores], resamples=resamples, seed=seed + 3
+        ),
         bootstrap_resamples=resamples,
         bootstrap_seed=seed,
     )

@@ -33,17 +33,26 @@ Rules (documented here and in the README because the metrics depend on them):
   is read in Cyrillic, and a Latin ``A``/``B`` beside Cyrillic letters reads as ``А``/``В``.
 * Without any marker, an answer shaped like the reference (``ирония, Б``) or the two lines without their
   markers (``ирония`` / ``Б``, also "Это ирония" / "Г.") is accepted.
+* Hedges are never credited: a part whose answer holds a disjunction or an alternative (или, иль, либо, или
+  же, vs, or, может/может быть, возможно, вероятно, наверное, хотя, впрочем, "также/тоже подходит", ``+`` or
+  ``/`` between two words, a ``?``, another letter or class in brackets, another class named in any inflected
+  form such as "иронию") is None and ``ambiguous``, even when the alternative is no class at all ("ирония или
+  сарказм"); so is a part hedged on a line of its own after the answer ("Хотя, возможно, и В.").
+* Read through: zero-width characters (dropped), no-break and thin spaces (spaces), ``…`` (``...``), a JSON
+  object (``{"ОТВЕТ": ..., "РЕШЕНИЕ": ...}``, also ``answer``/``solution``, ``класс``/``буква``; a list value
+  is a hedge) and markdown tables (a header row naming the markers, or marker | value rows).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Iterable
 
 import msgspec
 
-from punchline.data.humor.schema import CLASSES, LETTERS, class_key
+from punchline.data.humor.schema import CLASSES, LETTERS, NOT_A_JOKE, class_key
 
 _CYRILLIC_LETTERS = {"А": "А", "Б": "Б", "В": "В", "Г": "Г", "а": "А", "б": "Б", "в": "В", "г": "Г"}
 _LATIN_BY_POSITION = {"A": "А", "B": "Б", "C": "В", "D": "Г", "a": "А", "b": "Б", "c": "В", "d": "Г"}
@@ -327,27 +336,31 @@ def _class_part(tiers: list[list[_Segment]], extra: set[str]) -> tuple[_Part, li
     for n, segments in enumerate(tiers):
         named: set[str] = set(extra) if n == 0 else set()
         yielding = []
+        hedge = False
         for seg in segments:
             found = _classes_named(seg.text)
             if found:
                 named |= found
                 yielding.append(seg)
+                hedge |= _class_hedged(seg.text, found)
         if named:
-            return _decide(named), yielding
+            return (_Part(None, True) if hedge else _decide(named)), yielding
     return _Part(None, False), []
 
 
 def _letter_part(tiers: list[list[_Segment]], extra: list[str]) -> _Part:
     for n, segments in enumerate(tiers):
         glyphs: list[str] = list(extra) if n == 0 else []
+        hedge = False
         for seg in segments:
             seg_glyphs = letter_glyphs(seg.text)
             if len(_read_letters(seg_glyphs)) == len(LETTERS):
                 continue  # "(А, Б, В, Г)": the format's list echoed back, not an answer
             glyphs += seg_glyphs
+            hedge |= bool(seg_glyphs) and _letters_hedged(seg.text)
         named = _read_letters(glyphs)
         if named:
-            return _decide(named)
+            return _Part(None, True) if hedge else _decide(named)
     return _Part(None, False)
 
 
@@ -382,13 +395,169 @@ def _bare(text: str) -> ParsedAnswer | None:
         if not classes or not tokens or not all(t in _LETTER_GLYPHS or t.lower() in _CONNECTORS for t in tokens):
             continue
         cls, letter = _decide(classes), _decide(_read_letters(t for t in tokens if t in _LETTER_GLYPHS))
+        if _class_hedged(cls_text, classes):
+            cls = _Part(None, True)
+        if _letters_hedged(letter_text):
+            letter = _Part(None, True)
         return ParsedAnswer(cls.value, letter.value, cls.ambiguous or letter.ambiguous)
     return None
 
 
+# --- input clean-up: invisible characters, JSON objects, markdown tables ---------------------------------------
+
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+_SPACES = str.maketrans({c: " " for c in "\u00a0\u202f\u2007\u2009\u200a\u2002\u2003"})
+_CLASS_KEYS = frozenset({"ответ", "answer", "класс", "class"})
+_LETTER_KEYS = frozenset({"решение", "solution", "буква", "letter", "вариант", "option", "choice"})
+
+
+def _marker_of(key: str) -> str | None:
+    """``ОТВЕТ`` or ``РЕШЕНИЕ`` for a JSON key or table cell that names one of the two parts."""
+    k = key.strip(" *_`:\"'«»").lower()
+    if k in _CLASS_KEYS:
+        return "ОТВЕТ"
+    if k in _LETTER_KEYS:
+        return "РЕШЕНИЕ"
+    return None
+
+
+def _from_json(text: str) -> str:
+    """A JSON object naming the parts, rewritten as marker lines (a list value becomes a hedge)."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return text
+    try:
+        obj = json.loads(text[start : end + 1])
+    except ValueError:
+        return text
+    if not isinstance(obj, dict):
+        return text
+    lines = []
+    for key, value in obj.items():
+        marker = _marker_of(str(key))
+        if marker is not None:
+            shown = " или ".join(map(str, value)) if isinstance(value, list) else str(value)
+            lines.append(f"{marker} {shown}")
+    if not lines:
+        return text
+    return text[:start] + "\n" + "\n".join(lines) + "\n" + text[end + 1 :]
+
+
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_TABLE_RULE = re.compile(r"^[\s|:\-]+$")
+
+
+def _table_lines(rows: list[list[str]]) -> list[str]:
+    """Marker lines from a table: a header naming the parts (values in the rows below), or marker | value rows."""
+    header = [_marker_of(c) for c in rows[0]]
+    key_value = len(rows) > 1 and all(_marker_of(row[0]) for row in rows[1:])
+    if any(header) and len(rows) > 1 and not key_value:
+        return [f"{m} {c}" for row in rows[1:] for m, c in zip(header, row, strict=False) if m]
+    return [f"{m} {' '.join(row[1:])}" for row in rows if len(row) > 1 and (m := _marker_of(row[0]))]
+
+
+def _from_tables(text: str) -> str:
+    out: list[str] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        if not _TABLE_ROW.match(lines[i]):
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and _TABLE_ROW.match(lines[j]):
+            j += 1
+        block = lines[i:j]
+        rows = [[c.strip() for c in r.strip().strip("|").split("|")] for r in block if not _TABLE_RULE.match(r)]
+        out += (_table_lines(rows) if rows else []) or block
+        i = j
+    return "\n".join(out)
+
+
+def _prepare(text: str) -> str:
+    text = text.translate(_INVISIBLE).translate(_SPACES).replace("…", "...")
+    return _from_tables(_from_json(text))
+
+
+# --- hedges ------------------------------------------------------------------------------------------------------
+
+_HEDGE_WORD = re.compile(
+    r"(?<!\w)(?:или|иль|либо|vs|versus|or|может|возможно|вероятно|наверное|наверно|хотя|впрочем|пожалуй)(?!\w)",
+    re.IGNORECASE,
+)
+_ALSO_FITS = re.compile(
+    r"(?<!\w)(?:также|тоже|ещё|еще)\s+(?:\w+\s+)?(?:подход|подойд|годит|возмож|верн|правильн|вариант)", re.IGNORECASE
+)
+_JOIN_SIGN = re.compile(r"\w[\s*»\"']*[+/][\s*«\"']*\w")  # "Б + Г", "А/Б", "ирония/каламбур"
+_BRACKETED = re.compile(r"[(\[]([^()\[\]]*)[)\]]")
+
+
+def _stem(word: str) -> str:
+    return word if len(word) <= 3 else word[: len(word) - (1 if len(word) <= 5 else 2)]
+
+
+# every class in any inflected form ("иронию", "игрой слов", "капитаном Очевидность")
+_CLASS_STEMS = {
+    c: re.compile(r"(?<!\w)" + r"\s+".join(re.escape(_stem(w)) + r"\w*" for w in class_key(c).split()) + r"(?!\w)")
+    for c in CLASSES
+}
+
+
+def classes_mentioned(segment: str) -> set[str]:
+    """Every class ``segment`` mentions in any inflected form (one preceded by "не" excluded)."""
+    norm = normalize_class_text(_cyrillic_words(segment))
+    found = set()
+    for cls, rx in _CLASS_STEMS.items():
+        for m in rx.finditer(norm):
+            if cls == NOT_A_JOKE or not norm[: m.start()].endswith("не "):
+                found.add(cls)
+    return found
+
+
+def hedged(segment: str) -> bool:
+    """Whether an answer's text hedges: a disjunction, "также подходит", ``+``/``/`` between words, a ``?``."""
+    return bool(_HEDGE_WORD.search(segment) or _ALSO_FITS.search(segment) or _JOIN_SIGN.search(segment)) or (
+        "?" in segment
+    )
+
+
+def _letters_hedged(segment: str) -> bool:
+    """A letter part that hedges, or names another letter in brackets beside its own."""
+    if hedged(segment):
+        return True
+    inner = " ".join(_BRACKETED.findall(segment))
+    outside = _BRACKETED.sub(" ", segment)
+    return bool(inner and _read_letters(letter_glyphs(inner)) and _read_letters(letter_glyphs(outside)))
+
+
+def _class_hedged(segment: str, named: set[str]) -> bool:
+    """A class part that hedges, or mentions (in any form) a class besides the one it names."""
+    return hedged(segment) or bool(classes_mentioned(segment) - named)
+
+
+def _hedge_lines(text: str, first_marker: int | None) -> tuple[bool, bool]:
+    """(class hedged, letter hedged) by a line of its own after the answer began ("Хотя, возможно, и В.")."""
+    cls_hedge = letter_hedge = False
+    start = 0 if first_marker is None else text.find("\n", first_marker)
+    if start < 0:
+        return False, False
+    for line in text[start:].split("\n"):
+        if not line.strip() or _STARTS_WITH_MARKER.match(line.strip(_LEAD_CHARS)):
+            continue
+        if not (_HEDGE_WORD.search(line) or _ALSO_FITS.search(line)):
+            continue
+        letters = _read_letters(letter_glyphs(line))
+        if len(letters) == len(LETTERS):
+            continue  # the format's list echoed back
+        letter_hedge |= bool(letters)
+        cls_hedge |= bool(classes_mentioned(line))
+    return cls_hedge, letter_hedge
+
+
 def parse_answer(text: str) -> ParsedAnswer:
     """Read ``(class, letter)`` from a raw model answer; unreadable or ambiguous parts are None."""
-    text = _cyrillic_words(text)
+    text = _cyrillic_words(_prepare(text))
     cls_tiers = _tiers(text, _ANSWER_UPPER, _ANSWER_ANY, _SOLUTION_ANY)
     letter_tiers = _tiers(text, _SOLUTION_UPPER, _SOLUTION_ANY, None)
     unmarked = _unmarked_answers(text, cls_tiers[0], letter_tiers[0])
@@ -400,6 +569,12 @@ def parse_answer(text: str) -> ParsedAnswer:
         bare = _bare(text)
         if bare is not None:
             return bare
+    starts = [seg.start for tier in (cls_tiers[-1], letter_tiers[-1]) for seg in tier]
+    cls_hedge, letter_hedge = _hedge_lines(text, min(starts) if starts else None)
+    if cls_hedge and cls.value is not None:
+        cls = _Part(None, True)
+    if letter_hedge and letter.value is not None:
+        letter = _Part(None, True)
     return ParsedAnswer(cls.value, letter.value, cls.ambiguous or letter.ambiguous)
 
 

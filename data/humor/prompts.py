@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+
 from punchline.data.errors import InputError
 from punchline.data.humor.schema import PLACEHOLDERS, HumorInputs, HumorItem, split_output
 from punchline.data.requests import Message, ProviderRequest
@@ -27,6 +29,15 @@ def render_instruction(template: str, inputs: HumorInputs) -> str:
     """``template`` with ``{context}``, ``{main_text}``, ``{option_a}``..``{option_d}`` filled in."""
     values = {name: str(getattr(inputs, name)) for name in PLACEHOLDERS}
     return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
+
+
+def mera_task_text(item: HumorItem) -> str:
+    """The task text as MERA renders it (``doc_to_text`` / ``mera_judge.task_instruction``): Python's
+    ``str.format`` over the inputs, or the bare instruction when formatting fails (stray braces)."""
+    try:
+        return item.instruction.format(**msgspec.structs.asdict(item.inputs))
+    except (KeyError, IndexError, ValueError):
+        return item.instruction
 
 
 def missing_placeholders(template: str) -> list[str]:
@@ -66,6 +77,48 @@ def answer_request(
         temperature=0.0,
         max_tokens=max_tokens,
     )
+
+
+#: ``[humor] preset``: ``"punchline"`` (our layout: shots inline in one user message, answered in the two-line
+#: format, no stop) or ``"mera"`` (lm-eval's Humor run, see :func:`mera_answer_request`).
+PRESETS = ("punchline", "mera")
+MERA_STOP = ("\n\n",)  # lm-eval's default `until`: humor.yaml sets none
+
+
+def mera_answer_request(
+    provider: str,
+    model_id: str,
+    item: HumorItem,
+    shots: Sequence[HumorItem] = (),
+    *,
+    max_tokens: int = ANSWER_MAX_TOKENS,
+) -> ProviderRequest:
+    """The request lm-eval makes for MERA's Humor (chat, few-shot as multi-turn): each shot as a user turn
+    (its task text) and an assistant turn (``outputs.strip()``, i.e. ``<class>,<letter>``), then the item;
+    greedy, stop at ``"\\n\\n"``, 256 tokens."""
+    messages: list[Message] = []
+    for shot in shots:
+        messages += [Message("user", mera_task_text(shot)), Message("assistant", shot.outputs.strip())]
+    messages.append(Message("user", mera_task_text(item)))
+    return ProviderRequest(
+        provider=provider,
+        model=model_id,
+        messages=tuple(messages),
+        temperature=0.0,
+        max_tokens=max_tokens,
+        stop=MERA_STOP,
+    )
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to the first stop sequence, as lm-eval cuts a generation (also where a provider ignores
+    a stop: Anthropic refuses whitespace-only stop sequences)."""
+    cut = len(text)
+    for s in stop:
+        at = text.find(s) if s else -1
+        if at >= 0:
+            cut = min(cut, at)
+    return text[:cut]
 
 
 def load_official_templates(path: str | os.PathLike[str]) -> list[str]:

@@ -1,6 +1,8 @@
-"""Writing a scored Humor run: MERA submission, ``report.json``, ``report.md`` and a confusion PNG.
+"""Writing a scored Humor run: ``report.json``, ``report.md``, a confusion PNG and MERA's submission files.
 
-Every file is written via temp file + rename (``data.jsonio.atomic_write_bytes``).
+The submission (``Humor.json`` + ``logs_public.zip``, :mod:`punchline.data.humor.submission`) carries the
+model's own text and is written only when every item has an answer. Every file is written via temp file +
+rename (``data.jsonio.atomic_write_bytes``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from pathlib import Path
 import msgspec
 
 from punchline.data.humor.judge import DEFAULT_THRESHOLD, JudgeStats, judge_stats
-from punchline.data.humor.metrics import UNPARSED, HumorMetrics, ItemScore, compute_metrics
+from punchline.data.humor.metrics import UNPARSED, HumorMetrics, Interval, ItemScore, bootstrap_ci, compute_metrics
 from punchline.data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
+from punchline.data.humor.submission import SUBMISSION_FILE, submission_files
 from punchline.data.jsonio import atomic_write_bytes
 
-SUBMISSION_NAME = "submission.json"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 CONFUSION_PNG = "confusion.png"
@@ -29,10 +31,13 @@ class HumorReport(HumorMetrics, kw_only=True):
     answers: dict[int, str | None]  # id -> parsed "class,letter", None when unparsed
     judge: JudgeStats | None = None
     judge_scores: dict[int, float | None] | None = None
+    judge_mera: float | None = None  # MERA's judge_score: mean over items (a missing answer scores 0)
+    judge_mera_ci95: Interval | None = None
+    judge_mera_scores: dict[int, float] | None = None
 
 
 class ReportPaths(msgspec.Struct):
-    submission: str
+    submission: str | None  # Humor.json; None when some item has no answer
     report_json: str
     report_md: str
     confusion_png: str
@@ -44,23 +49,59 @@ def build_report(
     *,
     judge: JudgeStats | None = None,
     judge_scores: Mapping[int, float | None] | None = None,
+    judge_mera_scores: Mapping[int, float] | None = None,
 ) -> HumorReport:
+    """``judge_mera_scores``: item id -> MERA judge score; an item without one scores 0 (as in MERA)."""
     fields = {f: getattr(metrics, f) for f in metrics.__struct_fields__}
+    mera_values = [float(judge_mera_scores.get(s.id, 0.0)) for s in scores] if judge_mera_scores is not None else None
     return HumorReport(
         **fields,
         answers={s.id: s.parsed.as_output() for s in scores},
         judge=judge,
         judge_scores=dict(judge_scores) if judge_scores is not None else None,
+        judge_mera=sum(mera_values) / len(mera_values) if mera_values else None,
+        judge_mera_ci95=(
+            bootstrap_ci(mera_values, resamples=metrics.bootstrap_resamples, seed=metrics.bootstrap_seed + 4)
+            if mera_values
+            else None
+        ),
+        judge_mera_scores=dict(judge_mera_scores) if judge_mera_scores is not None else None,
     )
 
 
-def submission(source: HumorFile | Sequence[HumorItem], answers: Mapping[int, str | None]) -> HumorFile:
-    """The input's shape with ``outputs`` = parsed ``"class,letter"`` (``""`` when unparsed)."""
-    items = source.data if isinstance(source, HumorTestFile | HumorShotsFile) else list(source)
-    filled = [msgspec.structs.replace(it, outputs=answers.get(it.id) or "") for it in items]
-    if isinstance(source, HumorTestFile):
-        return HumorTestFile(access=source.access, data=filled)
-    return HumorShotsFile(data=filled)
+class Headline(msgspec.Struct, frozen=True):
+    """One number of the end-of-run summary."""
+
+    label: str
+    value: float | None
+    low: float | None = None  # 95 % bootstrap interval, when there is one
+    high: float | None = None
+
+    def shown(self) -> str:
+        """``"41.7 % [22.1, 61.3]"``; ``"–"`` when there is no value (e.g. no judge configured)."""
+        if self.value is None:
+            return "–"
+        interval = (
+            f" [{100 * self.low:.1f}, {100 * self.high:.1f}]" if self.low is not None and self.high is not None else ""
+        )
+        return f"{100 * self.value:.1f} %{interval}"
+
+
+def headlines(report: HumorReport) -> list[Headline]:
+    """The numbers a Humor run ends with: EM under both readings and both judges (None: not judged)."""
+    judge = report.judge
+    mera_ci = report.judge_mera_ci95
+    return [
+        Headline("EM (MERA's reading)", report.em_mera, report.em_mera_ci95.low, report.em_mera_ci95.high),
+        Headline("EM (our robust parser)", report.em, report.em_ci95.low, report.em_ci95.high),
+        Headline(
+            "judge (MERA's prompt, 0/1/2 over 2)",
+            report.judge_mera,
+            mera_ci.low if mera_ci else None,
+            mera_ci.high if mera_ci else None,
+        ),
+        Headline("judge (ours, binary pass rate)", judge.pass_rate if judge is not None else None),
+    ]
 
 
 def _pct(x: float | None) -> str:
@@ -75,8 +116,8 @@ def render_markdown(report: HumorReport) -> str:
         "| metric | value |",
         "|---|---|",
         f"| items | {r.n} (missing predictions: {r.n_missing}) |",
-        f"| EM (robust parser), % | {_pct(r.em)} [{_pct(r.em_ci95.low)}, {_pct(r.em_ci95.high)}] |",
-        f"| EM (official MERA reading), % | {_pct(r.em_mera)} |",
+        f"| EM (MERA's reading), % | {_pct(r.em_mera)} [{_pct(r.em_mera_ci95.low)}, {_pct(r.em_mera_ci95.high)}] |",
+        f"| EM (our robust parser), % | {_pct(r.em)} [{_pct(r.em_ci95.low)}, {_pct(r.em_ci95.high)}] |",
         f"| class accuracy, % | {_pct(r.class_accuracy)} "
         f"[{_pct(r.class_accuracy_ci95.low)}, {_pct(r.class_accuracy_ci95.high)}] |",
         f"| letter accuracy, % | {_pct(r.letter_accuracy)} |",
@@ -89,11 +130,21 @@ def render_markdown(report: HumorReport) -> str:
         f"Intervals: 95 % percentile bootstrap, {r.bootstrap_resamples} resamples, seed {r.bootstrap_seed}.",
         "",
     ]
+    if r.judge_mera is not None:
+        ci = r.judge_mera_ci95
+        interval = f" [{_pct(ci.low)}, {_pct(ci.high)}]" if ci is not None else ""
+        out += [
+            "## MERA's judge",
+            "",
+            f"judge_score (MERA's prompt, 0/1/2 rubric over 2, best over MERA's readings, 0 on a failed call): "
+            f"{_pct(r.judge_mera)} %{interval}",
+            "",
+        ]
     if r.judge is not None:
         j = r.judge
         kappa = "–" if j.kappa_with_em is None else f"{j.kappa_with_em:.3f}"
         out += [
-            "## LLM judge",
+            "## Our judge",
             "",
             "| metric | value |",
             "|---|---|",
@@ -107,13 +158,19 @@ def render_markdown(report: HumorReport) -> str:
     out += [
         "## Per class",
         "",
-        "| class | support | predicted | correct | precision | recall | F1 |",
+        "| class | support | predicted | correct | precision [95 % CI] | recall [95 % CI] | F1 [95 % CI] |",
         "|---|---|---|---|---|---|---|",
     ]
     for cls, st in r.per_class.items():
+        class_ci = r.per_class_ci95[cls]
+
+        def cell(x: float, iv: Interval) -> str:
+            return f"{_pct(x)} [{_pct(iv.low)}, {_pct(iv.high)}]"
+
         out.append(
             f"| {cls} | {st.support} | {st.predicted} | {st.correct} | "
-            f"{_pct(st.precision)} | {_pct(st.recall)} | {_pct(st.f1)} |"
+            f"{cell(st.precision, class_ci.precision)} | {cell(st.recall, class_ci.recall)} | "
+            f"{cell(st.f1, class_ci.f1)} |"
         )
     letters = list(r.predicted_letters)
     out += [
@@ -164,21 +221,34 @@ def render_confusion_png(report: HumorReport) -> bytes:
     return buf.getvalue()
 
 
+def _items(source: HumorFile | Sequence[HumorItem]) -> list[HumorItem]:
+    return source.data if isinstance(source, HumorTestFile | HumorShotsFile) else list(source)
+
+
 def write_report(
     out_dir: str | os.PathLike[str],
     source: HumorFile | Sequence[HumorItem],
     report: HumorReport,
+    predictions: Mapping[int, str] | None = None,
+    *,
+    stamp: str | None = None,
 ) -> ReportPaths:
-    """Write the four outputs into ``out_dir`` (created if needed)."""
+    """Write the outputs into ``out_dir`` (created if needed); MERA's submission files too when
+    ``predictions`` (id -> raw text) answers every item (``stamp``: the logs' run stamp, by default one
+    derived from the answers)."""
     out = Path(out_dir)
+    items = _items(source)
+    complete = predictions is not None and all(it.id in predictions for it in items)
     paths = ReportPaths(
-        submission=str(out / SUBMISSION_NAME),
+        submission=str(out / SUBMISSION_FILE) if complete else None,
         report_json=str(out / REPORT_JSON),
         report_md=str(out / REPORT_MD),
         confusion_png=str(out / CONFUSION_PNG),
     )
-    sub = submission(source, report.answers)
-    atomic_write_bytes(paths.submission, msgspec.json.format(msgspec.json.encode(sub), indent=2))
+    if complete and predictions is not None:
+        files = submission_files(items, dict(predictions), stamp=stamp)
+        for name, data in files.items():
+            atomic_write_bytes(out / name, data)
     atomic_write_bytes(paths.report_json, msgspec.json.format(msgspec.json.encode(report), indent=2))
     atomic_write_bytes(paths.report_md, render_markdown(report).encode("utf-8"))
     atomic_write_bytes(paths.confusion_png, render_confusion_png(report))
@@ -191,18 +261,19 @@ def score_and_write(
     predictions: Mapping[int, str],
     *,
     judge_scores: Mapping[int, float | None] | None = None,
+    judge_mera_scores: Mapping[int, float] | None = None,
     judge_threshold: float = DEFAULT_THRESHOLD,
     resamples: int = 1000,
     seed: int = 0,
+    stamp: str | None = None,
 ) -> tuple[HumorReport, ReportPaths]:
-    """Score raw answers (id -> text) and optional judge scores, and write all outputs.
+    """Score raw answers (id -> text) and optional judge scores (ours and MERA's), and write all outputs.
 
     The one entry point shared by ``punchline humor score`` and the engine's Humor pipeline.
     """
-    items = source.data if isinstance(source, HumorTestFile | HumorShotsFile) else list(source)
-    metrics, scores = compute_metrics(items, predictions, resamples=resamples, seed=seed)
+    metrics, scores = compute_metrics(_items(source), predictions, resamples=resamples, seed=seed)
     judge = None
     if judge_scores is not None:
         judge = judge_stats(judge_scores, {s.id: s.em for s in scores}, threshold=judge_threshold)
-    report = build_report(metrics, scores, judge=judge, judge_scores=judge_scores)
-    return report, write_report(out_dir, source, report)
+    report = build_report(metrics, scores, judge=judge, judge_scores=judge_scores, judge_mera_scores=judge_mera_scores)
+    return report, write_report(out_dir, source, report, predictions, stamp=stamp)

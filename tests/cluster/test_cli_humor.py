@@ -63,17 +63,24 @@ def test_score_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     )
     out = tmp_path / "out"
     argv = ["humor", "score", "--data", str(SAMPLE), "--predictions", str(preds), "--out", str(out)]
+    mera_judge = tmp_path / "judge_mera.jsonl"
+    mera_judge.write_text(
+        json.dumps({"id": items[0]["meta"]["id"], "text": "Оценка: 2"})
+        + "\n"
+        + json.dumps({"id": items[1]["meta"]["id"], "score": 0.5})
+        + "\n"
+    )
+    argv += ["--judge-mera-scores", str(mera_judge)]
     assert main([*argv, "--judge-scores", str(judge), "--bootstrap", "200"]) == 0
     printed = capsys.readouterr().out
-    assert "EM (official MERA)" in printed and "50.0 %" in printed
+    assert "EM (MERA's reading)" in printed and "50.0 %" in printed
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert rep["n"] == 24 and rep["n_missing"] == 1
     assert rep["em"] == pytest.approx(18 / 24) and rep["em_mera"] == pytest.approx(12 / 24)
     assert rep["parse_failure_rate"] == pytest.approx(6 / 24)
     assert rep["judge"]["n_scored"] == 2 and rep["judge"]["n_missing"] == 22
-    sub = json.loads((out / "submission.json").read_text(encoding="utf-8"))
-    assert [d["outputs"] for d in sub["data"]][:18] == [it["outputs"] for it in items][:18]
-    assert all(d["outputs"] == "" for d in sub["data"][18:])
+    assert rep["judge_mera"] == pytest.approx(1.5 / 24)  # 1 + 0.5; items without a MERA judgement score 0
+    assert not (out / "Humor.json").exists()  # one item has no answer: no MERA submission
     assert (out / "report.md").is_file() and (out / "confusion.png").stat().st_size > 1000
 
 

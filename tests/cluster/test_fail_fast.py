@@ -13,8 +13,10 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -107,10 +109,77 @@ def test_an_unknown_redis_host_exits_2(tmp_path: Path, make_config, fake: FakePr
     _nothing_started(tmp_path)
 
 
-def test_a_refused_connection_is_waited_out_not_refused() -> None:
-    """An outage is not a mistake: the check keeps trying until its patience runs out."""
-    with pytest.raises(LedgerUnavailable, match="gave up after 1 s"):
+def test_a_refused_connection_is_waited_out_then_refused() -> None:
+    """Nothing listening at the start is waited for (PUNCHLINE_START_WAIT_S, 60 s by default), then it is
+    a setting to fix, not an outage to wait out for ten minutes."""
+    started = time.monotonic()
+    with pytest.raises(ServiceRejected, match="nothing answers there \\(waited 1 s"):
         check_redis(f"redis://127.0.0.1:{free_port()}/0", patience_s=1.0)
+    assert time.monotonic() - started < 10
+
+
+# --- permanent errors that used to be waited out (issue 21) ---------------------------------------------
+
+
+def _wait_1s(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PUNCHLINE_START_WAIT_S", "1")
+
+
+def test_a_provider_path_that_answers_404_exits_2_without_a_call(
+    tmp_path: Path, make_config, fake: FakeProviderServer, capsys
+) -> None:
+    """The exact endpoint the units call is checked (a request without a model: refused for free)."""
+    cfg = make_config()
+    cfg.write_text(cfg.read_text().replace(fake.openai_base_url, fake.openai_base_url + "/wrong", 1))
+    before = fake.stats().total_calls
+    line = _one_line(capsys, main(_run(cfg, tmp_path)))
+    assert "HTTP 404" in line and "/chat/completions" in line and "base_url" in line and "providers.sim" in line, line
+    assert fake.stats().total_calls == before  # nothing was paid for
+    _nothing_started(tmp_path)
+
+
+def test_the_endpoint_check_is_free_on_a_good_provider(fake: FakeProviderServer) -> None:
+    from punchline.cluster.preflight import check_provider
+    from punchline.data.provider_settings import ProviderSettings
+
+    before = fake.stats().total_calls
+    for kind, url in (("openai", fake.openai_base_url), ("anthropic", fake.anthropic_base_url)):
+        assert check_provider("p", ProviderSettings(kind=kind, base_url=url), key_required=False) == "ok"
+    assert fake.stats().total_calls == before
+
+
+def test_a_provider_port_where_nothing_listens_exits_2_after_the_start_wait(
+    tmp_path: Path, make_config, fake: FakeProviderServer, monkeypatch, capsys
+) -> None:
+    _wait_1s(monkeypatch)
+    cfg = make_config()
+    cfg.write_text(cfg.read_text().replace(fake.openai_base_url, f"http://127.0.0.1:{free_port()}/v1", 1))
+    line = _one_line(capsys, main(_run(cfg, tmp_path)))
+    assert "nothing answers there (waited 1 s" in line and "providers.sim" in line and "base_url" in line, line
+    _nothing_started(tmp_path)
+
+
+def _plain_as_tls(url: str) -> str:
+    return url.replace("redis://", "rediss://", 1) + "?ssl_cert_reqs=none"
+
+
+@pytest.mark.parametrize("case", ["tls-to-plain", "http-server", "missing-unix-socket", "nothing-listens"])
+def test_a_redis_url_that_cannot_work_exits_2(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, monkeypatch, capsys, case: str
+) -> None:
+    _wait_1s(monkeypatch)
+    url = {
+        "tls-to-plain": _plain_as_tls(redis_url),
+        "http-server": fake.url.replace("http://", "redis://") + "/0",
+        "missing-unix-socket": f"unix://{tmp_path}/no-such.sock",
+        "nothing-listens": f"redis://127.0.0.1:{free_port()}/0",
+    }[case]
+    started = time.monotonic()
+    line = _one_line(capsys, main(_run(make_config(), tmp_path, "--redis-url", url)))
+    assert time.monotonic() - started < 12
+    assert "Redis at" in line and "--redis-url" in line, line
+    assert urlsplit(redis_url).password not in line
+    _nothing_started(tmp_path)
 
 
 def test_a_provider_that_rejects_the_key_exits_2_before_any_call(
@@ -208,3 +277,40 @@ def test_service_rejected_is_a_config_error() -> None:
     from punchline.data.errors import ConfigError
 
     assert issubclass(ServiceRejected, ConfigError) and not issubclass(ServiceRejected, LedgerUnavailable)
+
+
+@pytest.fixture
+def answers_400() -> Iterator[str]:
+    """An HTTP server that answers 400 to everything (not an API): its base URL."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _bad(self) -> None:
+            self.send_response(400)
+            self.send_header("Content-Length", "11")
+            self.end_headers()
+            self.wfile.write(b"bad request")
+
+        do_GET = do_POST = _bad
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_address_that_answers_400_to_everything_exits_2(
+    tmp_path: Path, make_config, fake: FakeProviderServer, answers_400: str, capsys
+) -> None:
+    cfg = make_config()
+    cfg.write_text(cfg.read_text().replace(fake.openai_base_url, answers_400, 1))
+    line = _one_line(capsys, main(_run(cfg, tmp_path)))
+    assert "HTTP 400" in line and "providers.sim" in line and "base_url" in line, line
+    _nothing_started(tmp_path)

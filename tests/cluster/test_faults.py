@@ -136,8 +136,14 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 2 or proc.poll() is not None, timeout_s=180)
     assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    at_kill = fake.stats().total_calls
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    # its workers see their driver gone (its pid, its claim) and take no new unit: at most the calls in
+    # flight at the kill reach the provider after it (they were sent before it)
+    time.sleep(5)
+    after_kill = fake.stats().total_calls - at_kill
+    assert after_kill <= 2 * IN_FLIGHT, f"{after_kill} calls after the driver was killed"
     before = fake.stats().total_calls
     assert before < units
 

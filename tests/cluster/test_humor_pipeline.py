@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
+import zipfile
 from pathlib import Path
 
 import msgspec
@@ -16,6 +18,7 @@ from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipelines.humor import GenerateStage, JudgeStage, stages
 from punchline.data.humor.judge import JUDGE_SYSTEM
 from punchline.data.humor.loaders import load_items
+from punchline.data.humor.mera import mera_readings
 from punchline.data.humor.prompts import render_prompt
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores import open_store
@@ -113,10 +116,14 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
 
     answers = {nick: _answers(_artifact(store, first, f"answers/{nick}.jsonl")) for nick in models}
     assert all(sorted(a) == list(range(1, N_ITEMS + 1)) for a in answers.values())
-    # one judge unit per (model, item); the same answer to the same item is one request, judged once
-    assert rec.counters["judge"].units_total == rec.counters["judge"].units_done == N_ITEMS * len(models)
+    # one judge unit per (model, item) and one MERA judge unit per MERA reading; the same question is one
+    # request, judged once
+    readings = {(i, r) for a in answers.values() for i, text in a.items() for r in mera_readings(text)}
+    mera_units = sum(len(mera_readings(text)) for a in answers.values() for text in a.values())
+    judge_units = N_ITEMS * len(models) + mera_units
+    assert rec.counters["judge"].units_total == rec.counters["judge"].units_done == judge_units
     distinct = {(i, text) for a in answers.values() for i, text in a.items()}
-    assert stats.calls_by_model[JUDGE_ID] == len(distinct) >= N_ITEMS
+    assert stats.calls_by_model[JUDGE_ID] == len(distinct) + len(readings)
 
     reports = {}
     for nick in models:
@@ -127,9 +134,11 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
         assert set(report["judge_scores"].values()) <= {0.0, 1.0}
         scores = [json.loads(line) for line in _artifact(store, first, f"judge_scores/{nick}.jsonl").splitlines()]
         assert {str(s["id"]): s["score"] for s in scores} == report["judge_scores"]
+        assert 0.0 < report["judge_mera"] <= 1.0 and set(report["judge_mera_scores"].values()) <= {0.0, 1.0}
         reports[nick] = report
-        for f in ("report.md", "submission.json", "confusion.png"):
+        for f in ("report.md", "Humor.json", "logs_public.zip", "confusion.png"):
             assert f"report/{nick}/{f}" in rec.artifacts
+        assert f"submission/{nick}.zip" in rec.artifacts
 
     # `punchline humor run` with a new run id on the same store (Redis from the environment, as
     # `punchline run` reads it): every answer comes from the cache, every artifact has the same bytes.
@@ -141,7 +150,8 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
     assert main([*argv, "--store", str(store), "--no-progress"]) == 0
     assert fake.stats().total_calls == 0
     out = capsys.readouterr().out
-    assert f"run {second}: finished" in out and out.count("EM (official MERA)") == len(models)
+    assert f"run {second}: finished" in out and out.count("EM (MERA's reading)") == len(models)
+    assert out.count("judge (MERA's prompt") == len(models) and out.count("judge (ours, binary") == len(models)
     rec2 = msgspec.json.decode((tmp_path / "runs" / second / "run.json").read_bytes(), type=RunRecord)
     assert rec2.state == "finished" and rec2.pipeline == "humor"
     assert rec2.counters["generate"].cache_hits == N_ITEMS * len(models)
@@ -164,6 +174,11 @@ def test_humor_demo_on_the_simulator_ranks_models_by_size(tmp_path: Path, redis_
     assert large["em"] > small["em"] > 0.1
     assert large["class_accuracy"] > 0.4  # at random it would be 1/12
     assert large["judge"]["kappa_with_em"] > 0.5
+    assert large["judge_mera"] > 0.1 and 0.0 < large["em_mera"] <= large["em"]
+    answers = _answers(_artifact(store, "demo", "answers/70b.jsonl"))
+    with zipfile.ZipFile(io.BytesIO(_artifact(store, "demo", "submission/70b.zip"))) as zf:
+        sub = json.loads(zf.read("Humor.json"))
+    assert sub == {"data": {"test": [{"outputs": answers[i].lstrip(), "meta": {"id": i}} for i in sorted(answers)]}}
 
 
 def test_humor_run_rejects_a_puns_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,20 +213,44 @@ def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path
     assert 3 not in answers and len(answers) == N_ITEMS - 1
 
     judge = JudgeStage()
-    junits = judge.plan(ctx)
+    all_units = judge.plan(ctx)
+    ids = [u.unit_id for u in all_units]
+    assert ids == sorted(ids)
+    junits = [u for u in all_units if u.unit_id.startswith("judge/")]
     assert len(junits) == N_ITEMS - 1 and all(u.check == "judge_score" for u in junits)
     assert all(u.request.messages[0].content == JUDGE_SYSTEM for u in junits)
+    # MERA's judge: one unit per MERA reading ("ОТВЕТ ирония\nРЕШЕНИЕ А": the whole answer and the pair)
+    munits = [u for u in all_units if u.unit_id.startswith("judge_mera/")]
+    assert len(munits) == 2 * (N_ITEMS - 1) and all(not u.check for u in munits)
+    assert munits[0].unit_id == "judge_mera/a/000001/0" and munits[1].unit_id == "judge_mera/a/000001/1"
+    assert [m.role for m in munits[0].request.messages] == ["user"]
+    assert "### Ответ для оценки:\nОТВЕТ ирония\nРЕШЕНИЕ А\n\n" in munits[0].request.messages[0].content
+    assert "### Ответ для оценки:\nирония,А\n\n" in munits[1].request.messages[0].content
     jresults = {
         u.unit_id: UnitResult(unit_id=u.unit_id, key=u.request.key(), response=_response("SCORE: 1")) for u in junits
     }
     jresults["judge/a/000005"] = UnitResult(unit_id="judge/a/000005", key="k", error="JudgeParseError: no score")
+    for u in munits:  # the whole answer scores 1 (of 2), the pair 2; item 6's pair call failed; item 7 unreadable
+        reply = "Оценка: 1" if u.unit_id.endswith("/0") else "2"
+        jresults[u.unit_id] = UnitResult(unit_id=u.unit_id, key=u.request.key(), response=_response(reply))
+    jresults["judge_mera/a/000006/1"] = UnitResult(unit_id="judge_mera/a/000006/1", key="k", error="Fatal: 500")
+    for k in (0, 1):
+        jresults[f"judge_mera/a/000007/{k}"] = UnitResult(
+            unit_id=f"judge_mera/a/000007/{k}", key="k", response=_response("не могу оценить")
+        )
     names = judge.reduce(ctx, jresults)
     assert "report/a/report.json" in names and "judge_scores/a.jsonl" in names
+    assert "judge_mera_scores/a.jsonl" in names
     report = msgspec.json.decode(ctx.read_artifact("report/a/report.json"))
     assert report["n_missing"] == 1
     assert report["judge_scores"]["3"] is None and report["judge_scores"]["5"] is None
     assert report["judge"]["n_scored"] == N_ITEMS - 2 and report["judge"]["n_missing"] == 2
     assert report["judge"]["pass_rate"] == 1.0
+    mera = report["judge_mera_scores"]
+    assert mera["1"] == 1.0 and mera["6"] == 0.5 and mera["7"] == 0.0 and mera["3"] == 0.0  # 3: no answer
+    assert report["judge_mera"] == pytest.approx((N_ITEMS - 3 + 0.5) / N_ITEMS)
+    # item 3 has no answer: no MERA submission
+    assert "submission/a.zip" not in names and "report/a/Humor.json" not in names
 
 
 def test_without_judge_generate_scores_and_k_shot_prefixes(tmp_path: Path) -> None:
@@ -235,10 +274,54 @@ def test_without_judge_generate_scores_and_k_shot_prefixes(tmp_path: Path) -> No
     names = GenerateStage().reduce(ctx, results)
     assert names == [
         "answers/a.jsonl",
+        "report/a/Humor.json",
         "report/a/confusion.png",
+        "report/a/logs_public.zip",
         "report/a/report.json",
         "report/a/report.md",
-        "report/a/submission.json",
+        "submission/a.zip",
     ]
     report = msgspec.json.decode(ctx.read_artifact("report/a/report.json"))
     assert report["n"] == N_ITEMS and report["em"] == 0.0 and report["judge"] is None
+    with zipfile.ZipFile(io.BytesIO(ctx.read_artifact("submission/a.zip"))) as zf:
+        assert sorted(zf.namelist()) == ["Humor.json", "logs_public.zip"]
+        sub = json.loads(zf.read("Humor.json"))
+    assert sub["data"]["test"][0] == {"outputs": "не знаю", "meta": {"id": 1}}
+    assert len(sub["data"]["test"]) == N_ITEMS
+
+
+def test_mera_preset_is_lm_evals_request_and_cuts_at_the_stop(tmp_path: Path) -> None:
+    cfg_path = humor_config(
+        tmp_path / "h.toml",
+        openai_url="http://127.0.0.1:9",
+        anthropic_url="http://127.0.0.1:9",
+        models={"a": "x/a"},
+        judge=False,
+        extra=f'shots = "{SAMPLE}"\nk_shot = 2\npreset = "mera"',
+    )
+    cfg = load_config(cfg_path)
+    ctx = StageContext(cfg, "mera", open_store(str(tmp_path / "store")))
+    units = GenerateStage().plan(ctx)
+    items = load_items(SAMPLE)
+    req = units[0].request
+    assert (req.temperature, req.max_tokens, req.stop) == (0.0, 256, ("\n\n",))
+    assert [m.role for m in req.messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert req.messages[0].content == items[1].instruction.format(**msgspec.structs.asdict(items[1].inputs))
+    assert req.messages[1].content == items[1].outputs.strip() and req.messages[3].content == items[2].outputs.strip()
+    assert req.messages[4].content == items[0].instruction.format(**msgspec.structs.asdict(items[0].inputs))
+    text = "ОТВЕТ ирония\nРЕШЕНИЕ А\n\nПояснение: ирония, но и каламбур.\nОТВЕТ каламбур"
+    results = {u.unit_id: UnitResult(unit_id=u.unit_id, key="k", response=_response(text)) for u in units}
+    GenerateStage().reduce(ctx, results)
+    answers = _answers(ctx.read_artifact("answers/a.jsonl"))
+    assert set(answers.values()) == {"ОТВЕТ ирония\nРЕШЕНИЕ А"}  # cut at "\n\n", as lm-eval cuts it
+
+
+def test_the_judge_estimate_counts_meras_judge_calls(tmp_path: Path) -> None:
+    from punchline.cluster.pipelines.humor import MAX_MERA_READINGS, PIPELINE
+
+    cfg_path = humor_config(
+        tmp_path / "h.toml", openai_url="http://127.0.0.1:9", anthropic_url="http://127.0.0.1:9", models={"a": "x/a"}
+    )
+    units = list(PIPELINE.estimate(load_config(cfg_path), "judge"))
+    assert len(units) == N_ITEMS * (1 + MAX_MERA_READINGS)  # ours once, MERA's once per reading (at most 3)
+    assert {u.request.max_tokens for u in units} == {16, 256}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -22,7 +24,11 @@ def test_api_keys_never_reach_logs_status_records_or_checkpoints(
     key_file.write_text(SECRET + "\n")
     cfg = make_config(jokes=2, models=("3b", "70b"), samples=2)
     text = cfg.read_text().replace('kind = "openai"\n', f'kind = "openai"\napi_key_file = "{key_file}"\n', 1)
+    # the ledger's URL with its password in the config itself: run.json keeps the config, never the password
+    text = text.replace("[run]\n", f'[run]\nredis_url = "{redis_url}"\n', 1)
     cfg.write_text(text)
+    redis_password = urlsplit(redis_url).password
+    assert redis_password
     # the 70b model rejects the key: error messages and failure reasons get written too
     fake.configure(status_for_model={"sim/llama-70b": 401})
     runs = str(tmp_path / "runs")
@@ -34,8 +40,6 @@ def test_api_keys_never_reach_logs_status_records_or_checkpoints(
             "s1",
             "--runs-dir",
             runs,
-            "--redis-url",
-            redis_url,
             "--store",
             str(tmp_path / "store"),
             "--no-progress",
@@ -51,7 +55,11 @@ def test_api_keys_never_reach_logs_status_records_or_checkpoints(
     for path in written:
         data = path.read_bytes()
         assert SECRET[8:].encode() not in data, f"the API key leaked into {path}"
+        if path != cfg:
+            assert redis_password.encode() not in data, f"the Redis password leaked into {path}"
     assert SECRET[8:] not in printed.out + printed.err
+    assert redis_password not in printed.out + printed.err
+    assert ":***@" in json.loads((tmp_path / "runs" / "s1" / "run.json").read_text())["config_toml"]
 
 
 def test_a_key_missing_on_the_workers_fails_the_run_with_the_reason(

@@ -190,7 +190,8 @@ def test_the_same_run_id_twice_the_second_refuses_and_stops_nothing(
     import ray
 
     cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, workers_per_node=1)
-    fake.configure(latency_ms_min=500, latency_ms_max=700)  # the first run lasts ~10 s
+    # the first run outlasts the second driver's start (its SDK imports alone take seconds on a busy machine)
+    fake.configure(latency_ms_min=2000, latency_ms_max=2500)
     runs = tmp_path / "runs"
     address = ray.get_runtime_context().gcs_address
     first = _driver(cfg, runs, address, "--run-id", "twice")

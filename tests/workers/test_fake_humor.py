@@ -10,7 +10,7 @@ import pytest
 from punchline.data.humor.judge import judge_request, parse_score
 from punchline.data.humor.loaders import load_items
 from punchline.data.humor.parser import parsed_output
-from punchline.data.humor.prompts import render_prompt
+from punchline.data.humor.prompts import mera_task_text, render_prompt
 from punchline.workers.fake.answers import HUMOR_CLASSES, AnswerKey, AnswerKnobs, JokeBook, answer, humor_skill
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "humor_sample.json"
@@ -24,6 +24,7 @@ def test_every_sample_item_is_found_with_its_own_reference() -> None:
     # the sample reuses texts across items (an item's main text is another's option), so a lookup by
     # main text alone would answer some items with another item's reference
     assert all(KEY.reference(render_prompt(item)) == item.outputs for item in ITEMS)
+    assert all(KEY.reference(mera_task_text(item)) == item.outputs for item in ITEMS)  # the mera preset's prompt
     assert KEY.reference("a prompt about something else") is None
 
 
@@ -101,3 +102,42 @@ def test_judge_grades_against_the_reference_and_sometimes_disagrees() -> None:
     cls, letter = ITEMS[0].outputs.split(",")
     scores = [_judge(f"ОТВЕТ {cls}\nРЕШЕНИЕ {letter}", 0, noisy, key=str(k)) for k in range(200)]
     assert 0.1 < scores.count(0.0) / len(scores) < 0.3
+
+
+def test_meras_judge_prompt_gets_a_rubric_score_graded_against_the_reference() -> None:
+    from punchline.data.humor.judge import mera_judge_request, mera_judge_score
+
+    knobs = AnswerKnobs(judge_flip_rate=0.0)
+    item = ITEMS[0]
+    cls, letter = item.outputs.split(",")
+    wrong = next(c for c in HUMOR_CLASSES if c != cls)
+    for reading, expected in [(f"ОТВЕТ {cls}\nРЕШЕНИЕ {letter}", 1.0), (f"{wrong},{letter}", 0.0)]:
+        request = mera_judge_request("p", "judge", item, reading)
+        text = answer(
+            BOOK, knobs, key=request.key(), choice=0, model="judge", system="", user=request.messages[0].content,
+            temperature=0, answer_key=KEY,
+        )  # fmt: skip
+        assert mera_judge_score(text) == expected, text
+
+
+def test_the_fake_honours_stop_sequences_over_http(fake) -> None:  # type: ignore[no-untyped-def]
+    """The mera preset relies on the stop: the fake cuts its answer at the first stop sequence, as a real API."""
+    import asyncio
+
+    import msgspec
+
+    from punchline.data.humor.prompts import mera_answer_request
+    from punchline.workers.providers import make_provider
+
+    async def complete(stop: tuple[str, ...]) -> str:
+        request = msgspec.structs.replace(mera_answer_request("fake", LARGE, ITEMS[0]), stop=stop)
+        provider = make_provider("fake", fake.provider_settings("openai", timeout_s=5))
+        try:
+            return (await provider.complete(request)).texts[0]
+        finally:
+            await provider.aclose()
+
+    whole = asyncio.run(complete(("\n\n",)))
+    assert "\n" in whole and "\n\n" not in whole  # the fake's Humor answers are two lines
+    cut = asyncio.run(complete(("\n",)))  # another request, so another draw: but always its first line only
+    assert cut and "\n" not in cut and cut.lower().startswith(("ответ", "**ответ", "подумаем"))

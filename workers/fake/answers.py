@@ -14,6 +14,8 @@ The fake recognises the prompt families punchline sends:
 * Humor prompts (``ОТВЕТ`` and ``РЕШЕНИЕ``): two lines, with format variants; for an item of the
   fake's :class:`AnswerKey` the class and the letter are right as often as the model's size says
   (so that a demo's scores rank models as real runs would), else drawn at random;
+* MERA's judge prompt (its ``### Ответ для оценки:`` section): a rubric score, ``Оценка: 2`` for an answer the
+  robust parser reads as the reference, else ``Оценка: 0``, flipped now and then like ours;
 * judge prompts (contain :data:`JUDGE_MARKER`, or ``"оцените"``): ``SCORE: 0|1``; a Humor judge prompt
   is graded against its reference with the robust parser, and the grade is flipped now and then (a
   judge that mostly agrees with exact match, but not always);
@@ -38,7 +40,15 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.humor.judge import ANSWER_BEGIN, ANSWER_END, JUDGE_MARKER, REFERENCE_LABEL
+from punchline.data.humor.judge import (
+    ANSWER_BEGIN,
+    ANSWER_END,
+    JUDGE_MARKER,
+    MERA_ANSWER_HEADER,
+    MERA_CRITERIA_HEADER,
+    MERA_REFERENCE_HEADER,
+    REFERENCE_LABEL,
+)
 from punchline.data.humor.loaders import load_items
 from punchline.data.humor.parser import parsed_output
 from punchline.data.humor.schema import CLASSES, HumorInputs, split_output
@@ -202,6 +212,8 @@ def answer(
     """The text of one choice. At temperature 0 every choice of a key is the same (greedy)."""
     rng = rng_for(knobs.seed, key, 0 if temperature == 0 else choice)
     text = f"{system}\n{user}"
+    if MERA_ANSWER_HEADER in text and MERA_CRITERIA_HEADER in text:
+        return _mera_judge(rng, knobs, text)
     if JUDGE_MARKER in text or "оцените" in text.lower():
         return _judge(rng, knobs, text)
     if "ОТВЕТ" in text and "РЕШЕНИЕ" in text:
@@ -420,3 +432,21 @@ def _judge(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
     if rng.random() < knobs.judge_flip_rate:
         right = not right
     return f"SCORE: {int(right)}"
+
+
+_MERA_JUDGE_RE = re.compile(
+    rf"{re.escape(MERA_REFERENCE_HEADER)}\n(.*?)\n\n{re.escape(MERA_ANSWER_HEADER)}\n(.*?)\n\n"
+    rf"{re.escape(MERA_CRITERIA_HEADER)}",
+    re.S,
+)
+
+
+def _mera_judge(rng: random.Random, knobs: AnswerKnobs, text: str) -> str:
+    m = _MERA_JUDGE_RE.search(text)
+    if m is None:
+        return f"Оценка: {rng.choice((0, 1, 2))}"
+    parsed = parsed_output(m.group(2))
+    right = parsed is not None and split_output(parsed) == split_output(m.group(1))
+    if rng.random() < knobs.judge_flip_rate:
+        right = not right
+    return f"Оценка: {2 if right else 0}"

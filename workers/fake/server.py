@@ -446,6 +446,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _complete(self, api: str, body: dict[str, Any]) -> None:
         state = self.server.state
         cfg = state.config
+        if not body.get("model") or not body.get("messages"):  # like a real API: refused for free, not counted
+            self._error(api, 400, "model and messages are required")
+            return
         req = _parse(api, body)
         key = wire_key(req.model, req.messages, req.temperature, req.max_tokens, req.n, req.stop, req.seed)
         try:

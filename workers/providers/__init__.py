@@ -26,6 +26,8 @@ from punchline.workers.provider import Provider
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 T = TypeVar("T")
+# the path each kind of provider is called at (relative to base_url): preflight checks exactly these
+CALL_PATHS = {"openai": "/chat/completions", "anthropic": "/v1/messages"}
 CHOICE_OFFSET_HEADER = "X-Choice-Offset"  # understood by workers.fake.server; ignored by real providers
 
 

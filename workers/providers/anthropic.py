@@ -18,6 +18,7 @@ import msgspec
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse, joined
 from punchline.workers.providers import (
+    CALL_PATHS,
     MalformedResponse,
     SdkProvider,
     decode_body,
@@ -42,7 +43,7 @@ class AnthropicProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        body = await self._post("/v1/messages", message_body(request), offset=offset, where=where)
+        body = await self._post(CALL_PATHS["anthropic"], message_body(request), offset=offset, where=where)
         return message_response(where, decode_body(_message, where, body))
 
 

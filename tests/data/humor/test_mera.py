@@ -1,27 +1,45 @@
 import pytest
 
-from punchline.data.humor.mera import compute_exact, em_mera, mera_extract, squad_normalize
+from punchline.data.humor.mera import (
+    compute_exact,
+    em_mera,
+    generic_readings,
+    mera_filtered,
+    mera_pair,
+    mera_readings,
+    squad_normalize,
+)
 
 
 @pytest.mark.parametrize(
-    ("text", "extracted"),
+    ("text", "pair"),
     [
         ("ОТВЕТ эллипсис\nРЕШЕНИЕ Г", "эллипсис,Г"),
-        ("ОТВЕТ: эллипсис\nРЕШЕНИЕ: Г", "ОТВЕТ: эллипсис,РЕШЕНИЕ: Г"),  # no "ОТВЕТ " with a space after
-        ("Итак, ОТВЕТ ирония ОТВЕТ каламбур\nРЕШЕНИЕ А РЕШЕНИЕ Б", "каламбур,Б"),  # the last marker
-        ("ирония\nБ", "ирония,Б"),  # no markers: whole lines
-        ("ОТВЕТ ирония\nРЕШЕНИЕ Б\nпояснение", "ирония,Б"),  # third line ignored
-        ("\nОТВЕТ ирония\nРЕШЕНИЕ Б", ",ОТВЕТ ирония"),  # a leading newline shifts the lines
+        ("ОТВЕТ: эллипсис\nРЕШЕНИЕ: Г", "эллипсис,Г"),
+        ("**ОТВЕТ:** эллипсис\n**РЕШЕНИЕ:** Г", "** эллипсис,"),  # the "**" after the colon stays; no letter
+        ("ответ — ирония, решение б", "ирония,Б"),  # any case; the class is cut before РЕШЕНИЕ
+        ("ОТВЕТ ирония\nОТВЕТ каламбур\nРЕШЕНИЕ А\nРЕШЕНИЕ Б", "каламбур,Б"),  # the last of each wins
+        ("ирония\nРЕШЕНИЕ Б", ",Б"),  # a marker alone is enough
+        ("ОТВЕТ ирония\r\nРЕШЕНИЕ Б", "ирония\r,Б"),  # the \r survives the strip
+        ("безответный вопрос", "ный вопрос,"),  # ОТВЕТ inside a word counts
+        ("ирония , Б.", "ирония,Б"),  # the final shape without markers
+        ("ирония, б", "ирония, б"),  # ... with a capital letter only
         ("", ""),
-        ("ОТВЕТ ирония РЕШЕНИЕ Б", None),  # single line: the official filter raises IndexError
-        ("ОТВЕТ ирония\r\nРЕШЕНИЕ Б", "ирония,Б"),  # strip() removes the \r of a CRLF line end
-        ("ОТВЕТ ирония \t\nРЕШЕНИЕ  Б ", "ирония,Б"),  # trailing space and tab; two spaces after РЕШЕНИЕ
-        ("  ОТВЕТ ирония\n\tРЕШЕНИЕ Б", "ирония,Б"),  # lstrip() before the split
-        ("ОТВЕТ  ирония\nРЕШЕНИЕ\tБ", "ирония,РЕШЕНИЕ\tБ"),  # a tab is not the marker's space
+        ("  \n", ""),
     ],
 )
-def test_mera_extract(text: str, extracted: str | None) -> None:
-    assert mera_extract(text) == extracted
+def test_mera_pair(text: str, pair: str) -> None:
+    assert mera_pair(text) == pair
+
+
+def test_readings() -> None:
+    assert generic_readings("Думаю так. Ответ: ирония,Б") == ["Думаю так. Ответ: ирония,Б", "ирония,Б"]
+    assert generic_readings("Ответ:") == ["Ответ:"]  # an empty tail adds nothing
+    assert generic_readings("ответ: ирония") == ["ответ: ирония"]  # the generic marker is case-sensitive
+    assert mera_readings("  ОТВЕТ ирония\nРЕШЕНИЕ Б ") == ["ОТВЕТ ирония\nРЕШЕНИЕ Б", "ирония,Б"]
+    assert mera_readings("ирония,Б") == ["ирония,Б"]  # the pair is the whole answer: one reading
+    assert mera_readings(None) == [""]
+    assert mera_filtered(None) == "" and mera_filtered("  a ") == "a "
 
 
 @pytest.mark.parametrize(
@@ -50,14 +68,14 @@ def test_compute_exact() -> None:
     ("text", "score"),
     [
         ("ОТВЕТ эллипсис\nРЕШЕНИЕ Г", 1),
-        ("ОТВЕТ Эллипсис.\nРЕШЕНИЕ Г.", 1),
-        ("ОТВЕТ: эллипсис\nРЕШЕНИЕ: Г", 0),  # colon: the marker with a space is not found
-        ("ОТВЕТ эллипсис \nРЕШЕНИЕ Г", 1),  # the official filter strips the trailing space
-        ("ОТВЕТ эллипсис\r\nРЕШЕНИЕ Г\r\n", 1),  # CRLF
-        ("ОТВЕТ эллипсис\nРЕШЕНИЕ  Г", 1),  # two spaces after РЕШЕНИЕ
+        ("ОТВЕТ: Эллипсис.\nРЕШЕНИЕ: Г.", 1),
+        ("ОТВЕТ эллипсис РЕШЕНИЕ Г", 1),  # one line
+        ("Рассуждаю.\nОтвет: эллипсис,Г", 1),  # the tail after the last "Ответ:"
+        ("эллипсис,Г", 1),
+        ("ОТВЕТ эллипсис\r\nРЕШЕНИЕ Г", 0),  # CRLF: the \r stays in the class
         ("ОТВЕТ «эллипсис»\nРЕШЕНИЕ Г", 0),
-        ("ОТВЕТ эллипсис РЕШЕНИЕ Г", 0),  # one line
         ("ОТВЕТ эллипсис\nРЕШЕНИЕ В", 0),
+        ("эллипсис\nГ", 0),
         ("", 0),
     ],
 )

@@ -20,7 +20,7 @@ ITEMS = [
 PREDICTIONS = {
     1: _ans("Ирония", "Б"),  # em (robust and MERA: case is normalised)
     2: _ans("ирония", "В"),  # class right, letter wrong
-    3: "ОТВЕТ: не анекдот\nРЕШЕНИЕ: В",  # em robust only (colon breaks the MERA reading)
+    3: "ОТВЕТ: не анекдот\r\nРЕШЕНИЕ: В",  # em robust only (MERA keeps the CR of the CRLF in the class)
     4: _ans("ирония", "Г"),  # class wrong, letter right
     # 5 missing: counted as an empty answer
 }
@@ -99,3 +99,25 @@ def test_hedges_are_counted_as_ambiguous_and_never_credited() -> None:
     assert [s.em for s in scores] == [0, 0, 1, 0, 0]
     assert (m.ambiguous, m.ambiguous_rate) == (3, pytest.approx(3 / 5))
     assert m.parse_failure_rate == pytest.approx(3 / 5)  # an ambiguous answer is also unparsed
+
+
+def test_per_class_and_em_mera_intervals_are_seeded_and_cover_the_estimates() -> None:
+    import random
+
+    rng = random.Random(3)
+    items, preds = [], {}
+    for i in range(240):
+        cls, letter = CLASSES[i % 12], "АБВГ"[i % 4]
+        items.append(make_item(i, f"{cls},{letter}"))
+        said = cls if rng.random() < 0.6 else CLASSES[(i + 1) % 12]
+        preds[i] = _ans(said, letter) if rng.random() < 0.5 else f"ОТВЕТ: {said}\r\nРЕШЕНИЕ {letter}"
+    m1, _ = compute_metrics(items, preds, resamples=300, seed=7)
+    m2, _ = compute_metrics(items, preds, resamples=300, seed=7)
+    assert m1.per_class_ci95 == m2.per_class_ci95 and m1.em_mera_ci95 == m2.em_mera_ci95
+    assert m1.em_mera_ci95.low < m1.em_mera < m1.em_mera_ci95.high
+    assert 0.0 < m1.em_mera < m1.em  # the CRLF answers: MERA keeps the CR in the class
+    for cls in CLASSES:
+        st, ci = m1.per_class[cls], m1.per_class_ci95[cls]
+        for value, iv in ((st.precision, ci.precision), (st.recall, ci.recall), (st.f1, ci.f1)):
+            assert iv.low <= value <= iv.high and iv.high - iv.low < 0.8
+        assert ci.f1.high - ci.f1.low > 0.0  # 20 items per class: a real interval
