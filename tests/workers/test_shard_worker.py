@@ -141,9 +141,11 @@ class _RacingLeases(Leases):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.commits = 0
+        self.committed: set[tuple[str, int]] = set()
 
     async def commit_many(self, settles: Sequence[Settle]) -> list[bool]:
         out = await super().commit_many(settles)
+        self.committed.update((st.grant.key, st.grant.token) for st in settles)
         self.commits += 1
         return out
 
@@ -154,8 +156,9 @@ class _RacingLeases(Leases):
 
     async def renew(self, lease_ms: int, **kwargs: Any) -> tuple[list[Grant], list[Claim]]:
         seen = self.commits
-        for _ in range(30):  # at most 0.3 s, well inside the lease: a test must not hang on a quiet worker
-            if self.commits > seen:
+        snapshot = {(g.key, g.token) for g in kwargs.get("requests", ())}
+        for _ in range(100):  # at most 1 s, inside the 2 s lease: a test must not hang on a quiet worker
+            if snapshot & self.committed or (not snapshot and self.commits > seen):
                 break
             await asyncio.sleep(0.01)
         lost_requests, lost_shards = await super().renew(lease_ms, **kwargs)
