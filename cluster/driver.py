@@ -27,7 +27,9 @@ from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.ray_runtime import RaySettings
 from punchline.cluster.registry import pipeline_of
+from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.data.errors import ConfigError
@@ -223,6 +225,16 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
         overwrite_in_place(run_dir / "run.json", msgspec.json.encode(record))  # compact: fits the old blocks
 
 
+def finished(record: RunRecord, store: Store, stages: list[str]) -> bool:
+    """The run finished with these stages and every stage's manifest is in the store: resuming it
+    has nothing to do, so it answers from its record without starting any service."""
+    return (
+        record.state == "finished"
+        and record.stages == stages
+        and all(store.get(f"{record.run_id}/stages/{s}/manifest.json") is not None for s in stages)
+    )
+
+
 def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
     """Put the answers this machine's workers paid for but could not store (a long outage) into the cache."""
     from punchline.data.response_cache import ResponseCache
@@ -231,36 +243,6 @@ def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
     spool = ResponseSpool(run_dir / "spool")
     if spool.pending():
         slog.info("spooled_answers_committed", answers=spool.commit(ResponseCache(store)))
-
-
-def _check_options(opts: RunOptions) -> None:
-    """Flags and environment, checked like the config: before anything starts."""
-    import math
-
-    from punchline.cluster.config import check_run_id, check_service_url
-
-    if opts.run_id is not None:
-        check_run_id(opts.run_id)
-    if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
-        raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
-    if opts.redis_url is not None:
-        check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
-    if opts.store is not None:
-        check_service_url(opts.store, "--store / PUNCHLINE_STORE")
-    autoscale.AutoscaleSettings.from_env(max_workers=opts.max_workers)  # --max-workers, PUNCHLINE_MAX_WORKERS
-    if not opts.runs_dir.strip():
-        raise ConfigError("is empty; give a folder (default: runs)", field="--runs-dir / PUNCHLINE_RUNS_DIR")
-    runs = Path(opts.runs_dir)
-    if runs.exists() and not runs.is_dir():
-        raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
-    if opts.run_id is not None and (runs / opts.run_id).exists() and not (runs / opts.run_id).is_dir():
-        raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
-
-
-def check_inputs(cfg: RunConfig) -> None:
-    """Read the run's input files the way its stages will, so a bad one stops the run before any
-    service starts (one line naming the file, record and field)."""
-    pipeline_of(cfg).check_inputs(cfg)
 
 
 def load_record(raw: bytes, where: str) -> RunRecord:
@@ -321,10 +303,20 @@ def run(
     request_resources: RequestResources | None = None,
 ) -> RunRecord:
     from punchline.cluster.preflight import read_store
+    from punchline.cluster.ray_runtime import check_address, driver_node_ip, ensure_ray
 
-    _check_options(opts)
+    # the whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes
+    check_options(opts)
+    check_environment()
     cfg = load_config(config_path)  # every value range-checked: a bad config writes nothing
-    check_inputs(cfg)
+    max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
+    offline = opts.offline if opts.offline is not None else cfg.run.offline
+    ray_address = opts.ray_address or cfg.run.ray_address
+    check_address(ray_address)  # nothing listening there: one line now, not a hang after the ledger started
+    ray_settings = RaySettings.from_env()
+    if ray_address:
+        ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
+    check_run(cfg)  # every stage's inputs, settings against inputs, and models
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
     store_url = opts.store or config_store(cfg) or opts.runs_dir
@@ -333,6 +325,7 @@ def run(
     from punchline.schedulers.redis_client import redact_urls
 
     config_toml = redact_urls(Path(config_path).read_text())  # a password in [run] redis_url stays in the file
+    stages = pipeline_stages(cfg)
     if existing is not None:
         prev = load_record(existing, f"{store.url}/{run_id}/run.json")
         if redact_urls(prev.config_toml) != config_toml:
@@ -341,16 +334,11 @@ def run(
                 f"({prev.config_path})",
                 file=config_path,
             )
-    max_cost = opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd
-    offline = opts.offline if opts.offline is not None else cfg.run.offline
-    stages = pipeline_stages(cfg)
-    from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray
-
-    ray_address = opts.ray_address or cfg.run.ray_address
-    check_address(ray_address)  # nothing listening there: one line now, not a hang after the ledger started
-    ray_settings = RaySettings.from_env()
-    if ray_address:
-        ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
+        if finished(prev, store, [s.name for s in stages]):
+            log.info("run_already_finished", run_id=run_id)
+            return prev  # nothing to do: no service is started
+    if not offline and ray_settings.is_local:  # local workers read their keys from this machine
+        check_keys(cfg)
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
     local = ray_settings.is_local

@@ -15,6 +15,7 @@ import msgspec
 from punchline.cluster.config import RunConfig
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.registry import pipeline_of
+from punchline.data.errors import ConfigError
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 
@@ -52,6 +53,7 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
     usd = batch_usd = 0.0
     for u in units:
         settings = cfg.provider(u.request.provider)
+        check_model(cfg, stage, u.request.provider, u.request.model)
         i, o, c = estimate_request_cost(settings, u.request)
         tin, tout, usd = tin + i, tout + o, usd + c
         batch_usd += c * settings.batch_price_factor
@@ -88,6 +90,21 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
         mode_cost_usd=mode_usd,
         min_wall_s=wall,
         note=note,
+    )
+
+
+def check_model(cfg: RunConfig, stage: str, provider: str, model: str) -> None:
+    """A stage may call only a configured model: a nickname it names unknown to the provider would
+    reach the provider as a model id, priced at $0 and so out of the budget cap's sight."""
+    settings = cfg.provider(provider)
+    if settings.price(model) is not None:
+        return
+    known = ", ".join(sorted(settings.models)) or "none configured"
+    raise ConfigError(
+        f"stage {stage} calls model {model!r}, which is not a nickname or id in [providers.{provider}.models] "
+        f"(known: {known}): fix the stage's model or add the model with its prices",
+        file=cfg.source or None,
+        field=f"providers.{provider}.models",
     )
 
 

@@ -2,13 +2,19 @@
 
 A submitted run is a Ray job whose entrypoint is ``python -m punchline run CONFIG --run-id ID …`` on
 the head node, so the driver is managed by Ray (it survives the laptop or the ``kubectl exec`` session
-that started it) and its output is the job's log. The job's ``runtime_env`` carries only a
+that started it) and its output is the job's log. The job's ``runtime_env`` carries a
 ``working_dir`` holding the config and the input files it names (staged under their paths relative
-to each other, so the config's relative paths still resolve); the code is the ``punchline``
-installed in the cluster's image, never the submitter's checkout, and nothing from the submitter's
-environment is sent. Secrets never go into the entrypoint or the runtime_env (Ray stores both in the
-GCS and shows them on the dashboard): a ``--redis-url`` with a password is refused, the nodes take
-it from their own environment (``PUNCHLINE_REDIS_URL`` from a Secret or SSM).
+to each other, so the config's relative paths still resolve) and, for ``[run] pipeline =
+"package.module:Name"``, ``py_modules`` with that one top-level package (or module file) as this
+machine imports it: Ray puts it on the ``PYTHONPATH`` of the job's driver and of every worker on every
+node, wherever the package lives here (beside the config, a ``src/`` layout, an editable install),
+and ships nothing else of the user's project (no venv, no data, no runs folder). ``punchline`` itself
+is the one installed in the cluster's image, never the submitter's checkout; a bare pipeline name
+(a built-in, or an entry point) is resolved on the cluster, so a plug-in named that way is installed
+there like punchline. Nothing else from the submitter's environment is sent. Secrets never go into the
+entrypoint or the runtime_env (Ray stores both in the GCS and shows them on the dashboard): a
+``--redis-url`` with a password is refused, the nodes take it from their own environment
+(``PUNCHLINE_REDIS_URL`` from a Secret or SSM).
 
 Resuming is submitting the same config with the same run id: the run continues from Redis and the
 store (finished stages skipped, committed shards kept, cached answers free).
@@ -16,6 +22,7 @@ store (finished stages skipped, committed shards kept, cached answers free).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
@@ -31,7 +38,7 @@ import msgspec
 
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.ray_runtime import raise_if_auth
-from punchline.cluster.registry import pipeline_of
+from punchline.cluster.registry import FIELD, pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
 from punchline.schedulers.redis_client import secret_parts
 from punchline.workers.logs import redact_text
@@ -157,6 +164,27 @@ def input_paths(cfg: RunConfig) -> list[str]:
     return [v for v in values if v and not Path(v).expanduser().is_absolute() and "://" not in v]
 
 
+def user_code(cfg: RunConfig) -> list[str]:
+    """What ``py_modules`` ships: the local path of the top-level package (or ``.py`` file) that
+    ``[run] pipeline = "package.module:Name"`` names, as this process imports it (the config loader
+    already did, from ``sys.path`` or beside the config); nothing for a name the cluster resolves."""
+    module_name, sep, _ = cfg.run.pipeline.partition(":")
+    top = module_name.split(".")[0]
+    if not sep or top == "punchline":
+        return []
+    module = importlib.import_module(top)
+    paths = list(getattr(module, "__path__", None) or [])  # a package: its folder
+    path = paths[0] if paths else getattr(module, "__file__", None)
+    if not path or not (Path(path).is_dir() or path.endswith(".py")):
+        raise ConfigError(
+            f"pipeline {cfg.run.pipeline!r}: {top!r} is not a package folder or a .py file here ({path}), "
+            "so it cannot be shipped with the job; install it on the cluster and name it by its entry point",
+            file=cfg.source or None,
+            field=FIELD,
+        )
+    return [str(Path(path).absolute())]
+
+
 def stage(config_path: str, into: Path) -> str:
     """Copy the config and its relative inputs into ``into`` keeping their relative layout; the
     config's path inside ``into``. Absolute paths in the config are left alone (they name files on
@@ -226,6 +254,9 @@ def submit(address: str, config_path: str, run_id: str, opts: SubmitOptions, *, 
     config_rel = stage(config_path, staging)
     job_id = opts.submission_id or f"punchline-{run_id}-{secrets.token_hex(3)}"
     runtime_env: dict[str, Any] = {"working_dir": str(staging)}
+    code = user_code(load_config(config_path))
+    if code:
+        runtime_env["py_modules"] = code
     if opts.env:
         runtime_env["env_vars"] = dict(opts.env)
     extra: dict[str, Any] = {}

@@ -1,6 +1,7 @@
 """Which :class:`~punchline.cluster.pipeline.Pipeline` a config's ``[run] pipeline`` names.
 
-Three places, in this order: ``"package.module:Name"`` (a user's own code on ``sys.path``), a built-in
+Three places, in this order: ``"package.module:Name"`` (a user's own code on ``sys.path``, or beside
+the config: a project folder holding its config and its package runs without installing), a built-in
 name, an entry point of the ``punchline.pipelines`` group (an installed plug-in package). Built-ins are
 named here as ``module:Name`` strings and imported only when asked for, so the config loader can use
 the registry without importing any pipeline (and without knowing one by name). A reference that
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -38,6 +42,7 @@ def _load(ref: str, file: str | None) -> object:
     if not module_name or not attr:
         raise ConfigError(f"pipeline {ref!r} is not 'package.module:Name'", file=file, field=FIELD)
     try:
+        _find_beside(module_name, file)
         module = importlib.import_module(module_name)
     except Exception as exc:  # a plug-in's own import error, whatever it is, is one line naming it
         raise ConfigError(
@@ -48,6 +53,22 @@ def _load(ref: str, file: str | None) -> object:
     except AttributeError:
         raise ConfigError(f"pipeline {ref!r}: module {module_name!r} has no {attr!r}", file=file, field=FIELD) from None
     return value() if isinstance(value, type) else value  # a class with no arguments, or an instance
+
+
+def beside_config(module_name: str, file: str | None) -> Path | None:
+    """The config's folder when the top-level package ``module_name`` is not on ``sys.path`` but sits
+    beside the config (``<folder>/<top>/`` or ``<folder>/<top>.py``); else None."""
+    top = module_name.split(".")[0]
+    if not file or importlib.util.find_spec(top) is not None:
+        return None
+    folder = Path(file).absolute().parent
+    return folder if (folder / top).is_dir() or (folder / f"{top}.py").is_file() else None
+
+
+def _find_beside(module_name: str, file: str | None) -> None:
+    folder = beside_config(module_name, file)
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.append(str(folder))  # after everything else: it never shadows an installed module
 
 
 def check_pipeline(obj: object, ref: str, file: str | None = None) -> Pipeline:

@@ -19,13 +19,15 @@ ROOT = Path(punchline.__file__).parent
 
 # (module prefix, floor): the longest matching prefix wins.
 FLOORS: dict[str, int] = {
-    "punchline": 0,
+    "punchline": 5,  # the package itself is its Python API (punchline.run), so the top floor
+    "punchline.api": 5,
     "punchline.data": 0,
     "punchline.schedulers": 1,
     "punchline.workers": 2,
     "punchline.cluster": 3,  # config, ray_runtime, redis_server, coordinator, pipeline (the Stage interface)
     "punchline.cluster.driver": 4,
     "punchline.cluster.planner": 4,
+    "punchline.cluster.run_checks": 4,
     "punchline.cluster.pipelines": 4,
     "punchline.cluster.commands": 5,
     "punchline.cluster.cli": 5,

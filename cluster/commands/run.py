@@ -448,9 +448,10 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from punchline.cluster.config import load_config
-    from punchline.cluster.planner import plan_run
+    from punchline.cluster.run_checks import check_environment, check_run
 
-    estimates = plan_run(load_config(args.config))
+    check_environment()
+    estimates = check_run(load_config(args.config))  # the checks `run` makes before anything starts
     if args.json:
         print(msgspec.json.encode(estimates).decode())
         return 0

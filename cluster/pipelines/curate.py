@@ -15,7 +15,7 @@ import msgspec
 
 from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.data.errors import ConfigError
+from punchline.data.errors import ConfigError, InputError
 from punchline.data.jsonio import decode_bytes, dumps_upstream
 from punchline.data.provider_settings import Mode
 from punchline.data.puns.curation import (
@@ -282,7 +282,10 @@ class CuratePipeline:
         return [settings.jokes]
 
     def check_inputs(self, cfg: RunConfig) -> None:
-        load_candidates(resolve_path(cfg, settings_of(cfg).jokes))
+        """The candidates as the rate stage reads them; none at all is a mistake, not an empty run."""
+        path = resolve_path(cfg, settings_of(cfg).jokes)
+        if not load_candidates(path):
+            raise InputError("has no candidate jokes: the run would have nothing to rate", file=str(path))
 
     def stages(self, cfg: RunConfig) -> list[Stage]:
         return stages(cfg)

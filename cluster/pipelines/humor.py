@@ -120,16 +120,21 @@ def _source(ctx: StageContext) -> HumorFile:
 
 
 def _shots(ctx: StageContext) -> list[HumorItem]:
-    cfg = settings_of(ctx.cfg)
+    return run_shots(ctx.cfg)
+
+
+def run_shots(run: RunConfig) -> list[HumorItem]:
+    """The few-shot examples: ``k_shot`` of them from the ``shots`` file (none when ``k_shot`` is 0)."""
+    cfg = settings_of(run)
     if cfg.k_shot <= 0:
         return []
     if not cfg.shots:
-        raise ConfigError(f"k_shot = {cfg.k_shot} needs a shots file", file=ctx.cfg.source, field="humor.shots")
-    shots = load_items(resolve_path(ctx.cfg, cfg.shots))
+        raise ConfigError(f"k_shot = {cfg.k_shot} needs a shots file", file=run.source, field="humor.shots")
+    shots = load_items(resolve_path(run, cfg.shots))
     if len(shots) < cfg.k_shot:
         raise ConfigError(
             f"k_shot = {cfg.k_shot} but the shots file has only {len(shots)} items",
-            file=ctx.cfg.source,
+            file=run.source,
             field="humor.k_shot",
         )
     return shots
@@ -396,11 +401,16 @@ class HumorPipeline:
         return [p for p in (settings.data, settings.shots) if p]
 
     def check_inputs(self, cfg: RunConfig) -> None:
+        """The items and the shots as the stages read them, and ``k_shot`` against the shots."""
         settings = settings_of(cfg)
         data = resolve_path(cfg, settings.data)
-        check_unique_ids(load_items(data), data)
+        items = load_items(data)
+        if not items:
+            raise InputError("has no items: the run would have nothing to ask", file=str(data), field="data")
+        check_unique_ids(items, data)
         if settings.shots:
             load_items(resolve_path(cfg, settings.shots))
+        run_shots(cfg)
 
     def stages(self, cfg: RunConfig) -> list[Stage]:
         return stages(cfg)

@@ -16,6 +16,7 @@ import msgspec
 
 from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext, repeated
+from punchline.data.errors import ConfigError, InputError
 from punchline.data.jsonio import decode_bytes, dumps_upstream
 from punchline.data.provider_settings import Mode
 from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
@@ -79,6 +80,7 @@ CLASSIFIED = "classified_completions.json"
 RANKED = "puns_ranked.json"
 TIERS_PLOT = "tiers.png"
 TESTS = "contextual_cloze_tests.json"
+CONTEXTS_PER_PAIR = 3  # jokes one cloze pair uses: its target and two context jokes (data/puns/cloze.py)
 RESPONSES = "cloze_responses.json"
 
 
@@ -380,7 +382,24 @@ class PunsPipeline:
         return [settings.jokes]
 
     def check_inputs(self, cfg: RunConfig) -> None:
-        load_puns(resolve_path(cfg, settings_of(cfg).jokes))
+        """The jokes (and the lists file, the ``score_against`` file) as the stages read them, and the
+        cloze pairs against the jokes: a run that cannot build its cloze tests stops before collect pays."""
+        settings = settings_of(cfg)
+        jokes = run_jokes(cfg)
+        path = resolve_path(cfg, settings.jokes)
+        if not jokes:
+            raise InputError("has no jokes: the run would have nothing to ask", file=str(path))
+        if settings.evaluate is not None and settings.evaluate.score_against is not None:
+            load_puns(resolve_path(cfg, settings.evaluate.score_against))
+        if settings.classify is not None and settings.cloze is not None:
+            pairs = settings.cloze.pairs
+            if len(jokes) < CONTEXTS_PER_PAIR * pairs:
+                raise ConfigError(
+                    f"{pairs} cloze pairs need at least {CONTEXTS_PER_PAIR * pairs} jokes (a straight-dominated "
+                    f"target and two context jokes per pair) but {path} has {len(jokes)}: lower the pairs or add jokes",
+                    file=cfg.source,
+                    field="puns.cloze.pairs",
+                )
 
     def stages(self, cfg: RunConfig) -> list[Stage]:
         return stages(cfg)

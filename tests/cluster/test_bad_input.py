@@ -98,6 +98,8 @@ class Workspace:
         shutil.copy(SAMPLES / "humor_sample.json", self.humor)
         self.cands = root / "cands.json"
         shutil.copy(SAMPLES / "candidate_jokes.json", self.cands)
+        self.prompts = root / "prompts.jsonl"
+        shutil.copy(SAMPLES / "prompts_sample.jsonl", self.prompts)
         self.runs = root / "runs"
         (self.runs / "good").mkdir(parents=True)
         (self.runs / "good" / "run.json").write_text(json.dumps(_record("good")))
@@ -107,6 +109,8 @@ class Workspace:
             doc = _config("demo.toml", ("puns", "jokes"), self.puns)
         elif kind == "humor":
             doc = _config("humor_demo.toml", ("humor", "data"), self.humor)
+        elif kind == "prompts":
+            doc = _config("prompts_demo.toml", ("prompts", "data"), self.prompts)
         else:
             doc = _config("curate_demo.toml", ("curate", "jokes"), self.cands)
         if edit is not None:
@@ -271,6 +275,55 @@ config_cases("curate", "curate/consensus", ["gemini", "nobody"], "curate.consens
 config_cases("curate", "curate/top", 0, "curate.top")
 
 
+# every stage's settings against its inputs and its provider's models (the whole-run preflight)
+for path, value in [
+    ("puns/collect/models", ["3b", "nope"]),
+    ("puns/evaluate/models", ["nope"]),
+]:
+    config_cases("puns", path, value, ("nope", "providers.together.models"))
+config_cases("puns", "puns/classify/model", "nope", ("nope", "providers.anthropic.models"))
+config_cases("puns", "providers/anthropic/models", {}, ("providers.anthropic.models", "none configured"))
+config_cases("puns", "puns/lists_at_classification", "/nonexistent/classified.json", "/nonexistent/classified.json")
+config_cases("puns", "puns/evaluate/score_against", "/nonexistent/lists.json", "/nonexistent/lists.json")
+config_cases("humor", "humor/models", ["nope"], ("nope", "providers.together.models"))
+config_cases("humor", "humor/judge/model", "nope", "nope")
+config_cases("curate", "curate/raters/gemini/model", "nope", "nope")
+config_cases("prompts", "prompts/models", ["8b", "nope"], "nope")
+
+
+def _few_jokes(ws: Workspace, n: int) -> Path:
+    return ws.json_edit(ws.puns, "few_jokes.json", lambda d: d[:n])
+
+
+for command in ("run", "plan"):
+
+    @case(f"{command} puns 10 jokes for 15 cloze pairs", ("puns.cloze.pairs", "few_jokes.json"))
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("puns", setter("puns/jokes", str(_few_jokes(ws, 10))))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} puns empty jokes list", "few_jokes.json")
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("puns", setter("puns/jokes", str(_few_jokes(ws, 0))))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} humor empty data", ("empty.json", "data"))
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        data = ws.json_edit(ws.humor, "empty.json", lambda d: d.update(data=[]))
+        cfg = ws.config("humor", setter("humor/data", str(data)))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} prompts no rows", ("empty.jsonl", "no rows"))
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("prompts", setter("prompts/data", str(ws.write("empty.jsonl", ""))))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+    @case(f"{command} curate no candidates", "empty.json")
+    def _(ws: Workspace, command: str = command) -> list[str]:
+        cfg = ws.config("curate", setter("curate/jokes", str(ws.write("empty.json", "[]"))))
+        return [command, str(cfg)] + (["--runs-dir", str(ws.runs), *RUN] if command == "run" else [])
+
+
 config_cases("puns", "providers/together/base_url", "http://[::1/v1", ("providers.together", "base_url"))
 
 
@@ -312,6 +365,29 @@ def _(ws: Workspace) -> list[str]:
     return ["run", str(ws.config("puns", edit)), "--runs-dir", str(ws.runs), *RUN]
 
 
+# the environment behind the flags, read before anything starts
+for name, value in [
+    ("PUNCHLINE_MAX_WORKERS", "many"),
+    ("PUNCHLINE_MAX_WORKERS", "-1"),
+    ("PUNCHLINE_MAX_WORKERS", str(10**12)),
+    ("PUNCHLINE_RAY_NUM_CPUS", "zero"),
+    ("PUNCHLINE_RATE_RECOVER_WINDOW_S", "soon"),
+    ("PUNCHLINE_RUNS_DIR", ""),
+]:
+    expect = "PUNCHLINE_RATE_" if name.startswith("PUNCHLINE_RATE_") else name
+
+    def _env(ws: Workspace) -> list[str]:
+        return ["run", str(ws.config("puns")), *RUN]
+
+    case(f"run {name}={value!r}", expect, env={name: value})(_env)
+    if name != "PUNCHLINE_RUNS_DIR":
+
+        def _plan_env(ws: Workspace) -> list[str]:
+            return ["plan", str(ws.config("puns"))]
+
+        case(f"plan {name}={value!r}", expect, env={name: value})(_plan_env)
+
+
 for value in ("-1", "nan", "inf", "0"):
 
     def _watch(ws: Workspace, value: str = value) -> list[str]:
@@ -325,12 +401,6 @@ for command in ("runs", "status good", "retry-failed good"):
         return [*command.split(), "--runs-dir", ""]
 
     case(f"{command} empty --runs-dir", "--runs-dir")(_empty_runs_dir)
-
-
-@case("puns cloze --out is a pipe", ("--out", "fifo", "regular file"))
-def _(ws: Workspace) -> list[str]:
-    os.mkfifo(ws.root / "fifo")
-    return ["puns", "cloze", "--puns", str(ws.puns), "--out", str(ws.root / "fifo")]
 
 
 @case("puns cloze --out is a device", ("--out", "/dev/null", "regular file"))
@@ -537,6 +607,11 @@ def _out_cases(label: str, argv: Callable[[Workspace, str], list[str]], kind: st
         def _(ws: Workspace) -> list[str]:
             (ws.root / "outdir").mkdir()
             return argv(ws, str(ws.root / "outdir"))
+
+        @case(f"{label} --out is a pipe", ("--out", "not a regular file"))
+        def _(ws: Workspace) -> list[str]:
+            os.mkfifo(ws.root / "fifo")  # like a device node: writing must never replace it by a file
+            return argv(ws, str(ws.root / "fifo"))
 
     else:
 

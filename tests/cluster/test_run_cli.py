@@ -61,3 +61,28 @@ def test_retry_failed_calls_only_the_failed_units(
     assert rec["state"] == "finished" and rec["failures"] == {}
     assert main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert "f1" in capsys.readouterr().out
+
+
+def test_a_finished_run_answers_from_its_record_without_starting_a_service(
+    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys, monkeypatch
+) -> None:
+    cfg = make_config(jokes=2, models=("3b",), samples=2)
+    assert cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "done") == 0
+    capsys.readouterr()
+    fake.reset()
+
+    def no_service(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a service was started for a run with nothing to do")
+
+    monkeypatch.setattr("punchline.cluster.driver._services", no_service)
+    monkeypatch.setattr("punchline.cluster.ray_runtime.ensure_ray", no_service)
+    assert cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "done") == 0  # resumed: nothing to do
+    assert "run done: finished" in capsys.readouterr().out
+    assert main(["retry-failed", "done", "--runs-dir", str(tmp_path / "runs"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "run done: finished" in out and "artifacts in" in out
+    assert fake.stats().total_calls == 0
+    # a stage manifest gone (e.g. dropped by a retry): the run is resumed for real
+    next((tmp_path / "store" / "done" / "stages").glob("*/manifest.json")).unlink()
+    assert cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "done") != 0
+    assert "a service was started" in capsys.readouterr().err

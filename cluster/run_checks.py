@@ -1,0 +1,100 @@
+"""The whole-run preflight: everything a run will need, checked before anything is created or paid.
+
+A mistake found after the first paid call costs money (a 10-joke config once paid 101 calls
+before its cloze stage refused it), and one found after the run folder or the ledger exists leaves
+litter behind. So ``punchline run`` (and ``plan``, with the same checks) first checks, in this
+order and without touching the network or the disk beyond reading:
+
+1. flags and environment variables (``--max-workers``, ``--store``, ``PUNCHLINE_MAX_WORKERS``, ...);
+2. the config (ranges, providers named by stages: :func:`punchline.cluster.config.load_config`);
+3. every input file of every stage, and every stage's settings against those inputs (the
+   pipeline's ``check_inputs``: e.g. enough jokes for the cloze pairs);
+4. every stage's units as ``plan`` expands them (earlier artifacts missing: the pipeline's upper
+   bound), so any model a stage would call must be a configured, priced model: an unknown
+   nickname would otherwise go to the provider as a model id, priced at $0, out of the budget's
+   sight;
+5. the API keys the local workers will read (a key file that is missing or empty).
+
+Each mistake is one line naming the file, record or field (ConfigError / InputError, exit 2).
+Services (the store, Redis, the providers' endpoints) are checked afterwards by
+:mod:`punchline.cluster.preflight`, still before the run folder or the ledger is made.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from punchline.cluster.autoscale import AutoscaleSettings
+from punchline.cluster.config import SIMULATED, RunConfig, check_run_id, check_service_url
+from punchline.cluster.planner import StageEstimate, plan_run
+from punchline.cluster.ray_runtime import RaySettings
+from punchline.cluster.registry import pipeline_of
+from punchline.data.errors import ConfigError
+from punchline.schedulers.rate_limit import RateLimitSettings
+
+if TYPE_CHECKING:
+    from punchline.cluster.driver import RunOptions
+
+MAX_WORKERS = 100_000  # as ``[run] max_workers``: more worker nodes than any cluster has
+
+
+def check_options(opts: RunOptions) -> None:
+    """Flags and the environment variables behind them, checked like the config."""
+    if opts.run_id is not None:
+        check_run_id(opts.run_id)
+    if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
+        raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
+    if opts.max_workers is not None and not 0 <= opts.max_workers <= MAX_WORKERS:
+        raise ConfigError(f"must be between 0 and {MAX_WORKERS}, got {opts.max_workers}", field="--max-workers")
+    if opts.redis_url is not None:
+        check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
+    if opts.store is not None:
+        check_service_url(opts.store, "--store / PUNCHLINE_STORE")
+        local = Path(opts.store).expanduser() if "://" not in opts.store else None
+        if local is not None and local.exists() and not local.is_dir():
+            raise ConfigError("is a file, not a folder", file=opts.store, field="--store / PUNCHLINE_STORE")
+    if not opts.runs_dir.strip():
+        raise ConfigError("is empty: give a folder (default runs)", field="--runs-dir / PUNCHLINE_RUNS_DIR")
+    runs = Path(opts.runs_dir)
+    if runs.exists() and not runs.is_dir():
+        raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
+    if opts.run_id is not None and (runs / opts.run_id).exists() and not (runs / opts.run_id).is_dir():
+        raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
+
+
+def check_environment() -> None:
+    """The ``PUNCHLINE_*`` variables the driver and its workers read, decoded now rather than mid-run."""
+    RaySettings.from_env()
+    try:
+        scale = AutoscaleSettings.from_env()
+    except ConfigError as exc:  # only the environment is read here: name the variable
+        raise ConfigError(exc.detail, field=(exc.field or "").replace("max_workers", "PUNCHLINE_MAX_WORKERS")) from None
+    if scale.max_workers > MAX_WORKERS:
+        raise ConfigError(
+            f"must be between 0 and {MAX_WORKERS}, got {scale.max_workers}", field="PUNCHLINE_MAX_WORKERS"
+        )
+    try:
+        RateLimitSettings.from_env()
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"a PUNCHLINE_RATE_* variable is not valid: {exc}", field="PUNCHLINE_RATE_*") from None
+
+
+def check_keys(cfg: RunConfig) -> None:
+    """The key of every provider a stage calls, as the workers on this machine will read it."""
+    used = {name for _, name in pipeline_of(cfg).provider_refs(cfg.settings)}
+    for name in sorted(used):
+        settings = cfg.providers[name]
+        if settings.base_url == SIMULATED:
+            continue  # the simulator needs no key
+        settings.api_key(name)
+
+
+def check_run(cfg: RunConfig) -> list[StageEstimate]:
+    """Steps 3 and 4 (``plan``'s checks): the inputs, the settings against them, every stage's units.
+    Returns the plan, so ``plan`` does not expand it twice."""
+    pipeline_of(cfg).check_inputs(cfg)
+    return plan_run(cfg)
