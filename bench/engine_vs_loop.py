@@ -14,9 +14,18 @@ Every figure is measured in this run and printed beside its baseline or target:
   GCRA): achieved rate, 429s, failed units. Target: within 5 % of 600/min, < 1 % 429s, no failed unit.
 * **resume to first call**: a run stopped by its budget, resumed: seconds until the first new call.
 * **claim cost**: mean ``claim`` latency with 100, 10,000 and 100,000 shards queued. Target: 100k <= 2x 100.
+* **rate limit over a window**: the same against a provider that counts a sliding 60 s window
+  (``--rate-window-s``; the fake's ``rate_limit_window_s``), over more than two windows
+  (``--window-jokes``). Target: >= 0.97 of the limit, < 0.5 % 429s.
+* **first call**: in each throughput run, seconds from ``run()`` to the provider's first call (Ray
+  already started by the bench).
 * **memory** at 1x / 10x / 100x synthetic jokes (each scale in its own driver process): driver and worker
-  peak RSS, Redis bytes kept per unit after the run, AOF bytes per unit. Targets: driver at 100x <= 1.5x
-  of 10x; Redis <= 100 B per unit.
+  peak RSS, Redis bytes kept per unit after the run, AOF bytes per unit, and the store's bytes per unit
+  on disk (allocated blocks) for the response cache and the plan pages. Targets: driver at 100x <= 1.5x
+  of 10x; Redis <= 100 B per unit; cache <= 1 KB per unit at 100x, plan pages no larger than the answers.
+
+Pieces: ``--only throughput --latencies 200``, ``--only rate --rate-window-s 60``, ``--only memory
+--scales 1,10``.
 
 ``--quick`` skips the 100x memory run (about ten minutes on two cores).
 """
@@ -291,8 +300,10 @@ def throughput(tmp: Path, jokes: Path, redis_pid: int, redis_url: str, latency_m
         run_id = f"tp{latency_ms:.0f}"
         clock = CallClock(fake)
         cpu = CpuMeter("ray::ShardWorker", {"fake": fake.proc.pid, "redis": redis_pid})
+        started = time.monotonic()
         rec = engine_run(config, tmp, redis_url, run_id, tmp / f"store-tp{latency_ms:.0f}")
         clock.finish()
+        first_call_s = clock.first_call_at(clock.samples[0][1]) - started
         engine_cpu = cpu.finish()
         assert rec.state == "finished", rec.failures
         n = len(requests) / 1000  # CPU ms per request
@@ -300,6 +311,7 @@ def throughput(tmp: Path, jokes: Path, redis_pid: int, redis_url: str, latency_m
             "requests": len(requests),
             "loop": loop_rate,
             "engine": clock.steady_rate(),
+            "first_call_s": first_call_s,
             "loop_cpu_ms": loop_cpu["self"] / n,
             "engine_cpu_ms": (engine_cpu["self"] + engine_cpu["workers"]) / n,
             "engine_workers_ms": engine_cpu["workers"] / n,
@@ -312,12 +324,15 @@ def throughput(tmp: Path, jokes: Path, redis_pid: int, redis_url: str, latency_m
         fake.stop()
 
 
-def rate_limited(tmp: Path, jokes: Path, redis_url: str, rpm: float) -> dict[str, float]:
-    fake = Fake(tmp, jokes, latency_ms_min=5, latency_ms_max=40, requests_per_minute=rpm)
+def rate_limited(tmp: Path, jokes: Path, redis_url: str, rpm: float, window_s: float = 0.0) -> dict[str, float]:
+    """``window_s`` > 0: the fake counts a sliding window of that many seconds instead of GCRA."""
+    knobs: dict[str, Any] = {"rate_limit_window_s": window_s} if window_s else {}
+    fake = Fake(tmp, jokes, latency_ms_min=5, latency_ms_max=40, requests_per_minute=rpm, **knobs)
+    name = f"rl{window_s:.0f}"
     try:
-        config = write_config(tmp, "rl", fake.base_url, jokes, rpm=rpm)
+        config = write_config(tmp, name, fake.base_url, jokes, rpm=rpm)
         clock = CallClock(fake)
-        rec = engine_run(config, tmp, redis_url, "rl", tmp / "store-rl")
+        rec = engine_run(config, tmp, redis_url, name, tmp / f"store-{name}")
         clock.finish()
         stats = fake.stats()
         failed = sum(len(f) for f in rec.failures.values()) if rec.failures else 0
@@ -389,6 +404,7 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
     import redis as redis_sync
 
     from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
+    from punchline.data.response_cache import MARKER_MS
 
     jokes = tmp / f"jokes-{scale}.json"
     jokes.write_text(json.dumps(synthetic_jokes(jokes_n * scale)))
@@ -420,7 +436,12 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
         stop.set()
         fake.stop()
         shutdown_ray()
+    right_after = int(client.info("memory")["used_memory"])
+    time.sleep(MARKER_MS / 1000 + 1)  # the last commits' done markers expire (they live 10 s, then nothing)
     after = int(client.info("memory")["used_memory"])
+    store = tmp / f"store-mem{scale}"
+    cache_bytes = _disk_bytes(store / "_cache")
+    plan_bytes = sum(_disk_bytes(p) for p in store.glob("*/stages/*/plan"))
     print(
         json.dumps(
             {
@@ -429,10 +450,19 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
                 "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "worker_peak_mb": worker_peak[0] / 2**20,
                 "redis_bytes_per_unit": (after - before) / units,
+                "redis_bytes_right_after": (right_after - before) / units,
                 "aof_bytes_per_unit": (_aof_bytes(client) - aof_before) / units,
+                "cache_disk_per_unit": cache_bytes / units,
+                "plan_disk_per_unit": plan_bytes / units,
+                "cache_files": sum(1 for p in (store / "_cache").rglob("*") if p.is_file()),
             }
         )
     )
+
+
+def _disk_bytes(folder: Path) -> int:
+    """Bytes a folder's files take on disk (allocated blocks, as ``du`` counts them)."""
+    return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file())
 
 
 def _aof_bytes(client: Any) -> int:
@@ -471,6 +501,10 @@ def main() -> None:
     ap.add_argument("--jokes", type=int, default=205, help="jokes at 1x (the Puns study has 205)")
     ap.add_argument("--rate-jokes", type=int, default=40, help="jokes in the rate-limited run")
     ap.add_argument("--rpm", type=float, default=600.0)
+    ap.add_argument("--rate-window-s", type=float, default=60.0, help="the windowed provider's window (0: skip)")
+    ap.add_argument("--window-jokes", type=int, default=120, help="jokes in the windowed rate run (> one window)")
+    ap.add_argument("--latencies", default="0,200", help="provider latencies (ms) of the throughput runs")
+    ap.add_argument("--scales", default="", help="memory scales, e.g. 1,10,100 (default: 1,10,100; --quick 1,10)")
     ap.add_argument("--quick", action="store_true", help="memory at 1x and 10x only")
     ap.add_argument("--only", default="", help="comma list of: throughput,rate,resume,claims,memory")
     ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
@@ -492,11 +526,13 @@ def main() -> None:
         jokes.write_text(json.dumps(synthetic_jokes(args.jokes)))
         rate_jokes = tmp / "rate-jokes.json"
         rate_jokes.write_text(json.dumps(synthetic_jokes(args.rate_jokes)))
+        window_jokes = tmp / "window-jokes.json"
+        window_jokes.write_text(json.dumps(synthetic_jokes(args.window_jokes)))
         print(f"2 cores, C = {C} calls in flight, {len(MODELS)} models, 20 samples + greedy per joke and model\n")
         if only & {"throughput", "rate", "resume"}:
             ensure_ray(RaySettings(num_cpus=2))
         if "throughput" in only:
-            for latency in (0.0, 200.0):
+            for latency in [float(x) for x in args.latencies.split(",") if x.strip()]:
                 r = throughput(tmp, jokes, server.pid or 0, server.url, latency)
                 line = f"latency {latency:5.0f} ms, {r['requests']} requests: loop {r['loop']:6.1f} req/s, "
                 line += f"engine {r['engine']:6.1f} req/s, engine/loop {r['engine'] / r['loop']:.2f}"
@@ -506,6 +542,7 @@ def main() -> None:
                         f", engine/(C/latency) {r['engine'] / ceiling:.2f}, loop/(C/latency) {r['loop'] / ceiling:.2f}"
                     )
                 print(line, flush=True)
+                print(f"    first provider call {r['first_call_s']:.2f} s after the run started (Ray up)", flush=True)
                 print(
                     f"    CPU per request: loop {r['loop_cpu_ms']:.2f} ms; engine {r['engine_cpu_ms']:.2f} ms "
                     f"(workers {r['engine_workers_ms']:.2f}, driver {r['engine_driver_ms']:.2f}) + Redis "
@@ -520,6 +557,15 @@ def main() -> None:
                 f"({100 * r['throttled'] / max(r['calls'], 1):.2f} %), {r['failed_units']} failed units",
                 flush=True,
             )
+            if args.rate_window_s:
+                r = rate_limited(tmp, window_jokes, server.url, args.rpm, args.rate_window_s)
+                print(
+                    f"rate limit {args.rpm:.0f}/min over a sliding {args.rate_window_s:.0f} s window, 5 models: "
+                    f"achieved {r['rate_per_min']:.1f}/min (ratio {r['rate_per_min'] / args.rpm:.3f}), "
+                    f"{r['throttled']} of {r['calls']} calls 429 ({100 * r['throttled'] / max(r['calls'], 1):.2f} %), "
+                    f"{r['failed_units']} failed units",
+                    flush=True,
+                )
         if "resume" in only:
             print(f"resume to first call: {resume_to_first_call(tmp, jokes, server.url):.2f} s", flush=True)
         if only & {"throughput", "rate", "resume"}:
@@ -529,12 +575,15 @@ def main() -> None:
             cells = ", ".join(f"{n:,} shards {ms:.3f} ms" for n, ms in cost.items())
             print(f"claim cost: {cells}; 100k / 100 = {cost[100_000] / cost[100]:.2f}", flush=True)
         if "memory" in only:
-            rows = memory(tmp, server.url, args.jokes, [1, 10] if args.quick else [1, 10, 100])
+            scales = [int(x) for x in args.scales.split(",") if x.strip()] or ([1, 10] if args.quick else [1, 10, 100])
+            rows = memory(tmp, server.url, args.jokes, scales)
             for r in rows:
                 print(
                     f"memory {r['scale']:>3}x ({r['units']:>7,} units): driver peak {r['driver_peak_mb']:7.1f} MB, "
-                    f"worker peak {r['worker_peak_mb']:6.1f} MB, Redis {r['redis_bytes_per_unit']:7.1f} B/unit, "
-                    f"AOF {r['aof_bytes_per_unit']:7.1f} B/unit",
+                    f"worker peak {r['worker_peak_mb']:6.1f} MB, Redis {r['redis_bytes_per_unit']:7.1f} B/unit "
+                    f"({r['redis_bytes_right_after']:.1f} before the done markers expired), "
+                    f"AOF {r['aof_bytes_per_unit']:7.1f} B/unit; on disk: cache {r['cache_disk_per_unit']:6.1f} B/unit "
+                    f"({r['cache_files']:,} files), plan pages {r['plan_disk_per_unit']:6.1f} B/unit",
                     flush=True,
                 )
             by = {r["scale"]: r for r in rows}

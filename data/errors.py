@@ -82,9 +82,17 @@ class ProviderError(PunchlineError):
 
     retryable = False
 
-    def __init__(self, message: str, *, status: int | None = None, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        quoted_rpm: float | None = None,
+    ) -> None:
         self.status = status
         self.retry_after_s = retry_after_s
+        self.quoted_rpm = quoted_rpm  # the request limit a 429 quoted (x-ratelimit-limit-requests), per minute
         super().__init__(message)
 
 

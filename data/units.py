@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Literal
@@ -230,11 +231,13 @@ def cut(
 
 
 def encode_page(page: PlanPage) -> bytes:
-    return _page_encoder.encode(page)
+    """A page as stored: zlib over msgpack (prompts repeat, so a page is a fraction of its units' size)."""
+    return zlib.compress(_page_encoder.encode(page), 6)
 
 
 def decode_page(raw: bytes) -> PlanPage:
-    return _page_decoder.decode(raw)
+    """A stored page; pages written before compression (plain msgpack, a map) still read."""
+    return _page_decoder.decode(zlib.decompress(raw) if raw[:1] == b"\x78" else raw)
 
 
 class ShardResults(Mapping[str, UnitResult]):

@@ -17,10 +17,10 @@ import os
 
 import structlog
 
-from punchline.cluster.commands.run import load_run_record
 from punchline.cluster.coordinator import ProgressFn
 from punchline.cluster.driver import RunOptions, RunRecord
 from punchline.cluster.driver import run as run_driver
+from punchline.cluster.runs import load_run_record
 
 __all__ = ["RunRecord", "artifact_url", "run", "status"]
 

@@ -21,25 +21,30 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import redis
 import redis.asyncio
 
 from punchline.data.errors import LedgerUnavailable
+from punchline.data.response_cache import MARKER_MS
 from punchline.schedulers.budget import BUDGET_LUA, budget_keys, usage_key
 from punchline.schedulers.ledger import StageKeys, fence_key, request_key
 from punchline.schedulers.rate_limit import GCRA_LUA, RateScope
 
 # KEYS: lease, fence, rate scope (5), budget (3)
 # ARGV: owner, ttl_ms, rate args (11), holder, estimate_usd, cap_usd (<0: no budget), budget_ttl_ms
-# -> {1, token, wait_ms} granted | {0, pttl} held by another | {3} over budget
+# -> {1, token, wait_ms} granted | {0, pttl} held by another | {2, pack} answered (done marker) | {3} over budget
 _ACQUIRE = (
     GCRA_LUA
     + BUDGET_LUA
     + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('PTTL', KEYS[1])} end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if string.sub(cur, 1, 1) == '=' then return {2, string.sub(cur, 2)} end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 local cap = tonumber(ARGV[16])
 if cap >= 0 and budget_reserve(7, ARGV[14], tonumber(ARGV[15]), cap, tonumber(ARGV[17])) == 0 then return {3} end
 local wait = rl_reserve(2, 2)
@@ -50,7 +55,8 @@ return {1, token, wait}
 )
 
 # KEYS: lease, rate scope (5), budget (3)
-# ARGV: owner|token, rate args (11), unused_tokens, holder, reserved_usd, actual_usd, cap_usd, budget_ttl_ms
+# ARGV: owner|token, rate args (11), unused_tokens, holder, reserved_usd, actual_usd, cap_usd, budget_ttl_ms,
+#       done marker (the pack holding the answer, or ''), marker_ms
 # -> 1 committed | 0 the lease was no longer ours (lapsed or taken over)
 _COMMIT = (
     GCRA_LUA
@@ -58,7 +64,11 @@ _COMMIT = (
     + """
 local ok = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  if ARGV[19] ~= '' then
+    redis.call('SET', KEYS[1], '=' .. ARGV[19], 'PX', tonumber(ARGV[20]))
+  else
+    redis.call('DEL', KEYS[1])
+  end
   ok = 1
 end
 rl_refund(1, 1, tonumber(ARGV[13]))
@@ -181,6 +191,16 @@ class Grant(msgspec.Struct, frozen=True):
         return f"{self.owner}|{self.token}"
 
 
+class Settle(NamedTuple):
+    """One request lease to commit: its grant, rate scope, unused tokens, actual cost, answer's pack."""
+
+    grant: Grant
+    rate: RateScope | None = None
+    unused_tokens: int = 0
+    actual_usd: float = 0.0
+    pack: str = ""
+
+
 class Claim(msgspec.Struct, frozen=True):
     """A held shard lease."""
 
@@ -204,6 +224,12 @@ class Held(msgspec.Struct, frozen=True):
     """Someone else holds the request: ``wait_ms`` left on their lease."""
 
     wait_ms: int
+
+
+class Answered(msgspec.Struct, frozen=True):
+    """The request's holder committed it moments ago: its answer is in the response cache's ``pack``."""
+
+    pack: str
 
 
 class OverBudget(msgspec.Struct, frozen=True):
@@ -271,7 +297,7 @@ class Leases:
         requests: int = 1,
         tokens: int = 0,
         estimate_usd: float = 0.0,
-    ) -> Grant | Held | OverBudget:
+    ) -> Grant | Held | Answered | OverBudget:
         """Take a request's lease, its rate-limit slot and (with a cap) its cost reservation at once."""
         rate_keys = rate.keys if rate is not None else _NO_RATE_KEYS
         rate_args = rate.args(requests, tokens) if rate is not None else _NO_RATE
@@ -285,6 +311,9 @@ class Leases:
             return Grant(key, owner, int(res[1]), wait_s=max(0, int(res[2])) / 1000, reserved_usd=est)
         if res[0] == 0:
             return Held(max(int(res[1]), 1))
+        if res[0] == 2:
+            raw = res[1]
+            return Answered(raw.decode() if isinstance(raw, bytes) else str(raw))
         return OverBudget()
 
     async def commit(
@@ -294,26 +323,49 @@ class Leases:
         rate: RateScope | None = None,
         unused_tokens: int = 0,
         actual_usd: float = 0.0,
+        pack: str = "",
     ) -> bool:
-        """Release the lease after the answer is stored, settle its cost, give back unused tokens.
+        """Release the lease after the answer is stored, settle its cost, give back unused tokens; with
+        ``pack`` (where the answer is) the lease becomes a short-lived done marker naming it.
         False if the lease was no longer ours (the answer is stored either way)."""
-        rate_keys = rate.keys if rate is not None else _NO_RATE_KEYS
-        rate_args = rate.args(0, 0) if rate is not None else _NO_RATE
-        res = await self._run(
-            self._commit,
-            [request_key(self.ns, grant.key), *rate_keys, *self._budget_keys],
-            [
-                grant.holder,
-                *rate_args,
-                max(0, unused_tokens) if rate is not None else 0,
-                self.budget.holder,
-                repr(grant.reserved_usd),
-                repr(actual_usd),
-                repr(self._cap),
-                self.budget.ttl_ms,
-            ],
-        )
-        return bool(res)
+        return (await self.commit_many([Settle(grant, rate, unused_tokens, actual_usd, pack)]))[0]
+
+    async def commit_many(self, settles: Sequence[Settle]) -> list[bool]:
+        """Commit many request leases in one round trip (the answers of a group commit)."""
+        if not settles:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for st in settles:
+            rate = st.rate
+            await self._commit(
+                keys=[
+                    request_key(self.ns, st.grant.key),
+                    *(rate.keys if rate is not None else _NO_RATE_KEYS),
+                    *self._budget_keys,
+                ],
+                args=[
+                    st.grant.holder,
+                    *(rate.args(0, 0) if rate is not None else _NO_RATE),
+                    max(0, st.unused_tokens) if rate is not None else 0,
+                    self.budget.holder,
+                    repr(st.grant.reserved_usd),
+                    repr(st.actual_usd),
+                    repr(self._cap),
+                    self.budget.ttl_ms,
+                    st.pack,
+                    MARKER_MS,
+                ],
+                client=pipe,
+            )
+        try:
+            results = await pipe.execute()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise _unavailable(exc) from None
+        except redis.exceptions.ResponseError as exc:
+            if "LOADING" in str(exc) or "BUSY" in str(exc):
+                raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
+            raise
+        return [bool(r) for r in results]
 
     async def release(self, grant: Grant) -> None:
         """Give a lease back without an answer (the call failed); a held cost reservation is dropped."""

@@ -16,9 +16,20 @@ The unit path does not call this module's scripts directly: :mod:`punchline.sche
 :data:`GCRA_LUA` inside the lease script, so taking a request's lease and its rate slot is one round trip.
 This class serves retries (each retry needs a new slot) and 429 feedback.
 
-Throttling is AIMD: a 429 anywhere lowers the provider's factor by ``decrease_factor`` (at most once per
-``throttle_cooldown_s``, so a burst of 429s seen by many workers counts once), and every
-``recover_window_s`` without a new 429 it grows back by ``increase_step`` up to 1.
+**Never past a window.** Slots are paced at ``headroom`` (0.99) of the configured rate with one
+request of burst, from the first call: a provider that counts a 60 s window (most quote per-minute
+limits) sees at most 99 % of its limit in any window, so the jitter of the calls' arrival (a few ms to
+tens of ms) cannot push a window over. The 1 % margin is the price of having no 429s to recover from.
+
+**After a 429, seconds, not halvings.** The provider's answer says what is wrong: ``Retry-After`` (or
+``retry-after-ms``) says when its window frees, and ``x-ratelimit-limit-requests`` /
+``anthropic-ratelimit-requests-limit`` what its limit really is. A 429 pushes the provider's request
+cell to ``now + retry-after`` (every worker waits that long, once, instead of each retrying into more
+429s), and a quoted limit below the configured one becomes the provider's rate cap at once (the
+factor goes to ``quoted / configured`` and never recovers above it). A 429 without a quoted limit
+lowers the factor by ``decrease_factor`` (0.9; at most once per ``throttle_cooldown_s``, however many
+workers saw it), and every ``recover_window_s`` (1 s) without a new 429 it grows back by
+``increase_step`` up to the cap: a wrong guess costs a few seconds at 90 %, not minutes at 50 %.
 
 Redis unreachable -> :class:`~punchline.data.errors.LedgerUnavailable`: no Redis, no paid call (fail closed).
 """
@@ -49,9 +60,10 @@ end
 local function rl_factor(state, now, step, window, idle)
   local factor = tonumber(redis.call('HGET', state, 'f') or '1')
   local changed = tonumber(redis.call('HGET', state, 'c') or '0')
-  if factor < 1 and now - changed >= window then
+  local cap = tonumber(redis.call('HGET', state, 'cap') or '1')
+  if factor < cap and now - changed >= window then
     local steps = math.floor((now - changed) / window)
-    factor = math.min(1, factor + steps * step)
+    factor = math.min(cap, factor + steps * step)
     redis.call('HSET', state, 'f', tostring(factor), 'c', tostring(changed + steps * window))
     redis.call('PEXPIRE', state, idle)
   end
@@ -121,16 +133,29 @@ return 1
 """
 )
 
-# KEYS: state ; ARGV: decrease_factor, min_factor, cooldown_ms, idle_ttl_ms.  Returns factor (x1e6).
+# KEYS: state, provider request cell ; ARGV: decrease_factor, min_factor, cooldown_ms, idle_ttl_ms,
+# retry_after_ms (0: none), quoted factor (the provider's quoted limit / the configured one; <= 0: none).
+# Returns the factor (x1e6).
 _THROTTLED = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local factor = tonumber(redis.call('HGET', KEYS[1], 'f') or '1')
 local last = tonumber(redis.call('HGET', KEYS[1], 'd') or '0')
-if now - last >= tonumber(ARGV[3]) then
+local quoted = tonumber(ARGV[6])
+if quoted > 0 and quoted < factor then
+  factor = math.max(tonumber(ARGV[2]), quoted)
+  redis.call('HSET', KEYS[1], 'f', tostring(factor), 'cap', tostring(factor), 'c', tostring(now), 'd', tostring(now))
+elseif quoted <= 0 and now - last >= tonumber(ARGV[3]) then
   factor = math.max(tonumber(ARGV[2]), factor * tonumber(ARGV[1]))
   redis.call('HSET', KEYS[1], 'f', tostring(factor), 'c', tostring(now), 'd', tostring(now))
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local pause = tonumber(ARGV[5])
+if pause > 0 then
+  local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tat < now + pause then
+    redis.call('SET', KEYS[2], tostring(now + pause), 'PX', math.ceil(pause) + tonumber(ARGV[4]))
+  end
 end
 return math.floor(factor * 1000000)
 """
@@ -140,10 +165,11 @@ class RateLimitSettings(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str = "pl"
     burst_requests: float = 1.0  # requests that may go back to back after an idle spell
     burst_s_tokens: float = 1.0  # token burst, in seconds' worth of the token rate
-    decrease_factor: float = 0.5
+    headroom: float = 0.99  # slots are paced at this share of the configured rates
+    decrease_factor: float = 0.9  # a 429 that quotes no limit lowers the rate this much
     min_factor: float = 0.05
-    increase_step: float = 0.1
-    recover_window_s: float = 5.0
+    increase_step: float = 0.02
+    recover_window_s: float = 1.0
     throttle_cooldown_s: float = 2.0
     idle_ttl_s: float = 3600.0  # Redis forgets a scope idle this long
 
@@ -194,7 +220,8 @@ class RateScope:
         base = f"{namespace}:rl:{provider}"
         self.keys = [f"{base}:req", f"{base}:tok", f"{base}:state", f"{base}:m:{model}:req", f"{base}:m:{model}:tok"]
         m_rpm, m_tpm = limits.models.get(model, (0.0, 0.0))
-        self.rates = [limits.requests_per_minute or 0, limits.tokens_per_minute or 0, m_rpm, m_tpm]
+        self.configured = [limits.requests_per_minute or 0, limits.tokens_per_minute or 0, m_rpm, m_tpm]
+        self.rates = [r * settings.headroom for r in self.configured]
         self.limited = any(self.rates)
         self.tail = [
             settings.burst_requests,
@@ -265,19 +292,34 @@ class RedisRateLimiter:
         with redis_errors("rate limiter"):
             self._refund(keys=scope.keys, args=[*scope.args(0, 0), unused_tokens])
 
-    def throttled(self, provider: str, model: str) -> float:
-        """Record a 429: lower the provider's rate cluster-wide; returns the new factor."""
+    def throttled(
+        self, provider: str, model: str, retry_after_s: float | None = None, quoted_rpm: float | None = None
+    ) -> float:
+        """Record a 429 cluster-wide: every worker waits ``retry_after_s`` once; a limit the provider quoted
+        below the configured one caps the rate at it; without one the rate drops by ``decrease_factor``.
+        Returns the new factor."""
         scope = self.scope(provider, model)
         if scope is None:
             return 1.0
         s = self.settings
-        args = [s.decrease_factor, s.min_factor, int(s.throttle_cooldown_s * 1000), int(s.idle_ttl_s * 1000)]
+        configured = scope.configured[0]
+        quoted = quoted_rpm / configured if quoted_rpm and configured > 0 else 0.0
+        args: list[float | int | str] = [
+            s.decrease_factor,
+            s.min_factor,
+            int(s.throttle_cooldown_s * 1000),
+            int(s.idle_ttl_s * 1000),
+            round(max(0.0, retry_after_s or 0.0) * 1000),
+            repr(quoted),
+        ]
         with redis_errors("rate limiter"):
-            factor = self._throttled(keys=[scope.keys[2]], args=args)
+            factor = self._throttled(keys=[scope.keys[2], scope.keys[0]], args=args)
         return int(factor) / 1e6
 
-    async def on_throttled(self, provider: str, model: str) -> None:
-        await asyncio.to_thread(self.throttled, provider, model)
+    async def on_throttled(
+        self, provider: str, model: str, retry_after_s: float | None = None, quoted_rpm: float | None = None
+    ) -> None:
+        await asyncio.to_thread(self.throttled, provider, model, retry_after_s, quoted_rpm)
 
     def factor(self, provider: str, model: str = "") -> float:
         """The provider's current rate factor (1 = full configured rate), as last written to Redis."""

@@ -61,7 +61,9 @@ class AttemptEvent(msgspec.Struct, kw_only=True):
 class RateLimiter(Protocol):
     async def acquire(self, provider: str, model: str, tokens: int, requests: int = 1) -> None: ...
 
-    async def on_throttled(self, provider: str, model: str) -> None: ...
+    async def on_throttled(
+        self, provider: str, model: str, retry_after_s: float | None = None, quoted_rpm: float | None = None
+    ) -> None: ...
 
 
 async def call_with_retries(
@@ -89,7 +91,7 @@ async def call_with_retries(
             raise
         except RetryableProviderError as exc:
             if exc.status == 429 and rate_limiter is not None:
-                await rate_limiter.on_throttled(provider.name, request.model)
+                await rate_limiter.on_throttled(provider.name, request.model, exc.retry_after_s, exc.quoted_rpm)
             if isinstance(exc, MalformedResponse):
                 malformed += 1
             exhausted = retry >= policy.max_retries or malformed > policy.max_malformed_retries

@@ -48,8 +48,9 @@ from punchline.data.units import (
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoClaim
 from punchline.schedulers.ledger import StageKeys
 from punchline.workers.driver_watch import DriverGone, DriverWatch
+from punchline.workers.group_commit import GroupCommit
 from punchline.workers.provider import Provider
-from punchline.workers.unit_runner import UnitRunner
+from punchline.workers.unit_runner import Slot, UnitRunner
 
 LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
 
@@ -94,17 +95,46 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 class _Held:
-    """The leases a worker holds right now (renewed together by its heartbeat)."""
+    """The leases a worker holds right now (renewed together by its heartbeat).
+
+    A lease whose commit or release is on its way is *closing*: the heartbeat still renews it (the commit
+    may have to wait out a Redis outage), but a renewal that finds it gone is not a loss, because the
+    commit that raced the renewal removed it. Only a lease that is still held, and not closing, when the
+    renewal's answer comes back was really lost."""
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, int], Grant] = {}
         self.shards: dict[int, Claim] = {}
+        self.closing_requests: set[tuple[str, int]] = set()
+        self.closing_shards: set[tuple[int, int]] = set()
 
     def hold(self, grant: Grant) -> None:
         self.requests[(grant.key, grant.token)] = grant
 
+    def closing(self, grant: Grant) -> None:
+        self.closing_requests.add((grant.key, grant.token))
+
     def drop(self, grant: Grant) -> None:
         self.requests.pop((grant.key, grant.token), None)
+        self.closing_requests.discard((grant.key, grant.token))
+
+    def close_shard(self, claim: Claim) -> None:
+        self.closing_shards.add((claim.shard, claim.token))
+
+    def drop_shard(self, claim: Claim) -> None:
+        if self.shards.get(claim.shard) == claim:
+            del self.shards[claim.shard]
+        self.closing_shards.discard((claim.shard, claim.token))
+
+    def really_lost(self, requests: list[Grant], shards: list[Claim]) -> tuple[list[Grant], list[Claim]]:
+        """Of the leases a renewal found gone, those this worker neither committed nor released meanwhile."""
+        lost_requests = [
+            g for g in requests if (g.key, g.token) in self.requests and (g.key, g.token) not in self.closing_requests
+        ]
+        lost_shards = [
+            c for c in shards if self.shards.get(c.shard) == c and (c.shard, c.token) not in self.closing_shards
+        ]
+        return lost_requests, lost_shards
 
 
 class _PlanPages:
@@ -195,6 +225,7 @@ class ShardProcessor:
         return UnitRunner(
             leases=self.leases,
             cache=self.cache,
+            commits=GroupCommit(self.cache, self.leases, self.held, max_waiting=self.cfg.window(), spool=self.spool),
             providers=self.providers,
             call=call,
             book=self.held,
@@ -316,7 +347,8 @@ class _StageRun:
             try:
                 units = await self.p.pages.shard(self.plan, claim.shard)
             except BaseException:
-                self.p.held.shards.pop(claim.shard, None)
+                self.p.held.close_shard(claim)
+                self.p.held.drop_shard(claim)
                 with contextlib.suppress(LedgerUnavailable):
                     await self.p.leases.release_shard(self.keys, claim)
                 raise
@@ -326,15 +358,18 @@ class _StageRun:
             task.add_done_callback(self._shard_ended)
 
     async def _unit(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None) -> UnitResult:
+        """A unit counts against the window until its call is done (not until its answer is committed:
+        the group commit that follows needs no call slot)."""
+        slot = Slot(self.slots, self._unit_done)
         try:
-            if cached is not None:
-                return await self.runner.run(unit, usage, cached)
-            async with self.slots:
+            if cached is None:
+                await slot.take()
                 if self.p.driver.gone:
                     raise DriverGone(f"the driver of run {self.plan.run_id} is gone")
-                return await self.runner.run(unit, usage)
-        finally:
-            self._unit_done()
+        except BaseException:
+            slot.free()
+            raise
+        return await self.runner.run(unit, usage, cached, slot=slot)
 
     def _lookup(self, units: list[UnitSpec]) -> list[ProviderResponse | None]:
         """The cached answers of a shard's units, in one thread hop for the whole shard."""
@@ -365,6 +400,7 @@ class _StageRun:
                         self.log.warning("budget_exhausted", error=str(stopped))
                         self.report.budget_exhausted = True
                     self.stop = True
+                    self.p.held.close_shard(claim)
                     with contextlib.suppress(LedgerUnavailable):
                         await self.p.leases.release_shard(self.keys, claim)
                     return
@@ -378,11 +414,12 @@ class _StageRun:
                 if failures:
                     with contextlib.suppress(LedgerUnavailable):
                         await self.p.leases.record_failures(self.keys, failures)
+            self.p.held.close_shard(claim)
             committed = await self._commit(claim, usage)
         finally:
             for _ in range(len(units) - finished):
                 self._unit_done()
-            self.p.held.shards.pop(claim.shard, None)
+            self.p.held.drop_shard(claim)
         if committed:
             self.report.shards_committed += 1
         else:
@@ -426,6 +463,7 @@ class _StageRun:
             except Exception as exc:  # a bug here must not stop the heartbeat
                 self.log.error("heartbeat_failed", error=f"{type(exc).__name__}: {exc}")
                 continue
+            lost_requests, lost_shards = self.p.held.really_lost(lost_requests, lost_shards)
             for g in lost_requests:
                 self.log.warning("lease_lost", key=g.key)
             for c in lost_shards:

@@ -5,14 +5,20 @@ The order of steps is the delivery guarantee:
 1. the response cache (in the store) answers if anyone, in any run, already paid for this request
    (the shard worker looks up a whole shard's units at once when it claims the shard);
 2. otherwise the worker takes the request's lease in Redis (fail closed: no Redis, no call), with its
-   rate-limit slot and, under a cost cap, its cost reservation: one round trip;
-3. re-checks the cache under the lease (someone may have finished between 1 and 2);
-4. calls the provider while the worker's heartbeat keeps the lease alive (bounded retries, validation);
-5. writes the answer to the cache with ``if_absent`` (first writer wins; a loser adopts the winner's
-   answer, so every shard built from the cache is identical); a store down past its outage bound gets
-   the answer kept in the node's spool instead (``data/response_spool.py``), committed on resume;
-6. commits the lease with its fencing token, settling the cost and returning unused tokens: one round
-   trip. Nothing of the request stays in Redis: the store has the answer.
+   rate-limit slot and, under a cost cap, its cost reservation: one round trip. If the request's
+   holder committed it moments ago, the answer is a *done marker* naming the pack that holds it;
+3. re-checks the cache under the lease (someone may have finished between 1 and 2): in memory, from
+   the worker's index of response-cache packs, refreshed when older than the markers cover;
+4. calls the provider while the worker's heartbeat keeps the lease alive (bounded retries, validation),
+   then gives up its call slot;
+5. hands the answer to the worker's group commit (:mod:`punchline.workers.group_commit`), which writes
+   the answers of a short spell as one pack (an answer already stored by someone else is adopted, so
+   every shard built from the cache is identical; a store down past its outage bound gets the answers
+   kept in the node's spool instead, ``data/response_spool.py``, committed on resume) and, once the
+   pack is durable,
+6. commits their leases with their fencing tokens in one round trip, settling costs and returning
+   unused tokens; each lease becomes a done marker for ``MARKER_MS``, then nothing of the request stays
+   in Redis: the store has the answer.
 
 A request is therefore paid for at most once, plus at most once more for each time a holder died or
 stalled past ``lease_ms`` while its call was in flight. Progress and usage are tallied in the shard
@@ -29,7 +35,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from punchline.data.backoff import Backoff, constant, retry_async
+from punchline.data.backoff import constant, retry_async
 from punchline.data.errors import (
     BudgetExceeded,
     CacheMiss,
@@ -37,14 +43,14 @@ from punchline.data.errors import (
     ProviderError,
     PunchlineError,
     RetryableProviderError,
-    StoreError,
 )
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import ResponseCache
+from punchline.data.response_cache import CachedResponse, ResponseCache
 from punchline.data.response_spool import ResponseSpool
 from punchline.data.units import ShardUsage, UnitResult, UnitSpec
-from punchline.schedulers.leases import Grant, Held, Leases
+from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
+from punchline.workers.group_commit import GroupCommit, LeaseBook
 from punchline.workers.provider import Provider
 from punchline.workers.validators import validator
 
@@ -57,12 +63,29 @@ class CallFn(Protocol):
     ) -> ProviderResponse: ...
 
 
-class LeaseBook(Protocol):
-    """Where a unit registers the request lease it holds, so the worker's one heartbeat renews it."""
+class Slot:
+    """A unit's place among the calls in flight: taken before its lease, given up as soon as its answer
+    is in hand (the group commit that follows needs no call slot). Giving it up twice is harmless."""
 
-    def hold(self, grant: Grant) -> None: ...
+    def __init__(self, limit: asyncio.Semaphore | None = None, on_free: Callable[[], None] | None = None) -> None:
+        self.limit = limit
+        self.on_free = on_free
+        self.held = False
+        self.freed = False
 
-    def drop(self, grant: Grant) -> None: ...
+    async def take(self) -> None:
+        if self.limit is not None and not self.held and not self.freed:
+            await self.limit.acquire()
+            self.held = True
+
+    def free(self) -> None:
+        if self.held and self.limit is not None:
+            self.limit.release()
+        self.held = False
+        if not self.freed:
+            self.freed = True
+            if self.on_free is not None:
+                self.on_free()
 
 
 class UnitRunner:
@@ -78,6 +101,7 @@ class UnitRunner:
         book: LeaseBook,
         owner: str,
         lease_ms: int,
+        commits: GroupCommit | None = None,
         rate_scope: Callable[[str, str], RateScope | None] = lambda provider, model: None,
         offline: bool = False,
         estimate_usd: Callable[[Any], float] | None = None,
@@ -92,6 +116,7 @@ class UnitRunner:
         self.book = book
         self.owner = owner
         self.lease_ms = lease_ms
+        self._commits = commits
         self.rate_scope = rate_scope
         self.offline = offline
         self.estimate_usd = estimate_usd
@@ -99,39 +124,68 @@ class UnitRunner:
         self.ledger_retry_s = ledger_retry_s
         self.spool = spool  # where a paid answer goes when the store cannot take it (committed on resume)
 
-    async def run(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None = None) -> UnitResult:
+    @property
+    def commits(self) -> GroupCommit:
+        """The worker's group commit (made on first use, inside the running event loop)."""
+        if self._commits is None:
+            self._commits = GroupCommit(
+                self.cache, self.leases, self.book, ledger_retry_s=self.ledger_retry_s, spool=self.spool
+            )
+        return self._commits
+
+    async def run(
+        self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None = None, *, slot: Slot | None = None
+    ) -> UnitResult:
         """The unit's result; ``cached`` is the answer the shard's look-up already found, if any.
         Raises :class:`BudgetExceeded` when the run's cap stops it before its call."""
         key = unit.request.key()
-        if cached is not None:
-            usage.cache_hits += 1
+        slot = slot or Slot()
+        try:
+            if cached is not None:
+                usage.cache_hits += 1
+                usage.units_ok += 1
+                return UnitResult(unit_id=unit.unit_id, key=key, response=cached)
+            await slot.take()
+            try:
+                response = await retry_async(  # no Redis, no call: wait and try again
+                    lambda: self._obtain(unit, key, usage, slot),
+                    retry_on=(LedgerUnavailable,),
+                    backoff=constant(self.ledger_retry_s),
+                    on_retry=lambda exc, _n, _d: log.warning("ledger_unavailable", unit=unit.unit_id, error=str(exc)),
+                )
+            except (ProviderError, CacheMiss) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                usage.units_failed += 1
+                log.warning("unit_failed", unit=unit.unit_id, reason=reason)
+                return UnitResult(unit_id=unit.unit_id, key=key, error=reason)
             usage.units_ok += 1
-            return UnitResult(unit_id=unit.unit_id, key=key, response=cached)
-        try:  # no Redis, no call: wait and try again
-            response = await retry_async(
-                lambda: self._obtain(unit, key, usage),
-                retry_on=(LedgerUnavailable,),
-                backoff=constant(self.ledger_retry_s),
-                on_retry=lambda exc, _n, _d: log.warning("ledger_unavailable", unit=unit.unit_id, error=str(exc)),
-            )
-        except (ProviderError, CacheMiss) as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            usage.units_failed += 1
-            log.warning("unit_failed", unit=unit.unit_id, reason=reason)
-            return UnitResult(unit_id=unit.unit_id, key=key, error=reason)
-        usage.units_ok += 1
-        return UnitResult(unit_id=unit.unit_id, key=key, response=response)
+            return UnitResult(unit_id=unit.unit_id, key=key, response=response)
+        finally:
+            slot.free()
 
-    async def _cached(self, key: str) -> ProviderResponse | None:
-        hit = await asyncio.to_thread(self.cache.get, key)
+    async def _indexed(self, key: str) -> ProviderResponse | None:
+        """The answer if a pack holds it, refreshing an index too old for the done markers to cover;
+        in memory (no thread hop) unless a pack must be read."""
+        if self.cache.stale():
+            await asyncio.to_thread(self.cache.refresh)
+        if self.cache.in_memory(key):
+            hit = self.cache.indexed(key)
+        else:
+            hit = await asyncio.to_thread(self.cache.indexed, key)
         return hit.response if hit else None
 
-    async def _obtain(self, unit: UnitSpec, key: str, usage: ShardUsage) -> ProviderResponse:
+    async def _answered(self, key: str, pack: str) -> ProviderResponse | None:
+        """The answer a done marker points at."""
+        if self.cache.pack_of(key) != pack:
+            await asyncio.to_thread(self.cache.load, pack)
+        return await self._indexed(key)
+
+    async def _obtain(self, unit: UnitSpec, key: str, usage: ShardUsage, slot: Slot) -> ProviderResponse:
         if self.offline:
-            hit = await self._cached(key)
+            hit = await asyncio.to_thread(self.cache.get, key)
             if hit is not None:
                 usage.cache_hits += 1
-                return hit
+                return hit.response
             raise CacheMiss(f"offline and not cached: {unit.unit_id} ({unit.request.describe()})")
         request = unit.request
         provider = self.providers.get(request.provider)
@@ -153,68 +207,62 @@ class UnitRunner:
                 estimate_usd=estimate,
             )
             if isinstance(got, Grant):
-                return await self._call_under_lease(unit, key, got, rate, tokens, usage)
-            if not isinstance(got, Held):
+                return await self._call_under_lease(unit, key, got, rate, tokens, usage, slot)
+            if isinstance(got, Answered):  # its holder committed it moments ago
+                answer = await self._answered(key, got.pack)
+                if answer is not None:
+                    usage.cache_hits += 1
+                    return answer
+                wait_ms = 500
+            elif isinstance(got, Held):
+                wait_ms = got.wait_ms
+            else:
                 raise BudgetExceeded(f"the next unit ({unit.unit_id}) would exceed the budget")
             # Someone else holds it: their answer will appear in the cache (or their lease lapses).
-            await asyncio.sleep(min(got.wait_ms, 1_000) / 1000 * (0.5 + random.random()))
-            hit = await self._cached(key)
-            if hit is not None:
-                usage.cache_hits += 1
-                return hit
+            await asyncio.sleep(min(wait_ms, 1_000) / 1000 * (0.5 + random.random()))
 
     async def _call_under_lease(
-        self, unit: UnitSpec, key: str, grant: Grant, rate: RateScope | None, tokens: int, usage: ShardUsage
+        self,
+        unit: UnitSpec,
+        key: str,
+        grant: Grant,
+        rate: RateScope | None,
+        tokens: int,
+        usage: ShardUsage,
+        slot: Slot,
     ) -> ProviderResponse:
         self.book.hold(grant)
         committed = False
         try:
-            hit = await self._cached(key)
+            hit = await self._indexed(key)  # someone may have finished between the shard's look-up and now
             if hit is not None:
                 usage.cache_hits += 1
-                committed = await self._commit(grant, rate, tokens, 0.0)
+                pack = self.cache.pack_of(key) or ""
+                self.book.closing(grant)
+                committed = await self.leases.commit(grant, rate=rate, unused_tokens=tokens, pack=pack)
+                committed = True
                 return hit
             if grant.wait_s > 0:  # the rate-limit slot reserved with the lease
                 await asyncio.sleep(grant.wait_s)
             response = await self._call_validated(unit, usage, slot_reserved=rate is not None)
+            if self.commits.has_room():  # the answer is in hand: the next unit may call while it is stored
+                slot.free()
             actual = self._cost(unit, response)
             usage.add_call(unit.request.model, response.input_tokens, response.output_tokens, actual)
-            try:
-                wrote = await asyncio.to_thread(self.cache.put, unit.request, response)
-            except StoreError:  # the store stayed down past its bound: keep the paid answer on this disk
-                if self.spool is not None:
-                    await asyncio.to_thread(self.spool.keep, unit.request, response)
-                    log.error("answer_spooled", unit=unit.unit_id, key=key, folder=str(self.spool.folder))
-                raise
-            if not wrote:  # someone raced us: adopt their answer so every copy is identical
-                response = (await self._cached(key)) or response
             used = response.input_tokens + response.output_tokens
-            committed = await self._commit(grant, rate, max(0, tokens - used) if used else 0, actual)
-            if not committed:
+            entry = CachedResponse(request=unit.request, response=response)
+            settle = Settle(grant, rate, max(0, tokens - used) if used else 0, actual)
+            stored, ok = await self.commits.submit(entry, settle)
+            if not ok:
                 log.warning("lease_lost_at_commit", unit=unit.unit_id, key=key)
             committed = True
-            return response
+            return stored.response
         finally:
             self.book.drop(grant)
             if not committed:
+                self.book.closing(grant)
                 with contextlib.suppress(LedgerUnavailable):
                     await self.leases.release(grant)
-
-    async def _commit(self, grant: Grant, rate: RateScope | None, unused_tokens: int, actual_usd: float) -> bool:
-        """Commit, waiting out a short Redis outage; after that the lease simply lapses (the answer is
-        stored, so whoever takes the lease next finds it)."""
-        try:
-            return await retry_async(
-                lambda: self.leases.commit(grant, rate=rate, unused_tokens=unused_tokens, actual_usd=actual_usd),
-                retry_on=(LedgerUnavailable,),
-                backoff=Backoff(initial_s=self.ledger_retry_s, max_s=10.0),
-                attempts=8,
-                on_retry=lambda exc, _n, delay: log.warning(
-                    "ledger_unavailable", key=grant.key, error=str(exc), retry_in_s=delay
-                ),
-            )
-        except LedgerUnavailable:
-            return False
 
     def _cost(self, unit: UnitSpec, response: ProviderResponse) -> float:
         provider = self.providers[unit.request.provider]

@@ -25,7 +25,7 @@ from punchline.data.puns.puns_io import load_cloze_responses, load_cloze_tests
 from punchline.data.puns.schemas import ClassifiedCompletions, PunEntry, RawCompletionEntry, RawCompletions
 from punchline.data.puns.words import extract_word
 from punchline.data.requests import ProviderRequest, ProviderResponse
-from punchline.data.response_cache import ResponseCache
+from punchline.data.response_cache import CachedResponse, ResponseCache
 from punchline.data.stores import open_store
 
 UPSTREAM_PROVIDER = "together"
@@ -124,13 +124,13 @@ def import_legacy(
         raise ConfigError("--cloze needs --tests (the answers are keyed by the prompts of the tests they answer)")
     cache = ResponseCache(open_store(store_url))
     report = ImportReport()
+    collected: list[CachedResponse] = []  # written together at the end: a few packs, not a file per answer
 
     def put(request: ProviderRequest, texts: list[str]) -> None:
         if not texts or not any(texts):
             report.empty_answers += 1
-        wrote = cache.put(request, ProviderResponse(texts=texts, model=request.model), source="legacy-import")
-        report.written += wrote
-        report.already_cached += not wrote
+        response = ProviderResponse(texts=texts, model=request.model)
+        collected.append(CachedResponse(request=request, response=response, source="legacy-import"))
 
     if raw_path:
         raw: RawCompletions = decode_file(raw_path, RawCompletions)
@@ -140,6 +140,8 @@ def import_legacy(
             report.classify_batches += _import_verdicts(entries, classified_path, targets, put)
     if cloze_path and tests_path:
         _import_cloze(cloze_path, tests_path, targets, put, report)
+    report.written = cache.put_many(collected)
+    report.already_cached = len(collected) - report.written
     return report
 
 

@@ -14,8 +14,19 @@ import redis
 import redis.asyncio
 
 from punchline.data.errors import LedgerUnavailable
+from punchline.data.response_cache import MARKER_MS
 from punchline.schedulers.budget import Budget
-from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Held, Leases, NoClaim, OverBudget
+from punchline.schedulers.leases import (
+    Answered,
+    BudgetTerms,
+    Claim,
+    Grant,
+    Held,
+    Leases,
+    NoClaim,
+    OverBudget,
+    Settle,
+)
 from punchline.schedulers.ledger import Ledger, StageKeys
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RateScope
 from tests.fixtures.redis import client_url
@@ -238,3 +249,24 @@ def test_unreachable_redis_fails_closed() -> None:
     started = time.monotonic()
     asyncio.run(go())
     assert time.monotonic() - started < 30
+
+
+def test_a_commit_with_its_pack_leaves_a_short_done_marker(redis_client: redis.Redis) -> None:
+    """Committing with the pack that holds the answer turns the lease into a marker naming it: whoever asks
+    for the lease next is told where the answer is; a renewal does not keep it; it goes by itself."""
+
+    async def go(leases: Leases) -> None:
+        g = await leases.acquire("k9", "w1", 5_000)
+        assert isinstance(g, Grant)
+        [ok] = await leases.commit_many([Settle(g, pack="_cache/packs/0001-ab-000001.pack")])
+        assert ok
+        got = await leases.acquire("k9", "w2", 5_000)
+        assert got == Answered("_cache/packs/0001-ab-000001.pack")
+        lost, _ = await leases.renew(5_000, requests=[g])
+        assert lost == [g]  # the marker is nobody's lease
+        assert 0 < redis_client.pttl("pl:req:k9") <= MARKER_MS
+        redis_client.pexpire("pl:req:k9", 1)  # as if MARKER_MS had passed
+        await asyncio.sleep(0.05)
+        assert isinstance(await leases.acquire("k9", "w2", 5_000), Grant)
+
+    run(go, redis_client)

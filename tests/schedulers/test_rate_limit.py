@@ -38,8 +38,9 @@ def _timed(reserve: Callable[[], float]) -> tuple[float, float]:
 
 
 def test_reservations_are_evenly_spaced_across_limiters(redis_client: redis.Redis) -> None:
-    limits = {"p": Limits(requests_per_minute=600)}  # one slot per 100 ms
-    limiters = [RedisRateLimiter(connect(_url(redis_client)), limits) for _ in range(3)]
+    limits = {"p": Limits(requests_per_minute=600)}  # one slot per 100 ms (without the 1 % headroom)
+    exact = RateLimitSettings(headroom=1.0)
+    limiters = [RedisRateLimiter(connect(_url(redis_client)), limits, exact) for _ in range(3)]
 
     def grab(lim: RedisRateLimiter) -> list[tuple[float, float]]:
         return [_timed(lambda: lim.reserve("p", "m")) for _ in range(10)]
@@ -62,7 +63,9 @@ def test_reservations_are_evenly_spaced_across_limiters(redis_client: redis.Redi
 
 
 def test_token_limit(redis_client: redis.Redis) -> None:
-    lim = RedisRateLimiter(redis_client, {"p": Limits(tokens_per_minute=6000)})  # 100 tokens/s, burst 100
+    lim = RedisRateLimiter(  # 100 tokens/s, burst 100
+        redis_client, {"p": Limits(tokens_per_minute=6000)}, RateLimitSettings(headroom=1.0)
+    )
     started = time.monotonic()
     waits = []
     for _ in range(4):
@@ -76,7 +79,9 @@ def test_token_limit(redis_client: redis.Redis) -> None:
 
 
 def test_throttle_lowers_rate_once_per_cooldown_then_recovers(redis_client: redis.Redis) -> None:
-    settings = RateLimitSettings(recover_window_s=0.2, increase_step=0.25, throttle_cooldown_s=0.5)
+    settings = RateLimitSettings(
+        recover_window_s=0.2, increase_step=0.25, throttle_cooldown_s=0.5, decrease_factor=0.5, headroom=1.0
+    )
     a = RedisRateLimiter(redis_client, {"p": Limits(requests_per_minute=600)}, settings)
     b = RedisRateLimiter(connect(_url(redis_client)), {"p": Limits(requests_per_minute=600)}, settings)
     assert a.throttled("p", "m") == 0.5
@@ -115,7 +120,7 @@ def test_unreachable_redis_fails_closed() -> None:
 
 def test_settings_from_env() -> None:
     s = RateLimitSettings.from_env({"PUNCHLINE_RATE_RECOVER_WINDOW_S": "2.5", "PUNCHLINE_RATE_NAMESPACE": "x"})
-    assert s.recover_window_s == 2.5 and s.namespace == "x" and s.decrease_factor == 0.5
+    assert s.recover_window_s == 2.5 and s.namespace == "x" and s.decrease_factor == 0.9
 
 
 def test_workers_sharing_the_limiter_get_no_429(redis_client: redis.Redis, fake: FakeProviderServer) -> None:
@@ -150,3 +155,52 @@ def test_workers_sharing_the_limiter_get_no_429(redis_client: redis.Redis, fake:
     assert sum(errors) == 0 and stats.faults["rate_limited"] == 0
     assert stats.ok == 20
     assert elapsed >= 1.8  # 20 requests at 10/s
+
+
+def test_a_429_pauses_every_worker_once_and_a_quoted_limit_caps_the_rate(redis_client: redis.Redis) -> None:
+    """The provider's answer is believed: Retry-After holds every worker's next slot back that long, and a
+    limit it quotes below the configured one becomes the rate at once (no halving, no recovery above it)."""
+    settings = RateLimitSettings(headroom=1.0, recover_window_s=0.05, increase_step=0.5)
+    a = RedisRateLimiter(redis_client, {"p": Limits(requests_per_minute=600)}, settings)
+    b = RedisRateLimiter(connect(_url(redis_client)), {"p": Limits(requests_per_minute=600)}, settings)
+    assert a.throttled("p", "m", retry_after_s=0.5, quoted_rpm=300) == 0.5
+    wait = b.reserve("p", "m")  # another worker's next slot waits out the Retry-After
+    assert 0.4 <= wait <= 0.5 + 1e-3
+    time.sleep(0.2)
+    b.reserve("p", "m")  # many recovery windows have passed: the factor stays at the quoted cap
+    assert b.factor("p", "m") == 0.5
+    # a 429 without a quoted limit lowers the rate by decrease_factor (0.9), not by half
+    c = RedisRateLimiter(redis_client, {"q": Limits(requests_per_minute=600)})
+    assert c.throttled("q", "m") == 0.9
+
+
+def test_workers_stay_under_a_provider_that_counts_a_window(
+    redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """A provider that admits at most 30 calls in any sliding 3 s window (600/min): paced under its limit
+    from the first call, four workers do not push a window over. A window's margin is (1 - headroom) x its
+    length and must exceed how late a call can arrive after its slot: 0.6 s for the default 1 % of a 60 s
+    window; this short window gets 10 % (300 ms), and a call that a loaded machine delays past even that is
+    retried after the provider's Retry-After, which pauses every worker once."""
+    fake.configure(requests_per_minute=600, rate_limit_window_s=3.0, latency_ms_min=1, latency_ms_max=30)
+    settings = fake.provider_settings("openai", timeout_s=5, requests_per_minute=600)
+    policy = RetryPolicy(max_retries=3)
+
+    async def worker(i: int) -> None:
+        provider = make_provider("fake", settings)
+        lim = RedisRateLimiter(connect(_url(redis_client)), {"fake": settings}, RateLimitSettings(headroom=0.9))
+        try:
+            for j in range(15):
+                await call_with_retries(
+                    provider, greedy_request("fake", "m-8b", f"Worker {i} asks {j}"), policy, rate_limiter=lim
+                )
+        finally:
+            await provider.aclose()
+
+    async def main() -> None:
+        await asyncio.gather(*(worker(i) for i in range(4)))
+
+    asyncio.run(main())
+    stats = fake.stats()
+    assert stats.ok == 60
+    assert stats.faults["rate_limited"] <= 2, stats.faults

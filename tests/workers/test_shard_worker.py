@@ -6,22 +6,26 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import redis
 import redis.asyncio
+import structlog.testing
 
 from punchline.data.provider_settings import ModelSettings
 from punchline.data.puns.completions import greedy_request
+from punchline.data.response_cache import PACK_PREFIX, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
-from punchline.schedulers.leases import BudgetTerms, Leases
+from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, Settle
 from punchline.schedulers.ledger import Ledger
 from punchline.schedulers.rate_limit import RedisRateLimiter
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider
-from punchline.workers.shard_worker import ShardProcessor, WorkerConfig
+from punchline.workers.shard_worker import ShardProcessor, WorkerConfig, _Held
 from tests.fixtures.redis import client_url
 
 
@@ -43,7 +47,14 @@ def _plan(store: LocalStore, run_id: str, units: list[UnitSpec], shard_size: int
 
 
 def _run(
-    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, units: list[UnitSpec], *, window: int
+    tmp_path: Path,
+    redis_client: redis.Redis,
+    fake: FakeProviderServer,
+    units: list[UnitSpec],
+    *,
+    window: int,
+    leases_cls: type[Leases] = Leases,
+    lease_ms: int = 5_000,
 ) -> tuple[StagePlan, LocalStore, list[tuple[float, int]]]:
     run_id = f"w-{uuid.uuid4().hex[:8]}"
     store = LocalStore(tmp_path / "store")
@@ -62,7 +73,7 @@ def _run(
         models={m: ModelSettings(id=m, input_usd_per_mtok=1.0) for m in ("fast", "slow")},
     )
     url = client_url(redis_client)
-    cfg = WorkerConfig(run_id=run_id, redis_url=url, store_url=store.url, providers={"p": settings}, lease_ms=5_000)
+    cfg = WorkerConfig(run_id=run_id, redis_url=url, store_url=store.url, providers={"p": settings}, lease_ms=lease_ms)
     seen: list[tuple[float, int]] = []
 
     async def go() -> None:
@@ -70,7 +81,7 @@ def _run(
         proc = ShardProcessor(
             cfg,
             "w1",
-            leases=Leases(client, budget=BudgetTerms(run_id=run_id)),
+            leases=leases_cls(client, budget=BudgetTerms(run_id=run_id)),
             store=store,
             providers={"p": make_provider("p", settings)},
             limiter=RedisRateLimiter(redis_client, {"p": settings}),
@@ -119,3 +130,71 @@ def test_the_window_bounds_calls_in_flight(tmp_path: Path, redis_client: redis.R
     first_call = next(t for t, n in seen if n >= 1)
     assert max(n for t, n in seen if t < first_call + 0.25) <= 3  # the first wave has not returned yet
     assert fake.stats().total_calls == 12
+
+
+class _RacingLeases(Leases):
+    """Every renewal is held back until a commit has gone out after the renewal took its snapshot of
+    the held leases: the exact interleaving in which a heartbeat finds its own just-committed leases gone."""
+
+    raced: list[int] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commits = 0
+        self.committed: set[tuple[str, int]] = set()
+
+    async def commit_many(self, settles: Sequence[Settle]) -> list[bool]:
+        out = await super().commit_many(settles)
+        self.committed.update((st.grant.key, st.grant.token) for st in settles)
+        self.commits += 1
+        return out
+
+    async def commit_shard(self, *args: Any, **kwargs: Any) -> bool:
+        out = await super().commit_shard(*args, **kwargs)
+        self.commits += 1
+        return out
+
+    async def renew(self, lease_ms: int, **kwargs: Any) -> tuple[list[Grant], list[Claim]]:
+        seen = self.commits
+        snapshot = {(g.key, g.token) for g in kwargs.get("requests", ())}
+        for _ in range(100):  # at most 1 s, inside the 2 s lease: a test must not hang on a quiet worker
+            if snapshot & self.committed or (not snapshot and self.commits > seen):
+                break
+            await asyncio.sleep(0.01)
+        lost_requests, lost_shards = await super().renew(lease_ms, **kwargs)
+        _RacingLeases.raced.append(len(lost_requests) + len(lost_shards))
+        return lost_requests, lost_shards
+
+
+def test_a_commit_that_races_its_renewal_is_not_a_lost_lease(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """The heartbeat renews leases that commit while the renewal is on its way; Redis then reports them
+    gone, and that is not a loss: no ``lease_lost`` / ``shard_lease_lost`` warning, every unit paid once."""
+    fake.configure(latency_ms_for_model={"fast": 120.0})
+    _RacingLeases.raced = []
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "fast", f"Joke {i} ___")) for i in range(40)]
+    with structlog.testing.capture_logs() as logs:
+        _, store, _ = _run(tmp_path, redis_client, fake, units, window=4, leases_cls=_RacingLeases, lease_ms=2_000)
+    assert sum(_RacingLeases.raced) > 0, "the renewals never found a committed lease gone: no race happened"
+    assert [e for e in logs if e["event"] in ("lease_lost", "shard_lease_lost", "lease_lost_at_commit")] == []
+    assert fake.stats().total_calls == 40
+    # the answers were group-committed: fewer packs than answers, every answer readable by another process
+    assert 0 < len(list(store.list(PACK_PREFIX))) < 40
+    reader = ResponseCache(store)
+    assert all(reader.get(u.request.key()) is not None for u in units)
+
+
+def test_a_lease_really_lost_is_still_reported() -> None:
+    """The filter keeps real losses: a held lease that is not closing is lost; a closing or dropped one is not."""
+    held = _Held()
+    kept, closing, gone = (Grant(k, "w", 1) for k in ("a", "b", "c"))
+    for g in (kept, closing, gone):
+        held.hold(g)
+    held.closing(closing)
+    held.drop(gone)
+    shard = Claim(3, "w", 7)
+    held.shards[3] = shard
+    assert held.really_lost([kept, closing, gone], [shard]) == ([kept], [shard])
+    held.close_shard(shard)
+    assert held.really_lost([kept], [shard]) == ([kept], [])

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -66,6 +66,9 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     latency_ms_max: float = 0.0
     requests_per_minute: float | None = None
     rate_limit_burst: float | None = None  # requests; default one second's worth (at least 1)
+    # > 0: count a sliding window of this many seconds instead of GCRA (at most requests_per_minute *
+    # window / 60 admitted calls in any window), as providers that quote per-minute limits do
+    rate_limit_window_s: float = 0.0
     error_500_rate: float = 0.0
     error_503_rate: float = 0.0
     hang_rate: float = 0.0
@@ -172,6 +175,7 @@ class _State:
         self.book = JokeBook.load(config.puns_path or default_puns_path())
         self.answer_key = AnswerKey.load(config.humor_path or default_humor_path())
         self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
+        self.window: deque[float] = deque()  # admitted calls' times, with rate_limit_window_s
         self.reset()
 
     def reset(self) -> None:
@@ -186,6 +190,7 @@ class _State:
             self.output_tokens = 0
             self.models_calls = 0
             self.tat = 0.0
+            self.window.clear()
         self.batches.reset()
 
     def set_config(self, config: FakeConfig) -> None:
@@ -196,6 +201,7 @@ class _State:
         with self.lock:
             self.config = config
             self.tat = 0.0
+            self.window.clear()
 
     def stats(self, *, brief: bool = False) -> FakeStats:
         """The counters; ``brief`` leaves out the per-key call counts (one entry per request ever made),
@@ -219,7 +225,16 @@ class _State:
             self.total += 1
             self.calls[key] += 1
             self.by_model[model] += 1
-            if cfg.requests_per_minute:
+            if cfg.requests_per_minute and cfg.rate_limit_window_s > 0:
+                now = time.monotonic()
+                window = self.window
+                while window and window[0] <= now - cfg.rate_limit_window_s:
+                    window.popleft()
+                if len(window) >= cfg.requests_per_minute * cfg.rate_limit_window_s / 60.0:
+                    self.faults["rate_limited"] += 1
+                    return -1, window[0] + cfg.rate_limit_window_s - now
+                window.append(now)
+            elif cfg.requests_per_minute:
                 interval = 60.0 / cfg.requests_per_minute
                 burst = cfg.rate_limit_burst or max(1.0, cfg.requests_per_minute / 60.0)
                 now = time.monotonic()
@@ -336,6 +351,10 @@ class _Handler(BaseHTTPRequestHandler):
         if retry_after_s is not None:
             headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
             headers["retry-after-ms"] = str(max(1, round(retry_after_s * 1000)))
+        rpm = self.server.state.config.requests_per_minute
+        if status == 429 and rpm:  # what real providers say about their limit (per minute, OpenAI's names)
+            headers["x-ratelimit-limit-requests"] = f"{rpm:g}"
+            headers["x-ratelimit-remaining-requests"] = "0"
         if api == "anthropic":
             payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
         else:

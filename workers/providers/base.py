@@ -66,6 +66,23 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def parse_quoted_rpm(headers: Mapping[str, str] | None) -> float | None:
+    """The requests-per-minute limit a provider quotes (OpenAI's ``x-ratelimit-limit-requests``,
+    Anthropic's ``anthropic-ratelimit-requests-limit``), if any."""
+    if not headers:
+        return None
+    for name in ("x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"):
+        value = headers.get(name)
+        if value:
+            try:
+                quoted = float(value)
+            except ValueError:
+                continue
+            if quoted > 0:
+                return quoted
+    return None
+
+
 def redact(text: str, secret: str) -> str:
     """``text`` with the secret and any recognisable fragment of it masked."""
     if secret and len(secret) >= 8:
@@ -143,7 +160,9 @@ def status_error(
         detail = redact(message, secret)[:200]
     text = f"{where}: HTTP {status}: {detail}"
     if status in RETRYABLE_STATUSES or status >= 500:
-        return RetryableProviderError(text, status=status, retry_after_s=parse_retry_after(headers))
+        return RetryableProviderError(
+            text, status=status, retry_after_s=parse_retry_after(headers), quoted_rpm=parse_quoted_rpm(headers)
+        )
     return FatalProviderError(text, status=status)
 
 
