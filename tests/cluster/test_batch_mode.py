@@ -227,6 +227,5 @@ def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(
     for key, n in fake.batch_stats().billed_keys.items():
         paid[key] = paid.get(key, 0) + n
     assert paid and max(paid.values()) == 1, "a request was paid for twice (once online, once in a batch)"
-    # which run pays for what depends on which driver's workers come up first (a loaded machine may let the
-    # batch run lease everything): the guarantee is that together they paid for each request once
-    assert fake.batch_stats().billed
+    # which run pays for what depends on which driver's workers come up first (either may lease everything):
+    # the guarantee is that together they paid for each request once, which the lines above check
