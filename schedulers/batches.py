@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -53,6 +53,7 @@ import redis
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.requests import ProviderResponse
+from punchline.data.response_cache import MARKER_MS
 from punchline.data.store import Store
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters, fence_key, request_key
@@ -180,14 +181,21 @@ end
 return out
 """
 
-# KEYS: leases... ; ARGV: owner -> number released
+# KEYS: leases... ; ARGV: owner, marker_ms, then per key the pack holding its answer ('' = none) -> number released
+# A released lease whose answer is in a pack becomes the same done marker an online commit leaves, so an online
+# worker that takes the lease next reads that pack instead of trusting an index older than the answer.
 _RELEASE = """
 local n = 0
 local prefix = ARGV[1] .. '|'
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   if v and string.sub(v, 1, #prefix) == prefix then
-    redis.call('DEL', KEYS[i])
+    local pack = ARGV[2 + i] or ''
+    if pack ~= '' then
+      redis.call('SET', KEYS[i], '=' .. pack, 'PX', tonumber(ARGV[2]))
+    else
+      redis.call('DEL', KEYS[i])
+    end
     n = n + 1
   end
 end
@@ -239,10 +247,13 @@ class BatchLedger:
             held += [k for k, ok in zip(chunk, res, strict=True) if ok]
         return held
 
-    def release(self, owner: str, keys: Sequence[str]) -> None:
+    def release(self, owner: str, keys: Sequence[str], packs: Mapping[str, str | None] | None = None) -> None:
+        """Release the batch's leases; a key whose answer is in a pack (``packs``) leaves a done marker."""
         for i in range(0, len(keys), 500):
-            chunk = [request_key(self.ns, k) for k in keys[i : i + 500]]
-            self._redis(self._release, keys=chunk, args=[owner])
+            part = keys[i : i + 500]
+            chunk = [request_key(self.ns, k) for k in part]
+            marks = [(packs or {}).get(k) or "" for k in part]
+            self._redis(self._release, keys=chunk, args=[owner, MARKER_MS, *marks])
 
     # --- records -----------------------------------------------------------------------------------
 

@@ -638,7 +638,8 @@ class BatchRunner:
             for k in rec.keys
             if k in self.held and k not in self.answered and self.rounds.get(k, 0) < self.opt.max_rounds
         }
-        self.ledger.release(owner, [k for k in rec.keys if k not in keep])
+        done = [k for k in rec.keys if k not in keep]
+        self.ledger.release(owner, done, packs={k: self.cache.pack_of(k) for k in done if k in self.answered})
 
 
 def own_parts(raw: dict[str, PartOutcome], tag: str) -> dict[str, PartOutcome]:
