@@ -50,10 +50,12 @@ class _Attempts:
         backoff: Backoff,
         deadline_s: float | None,
         attempts: int | None,
+        when: Callable[[BaseException], bool] | None,
         on_retry: OnRetry | None,
         rng: random.Random | None,
     ) -> None:
         self.backoff = backoff
+        self.when = when
         self.deadline = None if deadline_s is None else time.monotonic() + deadline_s
         self.attempts = attempts
         self.on_retry = on_retry
@@ -62,7 +64,9 @@ class _Attempts:
 
     def next_delay_s(self, exc: BaseException) -> float | None:
         """The wait before the next attempt (cut short at the deadline, so the last attempt is made at
-        it), or None to give up: the deadline has passed or the attempts are spent."""
+        it), or None to give up: ``when`` refuses the error, the deadline has passed or the attempts are spent."""
+        if self.when is not None and not self.when(exc):
+            return None
         self.failed += 1
         if self.attempts is not None and self.failed >= self.attempts:
             return None
@@ -90,13 +94,11 @@ def retry_sync(
 ) -> T:
     """``op()``, tried again after ``retry_on`` errors (those ``when`` accepts, if given) until it
     succeeds, ``attempts`` calls were made, or ``deadline_s`` has passed; then the last error is raised."""
-    state = _Attempts(backoff, deadline_s, attempts, on_retry, rng)
+    state = _Attempts(backoff, deadline_s, attempts, when, on_retry, rng)
     while True:
         try:
             return op()
         except retry_on as exc:
-            if when is not None and not when(exc):
-                raise
             delay = state.next_delay_s(exc)
             if delay is None:
                 raise
@@ -115,13 +117,11 @@ async def retry_async(
     rng: random.Random | None = None,
 ) -> T:
     """:func:`retry_sync` for coroutines (``op`` makes a fresh awaitable per attempt)."""
-    state = _Attempts(backoff, deadline_s, attempts, on_retry, rng)
+    state = _Attempts(backoff, deadline_s, attempts, when, on_retry, rng)
     while True:
         try:
             return await op()
         except retry_on as exc:
-            if when is not None and not when(exc):
-                raise
             delay = state.next_delay_s(exc)
             if delay is None:
                 raise
