@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,26 @@ UNSEEN = {
     "punny": ["beacon"],
     "explanation": "written for the tests",
 }
+
+
+def driver_argv(cfg: Path, run_id: str, tmp_path: Path, *services: str) -> list[str]:
+    """``punchline run`` as a separate driver process (one the fault tests can kill -9), on the test's
+    store and runs folder; ``services`` adds e.g. ``--redis-url``/``--ray-address``."""
+    return [
+        sys.executable,
+        "-m",
+        "punchline.cluster.cli",
+        "run",
+        str(cfg),
+        "--run-id",
+        run_id,
+        "--store",
+        str(tmp_path / "store"),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        *services,
+        "--no-progress",
+    ]
 
 
 def write_jokes(path: Path, n: int, *, unseen: bool = False) -> Path:

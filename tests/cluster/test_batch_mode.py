@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from punchline.cluster.driver import run
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.workers.fake.server import FakeProviderServer
+from tests.cluster.conftest import driver_argv
 from tests.cluster.test_faults import ROOT, opts, wait_for
 from tests.workers.test_batch_runner import billed_parts
 
@@ -159,24 +159,9 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
     online, batch = batch_config(make_config)
     expected = online_baseline(tmp_path, online, redis_url, fake)
     fake.configure(**CRASHES[point])
-    argv = [
-        sys.executable,
-        "-m",
-        "punchline.cluster.cli",
-        "run",
-        str(batch),
-        "--run-id",
-        "killed",
-        "--store",
-        str(tmp_path / "store"),
-        "--runs-dir",
-        str(tmp_path / "runs"),
-        "--redis-url",
-        redis_url,
-        "--ray-address",
-        ray.get_runtime_context().gcs_address,
-        "--no-progress",
-    ]
+    argv = driver_argv(
+        batch, "killed", tmp_path, "--redis-url", redis_url, "--ray-address", ray.get_runtime_context().gcs_address
+    )
     store = LocalStore(tmp_path / "store")
 
     def at_point() -> bool:

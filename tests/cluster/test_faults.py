@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import ray
 
 from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.workers.fake.server import FakeProviderServer
+from tests.cluster.conftest import driver_argv
 
 pytestmark = pytest.mark.slow
 
@@ -116,22 +116,7 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
 ) -> None:
     cfg, expected = slow_run(tmp_path, make_config, fake, redis_url)
     address = ray.get_runtime_context().gcs_address
-    argv = [
-        sys.executable,
-        "-m",
-        "punchline.cluster.cli",
-        "run",
-        str(cfg),
-        "--run-id",
-        "killed",
-        "--store",
-        str(tmp_path / "store"),
-        "--runs-dir",
-        str(tmp_path / "runs"),
-        "--ray-address",
-        address,
-        "--no-progress",
-    ]
+    argv = driver_argv(cfg, "killed", tmp_path, "--ray-address", address)
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 2 or proc.poll() is not None, timeout_s=180)

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from punchline.data.requests import ProviderResponse
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitResult
 from punchline.workers.fake.server import FakeProviderServer
+from tests.cluster.conftest import driver_argv
 from tests.cluster.test_faults import ROOT, assert_guarantee, opts, wait_for
 
 DEMO = ROOT / "configs" / "prompts_demo.toml"
@@ -301,22 +301,7 @@ def test_online_batch_and_kill_9_resume_give_the_same_rows_each_request_paid_onc
     # kill), and the same bytes
     fake.reset()
     fake.configure(latency_ms_min=40, latency_ms_max=80)  # so that the kill lands mid-run
-    argv = [
-        sys.executable,
-        "-m",
-        "punchline.cluster.cli",
-        "run",
-        str(online),
-        "--run-id",
-        "killed",
-        "--store",
-        str(tmp_path / "store"),
-        "--runs-dir",
-        str(tmp_path / "runs"),
-        "--ray-address",
-        ray.get_runtime_context().gcs_address,
-        "--no-progress",
-    ]
+    argv = driver_argv(online, "killed", tmp_path, "--ray-address", ray.get_runtime_context().gcs_address)
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(lambda: fake.stats().total_calls >= units // 3 or proc.poll() is not None, timeout_s=240)
     assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
