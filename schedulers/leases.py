@@ -18,9 +18,10 @@ presumed dead and replaced), so a zombie can never release a successor's lease.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -249,6 +250,20 @@ _NO_RATE = [0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1]
 _NO_RATE_KEYS = ["{none}:req", "{none}:tok", "{none}:state", "{none}:mreq", "{none}:mtok"]
 
 
+@contextlib.contextmanager
+def _ledger_errors() -> Iterator[None]:
+    """Redis down or not ready yet (loading its AOF, busy with a script) becomes :class:`LedgerUnavailable`,
+    which the unit path waits out; any other reply error is a bug and goes up as it is."""
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        raise _unavailable(exc) from None
+    except redis.exceptions.ResponseError as exc:
+        if "LOADING" in str(exc) or "BUSY" in str(exc):
+            raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
+        raise
+
+
 def _unavailable(exc: BaseException) -> LedgerUnavailable:
     return LedgerUnavailable(f"Redis is unreachable: {type(exc).__name__}: {exc}")
 
@@ -272,14 +287,8 @@ class Leases:
         self._release_shard = client.register_script(_RELEASE_SHARD)
 
     async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
+        with _ledger_errors():
             return await script(keys=list(keys), args=list(args))
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise _unavailable(exc) from None
-        except redis.exceptions.ResponseError as exc:
-            if "LOADING" in str(exc) or "BUSY" in str(exc):
-                raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
-            raise
 
     @property
     def _cap(self) -> float:
@@ -357,14 +366,8 @@ class Leases:
                 ],
                 client=pipe,
             )
-        try:
+        with _ledger_errors():
             results = await pipe.execute()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise _unavailable(exc) from None
-        except redis.exceptions.ResponseError as exc:
-            if "LOADING" in str(exc) or "BUSY" in str(exc):
-                raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
-            raise
         return [bool(r) for r in results]
 
     async def release(self, grant: Grant) -> None:
