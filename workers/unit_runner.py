@@ -239,7 +239,7 @@ class UnitRunner:
                 usage.cache_hits += 1
                 pack = self.cache.pack_of(key) or ""
                 self.book.closing(grant)
-                committed = await self.leases.commit(grant, rate=rate, unused_tokens=tokens, pack=pack)
+                await self.leases.commit(grant, rate=rate, unused_tokens=tokens, pack=pack)
                 committed = True
                 return hit
             if grant.wait_s > 0:  # the rate-limit slot reserved with the lease
