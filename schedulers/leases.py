@@ -18,20 +18,18 @@ presumed dead and replaced), so a zombie can never release a successor's lease.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
 import redis
 import redis.asyncio
 
-from punchline.data.errors import LedgerUnavailable
 from punchline.data.response_cache import MARKER_MS
 from punchline.schedulers.budget import BUDGET_LUA, budget_keys, usage_key
-from punchline.schedulers.ledger import StageKeys, fence_key, request_key
+from punchline.schedulers.ledger import StageKeys, fence_key, ledger_errors, request_key, unavailable
 from punchline.schedulers.rate_limit import GCRA_LUA, RateScope
 
 # KEYS: lease, fence, rate scope (5), budget (3)
@@ -250,24 +248,6 @@ _NO_RATE = [0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1]
 _NO_RATE_KEYS = ["{none}:req", "{none}:tok", "{none}:state", "{none}:mreq", "{none}:mtok"]
 
 
-@contextlib.contextmanager
-def _ledger_errors() -> Iterator[None]:
-    """Redis down or not ready yet (loading its AOF, busy with a script) becomes :class:`LedgerUnavailable`,
-    which the unit path waits out; any other reply error is a bug and goes up as it is."""
-    try:
-        yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-        raise _unavailable(exc) from None
-    except redis.exceptions.ResponseError as exc:
-        if "LOADING" in str(exc) or "BUSY" in str(exc):
-            raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
-        raise
-
-
-def _unavailable(exc: BaseException) -> LedgerUnavailable:
-    return LedgerUnavailable(f"Redis is unreachable: {type(exc).__name__}: {exc}")
-
-
 class Leases:
     """A worker's lease client over ``redis.asyncio``: no thread hop, no blocking call on the event loop."""
 
@@ -287,7 +267,7 @@ class Leases:
         self._release_shard = client.register_script(_RELEASE_SHARD)
 
     async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        with _ledger_errors():
+        with ledger_errors():
             return await script(keys=list(keys), args=list(args))
 
     @property
@@ -366,7 +346,7 @@ class Leases:
                 ],
                 client=pipe,
             )
-        with _ledger_errors():
+        with ledger_errors():
             results = await pipe.execute()
         return [bool(r) for r in results]
 
@@ -409,7 +389,7 @@ class Leases:
         try:
             await self.r.hset(keys.failed, mapping=mapping)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
 
     async def release_shard(self, keys: StageKeys, claim: Claim) -> None:
         await self._run(self._release_shard, [keys.todo, keys.leased, keys.holders], [claim.shard, claim.holder])
@@ -438,7 +418,7 @@ class Leases:
         try:
             results = await pipe.execute()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         lost_requests: list[Grant] = []
         lost_shards: list[Claim] = []
         idx = 0

@@ -16,8 +16,9 @@ is rebuilt from the store (see :meth:`Ledger.init_stage`) and the response cache
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -92,6 +93,24 @@ def with_store_totals(counters: StageCounters, usage: ShardUsage) -> StageCounte
     return out
 
 
+@contextlib.contextmanager
+def ledger_errors() -> Iterator[None]:
+    """Redis down or not ready yet (loading its AOF, busy with a script) becomes :class:`LedgerUnavailable`,
+    which callers wait out; any other reply error is a bug and goes up as it is."""
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        raise unavailable(exc) from None
+    except redis.exceptions.ResponseError as exc:
+        if "LOADING" in str(exc) or "BUSY" in str(exc):
+            raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
+        raise
+
+
+def unavailable(exc: BaseException) -> LedgerUnavailable:
+    return LedgerUnavailable(f"Redis is unreachable: {type(exc).__name__}: {exc}")
+
+
 class Ledger:
     """The coordinator's view of the ledger. Every Redis failure surfaces as :class:`LedgerUnavailable`."""
 
@@ -100,14 +119,8 @@ class Ledger:
         self.ns = namespace
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with ledger_errors():
             return fn(*args, **kwargs)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise LedgerUnavailable(f"Redis is unreachable: {exc}") from None
-        except redis.exceptions.ResponseError as exc:
-            if "LOADING" in str(exc) or "BUSY" in str(exc):
-                raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
-            raise
 
     def keys(self, run_id: str, stage: str) -> StageKeys:
         return StageKeys(self.ns, run_id, stage)
