@@ -101,7 +101,7 @@ class WorkerPool:
 
         strategy = NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False)
         self.started += 1
-        name = f"punchline:{self.run_id}:{self.token}:{self.stage}:{slot.node_id[:12]}:{slot.index}:{self.started}"
+        name = f"punchline:{self.run_id}:{self.stage}:{slot.node_id[:12]}:{slot.index}:{self.started}:{self.token}"
         slot.actor = self.actor_cls.options(
             name=name, lifetime="detached", num_cpus=self.cpus, scheduling_strategy=strategy
         ).remote(self.cfg_bytes, name)
