@@ -46,7 +46,7 @@ from punchline.data.errors import LedgerUnavailable, PunchlineError
 PID_CHECK_S = 0.2
 CLAIM_CHECK_S = 2.0
 CLAIM_GRACE_S = 12.0  # a live driver sets a missing claim again within its renewal period (10 s)
-OWNER_CHECK_S = 2.0  # how often the lifeguard asks Ray whether the worker's job (its driver) is alive
+OWNER_CHECK_S = 5.0  # how often the lifeguard asks Ray whether the worker's job (its driver) is alive
 
 log = structlog.get_logger("punchline.worker")
 
@@ -91,23 +91,36 @@ class DriverWatch:
         """The driver ran on this machine and its process no longer exists."""
         return bool(self._pid) and _process_gone(self._pid)
 
-    async def claim_lost(self) -> bool:
-        """The run's claim no longer holds this driver's value (an unreachable ledger says nothing:
-        without it no lease can be taken anyway)."""
-        if not self.claim:
-            return False
+    async def _held(self) -> tuple[bool, str | None]:
+        """(read, the claim's value now); an unreachable ledger reads nothing (and says nothing: without
+        it no lease can be taken anyway)."""
         try:
             held = await self.r.get(self.key)
         except Exception:  # ledger down: fail closed elsewhere, decide nothing here
+            return False, None
+        return True, held.decode() if isinstance(held, bytes) else held
+
+    async def claim_lost(self) -> bool:
+        """The run's claim no longer holds this driver's value."""
+        if not self.claim:
             return False
-        if isinstance(held, bytes):
-            held = held.decode()
+        read, held = await self._held()
+        if not read:
+            return False
         if held is None:  # lapsed, or the ledger was wiped: gone only if it stays missing
             now = time.monotonic()
             self._missing_since = self._missing_since or now
             return now - self._missing_since > CLAIM_GRACE_S
         self._missing_since = None
         return held != self.claim
+
+    async def claim_taken(self) -> bool:
+        """Another driver holds the run's claim now (a resumed driver took the run over). Unlike a lapsed
+        claim, which a paused driver takes again when it wakes, this one never comes back."""
+        if not self.claim:
+            return False
+        read, held = await self._held()
+        return read and held is not None and held != self.claim
 
     async def check(self) -> bool:
         """True (and ``gone`` set) when the driver is gone."""
@@ -135,7 +148,12 @@ class DriverWatch:
 
 
 class Lifeguard:
-    """Ends a worker once its driver is gone and no ``work`` call of it is left running.
+    """Ends a worker once its driver is gone for good and no ``work`` call of it is left running.
+
+    Gone for good: its process no longer exists (same machine), another driver took the run's claim, or
+    Ray says the job that created the worker is dead. A claim that merely lapsed is not enough (a paused
+    driver takes it again when it wakes, and finds its workers still there): the ``work`` calls stop
+    taking units meanwhile (:meth:`DriverWatch.watch`), and Ray's job record decides.
 
     ``make_watch`` builds the :class:`DriverWatch` inside the lifeguard's own thread (its Redis client
     belongs to that thread's event loop); ``owner_gone`` says whether the job that created the worker
@@ -180,20 +198,20 @@ class Lifeguard:
 
     async def _main(self) -> None:
         watch = self.make_watch()
-        claim = asyncio.create_task(watch.watch(self.gone.set))
-        since_owner = 0.0
-        try:
-            while not self.gone.is_set():
-                await asyncio.sleep(PID_CHECK_S)
-                since_owner += PID_CHECK_S
-                if since_owner >= OWNER_CHECK_S:
-                    since_owner = 0.0
-                    if await asyncio.to_thread(self._owner_gone):
-                        self.gone.set()
-        finally:
-            claim.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await claim
+        since_claim = since_owner = 0.0
+        while not self.gone.is_set():
+            await asyncio.sleep(PID_CHECK_S)
+            since_claim += PID_CHECK_S
+            since_owner += PID_CHECK_S
+            gone = watch.process_gone()
+            if not gone and since_claim >= CLAIM_CHECK_S:
+                since_claim = 0.0
+                gone = await watch.claim_taken()
+            if not gone and since_owner >= OWNER_CHECK_S:
+                since_owner = 0.0
+                gone = await asyncio.to_thread(self._owner_gone)
+            if gone:
+                self.gone.set()
         log.warning("driver_gone_draining")
         while self.busy():  # the work calls finish their calls in flight and commit them
             await asyncio.sleep(PID_CHECK_S)

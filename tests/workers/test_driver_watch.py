@@ -1,6 +1,6 @@
 """The lifeguard of a detached worker, without Ray, against real Redis: once the driver is gone (its process
 killed on this machine, its claim taken over, or its Ray job ended) it waits for the running work calls,
-then ends the worker, exactly once; while the driver lives it never does."""
+then ends the worker, exactly once; while the driver lives (or is paused: its claim lapsed) it never does."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from punchline.schedulers.redis_client import connect_async
+from punchline.workers import driver_watch
 from punchline.workers.driver_watch import DriverWatch, Lifeguard, driver_claim_key
 from tests.fixtures.redis import client_url
 
@@ -82,15 +84,17 @@ def test_a_killed_driver_ends_the_worker_after_its_running_work(redis_client: re
         driver.wait()
 
 
-def test_a_resumed_driver_taking_the_claim_ends_the_old_workers(redis_client: redis.Redis) -> None:
+def test_a_resumed_driver_taking_the_claim_ends_the_old_workers_a_lapsed_claim_does_not(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(driver_watch, "CLAIM_GRACE_S", 0.5)
     url = client_url(redis_client)
     run_id = f"lg-{uuid.uuid4().hex[:8]}"
     old = json.dumps({"host": "another-machine", "pid": 1, "token": "a"})  # no pid to check here
-    redis_client.set(driver_claim_key(run_id), old, px=30_000)
     worker = _Worker()
     guard = _guard(url, run_id, old, worker, lambda: False)
-    time.sleep(2.5)  # past one claim check
-    assert worker.leaves == 0
+    time.sleep(4.5)  # the claim missing (lapsed: a paused driver) for two claim checks, past the grace
+    assert worker.leaves == 0 and not guard.gone.is_set()
     redis_client.set(driver_claim_key(run_id), _claim(12345), px=30_000)
     assert _wait(lambda: worker.leaves == 1)
     guard.join(10)
