@@ -486,7 +486,7 @@ def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
 
 def _job_ended(job_id: str) -> bool:
     """Whether Ray has marked this job (the driver that created the worker) dead."""
-    import ray._private.state  # lazy: ray (a public job-state API needs the dashboard; this asks the GCS)
+    import ray._private.state  # lazy: ray takes seconds to import (the public job API needs the dashboard: GCS here)
 
     return any(j["JobID"] == job_id and j["IsDead"] for j in ray._private.state.jobs())
 
@@ -498,7 +498,7 @@ class ShardWorker:
     flight finish and are committed; its :class:`Lifeguard` then ends it (``driver_watch.py``)."""
 
     def __init__(self, cfg_bytes: bytes, worker_id: str) -> None:
-        import ray  # lazy: ray
+        import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
 
         cfg = msgspec.msgpack.decode(cfg_bytes, type=WorkerConfig)
         if cfg.log_path:
@@ -527,7 +527,7 @@ class ShardWorker:
 
     async def leave(self) -> None:
         """End this actor (its lifeguard calls it once the driver is gone and no work call is left)."""
-        import ray  # lazy: ray
+        import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
 
         ray.actor.exit_actor()
 
@@ -536,7 +536,7 @@ class ShardWorker:
 
 
 def worker_actor_class(max_concurrency: int = 64) -> Any:
-    import ray  # lazy: ray
+    import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
 
     options: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0, "max_concurrency": max_concurrency}
     return ray.remote(**options)(ShardWorker)
