@@ -365,8 +365,8 @@ class _StageRun:
         try:
             if cached is None:
                 await slot.take()
-                if self.p.driver.gone or self.p.driver.process_gone():  # one syscall: no unit starts in the
-                    # watch's 0.2 s after a kill -9 (the driver's own machine)
+                # the pid too (one syscall): no unit starts in the watch's 0.2 s after a kill -9 on this machine
+                if self.p.driver.gone or self.p.driver.process_gone():
                     raise DriverGone(f"the driver of run {self.plan.run_id} is gone")
         except BaseException:
             slot.free()
