@@ -32,6 +32,7 @@ from punchline.data.humor.report import REPORT_JSON, HumorReport, headlines
 from punchline.data.humor.schema import HumorFile, HumorItem
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
+from punchline.data.settings import runs_dir as resolve_runs_dir
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.workers.fake.server import FakeConfig
@@ -461,13 +462,11 @@ PIPELINE = HumorPipeline()
 def _run_record(run_id: str, runs_dir: str | None) -> tuple[RunRecord, RunConfig]:
     """A Humor run's record and its config (as recorded when the run started; relative paths resolve
     against the config's original folder)."""
-    import os
-
     from punchline.cluster.config import check_run_id, load_config
     from punchline.cluster.driver import RunRecord
 
     check_run_id(run_id, field="RUN")
-    path = Path(runs_dir or os.environ.get("PUNCHLINE_RUNS_DIR", "runs")) / run_id / "run.json"
+    path = Path(resolve_runs_dir(runs_dir)) / run_id / "run.json"
     try:
         record = msgspec.json.decode(path.read_bytes(), type=RunRecord)
     except OSError:
