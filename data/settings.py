@@ -35,7 +35,8 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 class EnvVar(Generic[T]):
     """One environment variable. ``also``: other tools' variables read when this one is unset (Ray's
     ``RAY_ADDRESS``); ``flag``: the command-line option that wins over it; ``job``: ``punchline submit
-    --env`` may set it for one job (never a secret); ``secret``: its value may hold a credential."""
+    --env`` may set it for one job (never a secret); ``secret``: its value may hold a credential; an
+    empty value counts as unset unless ``empty_ok`` is False."""
 
     name: str
     kind: Kind
@@ -49,6 +50,7 @@ class EnvVar(Generic[T]):
     flag: str = ""
     job: bool = False
     secret: bool = False
+    empty_ok: bool = True  # False: set but empty is a mistake, not "unset" (an empty folder name)
 
     def raw(self, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
         """(the variable's name, its text) of the first of ``name``, ``also`` that is set and not empty."""
@@ -57,6 +59,8 @@ class EnvVar(Generic[T]):
             text = source.get(name, "").strip()
             if text:
                 return name, text
+            if name in source and not self.empty_ok:
+                raise ConfigError("is set but empty: give a value or unset it", field=name)
         return None
 
     def given(self, env: Mapping[str, str] | None = None) -> T | None:
@@ -94,7 +98,7 @@ class EnvVar(Generic[T]):
     def check(self, value: float, field: str | None = None, shown: str | None = None) -> None:
         """Refuse a value out of this variable's range, naming ``field`` (e.g. the flag that gave it)."""
         if not self.in_range(value):
-            raise ConfigError(f"must be {self.range_text()}, got {shown or value}", field=field or self.name)
+            raise ConfigError(f"must be in {self.range_text()}, got {shown or value}", field=field or self.name)
 
     def in_range(self, value: float) -> bool:
         if not math.isfinite(value):
@@ -106,14 +110,26 @@ class EnvVar(Generic[T]):
         )
 
     def range_text(self) -> str:
-        """The range in words (``between 0 and 100000``, ``> 0 and <= 86400``); "" for no range."""
-        if self.choices:
-            return " | ".join(self.choices)
-        low = f">= {self.ge:g}" if self.ge is not None else f"> {self.gt:g}" if self.gt is not None else ""
-        high = f"<= {self.le:g}" if self.le is not None else ""
-        if self.ge is not None and high:
-            return f"between {self.ge:g} and {self.le:g}"
-        return " and ".join(p for p in (low, high) if p)
+        """The range in words (``0 – 100000``, ``> 0 and <= 86400``); "" for none."""
+        return bounds_text(ge=self.ge, gt=self.gt, le=self.le)
+
+
+def number(value: float) -> str:
+    """A bound as people write it: ``86400``, ``0.5``, ``1e-06``."""
+    if isinstance(value, int):
+        return str(value)
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
+def bounds_text(
+    *, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None
+) -> str:
+    """Numeric bounds in words, for error messages and the settings reference alike."""
+    if ge is not None and le is not None:
+        return f"{number(ge)} – {number(le)}"
+    low = f">= {number(ge)}" if ge is not None else f"> {number(gt)}" if gt is not None else ""
+    high = f"<= {number(le)}" if le is not None else f"< {number(lt)}" if lt is not None else ""
+    return " and ".join(p for p in (low, high) if p)
 
 
 def env_values(fields: Mapping[str, EnvVar[Any]], env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -146,6 +162,7 @@ RUNS_DIR: EnvVar[str] = EnvVar(
     "runs",
     "local folder of run records, logs, the embedded ledger and the default store (every command that reads runs)",
     flag="--runs-dir",
+    empty_ok=False,
 )
 STORE: EnvVar[str | None] = EnvVar(
     "PUNCHLINE_STORE",
