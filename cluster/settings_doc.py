@@ -116,26 +116,30 @@ def _default(field: mi.Field) -> str:
     return f"`{json.dumps(msgspec.to_builtins(value), ensure_ascii=False)}`"
 
 
+def _nested(path: str, t: mi.Type) -> Iterator[tuple[str, type[msgspec.Struct]]]:
+    """The tables a field's type holds: a Struct, a table of Structs (``<name>``), an array of them (``[]``)."""
+    for m in _members(t):
+        if isinstance(m, mi.StructType):
+            yield path, m.cls
+        elif isinstance(m, mi.DictType):
+            yield from _nested(f"{path}.<name>", m.value_type)
+        elif isinstance(m, mi.ListType):
+            yield from _nested(f"{path}[]", m.item_type)
+
+
 def _tables(path: str, struct: type[msgspec.Struct]) -> Iterator[TableDoc]:
     """``struct``'s own table, then the tables nested in it (sub-Structs, tables of Structs)."""
     info = mi.type_info(struct)
     assert isinstance(info, mi.StructType)
     summary = " ".join((struct.__doc__ or "").split("\n\n")[0].split()).replace("```", "").replace("``", "`")
     keys = []
-    nested: list[tuple[str, type[msgspec.Struct]]] = []
     for f in info.fields:
         _, description = _unwrap(f.type)
         keys.append(Key(f.encode_name, _type_name(f.type), _default(f), _range(f.type), description))
-        for m in _members(f.type):
-            if isinstance(m, mi.StructType):
-                nested.append((f"{path}.{f.encode_name}", m.cls))
-            elif isinstance(m, mi.DictType) and isinstance(_unwrap(m.value_type)[0], mi.StructType):
-                nested.append((f"{path}.{f.encode_name}.<name>", _unwrap(m.value_type)[0].cls))  # type: ignore[union-attr]
-            elif isinstance(m, mi.ListType) and isinstance(_unwrap(m.item_type)[0], mi.StructType):
-                nested.append((f"{path}.{f.encode_name}[]", _unwrap(m.item_type)[0].cls))  # type: ignore[union-attr]
     yield TableDoc(path, summary, keys)
-    for sub_path, cls in nested:
-        yield from _tables(sub_path, cls)
+    for f in info.fields:
+        for sub_path, cls in _nested(f"{path}.{f.encode_name}", f.type):
+            yield from _tables(sub_path, cls)
 
 
 def config_tables() -> list[TableDoc]:
@@ -144,11 +148,8 @@ def config_tables() -> list[TableDoc]:
     assert isinstance(info, mi.StructType)
     out: list[TableDoc] = []
     for f in info.fields:
-        for m in _members(f.type):
-            if isinstance(m, mi.StructType):
-                out += _tables(f.encode_name, m.cls)
-            elif isinstance(m, mi.DictType) and isinstance(_unwrap(m.value_type)[0], mi.StructType):
-                out += _tables(f"{f.encode_name}.<name>", _unwrap(m.value_type)[0].cls)  # type: ignore[union-attr]
+        for path, cls in _nested(f.encode_name, f.type):
+            out += _tables(path, cls)
     for name in BUILTINS:
         out += _tables(name, resolve(name).settings_type)
     return out
