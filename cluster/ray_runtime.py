@@ -58,7 +58,7 @@ class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
         """``PUNCHLINE_RAY_ADDRESS`` (else ``RAY_ADDRESS``); ``PUNCHLINE_RAY_NUM_CPUS`` for local;
         the ``FORWARD_ENV`` variables that are set, for the workers."""
         source = os.environ if env is None else env
-        address = RAY_ADDRESS.get(env)
+        address = RAY_ADDRESS.get(env) or source.get("RAY_ADDRESS", "").strip() or None  # Ray's own, under ours
         forwarded = {name: source[name] for name in FORWARD_ENV if source.get(name)}
         return cls(address=None if address == "local" else address, num_cpus=RAY_NUM_CPUS.get(env), env_vars=forwarded)
 

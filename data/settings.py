@@ -186,8 +186,7 @@ RAY_ADDRESS: EnvVar[str | None] = EnvVar(
     "str",
     None,
     "the Ray cluster to join (ray://head:10001, head:6379, auto; local: a private local Ray, the default); "
-    "else RAY_ADDRESS",
-    also=("RAY_ADDRESS",),
+    "over [run] ray_address, which is over Ray's own RAY_ADDRESS",
     flag="--ray-address",
 )
 RAY_NUM_CPUS: EnvVar[int | None] = EnvVar(
