@@ -40,8 +40,8 @@ class AutoscaleSettings(msgspec.Struct, frozen=True, kw_only=True):
     fixed-size or local cluster). ``node_cpus``: the CPUs of one worker node, the bundle size asked
     for per node (default: the largest alive worker node's)."""
 
-    max_workers: int = 0
-    node_cpus: float | None = None
+    max_workers: int = MAX_WORKERS.default
+    node_cpus: float | None = WORKER_NODE_CPUS.default
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AutoscaleSettings:

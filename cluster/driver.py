@@ -88,7 +88,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     """Command-line / environment overrides of the config's ``[run]`` table."""
 
     run_id: str | None = None
-    runs_dir: str = "runs"
+    runs_dir: str = env_registry.RUNS_DIR.default
     redis_url: str | None = None
     store: str | None = None
     ray_address: str | None = None

@@ -170,8 +170,9 @@ def test_every_command_reads_the_runs_folder_of_punchline_runs_dir(
     assert '"run_id":"env-run-1"' in capsys.readouterr().out
     assert main(["batches", "env-run-1", "--json"]) == 0
     assert capsys.readouterr().out.strip() == "[]"
-    assert main(["retry-failed", "no-such-run"]) == 2
-    assert str(elsewhere) in capsys.readouterr().err  # it looked in the variable's folder
+    for command in (["retry-failed", "no-such-run"], ["humor", "submission", "no-such-run"]):
+        assert main(command) == 2
+        assert str(elsewhere) in capsys.readouterr().err, command  # it looked in the variable's folder
     other = tmp_path / "flag"
     _record(other, "flag-run")
     assert main(["runs", "--runs-dir", str(other)]) == 0
