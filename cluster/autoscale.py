@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import msgspec
 import structlog
 
+from punchline.cluster.ray_runtime import alive_nodes
 from punchline.data.errors import ConfigError
 
 log = structlog.get_logger("punchline.autoscale")
@@ -79,14 +80,12 @@ class AutoscaleSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def ray_request_resources() -> RequestResources:
-    from ray.autoscaler.sdk import request_resources
+    from ray.autoscaler.sdk import request_resources  # lazy: ray takes seconds to import
 
     return request_resources
 
 
 def ray_worker_node_cpus() -> list[float]:
-    from punchline.cluster.ray_runtime import alive_nodes
-
     return [n.cpus for n in alive_nodes() if n.cpus > 0]
 
 

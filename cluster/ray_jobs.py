@@ -36,7 +36,8 @@ from typing import Any
 
 import msgspec
 
-from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.autoscale import AutoscaleSettings
+from punchline.cluster.config import RunConfig, load_config, resolve_path
 from punchline.cluster.ray_runtime import raise_if_auth
 from punchline.cluster.registry import FIELD, pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
@@ -151,8 +152,6 @@ def check_submit_options(opts: SubmitOptions) -> None:
             f"want 1-128 letters, digits, '.', '_', '-', got {opts.submission_id!r}", field="--submission-id"
         )
     if opts.max_workers is not None:
-        from punchline.cluster.autoscale import AutoscaleSettings
-
         AutoscaleSettings.from_env({}, max_workers=opts.max_workers)
     if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
         raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
@@ -189,8 +188,6 @@ def stage(config_path: str, into: Path) -> str:
     """Copy the config and its relative inputs into ``into`` keeping their relative layout; the
     config's path inside ``into``. Absolute paths in the config are left alone (they name files on
     the cluster, e.g. a shared mount); ``api_key_file`` is never copied (a secret)."""
-    from punchline.cluster.config import resolve_path
-
     cfg = load_config(config_path)
     config = Path(config_path).absolute()
     folder = config.parent
@@ -229,10 +226,10 @@ def entrypoint(config_rel: str, run_id: str, opts: SubmitOptions) -> str:
 
 def client(address: str) -> Any:
     """A ``JobSubmissionClient`` for the cluster's dashboard (token auth when a token is configured)."""
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient  # lazy: ray takes seconds to import
 
     try:
-        from ray._private.authentication import authentication_token_setup as token_setup
+        from ray._private.authentication import authentication_token_setup as token_setup  # lazy: ray
 
         # Ray announces the mode with a warning; our commands print one line, so keep it quiet
         logging.getLogger(token_setup.__name__).setLevel(logging.ERROR)

@@ -145,7 +145,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
     counts = tier_counts(ranked)
     print(f"wrote {out}: {len(ranked)} jokes; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if plot is not None:
-        from punchline.data.puns.plots import plot_tiers  # matplotlib: only when a plot is asked for
+        from punchline.data.puns.plots import plot_tiers  # lazy: matplotlib, only when a plot is asked for
 
         atomic_write_bytes(plot, plot_tiers(ranked))
         print(f"wrote {plot}")

@@ -21,6 +21,10 @@ import msgspec
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.pipelines import puns
 from punchline.data.errors import ConfigError, InputError
+from punchline.data.puns.classify import candidates, merge_all
+from punchline.data.puns.cloze import build_tests
+from punchline.data.puns.cloze_report import ClozeReport
+from punchline.data.puns.completions import build_raw_entry
 from punchline.data.puns.puns_history import (
     PUBLISHED_DELTA_PP,
     PUBLISHED_TIERS,
@@ -36,7 +40,9 @@ from punchline.data.puns.puns_history import (
     is_published_selection,
     lists_as_classified,
 )
+from punchline.data.puns.puns_io import load_classified, load_cloze_tests, load_puns, load_raw_completions
 from punchline.data.puns.schemas import ClozeTest, PunEntry
+from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
 from punchline.data.store import Store
 from punchline.data.units import RunState
 
@@ -146,12 +152,6 @@ def reproduce_config_text(template: str, upstream: UpstreamFiles) -> str:
 def predicted_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest]:
     """The cloze tests the run will build: its collect and classify stages replay the recorded answers,
     so its tiers follow from its lists and upstream's verdicts, computed here by the same functions."""
-    from punchline.data.puns.classify import candidates, merge_all
-    from punchline.data.puns.cloze import build_tests
-    from punchline.data.puns.completions import build_raw_entry
-    from punchline.data.puns.puns_io import load_classified, load_raw_completions
-    from punchline.data.puns.tiers import apply_rankings, rank
-
     cloze = puns.settings_of(cfg).cloze
     assert cloze is not None
     jokes = puns.run_jokes(cfg)
@@ -220,9 +220,6 @@ class Reproduction(msgspec.Struct, kw_only=True):
 
 def summarize(store: Store, record: Any, upstream: UpstreamFiles) -> Reproduction:
     """Read the run's artifacts and compare them with the published numbers."""
-    from punchline.data.puns.cloze_report import ClozeReport
-    from punchline.data.puns.puns_io import load_classified, load_cloze_tests, load_puns
-    from punchline.data.puns.tiers import tier_counts
 
     def artifact(name: str) -> bytes | None:
         return store.get(f"{record.run_id}/artifacts/{name}")

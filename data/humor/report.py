@@ -193,10 +193,10 @@ def render_markdown(report: HumorReport) -> str:
 
 
 def render_confusion_png(report: HumorReport) -> bytes:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib takes a second to import; only the PNG needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above (after choosing the Agg backend)
 
     conf = report.confusion
     fig, ax = plt.subplots(figsize=(10, 8.5))
