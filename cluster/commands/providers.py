@@ -10,11 +10,9 @@ from typing import Any
 
 import msgspec
 
-from punchline.cluster.config import check_service_url, load_config
-from punchline.cluster.pipelines.puns import run_jokes
-from punchline.cluster.pipelines.puns_legacy import LegacyTargets, import_legacy, targets_from_config
+from punchline.cluster.pipelines.puns_legacy import import_legacy_files
 from punchline.data.errors import ConfigError
-from punchline.data.jsonio import check_out_dir, validation_location
+from punchline.data.jsonio import validation_location
 from punchline.workers.fake.checks import check_simulator
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
 
@@ -96,16 +94,8 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
 
 
 def cmd_import_legacy(args: argparse.Namespace) -> int:
-    if not (args.raw or args.cloze):
-        raise ConfigError("nothing to import: give --raw (and --classified) and/or --cloze with --tests")
-    check_service_url(args.store, "--store")
-    if "://" not in args.store:
-        check_out_dir(args.store, flag="--store")
-    cfg = load_config(args.config) if args.config else None
-    targets = targets_from_config(cfg) if cfg is not None else LegacyTargets()
-    jokes = run_jokes(cfg) if cfg is not None and args.classified else None
-    report = import_legacy(
-        args.raw, args.classified, args.store, targets, jokes=jokes, cloze_path=args.cloze, tests_path=args.tests
+    report = import_legacy_files(
+        args.raw, args.classified, args.store, config_path=args.config, cloze_path=args.cloze, tests_path=args.tests
     )
     print(report.describe(args.store))
     return 0

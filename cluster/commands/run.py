@@ -25,12 +25,11 @@ from punchline.cluster.cli_shared import (
 from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
-from punchline.cluster.retry_failed import drop_failed_shards
+from punchline.cluster.retry_failed import drop_failed
 from punchline.cluster.run_checks import check_environment, check_run
-from punchline.cluster.runs import list_runs, load_run_record
+from punchline.cluster.runs import list_runs
 from punchline.cluster.status import StatusView, run_status
 from punchline.data.errors import InputError
-from punchline.data.stores import open_store
 
 
 def register(sub: Any) -> None:
@@ -145,11 +144,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_failed(args: argparse.Namespace) -> int:
-    record = load_run_record(args.runs_dir, args.run_id)
-    dropped = drop_failed_shards(record, open_store(record.services.store_url))
-    Console(stderr=True).print(f"dropped {dropped.count} shards with failed units; resuming {record.run_id}")
-    opts = RunOptions.from_env(run_id=record.run_id, runs_dir=args.runs_dir, store=record.services.store_url)
-    return exit_status(run_and_report(record.config_path, opts, args.no_progress))
+    dropped = drop_failed(args.runs_dir, args.run_id)
+    Console(stderr=True).print(f"dropped {dropped.count} shards with failed units; resuming {dropped.run_id}")
+    opts = RunOptions.from_env(run_id=dropped.run_id, runs_dir=args.runs_dir, store=dropped.store_url)
+    return exit_status(run_and_report(dropped.config_path, opts, args.no_progress))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
