@@ -9,28 +9,22 @@ as it was.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import tempfile
-from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from punchline.cluster.cli_shared import add_run_options, exit_status, run_and_report, run_options
-from punchline.cluster.config import load_config
-from punchline.cluster.pipelines import puns_reproduce as rep
-from punchline.cluster.pipelines.puns import run_jokes
-from punchline.cluster.pipelines.puns_legacy import import_legacy, targets_from_config
-from punchline.cluster.pipelines.puns_reproduce import Reproduction, UpstreamFiles
+from punchline.cluster.pipelines.puns_reproduce import (
+    Reproduction,
+    UpstreamFiles,
+    prepare_reproduction,
+    reproduction_of,
+)
 from punchline.data.errors import InputError
 from punchline.data.jsonio import atomic_write_bytes, check_out_dir
 from punchline.data.puns import puns_io
 from punchline.data.puns.cloze import build_tests
 from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
 from punchline.data.puns.puns_history import PUBLISHED_TIERS
-from punchline.data.puns.puns_io import dump_cloze_tests
 from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
-from punchline.data.stores import open_store
 
 
 def register(sub: Any) -> None:
@@ -178,39 +172,17 @@ def cmd_cloze_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    upstream = rep.find_upstream(args.upstream, cloze=args.cloze, tests=args.published_tests)
-    text = rep.reproduce_config_text(args.config, upstream)
-    run_id = args.run_id or f"puns-reproduce-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-    opts = run_options(args, run_id=run_id, offline=True)
-    with tempfile.TemporaryDirectory() as tmp:  # check everything before writing anything
-        (Path(tmp) / rep.CONFIG_NAME).write_text(text, encoding="utf-8")
-        cfg = load_config(Path(tmp) / rep.CONFIG_NAME)
-        tests = rep.answered_tests(cfg, upstream) if upstream.cloze_answers else None
-        if upstream.cloze_answers:  # the recorded answers must fit the tests they are keyed by
-            answered = tests if tests is not None else puns_io.load_cloze_tests(str(upstream.published_tests))
-            puns_io.load_cloze_responses(upstream.cloze_answers, answered)
-    run_dir = Path(opts.runs_dir) / run_id
-    config_path = run_dir / rep.CONFIG_NAME
-    atomic_write_bytes(config_path, text.encode("utf-8"))
-    tests_path = upstream.published_tests if upstream.cloze_answers else None
-    if tests is not None:
-        tests_path = str(run_dir / rep.ANSWERED_TESTS_NAME)
-        dump_cloze_tests(tests_path, tests)
-    cfg = msgspec.structs.replace(cfg, source=str(config_path))  # the same text, now where the run reads it
-    store_url = opts.store or cfg.run.store or opts.runs_dir
-    imported = import_legacy(
-        upstream.raw,
-        upstream.classified,
-        store_url,
-        targets_from_config(cfg),
-        jokes=run_jokes(cfg),
-        cloze_path=upstream.cloze_answers,
-        tests_path=tests_path,
+    prepared = prepare_reproduction(
+        args.config,
+        run_options(args, offline=True),
+        upstream_folder=args.upstream,
+        cloze=args.cloze,
+        published_tests=args.published_tests,
     )
-    print(imported.describe(store_url), flush=True)
-    record = run_and_report(str(config_path), opts, args.no_progress or args.verbose, cfg)
-    result = rep.summarize(open_store(record.services.store_url), record, upstream)
-    print(render_reproduction(result, upstream))
+    print(prepared.imported.describe(prepared.store_url), flush=True)
+    record = run_and_report(prepared.config_path, prepared.opts, args.no_progress or args.verbose, prepared.cfg)
+    result = reproduction_of(record, prepared.upstream)
+    print(render_reproduction(result, prepared.upstream))
     return exit_status(record) or (0 if result.matches else 1)
 
 
