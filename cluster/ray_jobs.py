@@ -30,6 +30,7 @@ import re
 import secrets
 import shlex
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -315,6 +316,16 @@ def list_jobs(address: str, *, everything: bool = False) -> list[JobRow]:
 
 def status(address: str, job_id: str) -> str:
     return str(_call(address, job_id, lambda c: getattr(c.get_job_status(job_id), "value", "")))
+
+
+def wait_until_ended(address: str, job_id: str, *, poll_s: float = 0.5) -> str:
+    """The job's state once it has ended (one of :data:`TERMINAL`), asking every ``poll_s`` seconds (a log
+    stream can end a moment before the status does; a stop takes Ray's grace period)."""
+    state = status(address, job_id)
+    while state not in TERMINAL:
+        time.sleep(poll_s)
+        state = status(address, job_id)
+    return state
 
 
 def logs(address: str, job_id: str) -> str:

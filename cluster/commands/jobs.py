@@ -146,10 +146,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
     asyncio.run(stream())
-    state = ray_jobs.status(address, args.job_id)
-    while state not in ray_jobs.TERMINAL:  # the log stream can end a moment before the status does
-        time.sleep(0.5)
-        state = ray_jobs.status(address, args.job_id)
+    state = ray_jobs.wait_until_ended(address, args.job_id)
     Console(stderr=True).print(f"job {args.job_id}: {state}")
     return 0 if state == "SUCCEEDED" else 1
 
@@ -157,10 +154,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     address = ray_jobs.jobs_address(args.address)
     ray_jobs.stop(address, args.job_id)
-    state = ray_jobs.status(address, args.job_id)
-    while args.wait and state not in ray_jobs.TERMINAL:
-        time.sleep(0.5)
-        state = ray_jobs.status(address, args.job_id)
+    state = ray_jobs.wait_until_ended(address, args.job_id) if args.wait else ray_jobs.status(address, args.job_id)
     Console(stderr=True).print(f"job {args.job_id}: {state} (resume with `punchline submit CONFIG --run-id RUN`)")
     return 0
 
