@@ -7,16 +7,15 @@ parses and prints.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import msgspec
 from rich.console import Console
 
-from punchline.cluster.cli_shared import batch_table
+from punchline.cluster.cli_shared import Subcommands, batch_table
 from punchline.cluster.run_batches import run_batches
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("batches", help="a run's provider batches: state, request counts, age; --cancel cancels them")
     p.add_argument("run_id")
     p.add_argument("--runs-dir", default="runs")

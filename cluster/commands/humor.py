@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from punchline.cluster.cli_shared import add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
 from punchline.cluster.config import load_config
 from punchline.cluster.pipelines.humor import PIPELINE, submission_of_run
 from punchline.cluster.registry import pipeline_of
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from punchline.data.humor.report import HumorReport
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     humor = sub.add_parser(
         "humor",
         help="Humor benchmark (MERA): validate data, score answers, run a model",

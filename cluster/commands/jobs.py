@@ -11,11 +11,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from punchline.cluster import ray_jobs
+from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import new_run_id
@@ -26,7 +26,7 @@ ADDRESS_HELP = (
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     s = sub.add_parser(
         "submit",
         help="run (or resume) a pipeline as a Ray job on a cluster",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
+from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.pipelines.puns_legacy import import_legacy_files
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
@@ -17,7 +17,7 @@ from punchline.workers.fake.checks import check_simulator
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "fake-provider",
         help="serve the simulated LLM provider (OpenAI + Anthropic APIs) on 127.0.0.1",

@@ -9,9 +9,8 @@ as it was.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from punchline.cluster.cli_shared import add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
 from punchline.cluster.pipelines.puns_reproduce import (
     Reproduction,
     UpstreamFiles,
@@ -27,7 +26,7 @@ from punchline.data.puns.puns_history import PUBLISHED_TIERS
 from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     puns = sub.add_parser(
         "puns",
         help="Puns 205: validate, rank (tiers), build cloze tests, score cloze answers",

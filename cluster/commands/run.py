@@ -6,7 +6,6 @@ import argparse
 import math
 import os
 import time
-from typing import Any
 
 import msgspec
 from rich.console import Console, Group, RenderableType
@@ -14,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from punchline.cluster.cli_shared import (
+    Subcommands,
     add_run_options,
     batch_table,
     counters_table,
@@ -32,7 +32,7 @@ from punchline.cluster.status import StatusView, run_status
 from punchline.data.errors import InputError
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
         help="run (or resume) a pipeline from a TOML config",
