@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import TYPE_CHECKING
 
 import msgspec
 from rich.console import Console
@@ -16,14 +15,10 @@ from punchline.cluster.config import load_config
 from punchline.cluster.pipelines.humor import PIPELINE, submission_of_run
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
-from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores, load_mera_judge_scores
-from punchline.data.humor.loaders import check_unique_ids, load_humor, load_items, load_predictions
-from punchline.data.humor.report import headlines, score_and_write
+from punchline.data.humor.judge import DEFAULT_THRESHOLD
+from punchline.data.humor.loaders import load_items
+from punchline.data.humor.report import HumorReport, headlines, score_files
 from punchline.data.humor.validate import validate_items
-from punchline.data.jsonio import check_out_dir
-
-if TYPE_CHECKING:
-    from punchline.data.humor.report import HumorReport
 
 
 def register(sub: Subcommands) -> None:
@@ -139,18 +134,12 @@ def cmd_score(args: argparse.Namespace) -> int:
         math.isfinite(args.judge_threshold) and 0 <= args.judge_threshold <= 1
     ):
         raise ConfigError(f"must be a number in [0, 1], got {args.judge_threshold}", field="--judge-threshold")
-    check_out_dir(args.out)
-    source = load_humor(args.data)
-    check_unique_ids(source.data, args.data)
-    predictions = load_predictions(args.predictions)
-    judge_scores = load_judge_scores(args.judge_scores) if args.judge_scores else None
-    judge_mera_scores = load_mera_judge_scores(args.judge_mera_scores) if args.judge_mera_scores else None
-    report, paths = score_and_write(
+    report, paths = score_files(
         args.out,
-        source,
-        predictions,
-        judge_scores=judge_scores,
-        judge_mera_scores=judge_mera_scores,
+        args.data,
+        args.predictions,
+        judge_scores_path=args.judge_scores,
+        judge_mera_scores_path=args.judge_mera_scores,
         judge_threshold=DEFAULT_THRESHOLD if args.judge_threshold is None else args.judge_threshold,
         resamples=args.bootstrap,
         seed=args.seed,
