@@ -18,12 +18,11 @@ from punchline.cluster.pipelines.puns_reproduce import (
     reproduction_of,
 )
 from punchline.data.errors import InputError
-from punchline.data.jsonio import atomic_write_bytes, check_out_dir
 from punchline.data.puns import puns_io
-from punchline.data.puns.cloze import build_tests
-from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
+from punchline.data.puns.cloze_report import to_markdown
+from punchline.data.puns.offline import cloze_file, cloze_report_files, rank_file
 from punchline.data.puns.puns_history import PUBLISHED_TIERS
-from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
+from punchline.data.puns.tiers import tier_counts
 
 
 def register(sub: Subcommands) -> None:
@@ -129,19 +128,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
-    out = puns_io.out_path(args.out)
-    plot = puns_io.out_path(args.plot) if args.plot else None
-    puns = puns_io.load_puns(args.puns)
-    classified = puns_io.load_classified(args.classified)
-    ranked = apply_rankings(puns, rank(classified), file=args.classified)
-    puns_io.dump_puns(out, ranked)
-    counts = tier_counts(ranked)
-    print(f"wrote {out}: {len(ranked)} jokes; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    if plot is not None:
-        from punchline.data.puns.plots import plot_tiers  # lazy: matplotlib, only when a plot is asked for
-
-        atomic_write_bytes(plot, plot_tiers(ranked))
-        print(f"wrote {plot}")
+    ranked = rank_file(args.puns, args.classified, args.out, plot=args.plot)
+    print(f"wrote {ranked.out}: {ranked.jokes} jokes; " + ", ".join(f"{k} {v}" for k, v in ranked.tiers.items()))
+    if ranked.plot is not None:
+        print(f"wrote {ranked.plot}")
     return 0
 
 
@@ -150,21 +140,13 @@ def cmd_cloze(args: argparse.Namespace) -> int:
         raise InputError(f"must be between 1 and 100000, got {args.pairs}", field="--pairs")
     if args.seed < 0:
         raise InputError(f"must be >= 0, got {args.seed}", field="--seed")
-    out = puns_io.out_path(args.out)
-    puns = puns_io.load_puns(args.puns)
-    tests = build_tests(puns, seed=args.seed, pairs=args.pairs, file=args.puns)
-    puns_io.dump_cloze_tests(out, tests)
-    print(f"wrote {out}: {len(tests)} tests ({args.pairs} pairs, seed {args.seed})")
+    written = cloze_file(args.puns, args.out, seed=args.seed, pairs=args.pairs)
+    print(f"wrote {written.out}: {written.tests} tests ({args.pairs} pairs, seed {args.seed})")
     return 0
 
 
 def cmd_cloze_report(args: argparse.Namespace) -> int:
-    check_out_dir(args.out)
-    puns = puns_io.load_puns(args.puns)
-    tests = puns_io.load_cloze_tests(args.tests, puns, puns_file=args.puns)
-    responses = puns_io.load_cloze_responses(args.responses, tests)
-    report = build_report(responses, tests, puns, file=args.responses)
-    paths = write_report(report, args.out)
+    report, paths = cloze_report_files(args.responses, args.tests, args.puns, args.out)
     print(to_markdown(report), end="")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
