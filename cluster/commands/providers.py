@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-from pathlib import Path
-
-import msgspec
 
 from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.pipelines.puns_legacy import import_legacy_files
 from punchline.data.errors import ConfigError
-from punchline.data.jsonio import validation_location
-from punchline.workers.fake.checks import check_simulator
-from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
+from punchline.workers.fake.checks import server_config
+from punchline.workers.fake.server import FakeProviderServer
 
 
 def register(sub: Subcommands) -> None:
@@ -65,26 +61,7 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
         ipaddress.ip_address(args.host)
     except ValueError:
         raise ConfigError(f"not an IP address: {args.host!r}", field="--host") from None
-    config = FakeConfig()
-    if args.config:
-        try:
-            config = load_knobs(args.config)
-        except OSError as exc:
-            raise ConfigError(f"cannot read: {exc.strerror}", file=args.config) from None
-        except msgspec.ValidationError as exc:
-            top, key, detail = validation_location(exc)
-            raise ConfigError(detail, file=args.config, field=".".join(k for k in (top, key) if k) or None) from None
-        except msgspec.DecodeError as exc:
-            raise ConfigError(f"malformed TOML: {exc}", file=args.config) from None
-        check_simulator(config, args.config, prefix="")
-    for flag, paths in (("--puns", args.puns), ("--humor", args.humor)):
-        for path in paths or ():
-            if not Path(path).is_file():
-                raise ConfigError("file not found", file=path, field=flag)
-    if args.puns:
-        config = msgspec.structs.replace(config, puns_path=list(args.puns))
-    if args.humor:
-        config = msgspec.structs.replace(config, humor_path=list(args.humor))
+    config = server_config(args.config, puns=args.puns, humor=args.humor)
     server = FakeProviderServer(config, host=args.host, port=args.port)
     try:
         server.serve_forever(on_ready=lambda url: print(f"fake provider listening on {url}", flush=True))
