@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 
 from punchline.cluster import commands
 from punchline.data.errors import PunchlineError
+from punchline.data.settings import DEBUG
 from punchline.workers.logs import redact_text
 
 FIRST_COMMANDS = ("run", "jobs")  # the engine's own families lead `punchline --help`; then the rest by name
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"punchline: error: {exc.strerror or type(exc).__name__}{where}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: still one line (the traceback goes to the log with PUNCHLINE_DEBUG=1)
-        if os.environ.get("PUNCHLINE_DEBUG"):
+        if _debug():
             raise
         print(
             f"punchline: internal error: {type(exc).__name__}: {_one_line(redact_text(str(exc)))[:300]} "
@@ -66,6 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     return int(code or 0)
+
+
+def _debug() -> bool:
+    """``PUNCHLINE_DEBUG``: a value that is not a boolean still asks for the traceback."""
+    try:
+        return DEBUG.get()
+    except PunchlineError:
+        return True
 
 
 def _one_line(text: str) -> str:

@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
+from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError
 from punchline.data.store import Store
 from punchline.data.stores import open_store
@@ -87,7 +88,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     """Command-line / environment overrides of the config's ``[run]`` table."""
 
     run_id: str | None = None
-    runs_dir: str = "runs"
+    runs_dir: str = env_registry.RUNS_DIR.default
     redis_url: str | None = None
     store: str | None = None
     ray_address: str | None = None
@@ -97,16 +98,18 @@ class RunOptions(msgspec.Struct, kw_only=True):
     verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
 
     @classmethod
-    def from_env(cls, **overrides: object) -> RunOptions:
-        env = os.environ
-        base = cls(
-            runs_dir=env.get("PUNCHLINE_RUNS_DIR", "runs"),
-            redis_url=env.get("PUNCHLINE_REDIS_URL"),
-            store=env.get("PUNCHLINE_STORE"),
-            ray_address=env.get("PUNCHLINE_RAY_ADDRESS"),
-        )
-        values = {k: v for k, v in overrides.items() if v is not None}
-        return msgspec.structs.replace(base, **values)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RunOptions:
+        """``PUNCHLINE_RUNS_DIR``, ``PUNCHLINE_REDIS_URL``, ``PUNCHLINE_STORE``, ``PUNCHLINE_RAY_ADDRESS``;
+        flags go over it with :func:`punchline.data.settings.overlay`."""
+        return cls(**env_registry.env_values(RUN_OPTIONS_ENV, env))
+
+
+RUN_OPTIONS_ENV: dict[str, env_registry.EnvVar[Any]] = {
+    "runs_dir": env_registry.RUNS_DIR,
+    "redis_url": env_registry.REDIS_URL,
+    "store": env_registry.STORE,
+    "ray_address": env_registry.RAY_ADDRESS,
+}
 
 
 def new_run_id(cfg: RunConfig) -> str:

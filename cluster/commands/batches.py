@@ -13,12 +13,13 @@ from rich.console import Console
 
 from punchline.cluster.cli_shared import Subcommands, batch_table
 from punchline.cluster.run_batches import run_batches
+from punchline.data.settings import RUNS_DIR_HELP, runs_dir
 
 
 def register(sub: Subcommands) -> None:
     p = sub.add_parser("batches", help="a run's provider batches: state, request counts, age; --cancel cancels them")
     p.add_argument("run_id")
-    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument(
         "--cancel",
         action="store_true",
@@ -29,7 +30,7 @@ def register(sub: Subcommands) -> None:
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    batches = run_batches(args.runs_dir, args.run_id, cancel=args.cancel)
+    batches = run_batches(runs_dir(args.runs_dir), args.run_id, cancel=args.cancel)
     if batches.cancelled is not None:
         for done in batches.cancelled:
             print(done.describe())

@@ -19,6 +19,7 @@ from punchline.data.humor.judge import DEFAULT_THRESHOLD
 from punchline.data.humor.loaders import load_items
 from punchline.data.humor.report import HumorReport, headlines, score_files
 from punchline.data.humor.validate import validate_items
+from punchline.data.settings import RUNS_DIR_HELP
 
 
 def register(sub: Subcommands) -> None:
@@ -83,7 +84,7 @@ def register(sub: Subcommands) -> None:
     )
     sb.add_argument("run", metavar="RUN", help="the run id")
     sb.add_argument("--out", default=None, help="output folder (default: submission-<RUN>)")
-    sb.add_argument("--runs-dir", default=None, help="local folder for run state (default: runs)")
+    sb.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     sb.add_argument("--model", action="append", help="only this model nick (repeatable; default: every model)")
     sb.set_defaults(func=cmd_submission)
 
