@@ -112,6 +112,18 @@ def test_command_modules_do_not_import_each_other() -> None:
     assert tangled == []
 
 
+def test_command_modules_pass_no_any() -> None:
+    """What a command hands on and gets back is typed (a struct, ``Subcommands``), never ``typing.Any``."""
+    untyped = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for module, path in modules()
+        if module.startswith("punchline.cluster.commands.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any")
+    ]
+    assert untyped == [], "Any in command modules:\n" + "\n".join(untyped)
+
+
 def test_the_walk_sees_an_upward_import(tmp_path: Path) -> None:
     """The checker itself: a data module importing a worker is reported."""
     bad = tmp_path / "bad.py"
