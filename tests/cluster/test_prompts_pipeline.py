@@ -87,7 +87,7 @@ parse = { regex = 'VERDICT:\\s*(?P<verdict>correct|incorrect)' }
 pipeline = "prompts"
 name = "p"
 shard_size = {shard_size}
-lease_ms = 3000
+lease_ms = 10000  # generous: a heartbeat stalled by a loaded machine must not lose its lease
 workers_per_node = 2
 units_in_flight = 4
 
