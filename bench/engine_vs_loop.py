@@ -587,7 +587,7 @@ def main() -> None:
                     flush=True,
                 )
             by = {r["scale"]: r for r in rows}
-            if 100 in by:
+            if 100 in by and 10 in by:  # the ratio needs both (`--scales 100` alone prints the rows)
                 print(f"driver peak 100x / 10x = {by[100]['driver_peak_mb'] / by[10]['driver_peak_mb']:.2f}")
 
 
