@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import msgspec
 import structlog
 
 from punchline.cluster.autoscale import Autoscaler
+from punchline.cluster.local_worker import LocalWorker
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.response_cache import ResponseCache
@@ -31,6 +32,7 @@ from punchline.data.units import (
     ShardUsage,
     StageManifest,
     StagePlan,
+    UnitSpec,
     cut,
     encode_page,
     plan_page_key,
@@ -51,6 +53,13 @@ class _Slot(msgspec.Struct):
     index: int
     actor: Any = None
     ref: Any = None
+
+
+def _noting_providers(units: Iterable[UnitSpec], into: set[str]) -> Iterator[UnitSpec]:
+    """The units, unchanged, noting the providers they call into ``into`` on the way."""
+    for unit in units:
+        into.add(unit.request.provider)
+        yield unit
 
 
 class WorkerPool:
@@ -191,9 +200,35 @@ class Coordinator:
         self.pool: WorkerPool | None = None
         self.store_usage: dict[str, ShardUsage] = {}  # per stage, from its shard files (the store is the truth)
         self.autoscaler = autoscaler  # asks for worker nodes while shards outnumber workers
+        self.local: LocalWorker | None = None  # the driver's own worker on the first stage (start_local)
+        self._prepared: dict[str, StagePlan] = {}  # stages planned and queued by start_local
+        self._first_ids: dict[str, list[str]] = {}
+        self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
+
+    def start_local(self, stage: Stage) -> bool:
+        """Plan ``stage``, queue its missing shards and start working them in this process, before Ray
+        is up (cluster/local_worker.py); ``run_stage`` then goes on from there. False (nothing started)
+        when the stage has nothing left to do or sends its requests through batch APIs."""
+        providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
+        if batch_mode(providers) and not self.worker_cfg.offline:
+            return False
+        plan, first_ids = self.write_plan(stage)
+        missing = self._missing(plan)
+        if not missing:
+            return False
+        self._init(plan, missing)
+        self._prepared[stage.name], self._first_ids[stage.name] = plan, first_ids
+        # only the providers this stage calls: each SDK costs seconds to import, before the first call
+        calls = self._providers_of.get(stage.name, set())
+        providers = {n: s for n, s in self.worker_cfg.providers.items() if n in calls}
+        self.local = LocalWorker(msgspec.structs.replace(self.worker_cfg, providers=providers), plan).start()
+        return True
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
         if self.autoscaler is not None:
             self.autoscaler.release()
         if self.pool is not None:
@@ -208,14 +243,18 @@ class Coordinator:
 
     def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
         """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
-        plan, first_ids = self.write_plan(stage)
+        prepared = self._prepared.pop(stage.name, None)
+        if prepared is not None:  # planned and queued by start_local; its worker is at it already
+            plan, first_ids = prepared, self._first_ids.pop(stage.name)
+        else:
+            plan, first_ids = self.write_plan(stage)
         providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
         if batch_mode(providers) and not self.worker_cfg.offline and plan.units_total:
             # batch-mode providers' answers go into the response cache first; the shards then find them there.
             # What the batches cost is in their records (status adds them up), not in the stage's counters.
             cache = ResponseCache(self.store)
             run_stage_batches(self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers)
-        results = self.execute(plan, first_ids)
+        results = self.execute(plan, first_ids, queued=prepared is not None)
         artifacts = stage.reduce(self.ctx, results)
         failed = results.failed()
         self.store_usage[stage.name] = results.usage()
@@ -239,7 +278,9 @@ class Coordinator:
         pass writes the pages.
         """
         run_id = self.ctx.run_id
-        shape = cut(stage.name, stage.plan(self.ctx), self.shard_size, self.shards_per_page)
+        calls: set[str] = set()
+        shape = cut(stage.name, _noting_providers(stage.plan(self.ctx), calls), self.shard_size, self.shards_per_page)
+        self._providers_of[stage.name] = calls
         plan = StagePlan(
             run_id=run_id,
             stage=stage.name,
@@ -284,7 +325,9 @@ class Coordinator:
             shards_done=plan.shards_total - len(missing),
         )
 
-    def execute(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
+    def execute(self, plan: StagePlan, first_ids: list[str], *, queued: bool = False) -> ShardResults:
+        """Work the stage's missing shards to the end. ``queued``: its queue was built already and a
+        worker may hold leases in it (start_local): it is not rebuilt, which would drop those leases."""
         import ray
 
         run_id, stage = self.ctx.run_id, plan.stage
@@ -298,7 +341,8 @@ class Coordinator:
             units=plan.units_total,
         )
         if missing:
-            self._init(plan, missing)
+            if not queued:
+                self._init(plan, missing)
             plan_ref = ray.put(msgspec.msgpack.encode(plan))
             if self.pool is None:  # workers outlive a stage: starting Ray worker processes costs seconds
                 self.pool = WorkerPool(
@@ -328,6 +372,8 @@ class Coordinator:
             if not budget_hit:
                 pool.reconcile()
             reports = pool.poll(self.poll_s)
+            if self.local is not None and self.local.stage == stage:
+                reports += self.local.poll()
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)
@@ -362,7 +408,8 @@ class Coordinator:
                 if lost:
                     log.warning("stage_state_lost", run_id=run_id, stage=stage, missing=len(missing))
                     self._init(plan, missing)
-            if budget_hit and pool.busy() == 0:
+            local_busy = self.local is not None and self.local.stage == stage and self.local.running()
+            if budget_hit and pool.busy() == 0 and not local_busy:
                 raise BudgetExceeded(
                     f"stage {stage}: stopped scheduling because the next units would exceed the budget; "
                     "everything collected so far is kept (resume with a higher --max-cost-usd)"

@@ -267,6 +267,7 @@ def _services(
     check_keys: bool,
     keys_here: bool,
     sim_host: str,
+    marks: dict[str, float],
 ) -> Iterator[tuple[str | None, _Ledger]]:
     """The simulator, the providers checked (a bad key stops the run before anything starts), the
     ledger, this driver's claim on the run id (a second driver of a running run stops here) and its
@@ -280,19 +281,24 @@ def _services(
         from punchline.cluster.preflight import check_redis
 
         check_redis(redis_url)
+    simulated = {n for n, p in cfg.providers.items() if p.base_url == SIMULATED}
     with _simulator(cfg, sim_host) as sim_url:
         if check_keys:
             from punchline.cluster.preflight import check_provider
 
             for name, settings in cfg.providers.items():
+                if name in simulated:  # our own server in this process: nothing to find out, and checking
+                    continue  # it would load the provider SDKs before the first call (seconds)
                 # local workers share this machine's environment: a key missing here is missing there
                 check_provider(name, settings, key_required=keys_here, file=cfg.source)
+        marks["providers_checked"] = time.time()
         with (
             _redis(redis_url, Path(opts.runs_dir)) as conn,
             RunClaim(connect(conn.url), run_id) as claim,
             StoreGuard(store, conn.identity),
         ):
             conn.driver_claim = claim.value
+            marks["ledger_up"] = time.time()
             yield sim_url, conn
 
 
@@ -306,6 +312,7 @@ def run(
     from punchline.cluster.preflight import read_store
     from punchline.cluster.ray_runtime import check_address, driver_node_ip, ensure_ray
 
+    marks = {"driver_start": time.time()}  # start-up phases, logged as one `start_phases` event
     # the whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes
     check_options(opts)
     check_environment()
@@ -340,13 +347,13 @@ def run(
             return prev  # nothing to do: no service is started
     if not offline and ray_settings.is_local:  # local workers read their keys from this machine
         check_keys(cfg)
+    marks["preflight_done"] = time.time()
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
     local = ray_settings.is_local
-    with _services(cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host) as (
-        sim_url,
-        conn,
-    ):
+    with _services(
+        cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host, marks=marks
+    ) as (sim_url, conn):
         from punchline.schedulers.redis_client import connect
 
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -355,7 +362,8 @@ def run(
 
             configure_logging(run_dir, console=opts.verbose)
         slog = log.bind(run_id=run_id)
-        ensure_ray(ray_settings)
+        if not ray_settings.is_local:  # the store check below asks every node of the cluster
+            ensure_ray(ray_settings)
         sentinel = ensure_shared(store, run_id, local_ray=ray_settings.is_local)  # before any paid call
         services = Services(
             redis_url=conn.public_url,
@@ -415,6 +423,15 @@ def run(
         slog.info("run_start", stages=record.stages, store=store.url)
         shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
         try:
+            if ray_settings.is_local:
+                # the first stage's shards are worked here while the local Ray starts (on this, the main,
+                # thread: cluster/local_worker.py says why), not after it
+                first = next((s for s in stages if not coord.stage_done(s.name)), None)
+                if first is not None and coord.start_local(first):
+                    marks["local_worker_started"] = time.time()
+                ensure_ray(ray_settings)
+            marks["ray_up"] = time.time()
+            slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
             for stage in stages:
                 if coord.stage_done(stage.name):
                     slog.info("stage_skipped", stage=stage.name, reason="manifest present")
