@@ -66,7 +66,7 @@ class WorkerPool:
     """Keeps ``per_node`` worker actors on each alive Ray node."""
 
     def __init__(self, worker_cfg: WorkerConfig, *, per_node: int, cpus: float, stage: str, plan_ref: Any) -> None:
-        import ray
+        import ray  # lazy: importing Ray costs about a second, and the CLI imports this module for every command
 
         self.ray = ray
         self.cfg_bytes = msgspec.msgpack.encode(worker_cfg)
@@ -98,7 +98,7 @@ class WorkerPool:
         return None
 
     def _start(self, slot: _Slot) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: Ray (see __init__)
 
         strategy = NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False)
         self.started += 1
@@ -328,7 +328,7 @@ class Coordinator:
     def execute(self, plan: StagePlan, first_ids: list[str], *, queued: bool = False) -> ShardResults:
         """Work the stage's missing shards to the end. ``queued``: its queue was built already and a
         worker may hold leases in it (start_local): it is not rebuilt, which would drop those leases."""
-        import ray
+        import ray  # lazy: Ray (see WorkerPool)
 
         run_id, stage = self.ctx.run_id, plan.stage
         missing = self._missing(plan)

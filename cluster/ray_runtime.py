@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,7 +100,7 @@ def ensure_ray(settings: RaySettings) -> None:
     prefer passing configuration explicitly in actor arguments, and use this only for what
     libraries read from the environment (boto3, provider SDKs).
     """
-    import ray
+    import ray  # lazy: importing Ray costs about a second; commands that never start it must not pay it
 
     if ray.is_initialized():
         return
@@ -155,8 +156,6 @@ def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLIN
     """Refuse, in one line and within seconds, a cluster address where nothing listens (a refused
     connection, an unknown host, a malformed address): ``ray.init`` would wait for it far longer.
     ``auto`` and addresses Ray resolves itself are left to Ray; a slow network is not refused."""
-    import socket
-
     if not address or address in ("auto", "local"):
         return
     target = address.split("://", 1)[1] if address.startswith("ray://") else address
@@ -177,7 +176,7 @@ def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLIN
 
 def driver_node_ip() -> str:
     """The address other nodes reach this process's Ray node at (after :func:`ensure_ray`)."""
-    import ray
+    import ray  # lazy: Ray (see ensure_ray)
 
     return str(ray.util.get_node_ip_address())
 
@@ -199,7 +198,7 @@ def _loopback_only(local: bool) -> Iterator[None]:
     if not local:
         yield
         return
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # lazy: Ray (see ensure_ray)
 
     name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
     saved_env, saved_flag = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
@@ -216,7 +215,7 @@ def _loopback_only(local: bool) -> Iterator[None]:
 
 
 def shutdown_ray() -> None:
-    import ray
+    import ray  # lazy: Ray (see ensure_ray)
 
     if ray.is_initialized():
         ray.shutdown()
@@ -252,7 +251,7 @@ def _node_info(raw: dict[str, Any]) -> NodeInfo:
 
 def all_nodes() -> list[NodeInfo]:
     """Every node Ray has known in this cluster's lifetime, dead ones included."""
-    import ray
+    import ray  # lazy: Ray (see ensure_ray)
 
     return [_node_info(n) for n in ray.nodes()]
 
@@ -270,6 +269,6 @@ def cluster_cpus() -> float:
 def node_affinity(node_id: str, *, soft: bool = False) -> Any:
     """A scheduling strategy pinning a task/actor to ``node_id`` (``soft`` lets Ray move it if
     that node is gone, instead of failing)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: Ray (see ensure_ray)
 
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)
