@@ -46,6 +46,7 @@ from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_ac
 log = structlog.get_logger("punchline.coordinator")
 
 ProgressFn = Callable[[str, StageCounters], None]
+LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
 
 
 class _Slot(msgspec.Struct):
@@ -185,6 +186,7 @@ class Coordinator:
         shards_per_page: int = 64,
         max_deaths_without_progress: int = 8,
         autoscaler: Autoscaler | None = None,
+        local_first: bool = False,
     ) -> None:
         self.ctx = ctx
         self.store: Store = ctx.store
@@ -200,7 +202,11 @@ class Coordinator:
         self.pool: WorkerPool | None = None
         self.store_usage: dict[str, ShardUsage] = {}  # per stage, from its shard files (the store is the truth)
         self.autoscaler = autoscaler  # asks for worker nodes while shards outnumber workers
-        self.local: LocalWorker | None = None  # the driver's own worker on the first stage (start_local)
+        # local_first: each stage starts with the driver's own worker too (start_local) until a Ray worker has
+        # reported, so neither Ray's start nor its workers' start is waited for (a local run)
+        self.local_first = local_first
+        self.local: LocalWorker | None = None  # the driver's own worker on the current stage
+        self._pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
         self._prepared: dict[str, StagePlan] = {}  # stages planned and queued by start_local
         self._first_ids: dict[str, list[str]] = {}
         self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
@@ -216,12 +222,17 @@ class Coordinator:
         missing = self._missing(plan)
         if not missing:
             return False
+        if self.local is not None:  # the last stage's: drained, so this returns at once
+            self.local.stop()
         self._init(plan, missing)
         self._prepared[stage.name], self._first_ids[stage.name] = plan, first_ids
         # only the providers this stage calls: each SDK costs seconds to import, before the first call
         calls = self._providers_of.get(stage.name, set())
         providers = {n: s for n, s in self.worker_cfg.providers.items() if n in calls}
         self.local = LocalWorker(msgspec.structs.replace(self.worker_cfg, providers=providers), plan).start()
+        # its first call before Ray's start: Ray's processes and imports would otherwise share the CPU with
+        # the worker's own (the providers' SDKs), and both would be late
+        self.local.wait_ready(LOCAL_READY_WAIT_S)
         return True
 
     def close(self) -> None:
@@ -244,6 +255,8 @@ class Coordinator:
     def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
         """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
         prepared = self._prepared.pop(stage.name, None)
+        if prepared is None and self.local_first and not self._pool_warm and self.start_local(stage):
+            prepared = self._prepared.pop(stage.name)
         if prepared is not None:  # planned and queued by start_local; its worker is at it already
             plan, first_ids = prepared, self._first_ids.pop(stage.name)
         else:
@@ -372,6 +385,7 @@ class Coordinator:
             if not budget_hit:
                 pool.reconcile()
             reports = pool.poll(self.poll_s)
+            self._pool_warm |= bool(reports)
             if self.local is not None and self.local.stage == stage:
                 reports += self.local.poll()
             for rep in reports:

@@ -387,12 +387,13 @@ def run(
             workers_per_node=cfg.run.workers_per_node,
             worker_cpus=cfg.run.worker_cpus,
             progress=progress,
+            local_first=ray_settings.is_local,
             autoscaler=autoscale.for_run(
                 cfg.run.max_workers,
                 cfg.run.workers_per_node,
                 cfg.run.worker_cpus,
                 flag=opts.max_workers,
-                request_resources=request_resources,
+                request_resources=request_resources or _ray_request_resources,
             ),
         )
         slog.info("run_start", stages=record.stages, store=store.url)
@@ -443,6 +444,11 @@ def run(
             slog.info("run_end", state=record.state)
             shipper.close()
     return record
+
+
+def _ray_request_resources(*, bundles: list[dict[str, float]]) -> Any:
+    """Ray's ``request_resources``, imported when first asked (after Ray started), not before the first call."""
+    return autoscale.ray_request_resources()(bundles=bundles)
 
 
 def _manifest_artifacts(store: Store, run_id: str, stage: str) -> list[str]:

@@ -80,6 +80,10 @@ class LocalWorker:
         finally:
             self._ready.set()
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until it has its connections and providers (or failed): what it needs the CPU for most."""
+        return self._ready.wait(timeout_s)
+
     def running(self) -> bool:
         return self._thread.is_alive()
 
