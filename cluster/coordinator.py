@@ -207,8 +207,7 @@ class Coordinator:
         self.local_first = local_first
         self.local: LocalWorker | None = None  # the driver's own worker on the current stage
         self._pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
-        self._prepared: dict[str, StagePlan] = {}  # stages planned and queued by start_local
-        self._first_ids: dict[str, list[str]] = {}
+        self._prepared: dict[str, tuple[StagePlan, list[str]]] = {}  # stages planned and queued by start_local
         self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
 
     def start_local(self, stage: Stage) -> bool:
@@ -219,13 +218,13 @@ class Coordinator:
         if batch_mode(providers) and not self.worker_cfg.offline:
             return False
         plan, first_ids = self.write_plan(stage)
+        self._prepared[stage.name] = plan, first_ids
         missing = self._missing(plan)
         if not missing:
             return False
         if self.local is not None:  # the last stage's: drained, so this returns at once
             self.local.stop()
         self._init(plan, missing)
-        self._prepared[stage.name], self._first_ids[stage.name] = plan, first_ids
         # only the providers this stage calls: each SDK costs seconds to import, before the first call
         calls = self._providers_of.get(stage.name, set())
         providers = {n: s for n, s in self.worker_cfg.providers.items() if n in calls}
@@ -254,13 +253,10 @@ class Coordinator:
 
     def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
         """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
-        prepared = self._prepared.pop(stage.name, None)
-        if prepared is None and self.local_first and not self._pool_warm and self.start_local(stage):
-            prepared = self._prepared.pop(stage.name)
-        if prepared is not None:  # planned and queued by start_local; its worker is at it already
-            plan, first_ids = prepared, self._first_ids.pop(stage.name)
-        else:
-            plan, first_ids = self.write_plan(stage)
+        if stage.name not in self._prepared and self.local_first and not self._pool_warm:
+            self.start_local(stage)
+        prepared = self._prepared.pop(stage.name, None)  # planned and queued by start_local, its worker at it
+        plan, first_ids = prepared if prepared is not None else self.write_plan(stage)
         providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
         if batch_mode(providers) and not self.worker_cfg.offline and plan.units_total:
             # batch-mode providers' answers go into the response cache first; the shards then find them there.

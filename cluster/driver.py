@@ -32,7 +32,7 @@ from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.local_ledger import LocalLedger
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.preflight import check_provider, check_redis, read_store
-from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray
+from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray, ray_running
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.run_claim import RunClaim
@@ -379,6 +379,9 @@ def run(
             driver_claim=conn.driver_claim,
         )
         ctx = StageContext(cfg, run_id, store)
+        # the driver works shards itself while it starts a local Ray (not when this process has one already:
+        # there is no start to overlap)
+        local_first = ray_settings.is_local and not ray_running()
         coord = Coordinator(
             ctx=ctx,
             ledger=ledger,
@@ -387,7 +390,7 @@ def run(
             workers_per_node=cfg.run.workers_per_node,
             worker_cpus=cfg.run.worker_cpus,
             progress=progress,
-            local_first=ray_settings.is_local,
+            local_first=local_first,
             autoscaler=autoscale.for_run(
                 cfg.run.max_workers,
                 cfg.run.workers_per_node,
@@ -399,12 +402,13 @@ def run(
         slog.info("run_start", stages=record.stages, store=store.url)
         shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
         try:
-            if ray_settings.is_local:
+            if local_first:
                 # the first stage's shards are worked here while the local Ray starts (on this, the main,
                 # thread: cluster/local_worker.py says why), not after it
                 first = next((s for s in stages if not coord.stage_done(s.name)), None)
                 if first is not None and coord.start_local(first):
                     marks["local_worker_started"] = time.time()
+            if ray_settings.is_local:
                 ensure_ray(ray_settings)
             marks["ray_up"] = time.time()
             slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})

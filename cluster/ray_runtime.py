@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -133,6 +134,13 @@ def ensure_ray(settings: RaySettings) -> None:
     except Exception as exc:
         raise_if_auth(exc, f"Ray at {settings.address or 'local'}")
         raise
+
+
+def ray_running() -> bool:
+    """Whether this process is connected to Ray already (a notebook's or a test's ``ray.init``), without
+    importing Ray when it is not."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
 
 def raise_if_auth(exc: BaseException, what: str) -> None:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import pytest
 import redis
 
 from punchline.cluster.local_worker import LocalWorker
@@ -23,7 +27,10 @@ from punchline.schedulers.ledger import Ledger
 from punchline.workers.driver_watch import driver_claim_key
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.shard_worker import WorkerConfig
+from tests.cluster.conftest import driver_argv
 from tests.fixtures.redis import client_url
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _queued_stage(
@@ -120,3 +127,36 @@ def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
     _wait(next_worker)
     assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(16)]
     assert fake.stats().total_calls == 16 and set(fake.stats().calls.values()) == {1}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer
+) -> None:
+    """The user's path (`punchline run` with nothing configured: its own Ray, the runs folder's ledger), killed
+    with SIGKILL while the driver's own worker is calling, then resumed: every request is answered, and only
+    requests that were in flight at the kill may be paid twice (three holders at most: the driver's worker
+    and two actors, each with a window of 4)."""
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000)
+    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    argv = driver_argv(cfg, "local-killed", tmp_path)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while fake.stats().total_calls < 6 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    log = (tmp_path / "runs" / "local-killed" / "log.jsonl").read_text()
+    assert '"local_worker_start"' in log  # the driver was working shards itself when it was killed
+
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    calls = fake.stats().calls
+    assert len(calls) == 32, f"{len(calls)} distinct requests answered, expected 32"
+    assert max(calls.values()) <= 2
+    extra = sum(n - 1 for n in calls.values())
+    assert extra <= 3 * 4, f"{extra} requests paid twice"
+    record = json.loads((tmp_path / "runs" / "local-killed" / "run.json").read_text())
+    assert record["state"] == "finished" and record["counters"]["collect"]["units_done"] == 32
