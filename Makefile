@@ -25,13 +25,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two pytest workers, a whole test file each (--dist loadfile keeps a file's module fixtures in one process):
+# most of the suite waits on other processes (drivers, Ray nodes, servers), so two overlap well on two cores.
+PYTEST_WORKERS ?= 2
+
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The quick check before a commit: lint, types and every test not marked `slow` (no multi-process
 # cluster, no local Ray, no whole-pipeline fault runs). `make test` stays the whole suite.
 test-fast: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_vs_loop.py

@@ -18,14 +18,13 @@ the run; its ``idle_timeout`` decides when.
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import msgspec
 import structlog
 
-from punchline.data.errors import ConfigError
+from punchline.data.settings import MAX_WORKERS, WORKER_NODE_CPUS, EnvVar, env_values, overlay
 
 log = structlog.get_logger("punchline.autoscale")
 
@@ -36,46 +35,28 @@ class RequestResources(Protocol):
     def __call__(self, *, bundles: list[dict[str, float]]) -> Any: ...
 
 
-MAX_WORKERS = 100_000  # the config's bound on [run] max_workers
-
-
 class AutoscaleSettings(msgspec.Struct, frozen=True, kw_only=True):
     """``max_workers``: the most worker nodes a run asks the autoscaler for (0: never ask, e.g. a
     fixed-size or local cluster). ``node_cpus``: the CPUs of one worker node, the bundle size asked
     for per node (default: the largest alive worker node's)."""
 
-    max_workers: int = 0
-    node_cpus: float | None = None
+    max_workers: int = MAX_WORKERS.default
+    node_cpus: float | None = WORKER_NODE_CPUS.default
 
     @classmethod
-    def from_env(
-        cls, env: dict[str, str] | None = None, *, base: AutoscaleSettings | None = None, **overrides: Any
-    ) -> AutoscaleSettings:
-        """``PUNCHLINE_MAX_WORKERS``, ``PUNCHLINE_WORKER_NODE_CPUS`` over ``base`` (e.g. from the run
-        config); ``overrides`` that are not None (command-line flags) win."""
-        source = os.environ if env is None else env
-        values: dict[str, Any] = msgspec.structs.asdict(base) if base is not None else {}
-        raw = raw_workers = source.get("PUNCHLINE_MAX_WORKERS", "").strip()
-        if raw:
-            try:
-                values["max_workers"] = int(raw)
-            except ValueError:
-                raise ConfigError(f"not an integer: {raw!r}", field="PUNCHLINE_MAX_WORKERS") from None
-        raw = source.get("PUNCHLINE_WORKER_NODE_CPUS", "").strip()
-        if raw:
-            try:
-                values["node_cpus"] = float(raw)
-            except ValueError:
-                raise ConfigError(f"not a number: {raw!r}", field="PUNCHLINE_WORKER_NODE_CPUS") from None
-        flag = overrides.get("max_workers")
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        settings = cls(**values)
-        if not 0 <= settings.max_workers <= MAX_WORKERS:
-            field = "--max-workers" if flag is not None else "PUNCHLINE_MAX_WORKERS" if raw_workers else "max_workers"
-            raise ConfigError(f"must be between 0 and {MAX_WORKERS}, got {settings.max_workers}", field=field)
-        if settings.node_cpus is not None and not settings.node_cpus > 0:
-            raise ConfigError(f"must be > 0, got {settings.node_cpus}", field="PUNCHLINE_WORKER_NODE_CPUS")
-        return settings
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AutoscaleSettings:
+        """``PUNCHLINE_MAX_WORKERS``, ``PUNCHLINE_WORKER_NODE_CPUS`` over the defaults."""
+        return cls(**env_values(AUTOSCALE_ENV, env))
+
+
+AUTOSCALE_ENV: dict[str, EnvVar[Any]] = {"max_workers": MAX_WORKERS, "node_cpus": WORKER_NODE_CPUS}
+
+
+def run_settings(max_workers: int, flag: int | None, env: Mapping[str, str] | None = None) -> AutoscaleSettings:
+    """``[run] max_workers`` under ``PUNCHLINE_MAX_WORKERS`` under ``--max-workers`` (each range-checked
+    where it is read: the config by its Struct, the variable by its EnvVar, the flag by the preflight)."""
+    configured = overlay(AutoscaleSettings(max_workers=max_workers), **env_values(AUTOSCALE_ENV, env))
+    return overlay(configured, max_workers=flag)
 
 
 def ray_request_resources() -> RequestResources:
@@ -155,7 +136,7 @@ def for_run(
 ) -> Autoscaler:
     """The run's autoscaler: ``[run] max_workers`` under ``PUNCHLINE_MAX_WORKERS`` under ``--max-workers``;
     Ray's own SDK unless a ``request_resources`` is given (tests pass a fake)."""
-    settings = AutoscaleSettings.from_env(base=AutoscaleSettings(max_workers=max_workers), max_workers=flag)
+    settings = run_settings(max_workers, flag)
     return Autoscaler(
         settings,
         per_node=per_node,

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 
 from punchline.cluster import commands
 from punchline.data.errors import PunchlineError
+from punchline.data.settings import DEBUG
 
 FIRST_COMMANDS = ("run", "jobs")  # the engine's own families lead `punchline --help`; then the rest by name
 
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"punchline: error: {exc.strerror or type(exc).__name__}{where}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: still one line (the traceback goes to the log with PUNCHLINE_DEBUG=1)
-        if os.environ.get("PUNCHLINE_DEBUG"):
+        if _debug():
             raise
         from punchline.workers.logs import redact_text
 
@@ -67,6 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     return int(code or 0)
+
+
+def _debug() -> bool:
+    """``PUNCHLINE_DEBUG``: a value that is not a boolean still asks for the traceback."""
+    try:
+        return DEBUG.get()
+    except PunchlineError:
+        return True
 
 
 def _one_line(text: str) -> str:

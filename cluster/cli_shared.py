@@ -31,6 +31,7 @@ from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.cluster.planner import StageEstimate
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.runs import with_batch_records
+from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.ledger import StageCounters
@@ -51,7 +52,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "(env PUNCHLINE_MAX_WORKERS; config [run] max_workers; default 0: never ask)",
     )
     p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
-    p.add_argument("--runs-dir", default=None, help="local folder for run state and logs (default: runs)")
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
     p.add_argument("-v", "--verbose", action="store_true", help="readable log lines on stderr instead of progress bars")
 
@@ -70,7 +71,7 @@ def run_options(args: argparse.Namespace, **overrides: str | bool | None) -> Run
         runs_dir=args.runs_dir,
     )
     values.update(overrides)
-    return RunOptions.from_env(**values)
+    return overlay(RunOptions.from_env(), **values)
 
 
 class Bars:
@@ -136,7 +137,7 @@ def resume_command(config: str, opts: RunOptions, run_id: str) -> str:
     is (a --redis-url is shown with its password as ***)."""
     parts = ["punchline", "run", config, "--run-id", run_id]
     env = os.environ
-    if opts.runs_dir != env.get("PUNCHLINE_RUNS_DIR", "runs"):
+    if opts.runs_dir != runs_dir(None):
         parts += ["--runs-dir", opts.runs_dir]
     for flag, value, var in (
         ("--store", opts.store, "PUNCHLINE_STORE"),

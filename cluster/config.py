@@ -18,8 +18,8 @@ from punchline.cluster.pipeline import Pipeline
 from punchline.cluster.registry import available, resolve
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
-from punchline.data.provider_settings import Mode, ProviderSettings
-from punchline.workers.fake.checks import check_simulator, finite
+from punchline.data.provider_settings import Mode, ModelSettings, ProviderSettings
+from punchline.workers.fake.checks import check_simulator
 from punchline.workers.fake.server import FakeConfig
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
@@ -37,30 +37,62 @@ RUN_NAME = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63})?$"
 class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How the engine runs: sharding, leases and budget. Every field has a safe default."""
 
-    # a built-in or installed pipeline's name, or "package.module:Name" (cluster/registry.py resolves it)
-    pipeline: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
-    name: Annotated[str, msgspec.Meta(pattern=RUN_NAME)] = ""  # the start of new run ids
-    shard_size: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 8
-    lease_ms: Annotated[int, msgspec.Meta(ge=1000, le=86_400_000)] = 30_000
-    workers_per_node: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 2
-    # units a worker runs at once, across shards; 0 = its providers' max_concurrency
-    units_in_flight: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
-    worker_cpus: Annotated[float, msgspec.Meta(gt=0.0, le=1024.0)] = 0.25
-    # worker nodes to ask the autoscaler for while shards outnumber workers (0: never)
-    max_workers: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
-    max_cost_usd: Usd | None = None
-    offline: bool = False
-    store: str | None = None
-    redis_url: str | None = None
-    ray_address: str | None = None
+    pipeline: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=300,
+            description='a built-in or installed pipeline\'s name, or "package.module:Name" (cluster/registry.py)',
+        ),
+    ]
+    name: Annotated[
+        str, msgspec.Meta(pattern=RUN_NAME, description="the start of new run ids (default: the pipeline's)")
+    ] = ""
+    shard_size: Annotated[int, msgspec.Meta(ge=1, le=100_000, description="units per shard")] = 8
+    lease_ms: Annotated[
+        int, msgspec.Meta(ge=1000, le=86_400_000, description="a unit's lease; a holder silent this long loses it")
+    ] = 30_000
+    workers_per_node: Annotated[int, msgspec.Meta(ge=1, le=1024, description="worker actors on every node")] = 2
+    units_in_flight: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            le=100_000,
+            description="units a worker runs at once, across shards (0: its providers' max_concurrency)",
+        ),
+    ] = 0
+    worker_cpus: Annotated[float, msgspec.Meta(gt=0.0, le=1024.0, description="Ray CPUs one worker actor takes")] = 0.25
+    max_workers: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            le=100_000,
+            description="worker nodes to ask the autoscaler for while shards outnumber workers (0: never)",
+        ),
+    ] = 0
+    max_cost_usd: Annotated[
+        Usd | None, msgspec.Meta(description="stop scheduling units before this budget would be exceeded")
+    ] = None
+    offline: Annotated[bool, msgspec.Meta(description="never call a provider: a cache miss fails the unit")] = False
+    store: Annotated[
+        str | None, msgspec.Meta(description="a folder or s3://bucket/prefix (under --store and PUNCHLINE_STORE)")
+    ] = None
+    redis_url: Annotated[
+        str | None, msgspec.Meta(description="the ledger's Redis (under --redis-url and PUNCHLINE_REDIS_URL)")
+    ] = None
+    ray_address: Annotated[
+        str | None, msgspec.Meta(description="the Ray cluster to join (under --ray-address and PUNCHLINE_RAY_ADDRESS)")
+    ] = None
 
 
 class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A run's config: the engine's tables, and the pipeline's own table decoded into its ``settings_type``."""
 
-    run: RunSettings
-    providers: dict[str, ProviderSettings]
-    simulator: FakeConfig | None = None  # knobs of the offline simulated provider (base_url = "simulated")
+    run: Annotated[RunSettings, msgspec.Meta(description="how the engine runs")]
+    providers: Annotated[dict[str, ProviderSettings], msgspec.Meta(description="the providers, one table each")]
+    simulator: Annotated[
+        FakeConfig | None, msgspec.Meta(description='knobs of the simulated provider (base_url = "simulated")')
+    ] = None
     source: str = ""  # the file it was read from (filled by load_config)
     settings: Any = None  # the pipeline's table as its settings_type (filled by load_config)
 
@@ -88,15 +120,13 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
         tables = msgspec.toml.decode(raw, type=dict[str, Any])
     except msgspec.DecodeError as exc:
         raise ConfigError(f"malformed TOML: {exc}", file=str(p)) from None
-    # provider tables one by one: msgspec does not name dict keys in its error paths
+    # provider tables (and their models) one by one: msgspec does not name dict keys in its error paths
     providers = tables.get("providers")
     for name, table in providers.items() if isinstance(providers, dict) else ():
-        try:
-            msgspec.convert(table, ProviderSettings)
-        except msgspec.ValidationError as exc:
-            record, key, detail = validation_location(exc)
-            field = ".".join(k for k in ("providers", name, record, key) if k)
-            raise ConfigError(detail, file=str(p), field=field) from None
+        models = table.get("models") if isinstance(table, dict) else None
+        for nick, model in models.items() if isinstance(models, dict) else ():
+            _decode_table(model, ModelSettings, str(p), f"providers.{name}.models.{nick}")
+        _decode_table(table, ProviderSettings, str(p), f"providers.{name}")
     pipeline, settings = _pipeline_settings(tables, str(p))
     try:
         cfg = msgspec.convert(tables, RunConfig)
@@ -107,6 +137,15 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
     cfg.settings = settings
     _check(cfg, pipeline)
     return cfg
+
+
+def _decode_table(table: Any, kind: type[msgspec.Struct], file: str, where: str) -> None:
+    """Decode one table as a check, so that an error names its key path (``providers.x.models.y.id``)."""
+    try:
+        msgspec.convert(table, kind)
+    except msgspec.ValidationError as exc:
+        record, key, detail = validation_location(exc)
+        raise ConfigError(detail, file=file, field=".".join(k for k in (where, record, key) if k)) from None
 
 
 def _pipeline_settings(tables: dict[str, Any], file: str) -> tuple[Pipeline | None, Any]:
@@ -234,18 +273,4 @@ def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
     for nick, m in p.models.items():
         if not m.id.strip():
             raise bad(f"models.{nick}.id", "is empty")
-        for field in ("input_usd_per_mtok", "output_usd_per_mtok"):
-            value = getattr(m, field)
-            if not finite(value, 0.0, 1e6):
-                raise bad(f"models.{nick}.{field}", f"must be a finite price between 0 and 1e6, got {value}")
-    for field in ("requests_per_minute", "tokens_per_minute"):
-        value = getattr(p, field)
-        if value is not None and not finite(value, 1e-6, 1e12):
-            raise bad(field, f"must be a positive finite number (or left out for no limit), got {value}")
-    if not 1 <= p.max_concurrency <= 10_000:
-        raise bad("max_concurrency", f"must be between 1 and 10000, got {p.max_concurrency}")
-    if not finite(p.timeout_s, 0.001, 86_400):
-        raise bad("timeout_s", f"must be a positive finite number of seconds, got {p.timeout_s}")
-    for field in ("max_retries", "max_malformed_retries"):
-        if not 0 <= getattr(p, field) <= 1000:
-            raise bad(field, f"must be between 0 and 1000, got {getattr(p, field)}")
+    # the numbers' ranges are in ProviderSettings' and ModelSettings' Meta, checked as the table is decoded

@@ -17,7 +17,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -39,6 +39,7 @@ from punchline.cluster.run_claim import RunClaim
 from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.cluster.store_guard import StoreGuard, redis_identity
+from punchline.data import settings as env_registry
 from punchline.data.errors import BudgetExceeded, ConfigError, InputError, LedgerFailed
 from punchline.data.jsonio import atomic_write_bytes, decode_bytes, overwrite_in_place
 from punchline.data.response_cache import ResponseCache
@@ -100,7 +101,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     """Command-line / environment overrides of the config's ``[run]`` table."""
 
     run_id: str | None = None
-    runs_dir: str = "runs"
+    runs_dir: str = env_registry.RUNS_DIR.default
     redis_url: str | None = None
     store: str | None = None
     ray_address: str | None = None
@@ -110,16 +111,18 @@ class RunOptions(msgspec.Struct, kw_only=True):
     verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
 
     @classmethod
-    def from_env(cls, **overrides: object) -> RunOptions:
-        env = os.environ
-        base = cls(
-            runs_dir=env.get("PUNCHLINE_RUNS_DIR", "runs"),
-            redis_url=env.get("PUNCHLINE_REDIS_URL"),
-            store=env.get("PUNCHLINE_STORE"),
-            ray_address=env.get("PUNCHLINE_RAY_ADDRESS"),
-        )
-        values = {k: v for k, v in overrides.items() if v is not None}
-        return msgspec.structs.replace(base, **values)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RunOptions:
+        """``PUNCHLINE_RUNS_DIR``, ``PUNCHLINE_REDIS_URL``, ``PUNCHLINE_STORE``, ``PUNCHLINE_RAY_ADDRESS``;
+        flags go over it with :func:`punchline.data.settings.overlay`."""
+        return cls(**env_registry.env_values(RUN_OPTIONS_ENV, env))
+
+
+RUN_OPTIONS_ENV: dict[str, env_registry.EnvVar[Any]] = {
+    "runs_dir": env_registry.RUNS_DIR,
+    "redis_url": env_registry.REDIS_URL,
+    "store": env_registry.STORE,
+    "ray_address": env_registry.RAY_ADDRESS,
+}
 
 
 def new_run_id(cfg: RunConfig) -> str:

@@ -18,7 +18,7 @@ Stopping is a clean SIGTERM: the AOF (``appendfsync always``) keeps everything a
 next driver starts the server again on the same folder.
 
 Every member watches the server (``WATCH_S``): when it is gone while drivers still use it (killed,
-crashed, or stopped by the keeper while this driver was paused past ``STALE_S``) the driver registers
+crashed, or stopped by the keeper while this driver was paused past ``PUNCHLINE_LEDGER_STALE_S``) the driver registers
 again and restarts it from its AOF on the same port, so the URLs workers hold stay valid and the run
 carries on within seconds. What a restart cannot cure (a full disk, a server that dies again at once)
 stops the run instead, and so does a disk that is about to be full (less than ``LOW_SPACE_BYTES``
@@ -53,13 +53,12 @@ import structlog
 
 from punchline.cluster.redis_server import EmbeddedRedis, _private_dir, _write_private, open_private, read_private
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
+from punchline.data.settings import LEDGER_STALE_S
 
 log = structlog.get_logger("punchline.ledger")
 
 LEDGER_DIR = "_ledger"
 HEARTBEAT_S = 5.0
-# a registration not touched for this long is a dead (or frozen) driver (the tests shorten it)
-STALE_S = float(os.environ.get("PUNCHLINE_LEDGER_STALE_S", "60"))
 KEEPER_POLL_S = 2.0
 KEEPER_GRACE_POLLS = 3  # consecutive polls without a live driver before the keeper stops the server
 JOIN_TIMEOUT_S = 60.0
@@ -118,7 +117,7 @@ def live_clients(folder: Path, *, prune: bool = True) -> list[Path]:
             age = now - path.lstat().st_mtime
         except (OSError, ValueError):
             continue
-        fresh = age < STALE_S
+        fresh = age < LEDGER_STALE_S.get()  # a registration untouched this long is a dead (or frozen) driver
         if isinstance(record, dict) and record.get("host") == host:
             fresh = fresh and _pid_alive(int(record.get("pid", 0)))
         if fresh:

@@ -18,10 +18,8 @@ outage; so is a server that accepts the connection but never answers as Redis (a
 
 from __future__ import annotations
 
-import math
-import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,28 +35,20 @@ from punchline.data.errors import (
     permanent_network_reason,
 )
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.settings import START_WAIT_S as START_WAIT
 from punchline.data.store import Store
 
 log = structlog.get_logger("punchline.preflight")
 
 PATIENCE_S = 600.0  # how long an outage (refused, timed out) is waited out before giving up
 SERVICE_BACKOFF = Backoff(initial_s=0.5, max_s=10.0)
-START_WAIT_ENV = "PUNCHLINE_START_WAIT_S"
-START_WAIT_S = 60.0  # how long a service that does not answer at all is waited for at the start of a run
+START_WAIT_ENV = START_WAIT.name
 
 
-def start_wait_s(env: dict[str, str] | None = None) -> float:
-    """``PUNCHLINE_START_WAIT_S`` (seconds, > 0), else 60."""
-    raw = (os.environ if env is None else env).get(START_WAIT_ENV, "").strip()
-    if not raw:
-        return START_WAIT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and 0 < value <= 86_400):
-        raise ConfigError(f"must be a number of seconds in (0, 86400], got {raw!r}", field=START_WAIT_ENV)
-    return value
+def start_wait_s(env: Mapping[str, str] | None = None) -> float:
+    """``PUNCHLINE_START_WAIT_S`` (seconds, > 0), else 60: how long a service that does not answer at
+    all is waited for at the start of a run."""
+    return START_WAIT.get(env)
 
 
 class _NoAnswer(Exception):

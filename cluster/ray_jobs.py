@@ -40,29 +40,19 @@ from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.ray_runtime import raise_if_auth
 from punchline.cluster.registry import FIELD, pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
+from punchline.data.settings import BY_NAME, JOB_VARS, JOBS_ADDRESS, MAX_WORKERS
 from punchline.schedulers.redis_client import secret_parts
 from punchline.workers.logs import redact_text
 
-DEFAULT_ADDRESS = "http://127.0.0.1:8265"
-ADDRESS_ENV = ("PUNCHLINE_JOBS_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+DEFAULT_ADDRESS = JOBS_ADDRESS.default
 RUN_ID_KEY = "punchline_run_id"  # job metadata: which run a job drives
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
-# The variables ``submit --env`` may set for a job: punchline's own settings, none of them a secret
-# (PUNCHLINE_REDIS_URL may carry a password: the nodes take it from their own environment).
-JOB_ENV = frozenset(
-    {
-        "PUNCHLINE_S3_OUTAGE_S",
-        "PUNCHLINE_S3_ENDPOINT_URL",
-        "PUNCHLINE_S3_ADDRESSING_STYLE",
-        "PUNCHLINE_MAX_WORKERS",
-        "PUNCHLINE_WORKER_NODE_CPUS",
-        "PUNCHLINE_STORE",
-        "PUNCHLINE_DEBUG",
-    }
-)
-JOB_ENV_PREFIXES = ("PUNCHLINE_RATE_",)  # the rate limiter's knobs (PUNCHLINE_RATE_RECOVER_WINDOW_S, ...)
+# The variables ``submit --env`` may set for a job: punchline's own settings marked ``job`` in
+# punchline.data.settings, none of them a secret (PUNCHLINE_REDIS_URL may carry a password: the nodes
+# take it from their own environment).
+JOB_ENV = JOB_VARS
 _SUBMISSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
@@ -95,12 +85,11 @@ def jobs_address(flag: str | None, env: dict[str, str] | None = None) -> str:
     ``RAY_ADDRESS``, else the dashboard on this machine."""
     if flag:
         return flag
-    source = os.environ if env is None else env
-    for name in ADDRESS_ENV:
-        value = source.get(name, "").strip()
-        if value and (name != "RAY_ADDRESS" or value.startswith(("http://", "https://"))):
-            return value
-    return DEFAULT_ADDRESS
+    given = JOBS_ADDRESS.given(env)
+    if given:
+        return given
+    ray_address = (os.environ if env is None else env).get("RAY_ADDRESS", "").strip()
+    return ray_address if ray_address.startswith(("http://", "https://")) else DEFAULT_ADDRESS
 
 
 def refuse_secrets(opts: SubmitOptions) -> None:
@@ -117,8 +106,10 @@ def refuse_secrets(opts: SubmitOptions) -> None:
                 field=flag,
             )
     for name, value in opts.env.items():
-        if name not in JOB_ENV and not name.startswith(JOB_ENV_PREFIXES):
-            allowed = ", ".join(sorted(JOB_ENV)) + ", " + ", ".join(f"{p}*" for p in JOB_ENV_PREFIXES)
+        if name not in JOB_ENV:
+            allowed = (
+                ", ".join(sorted(n for n in JOB_ENV if not n.startswith("PUNCHLINE_RATE_"))) + ", PUNCHLINE_RATE_*"
+            )
             raise ConfigError(
                 f"{name} cannot be set for a job (only punchline's own settings, never a secret: {allowed}); "
                 "give the nodes secrets in their own environment",
@@ -126,6 +117,8 @@ def refuse_secrets(opts: SubmitOptions) -> None:
             )
         if secret_parts(value) or redact_text(value) != value:
             raise ConfigError(f"the value of {name} looks like a secret; it would be stored by Ray", field="--env")
+        if value.strip():  # typed and range-checked here, not in the job on the cluster
+            BY_NAME[name].parse(value.strip())
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -151,9 +144,7 @@ def check_submit_options(opts: SubmitOptions) -> None:
             f"want 1-128 letters, digits, '.', '_', '-', got {opts.submission_id!r}", field="--submission-id"
         )
     if opts.max_workers is not None:
-        from punchline.cluster.autoscale import AutoscaleSettings
-
-        AutoscaleSettings.from_env({}, max_workers=opts.max_workers)
+        MAX_WORKERS.check(opts.max_workers, "--max-workers")
     if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
         raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
 

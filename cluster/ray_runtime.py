@@ -18,14 +18,14 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
 
 from punchline.data.errors import ConfigError, InfraError, ServiceRejected
+from punchline.data.settings import RAY_ADDRESS, RAY_NUM_CPUS
 
-ENV_ADDRESS = ("PUNCHLINE_RAY_ADDRESS", "RAY_ADDRESS")
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's driver
 NAMESPACE = "punchline"
 # Ray refuses less than ~75 MB; 200 MB keeps a laptop/CI node light. Our payloads are small
@@ -56,26 +56,13 @@ class RaySettings(msgspec.Struct, frozen=True, kw_only=True):
     env_vars: dict[str, str] = msgspec.field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> RaySettings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RaySettings:
         """``PUNCHLINE_RAY_ADDRESS`` (else ``RAY_ADDRESS``); ``PUNCHLINE_RAY_NUM_CPUS`` for local;
         the ``FORWARD_ENV`` variables that are set, for the workers."""
         source = os.environ if env is None else env
-        address = next((source[n].strip() for n in ENV_ADDRESS if source.get(n, "").strip()), None)
-        if address == "local":
-            address = None
-        num_cpus: int | None = None
-        raw = source.get("PUNCHLINE_RAY_NUM_CPUS", "").strip()
-        if raw:
-            try:
-                num_cpus = int(raw)
-            except ValueError:
-                raise ConfigError(f"not an integer: {raw!r}", field="PUNCHLINE_RAY_NUM_CPUS") from None
-            if num_cpus < 1:
-                raise ConfigError(f"must be >= 1, got {num_cpus}", field="PUNCHLINE_RAY_NUM_CPUS")
+        address = RAY_ADDRESS.get(env) or source.get("RAY_ADDRESS", "").strip() or None  # Ray's own, under ours
         forwarded = {name: source[name] for name in FORWARD_ENV if source.get(name)}
-        values: dict[str, Any] = {"address": address, "num_cpus": num_cpus, "env_vars": forwarded}
-        values.update(overrides)
-        return cls(**values)
+        return cls(address=None if address == "local" else address, num_cpus=RAY_NUM_CPUS.get(env), env_vars=forwarded)
 
     @property
     def is_local(self) -> bool:

@@ -26,20 +26,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from punchline.cluster.autoscale import AutoscaleSettings
 from punchline.cluster.config import SIMULATED, RunConfig, check_run_id, check_service_url
 from punchline.cluster.planner import StageEstimate, plan_run
-from punchline.cluster.ray_runtime import RaySettings
 from punchline.cluster.registry import pipeline_of
+from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError
-from punchline.schedulers.rate_limit import RateLimitSettings
 
 if TYPE_CHECKING:
     from punchline.cluster.driver import RunOptions
-
-MAX_WORKERS = 100_000  # as ``[run] max_workers``: more worker nodes than any cluster has
 
 
 def check_options(opts: RunOptions) -> None:
@@ -48,8 +42,8 @@ def check_options(opts: RunOptions) -> None:
         check_run_id(opts.run_id)
     if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
         raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
-    if opts.max_workers is not None and not 0 <= opts.max_workers <= MAX_WORKERS:
-        raise ConfigError(f"must be between 0 and {MAX_WORKERS}, got {opts.max_workers}", field="--max-workers")
+    if opts.max_workers is not None:
+        env_registry.MAX_WORKERS.check(opts.max_workers, "--max-workers")
     if opts.redis_url is not None:
         check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
     if opts.store is not None:
@@ -67,20 +61,9 @@ def check_options(opts: RunOptions) -> None:
 
 
 def check_environment() -> None:
-    """The ``PUNCHLINE_*`` variables the driver and its workers read, decoded now rather than mid-run."""
-    RaySettings.from_env()
-    try:
-        scale = AutoscaleSettings.from_env()
-    except ConfigError as exc:  # only the environment is read here: name the variable
-        raise ConfigError(exc.detail, field=(exc.field or "").replace("max_workers", "PUNCHLINE_MAX_WORKERS")) from None
-    if scale.max_workers > MAX_WORKERS:
-        raise ConfigError(
-            f"must be between 0 and {MAX_WORKERS}, got {scale.max_workers}", field="PUNCHLINE_MAX_WORKERS"
-        )
-    try:
-        RateLimitSettings.from_env()
-    except (ValueError, msgspec.ValidationError) as exc:
-        raise ConfigError(f"a PUNCHLINE_RATE_* variable is not valid: {exc}", field="PUNCHLINE_RATE_*") from None
+    """The ``PUNCHLINE_*`` variables the driver and its workers read, decoded now rather than mid-run
+    (every variable of :mod:`punchline.data.settings` that is set)."""
+    env_registry.check_environment()
 
 
 def check_keys(cfg: RunConfig) -> None:

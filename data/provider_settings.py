@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -20,15 +20,23 @@ ProviderKind = Literal["openai", "anthropic"]
 Mode = Literal["online", "batch"]
 
 
+Price = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
+PerMinute = Annotated[float, msgspec.Meta(ge=1e-6, le=1e12)]
+
+
 class ModelSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A model reachable through a provider, with its price per million tokens."""
 
-    id: str
-    input_usd_per_mtok: float = 0.0
-    output_usd_per_mtok: float = 0.0
+    id: Annotated[str, msgspec.Meta(min_length=1, description="the provider's model id")]
+    input_usd_per_mtok: Annotated[Price, msgspec.Meta(description="dollars per million input tokens")] = 0.0
+    output_usd_per_mtok: Annotated[Price, msgspec.Meta(description="dollars per million output tokens")] = 0.0
     # Optional limits of this model alone, on top of the provider's (which cover all its models).
-    requests_per_minute: float | None = None
-    tokens_per_minute: float | None = None
+    requests_per_minute: Annotated[
+        PerMinute | None, msgspec.Meta(description="this model's own request limit, on top of the provider's")
+    ] = None
+    tokens_per_minute: Annotated[
+        PerMinute | None, msgspec.Meta(description="this model's own token limit, on top of the provider's")
+    ] = None
 
 
 class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -37,27 +45,58 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     Secrets are never part of settings: only the *name* of the env var or file that holds the key.
     """
 
-    kind: ProviderKind = "openai"
-    base_url: str | None = None
-    api_key_env: str | None = None
-    api_key_file: str | None = None
-    models: dict[str, ModelSettings] = {}
-    requests_per_minute: float | None = None
-    tokens_per_minute: float | None = None
-    max_concurrency: int = 8
-    timeout_s: float = 60.0
-    max_retries: int = 6
-    max_malformed_retries: int = 2
-    supports_n: bool = True
+    kind: Annotated[ProviderKind, msgspec.Meta(description="the API it speaks")] = "openai"
+    base_url: Annotated[
+        str | None,
+        msgspec.Meta(
+            description='an http(s) URL, or "simulated" for the built-in simulated provider (default: the SDK\'s)'
+        ),
+    ] = None
+    api_key_env: Annotated[
+        str | None, msgspec.Meta(description="the name of the environment variable holding the key (never the key)")
+    ] = None
+    api_key_file: Annotated[str | None, msgspec.Meta(description="a file holding the key (read by each worker)")] = None
+    models: Annotated[
+        dict[str, ModelSettings], msgspec.Meta(description="nickname -> model id and prices (a table per model)")
+    ] = {}
+    requests_per_minute: Annotated[
+        PerMinute | None, msgspec.Meta(description="the provider's request limit, all models, workers and runs")
+    ] = None
+    tokens_per_minute: Annotated[
+        PerMinute | None, msgspec.Meta(description="the provider's token limit, all models, workers and runs")
+    ] = None
+    max_concurrency: Annotated[
+        int, msgspec.Meta(ge=1, le=10_000, description="requests one worker has in flight to this provider")
+    ] = 8
+    timeout_s: Annotated[float, msgspec.Meta(ge=0.001, le=86_400.0, description="one request's timeout")] = 60.0
+    max_retries: Annotated[
+        int, msgspec.Meta(ge=0, le=1000, description="retries of a request that failed transiently (429, 5xx)")
+    ] = 6
+    max_malformed_retries: Annotated[
+        int, msgspec.Meta(ge=0, le=1000, description="retries of an answer its validator refused")
+    ] = 2
+    supports_n: Annotated[
+        bool, msgspec.Meta(description="one request with n choices (else n requests); Anthropic never")
+    ] = True
     # "batch": a stage's uncached units of this provider go through its batch API (half price, within 24 h);
     # a stage's own table may say otherwise for its units (``[puns.collect] mode = "batch"``)
-    mode: Mode = "online"
-    batch_max_requests: int = 10_000  # provider-side requests per batch (a split n-request counts n)
-    batch_max_bytes: int = 100_000_000  # bytes of request bodies per batch
-    batch_price_factor: float = 0.5  # batch price / online price
+    mode: Annotated[
+        Mode, msgspec.Meta(description="batch: uncached units through the batch API (a stage's mode wins)")
+    ] = "online"
+    batch_max_requests: Annotated[
+        int,
+        msgspec.Meta(ge=1, le=1_000_000, description="provider-side requests per batch (a split n-request counts n)"),
+    ] = 10_000
+    batch_max_bytes: Annotated[
+        int, msgspec.Meta(ge=1024, le=10_000_000_000, description="bytes of request bodies per batch")
+    ] = 100_000_000
+    batch_price_factor: Annotated[float, msgspec.Meta(ge=0.0, le=1.0, description="batch price / online price")] = 0.5
     # what becomes of requests no batch could answer (the provider refused the batch, or they failed
     # ``max_rounds`` batches): "fail" stops the stage naming the reason, "online" pays the online price for them
-    batch_fallback: Literal["fail", "online"] = "fail"
+    batch_fallback: Annotated[
+        Literal["fail", "online"],
+        msgspec.Meta(description="requests no batch could answer: fail the stage, or pay online for them"),
+    ] = "fail"
 
     def model_id(self, nickname: str) -> str:
         """Resolve a nickname (``"8b"``) to the model id; an unknown name is taken as an id."""

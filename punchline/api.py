@@ -21,6 +21,7 @@ from punchline.cluster.coordinator import ProgressFn
 from punchline.cluster.driver import RunOptions, RunRecord
 from punchline.cluster.driver import run as run_driver
 from punchline.cluster.runs import load_run_record
+from punchline.data.settings import overlay
 
 __all__ = ["RunRecord", "artifact_url", "run", "status"]
 
@@ -42,7 +43,8 @@ def run(
     ``config``; returns when the run ends. ``state`` is ``finished``, or ``failed`` when some units
     failed (``failures`` names them; ``punchline retry-failed`` retries them). ``progress(stage,
     counters)`` is called as shards commit."""
-    opts = RunOptions.from_env(
+    opts = overlay(
+        RunOptions.from_env(),
         run_id=run_id,
         store=store,
         runs_dir=runs_dir,
@@ -60,7 +62,7 @@ def run(
 def status(run_id: str, *, runs_dir: str | None = None, store: str | None = None) -> RunRecord:
     """The record of run ``run_id``: from ``<runs_dir>/<run_id>/run.json``, else (a run submitted as a
     Ray job) from ``store``; a run whose driver on this machine is gone says ``interrupted``."""
-    opts = RunOptions.from_env(runs_dir=runs_dir, store=store)
+    opts = overlay(RunOptions.from_env(), runs_dir=runs_dir, store=store)
     record: RunRecord = load_run_record(opts.runs_dir, run_id, opts.store)
     if record.driver_gone():
         record.state = "interrupted"

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 from collections.abc import Mapping
 
 import msgspec
 import redis
 
+from punchline.data import settings as env_registry
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.schedulers.redis_client import redis_errors
@@ -162,27 +162,29 @@ return math.floor(factor * 1000000)
 
 
 class RateLimitSettings(msgspec.Struct, frozen=True, kw_only=True):
-    namespace: str = "pl"
-    burst_requests: float = 1.0  # requests that may go back to back after an idle spell
-    burst_s_tokens: float = 1.0  # token burst, in seconds' worth of the token rate
-    headroom: float = 0.99  # slots are paced at this share of the configured rates
-    decrease_factor: float = 0.9  # a 429 that quotes no limit lowers the rate this much
-    min_factor: float = 0.05
-    increase_step: float = 0.02
-    recover_window_s: float = 1.0
-    throttle_cooldown_s: float = 2.0
-    idle_ttl_s: float = 3600.0  # Redis forgets a scope idle this long
+    """The limiter's knobs; each has a ``PUNCHLINE_RATE_<FIELD>`` variable (:mod:`punchline.data.settings`,
+    where their meaning and ranges are defined)."""
+
+    namespace: str = env_registry.RATE_NAMESPACE.default
+    burst_requests: float = env_registry.RATE_BURST_REQUESTS.default
+    burst_s_tokens: float = env_registry.RATE_BURST_S_TOKENS.default
+    headroom: float = env_registry.RATE_HEADROOM.default
+    decrease_factor: float = env_registry.RATE_DECREASE_FACTOR.default
+    min_factor: float = env_registry.RATE_MIN_FACTOR.default
+    increase_step: float = env_registry.RATE_INCREASE_STEP.default
+    recover_window_s: float = env_registry.RATE_RECOVER_WINDOW_S.default
+    throttle_cooldown_s: float = env_registry.RATE_THROTTLE_COOLDOWN_S.default
+    idle_ttl_s: float = env_registry.RATE_IDLE_TTL_S.default
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RateLimitSettings:
         """``PUNCHLINE_RATE_<FIELD>`` overrides each field (e.g. ``PUNCHLINE_RATE_RECOVER_WINDOW_S``)."""
-        source = os.environ if env is None else env
-        values: dict[str, object] = {}
-        for name in cls.__struct_fields__:
-            raw = source.get(f"PUNCHLINE_RATE_{name.upper()}")
-            if raw is not None and raw.strip():
-                values[name] = raw.strip() if name == "namespace" else float(raw)
-        return msgspec.convert(values, cls)
+        return cls(**env_registry.env_values(RATE_ENV, env))
+
+
+RATE_ENV = {
+    name: env_registry.BY_NAME[f"PUNCHLINE_RATE_{name.upper()}"] for name in RateLimitSettings.__struct_fields__
+}
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):

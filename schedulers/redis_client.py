@@ -7,9 +7,8 @@ all a worker or a scheduler needs, so they never import the cluster layer.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -27,8 +26,9 @@ from punchline.data.errors import (
     causes,
     permanent_network_reason,
 )
+from punchline.data.settings import REDIS_URL
 
-ENV_URL = "PUNCHLINE_REDIS_URL"
+ENV_URL = REDIS_URL.name
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -147,10 +147,9 @@ class RedisSettings(msgspec.Struct, frozen=True, kw_only=True):
         return cls(url=url)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> RedisSettings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RedisSettings:
         """``PUNCHLINE_REDIS_URL`` or the local default ``redis://127.0.0.1:6379/0``."""
-        source = os.environ if env is None else env
-        url = source.get(ENV_URL, "").strip()
+        url = REDIS_URL.get(env)
         return cls.from_dsn(url) if url else cls()
 
 
@@ -233,7 +232,7 @@ def check_url(url: str) -> None:
         raise ConfigError(f"malformed Redis URL {redact_url(url)!r}: {exc}", field=ENV_URL) from None
 
 
-def resolve_url(public_url: str, password_file: str | None = None, env: dict[str, str] | None = None) -> str:
+def resolve_url(public_url: str, password_file: str | None = None, env: Mapping[str, str] | None = None) -> str:
     """The URL to connect with, for a process that was handed a redacted one (``redis://:***@h:p/0``).
 
     Credentials never travel with work: a worker (or ``status``) gets the URL with ``***`` for the
@@ -244,7 +243,6 @@ def resolve_url(public_url: str, password_file: str | None = None, env: dict[str
     parts = urlsplit(public_url)
     if parts.password != "***":
         return public_url
-    source = os.environ if env is None else env
     if password_file:
         try:
             password = Path(password_file).read_text().strip()
@@ -254,7 +252,7 @@ def resolve_url(public_url: str, password_file: str | None = None, env: dict[str
             user = parts.username or ""
             netloc = parts.netloc.replace(f"{user}:***@", f"{user}:{quote(password, safe='')}@", 1)
             return urlunsplit(parts._replace(netloc=netloc))
-    own = source.get(ENV_URL, "").strip()
+    own = REDIS_URL.get(env)
     if own:
         mine = urlsplit(own)
         if (mine.hostname, mine.port, mine.path) == (parts.hostname, parts.port, parts.path):

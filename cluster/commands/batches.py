@@ -22,6 +22,7 @@ from punchline.cluster.driver import RunRecord
 from punchline.cluster.runs import load_run_record
 from punchline.data.errors import InputError, ProviderError
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.settings import RUNS_DIR_HELP, runs_dir
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records, record_path, request_cancel
@@ -31,7 +32,7 @@ from punchline.workers.providers import make_batch_provider
 def register(sub: Any) -> None:
     p = sub.add_parser("batches", help="a run's provider batches: state, request counts, age; --cancel cancels them")
     p.add_argument("run_id")
-    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument(
         "--cancel",
         action="store_true",
@@ -53,7 +54,7 @@ def run_store(run: RunRecord) -> Store:
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    run = load_run_record(args.runs_dir, args.run_id)
+    run = load_run_record(runs_dir(args.runs_dir), args.run_id)
     store = run_store(run)
     if args.cancel:
         cancel_run(run, store)

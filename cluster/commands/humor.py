@@ -15,6 +15,7 @@ from punchline.cluster.config import load_config
 from punchline.cluster.pipelines.humor import PIPELINE
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
+from punchline.data.settings import RUNS_DIR_HELP
 
 if TYPE_CHECKING:
     from punchline.data.humor.report import HumorReport
@@ -82,7 +83,7 @@ def register(sub: Any) -> None:
     )
     sb.add_argument("run", metavar="RUN", help="the run id")
     sb.add_argument("--out", default=None, help="output folder (default: submission-<RUN>)")
-    sb.add_argument("--runs-dir", default=None, help="local folder for run state (default: runs)")
+    sb.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     sb.add_argument("--model", action="append", help="only this model nick (repeatable; default: every model)")
     sb.set_defaults(func=cmd_submission)
 

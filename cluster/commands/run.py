@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from punchline.cluster.run_checks import check_environment, check_run
 from punchline.cluster.runs import list_runs, load_run_record
 from punchline.cluster.status import StatusView, run_status
 from punchline.data.errors import InputError
+from punchline.data.settings import RUNS_DIR_HELP, STORE, overlay, runs_dir
 from punchline.data.stores import open_store
 
 
@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
         "hits, tokens, cost, rate and ETA. Live while the run is going, from its record afterwards.",
     )
     s.add_argument("run_id")
-    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     s.add_argument(
         "--store",
         help="read the run's record from this store when it is not under --runs-dir (a run submitted as a "
@@ -74,7 +74,7 @@ def register(sub: Any) -> None:
     pl.set_defaults(func=cmd_plan)
 
     r = sub.add_parser("runs", help="list runs under the runs folder")
-    r.add_argument("--runs-dir", default="runs")
+    r.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     r.set_defaults(func=cmd_runs)
 
     f = sub.add_parser(
@@ -83,7 +83,7 @@ def register(sub: Any) -> None:
         description="Drop the shards that hold failed units and resume the run: only those units are called again.",
     )
     f.add_argument("run_id")
-    f.add_argument("--runs-dir", default="runs")
+    f.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     f.add_argument("--no-progress", action="store_true")
     f.set_defaults(func=cmd_retry_failed)
 
@@ -116,8 +116,9 @@ def _status_renderable(view: StatusView) -> Group:
 def cmd_status(args: argparse.Namespace) -> int:
     if args.watch is not None and not (math.isfinite(args.watch) and 0.1 <= args.watch <= 3600):
         raise InputError(f"must be between 0.1 and 3600 seconds, got {args.watch}", field="--watch")
-    store = args.store or os.environ.get("PUNCHLINE_STORE")
-    view = run_status(args.runs_dir, args.run_id, store)
+    store = args.store or STORE.get()
+    runs = runs_dir(args.runs_dir)
+    view = run_status(runs, args.run_id, store)
     if args.json:
         print(msgspec.json.encode(view).decode())
         return 0
@@ -128,14 +129,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     with Live(_status_renderable(view), console=console, refresh_per_second=4) as live:
         while view.state == "running":
             time.sleep(args.watch)
-            view = run_status(args.runs_dir, args.run_id, store)
+            view = run_status(runs, args.run_id, store)
             live.update(_status_renderable(view))
     return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     table = whole_table("run id", "pipeline", "state", "created", "units done", "cost $")
-    for row in list_runs(args.runs_dir):
+    for row in list_runs(runs_dir(args.runs_dir)):
         if row.error is not None:
             table.add_row(row.run_id, row.pipeline, row.error, "", "", "")
         else:
@@ -145,10 +146,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_failed(args: argparse.Namespace) -> int:
-    record = load_run_record(args.runs_dir, args.run_id)
+    runs = runs_dir(args.runs_dir)
+    record = load_run_record(runs, args.run_id)
     dropped = drop_failed_shards(record, open_store(record.services.store_url))
     Console(stderr=True).print(f"dropped {dropped.count} shards with failed units; resuming {record.run_id}")
-    opts = RunOptions.from_env(run_id=record.run_id, runs_dir=args.runs_dir, store=record.services.store_url)
+    opts = overlay(RunOptions.from_env(), run_id=record.run_id, runs_dir=runs, store=record.services.store_url)
     return exit_status(run_and_report(record.config_path, opts, args.no_progress))
 
 

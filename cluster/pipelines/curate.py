@@ -41,8 +41,10 @@ from punchline.workers.fake.server import FakeConfig
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    model: Name
+    """A provider and one of its model nicknames."""
+
+    provider: Annotated[Name, msgspec.Meta(description="the provider")]
+    model: Annotated[Name, msgspec.Meta(description="the model nickname")]
 
 
 class CurateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -51,14 +53,25 @@ class CurateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``raters`` maps a rating field's prefix (``gemini`` -> ``gemini_rating``) to the model that rates.
     """
 
-    jokes: Name
-    raters: Annotated[dict[str, ModelRef], msgspec.Meta(min_length=1)]
-    repair: ModelRef | None = None
-    repair_below: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 7.0
-    top: Count = 205
-    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
-    consensus: Names = msgspec.field(default_factory=lambda: ["gemini", "claudecode"])  # summed
-    tie_break: str = "anthropic"  # rater whose score breaks consensus ties (then sentence length)
+    jokes: Annotated[Name, msgspec.Meta(description="the candidate jokes (JSON), relative to the config")]
+    raters: Annotated[
+        dict[str, ModelRef],
+        msgspec.Meta(min_length=1, description="rating-field prefix (gemini -> gemini_rating) -> the model that rates"),
+    ]
+    repair: Annotated[
+        ModelRef | None, msgspec.Meta(description="the model that rewrites weak jokes (none: no repair)")
+    ] = None
+    repair_below: Annotated[
+        float, msgspec.Meta(ge=0.0, le=10.0, description="jokes whose consensus rating is below this are repaired")
+    ] = 7.0
+    top: Annotated[Count, msgspec.Meta(description="jokes in the built set")] = 205
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000, description="jokes per rating request")] = 10
+    consensus: Annotated[Names, msgspec.Meta(description="raters whose ratings are summed into the consensus")] = (
+        msgspec.field(default_factory=lambda: ["gemini", "claudecode"])
+    )
+    tie_break: Annotated[
+        str, msgspec.Meta(description="rater whose score breaks consensus ties (then sentence length)")
+    ] = "anthropic"
 
 
 FIRST = "ratings_first.json"

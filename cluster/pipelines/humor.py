@@ -32,6 +32,7 @@ from punchline.data.humor.report import REPORT_JSON, HumorReport, headlines
 from punchline.data.humor.schema import HumorFile, HumorItem
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
+from punchline.data.settings import runs_dir as resolve_runs_dir
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.workers.fake.server import FakeConfig
@@ -41,24 +42,41 @@ if TYPE_CHECKING:
 
 
 class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    model: Name
-    mode: Mode | None = None
+    """``[humor.judge]``: an LLM judge grades every answer."""
+
+    provider: Annotated[Name, msgspec.Meta(description="the judge's provider")]
+    model: Annotated[Name, msgspec.Meta(description="the judge's model nickname")]
+    mode: Annotated[
+        Mode | None,
+        msgspec.Meta(
+            description="the judge stage's units online or through the batch API (default: the provider's mode)"
+        ),
+    ] = None
 
 
 class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The Humor (MERA) workflow: generate -> score (exact match) -> judge."""
 
-    data: Name
-    provider: Name
-    models: Names
-    shots: Name | None = None
-    k_shot: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
-    max_tokens: Count = ANSWER_MAX_TOKENS  # 256, lm-eval's default for generation
-    judge: JudgeSettings | None = None
-    mode: Mode | None = None  # of the generate stage (the judge stage has its own)
+    data: Annotated[Name, msgspec.Meta(description="the Humor items (MERA layout, JSON), relative to the config")]
+    provider: Annotated[Name, msgspec.Meta(description="the provider of the models")]
+    models: Annotated[Names, msgspec.Meta(description="model nicknames of that provider")]
+    shots: Annotated[Name | None, msgspec.Meta(description="a file of solved items for k-shot prompts")] = None
+    k_shot: Annotated[int, msgspec.Meta(ge=0, le=100, description="solved items shown before each question")] = 0
+    max_tokens: Annotated[Count, msgspec.Meta(description="answer length cap (lm-eval's default for generation)")] = (
+        ANSWER_MAX_TOKENS
+    )
+    judge: Annotated[JudgeSettings | None, msgspec.Meta(description="the judge stage (none: exact match only)")] = None
+    mode: Annotated[
+        Mode | None,
+        msgspec.Meta(
+            description="the generate stage's units online or through the batch API (default: the provider's mode)"
+        ),
+    ] = None
     # "mera": lm-eval's generation (shots as user/assistant turns, stop "\n\n"); "punchline": our layout
-    preset: Literal["punchline", "mera"] = "punchline"
+    preset: Annotated[
+        Literal["punchline", "mera"],
+        msgspec.Meta(description="mera: generate as lm-eval does for MERA; punchline: our layout"),
+    ] = "punchline"
 
 
 REPORT_PREFIX = "report"
@@ -461,13 +479,11 @@ PIPELINE = HumorPipeline()
 def _run_record(run_id: str, runs_dir: str | None) -> tuple[RunRecord, RunConfig]:
     """A Humor run's record and its config (as recorded when the run started; relative paths resolve
     against the config's original folder)."""
-    import os
-
     from punchline.cluster.config import check_run_id, load_config
     from punchline.cluster.driver import RunRecord
 
     check_run_id(run_id, field="RUN")
-    path = Path(runs_dir or os.environ.get("PUNCHLINE_RUNS_DIR", "runs")) / run_id / "run.json"
+    path = Path(resolve_runs_dir(runs_dir)) / run_id / "run.json"
     try:
         record = msgspec.json.decode(path.read_bytes(), type=RunRecord)
     except OSError:

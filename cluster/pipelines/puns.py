@@ -29,44 +29,72 @@ from punchline.workers.fake.server import FakeConfig
 
 
 class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    models: Names
-    samples: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
-    mode: Mode | None = None  # this stage's units online or through batches; None: the provider's mode
+    """``[puns.collect]``: sampled and greedy first-word completions of every joke, per model."""
+
+    provider: Annotated[Name, msgspec.Meta(description="the provider of the models")]
+    models: Annotated[Names, msgspec.Meta(description="model nicknames of that provider")]
+    samples: Annotated[
+        int, msgspec.Meta(ge=1, le=1000, description="sampled completions per joke and model (plus one greedy)")
+    ] = 20
+    mode: Annotated[
+        Mode | None,
+        msgspec.Meta(description="this stage's units online or through the batch API (default: the provider's mode)"),
+    ] = None
 
 
 class ClassifySettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    model: Name
-    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
-    mode: Mode | None = None
+    """``[puns.classify]``: an LLM classifies the words the jokes' lists do not know."""
+
+    provider: Annotated[Name, msgspec.Meta(description="the classifier's provider")]
+    model: Annotated[Name, msgspec.Meta(description="the classifier's model nickname")]
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=1000, description="jokes per classification request")] = 10
+    mode: Annotated[
+        Mode | None,
+        msgspec.Meta(description="this stage's units online or through the batch API (default: the provider's mode)"),
+    ] = None
 
 
 class ClozeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    pairs: Count = 50
-    seed: Annotated[int, msgspec.Meta(ge=0)] = 42
+    """``[puns.cloze]``: the contrastive cloze tests built from the tiers."""
+
+    pairs: Annotated[Count, msgspec.Meta(description="cloze pairs to build (3 jokes each)")] = 50
+    seed: Annotated[int, msgspec.Meta(ge=0, description="seed of the pairs' draw")] = 42
 
 
 class EvaluateSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    provider: Name
-    models: Names
+    """``[puns.evaluate]``: the cloze tests run against models."""
+
+    provider: Annotated[Name, msgspec.Meta(description="the provider of the models")]
+    models: Annotated[Names, msgspec.Meta(description="model nicknames of that provider")]
     # score the answers against this puns file's lists instead of the run's own (upstream's analysis
     # scored against the lists of its day, which had grown since classification)
-    score_against: Name | None = None
-    mode: Mode | None = None
+    score_against: Annotated[
+        Name | None, msgspec.Meta(description="a puns file whose lists score the answers instead of the run's own")
+    ] = None
+    mode: Annotated[
+        Mode | None,
+        msgspec.Meta(description="this stage's units online or through the batch API (default: the provider's mode)"),
+    ] = None
 
 
 class PunsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The Puns 205 workflow: collect -> classify -> rank -> cloze -> evaluate."""
 
-    jokes: Name
+    jokes: Annotated[Name, msgspec.Meta(description="the puns JSON file (relative to the config)")]
     # a classified_completions.json: drop from the jokes' lists every word it calls "other", i.e. use
     # the lists as they were when it was made (data/puns/puns_history.py)
-    lists_at_classification: Name | None = None
-    collect: CollectSettings
-    classify: ClassifySettings | None = None
-    cloze: ClozeSettings | None = None
-    evaluate: EvaluateSettings | None = None
+    lists_at_classification: Annotated[
+        Name | None,
+        msgspec.Meta(
+            description="a classified_completions.json: use the jokes' lists as they were when it was classified"
+        ),
+    ] = None
+    collect: Annotated[CollectSettings, msgspec.Meta(description="the collect stage")]
+    classify: Annotated[
+        ClassifySettings | None, msgspec.Meta(description="the classify stage (none: stop after collect)")
+    ] = None
+    cloze: Annotated[ClozeSettings | None, msgspec.Meta(description="the cloze stage")] = None
+    evaluate: Annotated[EvaluateSettings | None, msgspec.Meta(description="the evaluate stage")] = None
 
 
 def settings_of(cfg: RunConfig) -> PunsSettings:

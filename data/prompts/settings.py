@@ -25,64 +25,102 @@ Stop = Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 class MessageTemplate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One chat message whose content is a Jinja2 template over the row's fields."""
 
-    role: Literal["system", "user", "assistant"]
-    content: Text
+    role: Annotated[Literal["system", "user", "assistant"], msgspec.Meta(description="who says it")]
+    content: Annotated[Text, msgspec.Meta(description="a Jinja2 template over the row's fields")]
 
 
 class Sampling(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Sampling settings; in ``[prompts.sampling.<model>]`` every field left out is the global one."""
 
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    max_tokens: MaxTokens | None = None
-    seed: Seed | None = None
-    stop: Stop | None = None
+    temperature: Annotated[
+        Temperature | None, msgspec.Meta(description="sampling temperature (left out: the global one)")
+    ] = None
+    top_p: Annotated[TopP | None, msgspec.Meta(description="nucleus sampling mass (left out: the global one)")] = None
+    max_tokens: Annotated[
+        MaxTokens | None, msgspec.Meta(description="answer length cap (left out: the global one)")
+    ] = None
+    seed: Annotated[
+        Seed | None, msgspec.Meta(description="sampling seed, where the provider takes one (left out: the global one)")
+    ] = None
+    stop: Annotated[Stop | None, msgspec.Meta(description="stop sequences (left out: the global ones)")] = None
 
 
 class ParseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How an answer becomes fields: a regex (its named groups) or a JSON schema (the answer's JSON object,
     also inside a fenced ```json block). Exactly one of ``regex`` and ``json_schema``."""
 
-    regex: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)] | None = None
-    flags: Annotated[str, msgspec.Meta(pattern=r"^[imsx]*$")] = ""  # re flags: i, m, s, x
-    json_schema: dict[str, object] | None = None
+    regex: Annotated[
+        Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)] | None,
+        msgspec.Meta(description="a regex whose named groups are the parsed fields"),
+    ] = None
+    flags: Annotated[str, msgspec.Meta(pattern=r"^[imsx]*$", description="the regex's flags: i, m, s, x")] = ""
+    json_schema: Annotated[
+        dict[str, object] | None, msgspec.Meta(description="a JSON schema the answer's JSON value must meet")
+    ] = None
 
 
 class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A second model reads each answer: its templates see the row's fields plus ``response`` (the
     answer), ``parsed`` (its parsed fields), ``model`` and ``sample``; its verdict has its own parse."""
 
-    model: Name  # "nick" of [prompts] provider, or "provider:nick"
-    prompt: Text | None = None
-    system: Text | None = None
-    messages: list[MessageTemplate] | None = None
-    temperature: Temperature = 0.0
-    max_tokens: MaxTokens = 256
-    seed: Seed | None = None
-    parse: ParseSettings | None = None
-    mode: Mode | None = None  # this stage's units online or through batches; None: the provider's mode
+    model: Annotated[Name, msgspec.Meta(description="nick of the [prompts] provider, or provider:nick")]
+    prompt: Annotated[Text | None, msgspec.Meta(description="the judge's user message (a Jinja2 template)")] = None
+    system: Annotated[Text | None, msgspec.Meta(description="the judge's system message")] = None
+    messages: Annotated[list[MessageTemplate] | None, msgspec.Meta(description="a whole chat instead of prompt")] = None
+    temperature: Annotated[Temperature, msgspec.Meta(description="the judge's sampling temperature")] = 0.0
+    max_tokens: Annotated[MaxTokens, msgspec.Meta(description="the judge's answer length cap")] = 256
+    seed: Annotated[Seed | None, msgspec.Meta(description="the judge's sampling seed")] = None
+    parse: Annotated[ParseSettings | None, msgspec.Meta(description="how the verdict becomes fields")] = None
+    mode: Annotated[
+        Mode | None,
+        msgspec.Meta(
+            description="the judge stage's units online or through the batch API (default: the provider's mode)"
+        ),
+    ] = None
 
 
 class PromptsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Rows x models x n samples, an optional parse step and an optional judge (``[prompts]``)."""
 
-    data: Name  # a .jsonl, .csv or .parquet file, relative to the config file
-    id_field: Annotated[str, msgspec.Meta(max_length=200)] = "id"  # "": the row's line number is its id
-    provider: Name
-    models: Annotated[list[Name], msgspec.Meta(min_length=1, max_length=1000)]
-    prompt: Text | None = None  # the user message; or ``messages`` for a whole chat
-    system: Text | None = None
-    messages: list[MessageTemplate] | None = None
-    n: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1
-    temperature: Temperature = 0.0
-    top_p: TopP | None = None
-    max_tokens: MaxTokens = 256
-    seed: Seed | None = None
-    stop: Stop = []
-    sampling: dict[Name, Sampling] = {}  # per model (as listed in ``models``)
-    parse: ParseSettings | None = None
-    judge: JudgeSettings | None = None
-    mode: Mode | None = None  # of the generate stage (the judge has its own)
+    data: Annotated[Name, msgspec.Meta(description="a .jsonl, .csv or .parquet file, relative to the config file")]
+    id_field: Annotated[
+        str,
+        msgspec.Meta(
+            max_length=200, description="the column with each row's id (unique); empty: rows are numbered 1, 2, ..."
+        ),
+    ] = "id"
+    provider: Annotated[Name, msgspec.Meta(description="the provider of models given by nickname")]
+    models: Annotated[
+        list[Name],
+        msgspec.Meta(min_length=1, max_length=1000, description="nicknames of provider's models, or provider:nick"),
+    ]
+    prompt: Annotated[
+        Text | None, msgspec.Meta(description="the user message (a Jinja2 template over the row's fields); or messages")
+    ] = None
+    system: Annotated[Text | None, msgspec.Meta(description="a system message (a Jinja2 template)")] = None
+    messages: Annotated[list[MessageTemplate] | None, msgspec.Meta(description="a whole chat instead of prompt")] = None
+    n: Annotated[int, msgspec.Meta(ge=1, le=1000, description="samples per row and model")] = 1
+    temperature: Annotated[Temperature, msgspec.Meta(description="sampling temperature")] = 0.0
+    top_p: Annotated[TopP | None, msgspec.Meta(description="nucleus sampling mass")] = None
+    max_tokens: Annotated[MaxTokens, msgspec.Meta(description="answer length cap")] = 256
+    seed: Annotated[Seed | None, msgspec.Meta(description="sampling seed, where the provider takes one")] = None
+    stop: Annotated[Stop, msgspec.Meta(description="stop sequences (at most 16)")] = []
+    sampling: Annotated[
+        dict[Name, Sampling],
+        msgspec.Meta(description="per model (as listed in models): sampling over the global settings"),
+    ] = {}
+    parse: Annotated[
+        ParseSettings | None, msgspec.Meta(description="how an answer becomes fields (none: no parse step)")
+    ] = None
+    judge: Annotated[
+        JudgeSettings | None, msgspec.Meta(description="a second model grades every answer (none: no judge)")
+    ] = None
+    mode: Annotated[
+        Mode | None,
+        msgspec.Meta(
+            description="the generate stage's units online or through the batch API (default: the provider's mode)"
+        ),
+    ] = None
 
 
 class ResolvedSampling(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -36,6 +36,7 @@ from botocore.config import Config
 
 from punchline.data.backoff import Backoff, retry_sync
 from punchline.data.errors import ConfigError, StoreError
+from punchline.data.settings import S3_ADDRESSING_STYLE, S3_ENDPOINT_URL, S3_OUTAGE_S, EnvVar, env_values
 from punchline.data.store import Store
 from punchline.data.stores.local import validate_key, validate_prefix
 
@@ -49,6 +50,12 @@ _TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestT
 
 log = structlog.get_logger("punchline.store.s3")
 T = TypeVar("T")
+# the fields of S3Settings the environment sets (the variables are defined in punchline.data.settings)
+S3_ENV: dict[str, EnvVar[Any]] = {
+    "endpoint_url": S3_ENDPOINT_URL,
+    "addressing_style": S3_ADDRESSING_STYLE,
+    "outage_s": S3_OUTAGE_S,
+}
 
 
 class S3Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,35 +68,22 @@ class S3Settings(msgspec.Struct, frozen=True, kw_only=True):
     access_key_id_env: str = "AWS_ACCESS_KEY_ID"
     secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
     session_token_env: str = "AWS_SESSION_TOKEN"
-    addressing_style: str = "auto"
+    addressing_style: str = S3_ADDRESSING_STYLE.default
     max_attempts: int = 5  # botocore's own quick retries of one operation
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
-    outage_s: float = 600.0  # how long an operation waits out connection errors and 5xx before it fails
+    outage_s: float = S3_OUTAGE_S.default  # how long an operation waits out connection errors and 5xx before it fails
     retry_initial_s: float = 0.5  # first pause between those retries, doubled up to retry_max_s
     retry_max_s: float = 10.0
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> S3Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> S3Settings:
         """``PUNCHLINE_S3_ENDPOINT_URL`` (else ``AWS_ENDPOINT_URL``), ``AWS_DEFAULT_REGION``
-        (else ``AWS_REGION``), ``PUNCHLINE_S3_ADDRESSING_STYLE`` (auto|path|virtual),
-        ``PUNCHLINE_S3_OUTAGE_S`` (seconds an operation waits out an unreachable or failing S3)."""
+        (else ``AWS_REGION``), ``PUNCHLINE_S3_ADDRESSING_STYLE``, ``PUNCHLINE_S3_OUTAGE_S``
+        (:mod:`punchline.data.settings`)."""
         source = os.environ if env is None else env
-        endpoint = source.get("PUNCHLINE_S3_ENDPOINT_URL") or source.get("AWS_ENDPOINT_URL") or None
         region = source.get("AWS_DEFAULT_REGION") or source.get("AWS_REGION") or None
-        style = source.get("PUNCHLINE_S3_ADDRESSING_STYLE", "auto") or "auto"
-        if style not in ("auto", "path", "virtual"):
-            raise ConfigError(f"want auto, path or virtual, got {style!r}", field="PUNCHLINE_S3_ADDRESSING_STYLE")
-        values: dict[str, Any] = {"endpoint_url": endpoint, "region": region, "addressing_style": style}
-        raw = source.get("PUNCHLINE_S3_OUTAGE_S", "").strip()
-        if raw:
-            try:
-                values["outage_s"] = float(raw)
-            except ValueError:
-                raise ConfigError(f"not a number of seconds: {raw!r}", field="PUNCHLINE_S3_OUTAGE_S") from None
-            if not values["outage_s"] >= 0:
-                raise ConfigError(f"must be >= 0, got {raw}", field="PUNCHLINE_S3_OUTAGE_S")
-        return cls(**values)
+        return cls(region=region, **env_values(S3_ENV, env))
 
     def make_client(self) -> S3Client:
         config = Config(

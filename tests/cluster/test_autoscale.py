@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.autoscale import Autoscaler, AutoscaleSettings, ray_request_resources
+from punchline.cluster.autoscale import Autoscaler, AutoscaleSettings, ray_request_resources, run_settings
 from punchline.cluster.driver import RunOptions, run
 from punchline.data.errors import ConfigError
 from punchline.workers.fake.server import FakeProviderServer
@@ -69,14 +69,14 @@ def test_never_asks_with_max_workers_zero_and_survives_a_failing_sdk() -> None:
 
 
 def test_settings_config_then_environment_then_flag() -> None:
-    base = AutoscaleSettings(max_workers=3)
-    assert AutoscaleSettings.from_env({}, base=base).max_workers == 3
+    assert run_settings(3, None, {}).max_workers == 3
     env = {"PUNCHLINE_MAX_WORKERS": "8", "PUNCHLINE_WORKER_NODE_CPUS": "4"}
-    assert AutoscaleSettings.from_env(env, base=base) == AutoscaleSettings(max_workers=8, node_cpus=4.0)
-    assert AutoscaleSettings.from_env(env, base=base, max_workers=2).max_workers == 2
+    assert run_settings(3, None, env) == AutoscaleSettings(max_workers=8, node_cpus=4.0)
+    assert run_settings(3, 2, env).max_workers == 2
+    assert AutoscaleSettings.from_env(env) == AutoscaleSettings(max_workers=8, node_cpus=4.0)
     bad_envs = [{"PUNCHLINE_MAX_WORKERS": "many"}, {"PUNCHLINE_MAX_WORKERS": "-1"}, {"PUNCHLINE_WORKER_NODE_CPUS": "0"}]
     for bad in bad_envs:
-        with pytest.raises(ConfigError):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
             AutoscaleSettings.from_env(bad)
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -58,45 +58,96 @@ FAULTS = (
 )
 
 
+Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]  # a probability per attempt
+Ms = Annotated[float, msgspec.Meta(ge=0.0, le=3_600_000.0)]
+PerMinute = Annotated[float, msgspec.Meta(ge=1e-6, le=1e12)]
+
+
 class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Knobs of the fake provider; rates are probabilities per attempt in [0, 1]."""
 
-    seed: int = 0
-    latency_ms_min: float = 0.0
-    latency_ms_max: float = 0.0
-    requests_per_minute: float | None = None
-    rate_limit_burst: float | None = None  # requests; default one second's worth (at least 1)
-    # > 0: count a sliding window of this many seconds instead of GCRA (at most requests_per_minute *
-    # window / 60 admitted calls in any window), as providers that quote per-minute limits do
-    rate_limit_window_s: float = 0.0
-    error_500_rate: float = 0.0
-    error_503_rate: float = 0.0
-    hang_rate: float = 0.0
-    hang_s: float = 30.0
-    truncated_body_rate: float = 0.0
-    malformed_rate: float = 0.0
-    fail_first_attempts: int = 0
-    fail_status: int = 503
-    fail_retry_after_s: float | None = None  # sent as Retry-After / retry-after-ms with fail_status
-    status_for_model: dict[str, int] = {}
-    latency_ms_for_model: dict[str, float] = {}  # model id -> fixed latency (instead of the min-max range)
-    require_api_key: str | None = None  # when set, any other key gets 401 (echoing a masked key)
-    funny_propensity: dict[str, float] = {}  # model-id substring -> P(punny word), neutral context
-    noise_rate: float = 0.15
-    format_variant_rate: float = 0.2
-    puns_path: str | list[str] | None = None  # puns JSON file(s); default: data/samples/puns_sample.json
-    humor_path: str | list[str] | None = None  # Humor answer key, MERA layout; default: data/samples/humor_sample.json
-    humor_skill: dict[str, float] = {}  # model-id substring -> P(right class) on a known Humor item
-    judge_flip_rate: float = 0.05  # how often the judge's grade disagrees with the reference
+    seed: Annotated[int, msgspec.Meta(description="seed of the simulated answers and faults")] = 0
+    latency_ms_min: Annotated[Ms, msgspec.Meta(description="least latency of an answer, ms")] = 0.0
+    latency_ms_max: Annotated[Ms, msgspec.Meta(description="most latency of an answer, ms (>= latency_ms_min)")] = 0.0
+    requests_per_minute: Annotated[
+        PerMinute | None, msgspec.Meta(description="the simulator's own rate limit (429 beyond it)")
+    ] = None
+    rate_limit_burst: Annotated[
+        PerMinute | None, msgspec.Meta(description="requests of burst; default one second's worth (at least 1)")
+    ] = None
+    rate_limit_window_s: Annotated[
+        float,
+        msgspec.Meta(
+            description="> 0: count a sliding window of this many seconds instead of GCRA, as providers that quote "
+            "per-minute limits do",
+            ge=0.0,
+            le=86_400.0,
+        ),
+    ] = 0.0
+    error_500_rate: Annotated[Rate, msgspec.Meta(description="share of attempts answered 500")] = 0.0
+    error_503_rate: Annotated[Rate, msgspec.Meta(description="share of attempts answered 503")] = 0.0
+    hang_rate: Annotated[Rate, msgspec.Meta(description="share of attempts that hang for hang_s")] = 0.0
+    hang_s: Annotated[float, msgspec.Meta(description="how long a hanging attempt hangs, s", ge=0.0, le=3600.0)] = 30.0
+    truncated_body_rate: Annotated[Rate, msgspec.Meta(description="share of answers cut mid-body")] = 0.0
+    malformed_rate: Annotated[Rate, msgspec.Meta(description="share of answers that are not valid JSON")] = 0.0
+    fail_first_attempts: Annotated[
+        int,
+        msgspec.Meta(
+            description="the first this many attempts of every request fail with fail_status", ge=0, le=1_000_000
+        ),
+    ] = 0
+    fail_status: Annotated[int, msgspec.Meta(description="the HTTP status of those failures", ge=100, le=599)] = 503
+    fail_retry_after_s: Annotated[
+        Annotated[float, msgspec.Meta(ge=0.0, le=86_400.0)] | None,
+        msgspec.Meta(description="sent as Retry-After / retry-after-ms with fail_status"),
+    ] = None
+    status_for_model: Annotated[
+        dict[str, Annotated[int, msgspec.Meta(ge=100, le=599)]],
+        msgspec.Meta(description="model id -> an HTTP status every call to it gets"),
+    ] = {}
+    latency_ms_for_model: Annotated[
+        dict[str, Ms], msgspec.Meta(description="model id -> fixed latency, ms (instead of the min-max range)")
+    ] = {}
+    require_api_key: Annotated[
+        str | None, msgspec.Meta(description="when set, any other key gets 401 (echoing a masked key)")
+    ] = None
+    funny_propensity: Annotated[
+        dict[str, Rate], msgspec.Meta(description="model-id substring -> P(punny word) in a neutral context")
+    ] = {}
+    noise_rate: Annotated[Rate, msgspec.Meta(description="share of completions that are noise")] = 0.15
+    format_variant_rate: Annotated[
+        Rate, msgspec.Meta(description="share of answers in a variant format (quotes, case, padding)")
+    ] = 0.2
+    puns_path: Annotated[
+        str | list[str] | None,
+        msgspec.Meta(description="puns JSON file(s) of the answer key; default: data/samples/puns_sample.json"),
+    ] = None
+    humor_path: Annotated[
+        str | list[str] | None,
+        msgspec.Meta(description="Humor answer key, MERA layout; default: data/samples/humor_sample.json"),
+    ] = None
+    humor_skill: Annotated[
+        dict[str, Rate], msgspec.Meta(description="model-id substring -> P(right class) on a known Humor item")
+    ] = {}
+    judge_flip_rate: Annotated[
+        Rate, msgspec.Meta(description="how often the judge's grade disagrees with the reference")
+    ] = 0.05
     # batch endpoints (workers/fake/batches.py): processing delay, per-request outcomes, a crash point
-    batch_delay_s: float = 0.0
-    batch_error_rate: float = 0.0
-    batch_expire_rate: float = 0.0
-    batch_crash_point: Literal["", "before_create", "after_create", "late_create", "results"] = ""
+    batch_delay_s: Annotated[float, msgspec.Meta(description="how long a batch takes, s", ge=0.0, le=86_400.0)] = 0.0
+    batch_error_rate: Annotated[Rate, msgspec.Meta(description="share of a batch's requests that fail")] = 0.0
+    batch_expire_rate: Annotated[Rate, msgspec.Meta(description="share of a batch's requests that expire")] = 0.0
+    batch_crash_point: Annotated[
+        Literal["", "before_create", "after_create", "late_create", "results"],
+        msgspec.Meta(description="where a batch call crashes once (tests of the batch intent)"),
+    ] = ""
     # OpenAI's validation of an input file: one model (and one endpoint) per file, at most this many lines;
     # a file that breaks a rule makes a batch that ends ``failed`` with the reason in its ``errors``
-    batch_one_model_per_file: bool = True
-    batch_max_file_requests: int = 50_000
+    batch_one_model_per_file: Annotated[
+        bool, msgspec.Meta(description="refuse a batch file with more than one model, as OpenAI")
+    ] = True
+    batch_max_file_requests: Annotated[
+        int, msgspec.Meta(description="refuse a batch file with more lines than this, as OpenAI", ge=1, le=10_000_000)
+    ] = 50_000
 
 
 class FakeStats(msgspec.Struct, kw_only=True):
