@@ -12,7 +12,7 @@ runs folder in a temporary directory:
 * the first provider call: ``punchline run`` started -> the first completion request reaching a
   fake provider this process serves over HTTP (the demo config pointed at it), with the start-up phases
   the driver logs (``start_phases``) as seconds since the command started;
-* the resume after ``kill -9``: that run killed (SIGKILL) after 200 calls, then ``run --run-id`` -> its
+* the resume after ``kill -9``: that run killed (SIGKILL) after 50 calls, then ``run --run-id`` -> its
   first call.
 
 Targets (issue 22): the finished run, retry-failed, runs, status and plan under 3 s each; the demo
@@ -117,7 +117,7 @@ def _settled_calls(fake: FakeProviderServer, quiet_s: float = 2.0) -> int:
     return count
 
 
-def first_call(config: Path, runs: Path, *, kill_after_calls: int = 200) -> FirstCall:
+def first_call(config: Path, runs: Path, *, kill_after_calls: int = 50) -> FirstCall:
     """The first call of a fresh run; then that run killed with SIGKILL once the fake has answered
     ``kill_after_calls`` calls, and resumed (``--run-id``): the resume's first call."""
     with FakeProviderServer(FakeConfig(seed=7, latency_ms_min=5, latency_ms_max=40)) as fake:
@@ -160,7 +160,7 @@ def print_first_call(found: FirstCall) -> None:
         fresh, resume = found.phases.get(key), found.resume_phases.get(key)
         print(f"  {what:<70} {_s(fresh):>6} {_s(resume):>7}")
     print(f"  {'first provider call':<70} {_s(found.first_s):>6} {_s(found.resume_s):>7}")
-    print("(resume: the run killed with SIGKILL after 200 calls, then `run --run-id`)")
+    print("(resume: the run killed with SIGKILL after 50 calls, then `run --run-id`)")
 
 
 def _s(seconds: float | None) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import structlog
@@ -46,6 +46,7 @@ from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_ac
 log = structlog.get_logger("punchline.coordinator")
 
 ProgressFn = Callable[[str, StageCounters], None]
+LocalStart = Literal["working", "complete", "needs_ray"]  # what Coordinator.start_local did
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
 
 
@@ -210,18 +211,19 @@ class Coordinator:
         self._prepared: dict[str, tuple[StagePlan, list[str]]] = {}  # stages planned and queued by start_local
         self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
 
-    def start_local(self, stage: Stage) -> bool:
+    def start_local(self, stage: Stage) -> LocalStart:
         """Plan ``stage``, queue its missing shards and start working them in this process, before Ray
-        is up (cluster/local_worker.py); ``run_stage`` then goes on from there. False (nothing started)
-        when the stage has nothing left to do or sends its requests through batch APIs."""
+        is up (cluster/local_worker.py); ``run_stage`` then goes on from there. ``complete``: every shard is
+        committed already (``run_stage`` only reduces: no Ray needed); ``needs_ray``: nothing started (its
+        requests go through batch APIs)."""
         providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
         if batch_mode(providers) and not self.worker_cfg.offline:
-            return False
+            return "needs_ray"
         plan, first_ids = self.write_plan(stage)
         self._prepared[stage.name] = plan, first_ids
         missing = self._missing(plan)
         if not missing:
-            return False
+            return "complete"
         if self.local is not None:  # the last stage's: drained, so this returns at once
             self.local.stop()
         self._init(plan, missing)
@@ -232,7 +234,7 @@ class Coordinator:
         # its first call before Ray's start: Ray's processes and imports would otherwise share the CPU with
         # the worker's own (the providers' SDKs), and both would be late
         self.local.wait_ready(LOCAL_READY_WAIT_S)
-        return True
+        return "working"
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""

@@ -405,21 +405,26 @@ def run(
         slog.info("run_start", stages=record.stages, store=store.url)
         shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
         try:
-            if local_first:
-                # the first stage's shards are worked here while the local Ray starts (on this, the main,
-                # thread: cluster/local_worker.py says why), not after it
-                first = next((s for s in stages if not coord.stage_done(s.name)), None)
-                if first is not None and coord.start_local(first):
-                    marks["local_worker_started"] = time.time()
-            if ray_settings.is_local:
-                ensure_ray(ray_settings)
-            marks["ray_up"] = time.time()
-            slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
+            ray_up = not ray_settings.is_local  # a cluster's Ray was joined above
+            if ray_up:
+                slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
             for stage in stages:
                 if coord.stage_done(stage.name):
                     slog.info("stage_skipped", stage=stage.name, reason="manifest present")
                     record.artifacts += _manifest_artifacts(store, run_id, stage.name)
                     continue
+                if not ray_up:
+                    # a local run works its shards here while Ray starts (on this, the main, thread:
+                    # cluster/local_worker.py says why); a stage whose shards are all committed already
+                    # (a run killed before its reduce) is reduced without Ray
+                    started = coord.start_local(stage) if local_first else "needs_ray"
+                    if started == "working":
+                        marks.setdefault("local_worker_started", time.time())
+                    if started != "complete":
+                        ensure_ray(ray_settings)
+                        ray_up = True
+                        marks["ray_up"] = time.time()
+                        slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(
