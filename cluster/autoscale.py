@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import msgspec
 import structlog
 
+from punchline.cluster.ray_runtime import alive_nodes
 from punchline.data.settings import MAX_WORKERS, WORKER_NODE_CPUS, EnvVar, env_values, overlay
 
 log = structlog.get_logger("punchline.autoscale")
@@ -60,14 +61,12 @@ def run_settings(max_workers: int, flag: int | None, env: Mapping[str, str] | No
 
 
 def ray_request_resources() -> RequestResources:
-    from ray.autoscaler.sdk import request_resources
+    from ray.autoscaler.sdk import request_resources  # lazy: ray takes seconds to import
 
     return request_resources
 
 
 def ray_worker_node_cpus() -> list[float]:
-    from punchline.cluster.ray_runtime import alive_nodes
-
     return [n.cpus for n in alive_nodes() if n.cpus > 0]
 
 

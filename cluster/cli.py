@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from punchline.cluster import commands
 from punchline.data.errors import PunchlineError
 from punchline.data.settings import DEBUG
+from punchline.workers.logs import redact_text
 
 FIRST_COMMANDS = ("run", "jobs")  # the engine's own families lead `punchline --help`; then the rest by name
 
@@ -58,8 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line (the traceback goes to the log with PUNCHLINE_DEBUG=1)
         if _debug():
             raise
-        from punchline.workers.logs import redact_text
-
         print(
             f"punchline: internal error: {type(exc).__name__}: {_one_line(redact_text(str(exc)))[:300]} "
             "(set PUNCHLINE_DEBUG=1 to see where)",

@@ -12,6 +12,7 @@ import os
 import shlex
 import time
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -36,6 +37,9 @@ from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.ledger import StageCounters
 from punchline.schedulers.redis_client import redact_url
+
+#: what ``build_parser`` hands each command family's ``register``: ``add_parser`` makes one sub-command
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:

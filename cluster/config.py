@@ -19,6 +19,7 @@ from punchline.cluster.registry import available, resolve
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import Mode, ModelSettings, ProviderSettings
+from punchline.schedulers.redis_client import check_url, redact_url
 from punchline.workers.fake.checks import check_simulator
 from punchline.workers.fake.server import FakeConfig
 
@@ -236,8 +237,6 @@ def check_http_url(value: str, *, file: str | None, record: str | None, field: s
 
 def check_service_url(value: str, field: str, file: str | None = None) -> None:
     """The form of a store or Redis URL given in a config, flag or environment (never echoes a password)."""
-    from punchline.schedulers.redis_client import check_url, redact_url
-
     if not value.strip():
         raise ConfigError("is empty", file=file, field=field)
     if "redis" in field.lower():

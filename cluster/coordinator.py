@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
@@ -65,7 +66,13 @@ def _noting_providers(units: Iterable[UnitSpec], into: set[str]) -> Iterator[Uni
 
 
 class WorkerPool:
-    """Keeps ``per_node`` worker actors on each alive Ray node."""
+    """Keeps ``per_node`` worker actors on each alive Ray node.
+
+    The workers are detached actors: a driver killed with ``kill -9`` does not take them down with the
+    calls they have in flight (paid for already); they finish and commit those, then end themselves
+    (``workers/driver_watch.py``). Their names carry this pool's token, so a resumed driver's workers
+    never meet a draining one's name; the plan goes by value (a ``ray.put`` object dies with its owner).
+    """
 
     def __init__(self, worker_cfg: WorkerConfig, *, per_node: int, cpus: float, stage: str, plan_ref: Any) -> None:
         import ray  # lazy: importing Ray costs about a second, and the CLI imports this module for every command
@@ -80,6 +87,7 @@ class WorkerPool:
         self.slots: dict[tuple[str, int], _Slot] = {}
         self.actor_cls = worker_actor_class()
         self.started = 0
+        self.token = uuid.uuid4().hex[:8]  # this driver's workers, apart from a killed driver's draining ones
         self.replaced = 0
         self.deaths_since_progress = 0
         self.last_death = ""
@@ -104,10 +112,10 @@ class WorkerPool:
 
         strategy = NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False)
         self.started += 1
-        name = f"punchline:{self.run_id}:{self.stage}:{slot.node_id[:12]}:{slot.index}:{self.started}"
-        slot.actor = self.actor_cls.options(name=name, num_cpus=self.cpus, scheduling_strategy=strategy).remote(
-            self.cfg_bytes, name
-        )
+        name = f"punchline:{self.run_id}:{self.stage}:{slot.node_id[:12]}:{slot.index}:{self.started}:{self.token}"
+        slot.actor = self.actor_cls.options(
+            name=name, lifetime="detached", num_cpus=self.cpus, scheduling_strategy=strategy
+        ).remote(self.cfg_bytes, name)
         slot.ref = slot.actor.work.remote(self.plan_ref)
 
     def reconcile(self) -> None:
@@ -339,8 +347,6 @@ class Coordinator:
     def execute(self, plan: StagePlan, first_ids: list[str], *, queued: bool = False) -> ShardResults:
         """Work the stage's missing shards to the end. ``queued``: its queue was built already and a
         worker may hold leases in it (start_local): it is not rebuilt, which would drop those leases."""
-        import ray  # lazy: Ray (see WorkerPool)
-
         run_id, stage = self.ctx.run_id, plan.stage
         missing = self._missing(plan)
         log.info(
@@ -354,7 +360,7 @@ class Coordinator:
         if missing:
             if not queued:
                 self._init(plan, missing)
-            plan_ref = ray.put(msgspec.msgpack.encode(plan))
+            plan_ref = msgspec.msgpack.encode(plan)  # by value: it must outlive a killed driver
             if self.pool is None:  # workers outlive a stage: starting Ray worker processes costs seconds
                 self.pool = WorkerPool(
                     self.worker_cfg,

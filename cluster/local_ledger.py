@@ -54,6 +54,7 @@ import structlog
 from punchline.cluster.redis_server import EmbeddedRedis, _private_dir, _write_private, open_private, read_private
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.data.settings import LEDGER_STALE_S
+from punchline.schedulers.redis_client import redact_url
 
 log = structlog.get_logger("punchline.ledger")
 
@@ -188,8 +189,6 @@ class LocalLedger:
                 self._client_file = None
                 raise
         self.url = url
-        from punchline.schedulers.redis_client import redact_url
-
         self.public_url = redact_url(url)
         spawn_keeper(self.folder)
         if threading.current_thread() is threading.main_thread():

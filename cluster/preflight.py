@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx2
+import redis.exceptions
 import structlog
 
 from punchline.data.backoff import Backoff, retry_sync
@@ -37,6 +39,8 @@ from punchline.data.errors import (
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.settings import START_WAIT_S as START_WAIT
 from punchline.data.store import Store
+from punchline.schedulers.redis_client import ENV_URL, RedisSettings, check_url, connect, redact_url, redis_errors
+from punchline.workers.providers import CALL_PATHS
 
 log = structlog.get_logger("punchline.preflight")
 
@@ -75,10 +79,6 @@ def _patiently(
 def check_redis(url: str, *, patience_s: float | None = None) -> None:
     """The ledger answers PING with these credentials; permanent failures raise at once, and nothing
     answering at all raises ServiceRejected after ``patience_s`` (``PUNCHLINE_START_WAIT_S``)."""
-    import redis.exceptions
-
-    from punchline.schedulers.redis_client import ENV_URL, RedisSettings, check_url, connect, redact_url, redis_errors
-
     check_url(url)
     wait_s = start_wait_s() if patience_s is None else patience_s
     where = f"Redis at {redact_url(url)}"
@@ -178,7 +178,7 @@ def _check_bucket(store: Store) -> None:
     client, bucket = getattr(store, "client", None), getattr(store, "bucket", None)
     if client is None or bucket is None:
         return
-    import botocore.exceptions
+    import botocore.exceptions  # lazy: botocore takes a second to import; only an S3 store needs it
 
     try:
         client.head_bucket(Bucket=bucket)
@@ -286,8 +286,6 @@ def _reject_status(
     name: str, settings: ProviderSettings, where: str, status: int | None, file: str | None, what: str
 ) -> None:
     """ServiceRejected for an answer that says the settings are wrong: a refused key, a wrong path."""
-    from punchline.workers.providers import CALL_PATHS
-
     if status in (401, 403):
         raise ServiceRejected(
             f"{where} refused the API key (HTTP {status}): fix {key_setting(name, settings)}",
@@ -314,10 +312,6 @@ def _reject_status(
 def _probe_endpoint(settings: ProviderSettings, key: str, timeout_s: float) -> int | None:
     """The HTTP status the run's endpoint gives a request without a model (free: refused before any
     work), or None when it could not be asked."""
-    import httpx2
-
-    from punchline.workers.providers import CALL_PATHS
-
     try:
         with _client(settings, key, timeout_s) as client:
             client.post(CALL_PATHS[settings.kind], cast_to=httpx2.Response, body={})
@@ -329,10 +323,10 @@ def _probe_endpoint(settings: ProviderSettings, key: str, timeout_s: float) -> i
 
 def _client(settings: ProviderSettings, key: str, timeout_s: float) -> Any:
     if settings.kind == "anthropic":
-        import anthropic
+        import anthropic  # lazy: the SDK takes seconds to import
 
         return anthropic.Anthropic(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s)
-    import openai
+    import openai  # lazy: the SDK takes seconds to import
 
     return openai.OpenAI(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s)
 

@@ -30,13 +30,14 @@ import re
 import secrets
 import shlex
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.config import RunConfig, load_config, resolve_path
 from punchline.cluster.ray_runtime import raise_if_auth
 from punchline.cluster.registry import FIELD, pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
@@ -180,8 +181,6 @@ def stage(config_path: str, into: Path) -> str:
     """Copy the config and its relative inputs into ``into`` keeping their relative layout; the
     config's path inside ``into``. Absolute paths in the config are left alone (they name files on
     the cluster, e.g. a shared mount); ``api_key_file`` is never copied (a secret)."""
-    from punchline.cluster.config import resolve_path
-
     cfg = load_config(config_path)
     config = Path(config_path).absolute()
     folder = config.parent
@@ -220,10 +219,10 @@ def entrypoint(config_rel: str, run_id: str, opts: SubmitOptions) -> str:
 
 def client(address: str) -> Any:
     """A ``JobSubmissionClient`` for the cluster's dashboard (token auth when a token is configured)."""
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient  # lazy: ray takes seconds to import
 
     try:
-        from ray._private.authentication import authentication_token_setup as token_setup
+        from ray._private.authentication import authentication_token_setup as token_setup  # lazy: ray
 
         # Ray announces the mode with a warning; our commands print one line, so keep it quiet
         logging.getLogger(token_setup.__name__).setLevel(logging.ERROR)
@@ -309,6 +308,16 @@ def list_jobs(address: str, *, everything: bool = False) -> list[JobRow]:
 
 def status(address: str, job_id: str) -> str:
     return str(_call(address, job_id, lambda c: getattr(c.get_job_status(job_id), "value", "")))
+
+
+def wait_until_ended(address: str, job_id: str, *, poll_s: float = 0.5) -> str:
+    """The job's state once it has ended (one of :data:`TERMINAL`), asking every ``poll_s`` seconds (a log
+    stream can end a moment before the status does; a stop takes Ray's grace period)."""
+    state = status(address, job_id)
+    while state not in TERMINAL:
+        time.sleep(poll_s)
+        state = status(address, job_id)
+    return state
 
 
 def logs(address: str, job_id: str) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import msgspec
 
 from punchline.cluster.driver import RunRecord
+from punchline.cluster.runs import load_run_record
 from punchline.data.store import Store
+from punchline.data.stores import open_store
 from punchline.data.units import ShardOutput
 
 
@@ -20,10 +22,18 @@ class DroppedShards(msgspec.Struct, kw_only=True):
     run_id: str
     shards: dict[str, list[str]]
     manifests_dropped: bool
+    config_path: str = ""  # what resumes the run: its config and its store
+    store_url: str = ""
 
     @property
     def count(self) -> int:
         return sum(len(keys) for keys in self.shards.values())
+
+
+def drop_failed(runs_dir: str, run_id: str) -> DroppedShards:
+    """Drop the failed shards of run ``run_id`` (its record under ``runs_dir``) in the store it names."""
+    record = load_run_record(runs_dir, run_id)
+    return drop_failed_shards(record, open_store(record.services.store_url))
 
 
 def drop_failed_shards(record: RunRecord, store: Store) -> DroppedShards:
@@ -38,4 +48,10 @@ def drop_failed_shards(record: RunRecord, store: Store) -> DroppedShards:
     if dropped:
         for stage in record.stages:
             store.delete(f"{record.run_id}/stages/{stage}/manifest.json")
-    return DroppedShards(run_id=record.run_id, shards=dropped, manifests_dropped=bool(dropped))
+    return DroppedShards(
+        run_id=record.run_id,
+        shards=dropped,
+        manifests_dropped=bool(dropped),
+        config_path=record.config_path,
+        store_url=record.services.store_url,
+    )

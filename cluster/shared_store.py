@@ -14,6 +14,7 @@ not checked.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.ray_runtime import NodeInfo, alive_nodes, job_runtime_env, node_affinity
 from punchline.data.errors import ConfigError, PunchlineError
 from punchline.data.store import Store
-from punchline.data.stores.sentinel import SHARED_HINT, Sentinel, not_shared, plant
+from punchline.data.stores import open_store
+from punchline.data.stores.sentinel import SHARED_HINT, Sentinel, not_shared, plant, sees
 
 log = structlog.get_logger("punchline.shared_store")
 
@@ -71,11 +73,6 @@ def refuse_job_working_dir(store_url: str, env: dict[str, str] | None = None) ->
 
 def _look(store_url: str, sentinel_bytes: bytes, node_id: str) -> bytes:
     """Runs on one node: does it read the driver's sentinel?"""
-    import socket
-
-    from punchline.data.stores import open_store
-    from punchline.data.stores.sentinel import sees
-
     sentinel = msgspec.msgpack.decode(sentinel_bytes, type=Sentinel)
     try:
         seen = sees(open_store(store_url), sentinel)
@@ -88,7 +85,7 @@ def _look(store_url: str, sentinel_bytes: bytes, node_id: str) -> bytes:
 def check_nodes(store: Store, sentinel: Sentinel, *, timeout_s: float = 20.0) -> list[NodeView]:
     """Ask every alive node that can run workers whether it reads ``sentinel``. Nodes that do not
     answer within ``timeout_s`` (still starting, dying) are left to the workers' own check."""
-    import ray
+    import ray  # lazy: ray takes seconds to import
 
     look = ray.remote(num_cpus=0, max_retries=0)(_look)
     payload = msgspec.msgpack.encode(sentinel)

@@ -32,6 +32,7 @@ FLOORS: dict[str, int] = {
     "punchline.cluster.runs": 4,  # a run's record and the list of runs (commands print them)
     "punchline.cluster.status": 4,
     "punchline.cluster.retry_failed": 4,
+    "punchline.cluster.run_batches": 4,  # a run's provider batches, and cancelling them
     "punchline.cluster.cli_shared": 5,  # what several command families share (commands never import each other)
     "punchline.cluster.commands": 5,
     "punchline.cluster.cli": 5,
@@ -109,6 +110,18 @@ def test_command_modules_do_not_import_each_other() -> None:
         if target.startswith(prefix) and target != module and not target.removeprefix(prefix).startswith("_")
     ]
     assert tangled == []
+
+
+def test_command_modules_pass_no_any() -> None:
+    """What a command hands on and gets back is typed (a struct, ``Subcommands``), never ``typing.Any``."""
+    untyped = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for module, path in modules()
+        if module.startswith("punchline.cluster.commands.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any")
+    ]
+    assert untyped == [], "Any in command modules:\n" + "\n".join(untyped)
 
 
 def test_the_walk_sees_an_upward_import(tmp_path: Path) -> None:

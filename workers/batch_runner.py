@@ -68,6 +68,7 @@ from punchline.workers.batch_provider import (
     parts,
     wire_ids,
 )
+from punchline.workers.providers import make_batch_provider
 from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.batches")
@@ -663,8 +664,6 @@ def run_stage_batches(
     options: BatchOptions | None = None,
 ) -> BatchTotals:
     """Run a stage's batch-mode units through batches (the coordinator's one entry point)."""
-    from punchline.workers.providers import make_batch_provider
-
     clients = {name: make_batch_provider(name, s) for name, s in settings.items() if s.mode == "batch"}
     try:
         runner = BatchRunner(

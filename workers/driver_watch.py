@@ -16,6 +16,15 @@ renews every 10 s (``pl:run:<id>:driver``, ``cluster/run_claim.py``):
 Once the driver is gone the worker takes no new unit: calls in flight finish (they are paid for
 already and their answers are kept), the rest wait for the next driver. A paused driver that comes
 back takes its claim again and its workers carry on at the next ``work`` call.
+
+Workers are *detached* Ray actors, so a killed driver does not take them (and the calls they have in
+flight, paid for already) down with it: each one drains instead. Its :class:`Lifeguard` (a thread of
+its own, with its own event loop and Redis connection, so it watches whether or not a ``work`` call
+is running) sees the driver gone, waits until no ``work`` call is left (they finish the calls in flight
+and commit them, the normal way: response cache, then the leases), and ends the actor. The same
+lifeguard also asks Ray whether the job that created the worker is still alive, which covers a driver
+on another machine while the ledger is unreachable, and workers that have no claim to watch: no worker
+outlives its driver by more than its last calls.
 """
 
 from __future__ import annotations
@@ -25,14 +34,21 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+import structlog
 
 from punchline.data.errors import LedgerUnavailable, PunchlineError
 
 PID_CHECK_S = 0.2
 CLAIM_CHECK_S = 2.0
 CLAIM_GRACE_S = 12.0  # a live driver sets a missing claim again within its renewal period (10 s)
+OWNER_CHECK_S = 5.0  # how often the lifeguard asks Ray whether the worker's job (its driver) is alive
+
+log = structlog.get_logger("punchline.worker")
 
 
 def driver_claim_key(run_id: str, namespace: str = "pl") -> str:
@@ -75,23 +91,36 @@ class DriverWatch:
         """The driver ran on this machine and its process no longer exists."""
         return bool(self._pid) and _process_gone(self._pid)
 
-    async def claim_lost(self) -> bool:
-        """The run's claim no longer holds this driver's value (an unreachable ledger says nothing:
-        without it no lease can be taken anyway)."""
-        if not self.claim:
-            return False
+    async def _held(self) -> tuple[bool, str | None]:
+        """(read, the claim's value now); an unreachable ledger reads nothing (and says nothing: without
+        it no lease can be taken anyway)."""
         try:
             held = await self.r.get(self.key)
         except Exception:  # ledger down: fail closed elsewhere, decide nothing here
+            return False, None
+        return True, held.decode() if isinstance(held, bytes) else held
+
+    async def claim_lost(self) -> bool:
+        """The run's claim no longer holds this driver's value."""
+        if not self.claim:
             return False
-        if isinstance(held, bytes):
-            held = held.decode()
+        read, held = await self._held()
+        if not read:
+            return False
         if held is None:  # lapsed, or the ledger was wiped: gone only if it stays missing
             now = time.monotonic()
             self._missing_since = self._missing_since or now
             return now - self._missing_since > CLAIM_GRACE_S
         self._missing_since = None
         return held != self.claim
+
+    async def claim_taken(self) -> bool:
+        """Another driver holds the run's claim now (a resumed driver took the run over). Unlike a lapsed
+        claim, which a paused driver takes again when it wakes, this one never comes back."""
+        if not self.claim:
+            return False
+        read, held = await self._held()
+        return read and held is not None and held != self.claim
 
     async def check(self) -> bool:
         """True (and ``gone`` set) when the driver is gone."""
@@ -116,3 +145,76 @@ class DriverWatch:
                 self.gone = True
                 on_gone()
                 return
+
+
+class Lifeguard:
+    """Ends a worker once its driver is gone for good and no ``work`` call of it is left running.
+
+    Gone for good: its process no longer exists (same machine), another driver took the run's claim, or
+    Ray says the job that created the worker is dead. A claim that merely lapsed is not enough (a paused
+    driver takes it again when it wakes, and finds its workers still there): the ``work`` calls stop
+    taking units meanwhile (:meth:`DriverWatch.watch`), and Ray's job record decides.
+
+    ``make_watch`` builds the :class:`DriverWatch` inside the lifeguard's own thread (its Redis client
+    belongs to that thread's event loop); ``owner_gone`` says whether the job that created the worker
+    has ended (blocking, called in a thread every ``OWNER_CHECK_S``; an error counts as "not known");
+    ``busy`` whether a ``work`` call is running; ``leave`` ends the worker (called once, from the
+    lifeguard's thread)."""
+
+    def __init__(
+        self,
+        make_watch: Callable[[], DriverWatch],
+        *,
+        busy: Callable[[], bool],
+        leave: Callable[[], None],
+        owner_gone: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.make_watch = make_watch
+        self.busy = busy
+        self.leave = leave
+        self.owner_gone = owner_gone
+        self.gone = threading.Event()  # the driver is gone
+        self.left = threading.Event()  # leave() was called
+        self._thread = threading.Thread(target=self._run, name="punchline-lifeguard", daemon=True)
+
+    def start(self) -> Lifeguard:
+        self._thread.start()
+        return self
+
+    def join(self, timeout_s: float | None = None) -> None:
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception as exc:  # never silently: a worker without its lifeguard could outlive its driver
+            log.error("lifeguard_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _owner_gone(self) -> bool:
+        try:
+            return self.owner_gone()
+        except Exception:
+            return False
+
+    async def _main(self) -> None:
+        watch = self.make_watch()
+        since_claim = since_owner = 0.0
+        while not self.gone.is_set():
+            await asyncio.sleep(PID_CHECK_S)
+            since_claim += PID_CHECK_S
+            since_owner += PID_CHECK_S
+            gone = watch.process_gone()
+            if not gone and since_claim >= CLAIM_CHECK_S:
+                since_claim = 0.0
+                gone = await watch.claim_taken()
+            if not gone and since_owner >= OWNER_CHECK_S:
+                since_owner = 0.0
+                gone = await asyncio.to_thread(self._owner_gone)
+            if gone:
+                self.gone.set()
+        log.warning("driver_gone_draining")
+        while self.busy():  # the work calls finish their calls in flight and commit them
+            await asyncio.sleep(PID_CHECK_S)
+        log.info("worker_leaving")
+        self.left.set()
+        self.leave()

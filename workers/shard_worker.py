@@ -45,11 +45,17 @@ from punchline.data.units import (
     plan_page_key,
     shard_key,
 )
+from punchline.schedulers.budget import estimate_request_cost, usage_field
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoClaim
 from punchline.schedulers.ledger import StageKeys
-from punchline.workers.driver_watch import DriverGone, DriverWatch
+from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
+from punchline.schedulers.redis_client import connect, connect_async, resolve_url
+from punchline.workers.driver_watch import DriverGone, DriverWatch, Lifeguard
 from punchline.workers.group_commit import GroupCommit
+from punchline.workers.logs import configure_logging
 from punchline.workers.provider import Provider
+from punchline.workers.providers import make_provider, wire_calls
+from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 from punchline.workers.unit_runner import Slot, UnitRunner
 
 LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
@@ -191,15 +197,10 @@ class ShardProcessor:
         self.driver = DriverWatch(leases.r, cfg.run_id, cfg.driver_claim)
 
     def _runner(self) -> UnitRunner:
-        from punchline.schedulers.budget import estimate_request_cost
-        from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
-
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
         limiter = self.limiter
 
         async def call(provider: Provider, request: Any, usage: ShardUsage, slot_reserved: bool) -> Any:
-            from punchline.workers.providers import wire_calls
-
             http_calls = wire_calls(provider.settings, request)
 
             def on_attempt(event: AttemptEvent) -> None:
@@ -364,7 +365,8 @@ class _StageRun:
         try:
             if cached is None:
                 await slot.take()
-                if self.p.driver.gone:
+                # the pid too (one syscall): no unit starts in the watch's 0.2 s after a kill -9 on this machine
+                if self.p.driver.gone or self.p.driver.process_gone():
                     raise DriverGone(f"the driver of run {self.plan.run_id} is gone")
         except BaseException:
             slot.free()
@@ -429,8 +431,6 @@ class _StageRun:
         )
 
     async def _commit(self, claim: Claim, usage: ShardUsage) -> bool:
-        from punchline.schedulers.budget import usage_field
-
         rows: dict[str, float] = {}
         for model, m in usage.models.items():
             rows[usage_field(self.plan.stage, model, "in")] = m.input_tokens
@@ -471,10 +471,6 @@ class _StageRun:
 
 
 def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
-    from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
-    from punchline.schedulers.redis_client import connect, connect_async, resolve_url
-    from punchline.workers.providers import make_provider
-
     providers = {name: make_provider(name, s) for name, s in cfg.providers.items()}
     url = resolve_url(cfg.redis_url, cfg.redis_password_file)
     budget = BudgetTerms(run_id=cfg.run_id, cap_usd=cfg.max_cost_usd, holder=uuid.uuid4().hex)
@@ -489,30 +485,59 @@ def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
     )
 
 
+def _job_ended(job_id: str) -> bool:
+    """Whether Ray has marked this job (the driver that created the worker) dead."""
+    import ray._private.state  # lazy: ray takes seconds to import (the public job API needs the dashboard: GCS here)
+
+    return any(j["JobID"] == job_id and j["IsDead"] for j in ray._private.state.jobs())
+
+
 class ShardWorker:
-    """Ray actor wrapper (decorated in :func:`worker_actor_class`). One per slot on a node."""
+    """Ray actor wrapper (decorated in :func:`worker_actor_class`). One per slot on a node.
+
+    Started *detached* by the coordinator: a killed driver does not take it down, so the calls it has in
+    flight finish and are committed; its :class:`Lifeguard` then ends it (``driver_watch.py``)."""
 
     def __init__(self, cfg_bytes: bytes, worker_id: str) -> None:
+        import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
+
         cfg = msgspec.msgpack.decode(cfg_bytes, type=WorkerConfig)
         if cfg.log_path:
-            from punchline.workers.logs import configure_logging
-
             configure_logging(None, console=False, json_path=cfg.log_path)
         self.worker_id = f"{worker_id}@{socket.gethostname()}:{os.getpid()}"
+        self.running = 0  # work calls in progress
+        job_id = ray.get_runtime_context().get_job_id()
+        url = resolve_url(cfg.redis_url, cfg.redis_password_file)
+        self.lifeguard = Lifeguard(
+            lambda: DriverWatch(connect_async(url), cfg.run_id, cfg.driver_claim),
+            busy=lambda: self.running > 0,
+            leave=lambda: ray.get_runtime_context().current_actor.leave.remote(),
+            owner_gone=lambda: _job_ended(job_id),
+        ).start()
         self.processor = build_processor(cfg, self.worker_id)
         ensure_sees(self.processor.store, cfg.store_sentinel, f"worker {self.worker_id}")
 
     async def work(self, plan_bytes: bytes) -> bytes:
         plan = msgspec.msgpack.decode(plan_bytes, type=StagePlan)
-        report = await self.processor.work(plan)
+        self.running += 1
+        try:
+            report = await self.processor.work(plan)
+        finally:
+            self.running -= 1
         return msgspec.msgpack.encode(report)
+
+    async def leave(self) -> None:
+        """End this actor (its lifeguard calls it once the driver is gone and no work call is left)."""
+        import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
+
+        ray.actor.exit_actor()
 
     def ping(self) -> str:
         return self.worker_id
 
 
 def worker_actor_class(max_concurrency: int = 64) -> Any:
-    import ray
+    import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
 
     options: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0, "max_concurrency": max_concurrency}
     return ray.remote(**options)(ShardWorker)

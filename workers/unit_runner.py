@@ -52,6 +52,7 @@ from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
 from punchline.workers.group_commit import GroupCommit, LeaseBook
 from punchline.workers.provider import Provider
+from punchline.workers.providers import wire_calls
 from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.unit")
@@ -191,8 +192,6 @@ class UnitRunner:
         provider = self.providers.get(request.provider)
         if provider is None:
             raise PunchlineError(f"no provider named {request.provider!r} in this run")
-        from punchline.workers.providers import wire_calls
-
         rate = self.rate_scope(request.provider, request.model)
         tokens = estimate_tokens(request)
         estimate = self.estimate_usd(request) if self.estimate_usd is not None else 0.0

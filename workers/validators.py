@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from punchline.data.errors import RetryableProviderError
+from punchline.data.humor.judge import parse_score
+from punchline.data.puns.classify import parse_verdicts
+from punchline.data.puns.curation import Candidate, parse_ratings, parse_repair
 from punchline.data.requests import ProviderResponse
 
 Validator = Callable[[ProviderResponse], None]
@@ -20,8 +23,6 @@ def _non_empty(response: ProviderResponse) -> None:
 
 
 def _classify_json(response: ProviderResponse) -> None:
-    from punchline.data.puns.classify import parse_verdicts
-
     _non_empty(response)
     try:
         parse_verdicts(response.texts[0])
@@ -30,8 +31,6 @@ def _classify_json(response: ProviderResponse) -> None:
 
 
 def _judge_score(response: ProviderResponse) -> None:
-    from punchline.data.humor.judge import parse_score
-
     _non_empty(response)
     try:
         parse_score(response.texts[0])
@@ -41,16 +40,12 @@ def _judge_score(response: ProviderResponse) -> None:
 
 def _curate_ratings(ids: str, response: ProviderResponse) -> None:
     """``curate_ratings:3,5,8``: a JSON array rating exactly the jokes 3, 5 and 8."""
-    from punchline.data.puns.curation import parse_ratings
-
     _non_empty(response)
     parse_ratings(response.texts[0], [int(i) for i in ids.split(",")])
 
 
 def _curate_repair(cand_id: str, response: ProviderResponse) -> None:
     """``curate_repair:7``: a repaired joke with exactly one blank (for candidate 7)."""
-    from punchline.data.puns.curation import Candidate, parse_repair
-
     _non_empty(response)
     parse_repair(response.texts[0], Candidate(id=int(cand_id), sentence="", straight=[], punny=[]))
 

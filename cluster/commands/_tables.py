@@ -8,15 +8,14 @@ text stays whole), and long free text (a job's failure message) is shortened bef
 
 from __future__ import annotations
 
-from typing import Any
-
+from rich.box import HEAVY_HEAD, Box
 from rich.console import Console
 from rich.table import Table
 
 
-def whole_table(*headers: str, **kwargs: Any) -> Table:
-    """A table whose cells never wrap (each row is one line)."""
-    table = Table(**kwargs)
+def whole_table(*headers: str, box: Box | None = HEAVY_HEAD) -> Table:
+    """A table whose cells never wrap (each row is one line); ``box=None``: no lines between cells."""
+    table = Table(box=box)
     for header in headers:
         table.add_column(header, no_wrap=True)
     return table

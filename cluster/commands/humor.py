@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from punchline.cluster.cli_shared import add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
 from punchline.cluster.config import load_config
-from punchline.cluster.pipelines.humor import PIPELINE
+from punchline.cluster.pipelines.humor import PIPELINE, submission_of_run
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
+from punchline.data.humor.judge import DEFAULT_THRESHOLD
+from punchline.data.humor.loaders import load_items
+from punchline.data.humor.report import HumorReport, headlines, score_files
+from punchline.data.humor.validate import validate_items
 from punchline.data.settings import RUNS_DIR_HELP
 
-if TYPE_CHECKING:
-    from punchline.data.humor.report import HumorReport
 
-
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     humor = sub.add_parser(
         "humor",
         help="Humor benchmark (MERA): validate data, score answers, run a model",
@@ -92,9 +93,6 @@ MAX_BOOTSTRAP = 100_000  # resamples: more adds nothing to a 95 % interval and c
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from punchline.data.humor.loaders import load_items
-    from punchline.data.humor.validate import validate_items
-
     rep = validate_items(load_items(args.file))
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(rep), indent=2).decode() + "\n")
@@ -129,13 +127,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    import math
-
-    from punchline.data.humor.judge import DEFAULT_THRESHOLD, load_judge_scores, load_mera_judge_scores
-    from punchline.data.humor.loaders import check_unique_ids, load_humor, load_predictions
-    from punchline.data.humor.report import score_and_write
-    from punchline.data.jsonio import check_out_dir
-
     if not 1 <= args.bootstrap <= MAX_BOOTSTRAP:
         raise ConfigError(f"must be between 1 and {MAX_BOOTSTRAP}, got {args.bootstrap}", field="--bootstrap")
     if args.seed < 0:
@@ -144,18 +135,12 @@ def cmd_score(args: argparse.Namespace) -> int:
         math.isfinite(args.judge_threshold) and 0 <= args.judge_threshold <= 1
     ):
         raise ConfigError(f"must be a number in [0, 1], got {args.judge_threshold}", field="--judge-threshold")
-    check_out_dir(args.out)
-    source = load_humor(args.data)
-    check_unique_ids(source.data, args.data)
-    predictions = load_predictions(args.predictions)
-    judge_scores = load_judge_scores(args.judge_scores) if args.judge_scores else None
-    judge_mera_scores = load_mera_judge_scores(args.judge_mera_scores) if args.judge_mera_scores else None
-    report, paths = score_and_write(
+    report, paths = score_files(
         args.out,
-        source,
-        predictions,
-        judge_scores=judge_scores,
-        judge_mera_scores=judge_mera_scores,
+        args.data,
+        args.predictions,
+        judge_scores_path=args.judge_scores,
+        judge_mera_scores_path=args.judge_mera_scores,
         judge_threshold=DEFAULT_THRESHOLD if args.judge_threshold is None else args.judge_threshold,
         resamples=args.bootstrap,
         seed=args.seed,
@@ -170,8 +155,6 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def print_score_summary(report: HumorReport, written: list[str], console: Console | None = None) -> None:
     """The human summary of a scored run (also used by the engine's Humor pipeline)."""
-    from punchline.data.humor.report import headlines
-
     console = console or Console()
     metrics, judge = report, report.judge
     t = Table("metric", "value", title=f"Humor: {metrics.n} items")
@@ -193,8 +176,6 @@ def print_score_summary(report: HumorReport, written: list[str], console: Consol
 
 
 def cmd_submission(args: argparse.Namespace) -> int:
-    from punchline.cluster.pipelines.humor import submission_of_run
-
     written = submission_of_run(
         args.run,
         runs_dir=args.runs_dir,

@@ -11,9 +11,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
+
+from punchline.cluster import ray_jobs
+from punchline.cluster.cli_shared import Subcommands
+from punchline.cluster.commands._tables import print_whole, whole_table
+from punchline.cluster.config import load_config
+from punchline.cluster.driver import new_run_id
 
 ADDRESS_HELP = (
     "the cluster's dashboard, e.g. http://HEAD:8265 (env PUNCHLINE_JOBS_ADDRESS or RAY_API_SERVER_ADDRESS; "
@@ -21,7 +26,7 @@ ADDRESS_HELP = (
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     s = sub.add_parser(
         "submit",
         help="run (or resume) a pipeline as a Ray job on a cluster",
@@ -90,10 +95,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from punchline.cluster import ray_jobs
-    from punchline.cluster.config import load_config
-    from punchline.cluster.driver import new_run_id
-
     address = ray_jobs.jobs_address(args.address)
     opts = ray_jobs.SubmitOptions(
         store=args.store,
@@ -124,9 +125,6 @@ def _when(ts: float | None) -> str:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from punchline.cluster import ray_jobs
-    from punchline.cluster.commands._tables import print_whole, whole_table
-
     rows = ray_jobs.list_jobs(ray_jobs.jobs_address(args.address), everything=args.all)
     table = whole_table("job id", "run id", "status", "started (UTC)", "ended (UTC)", "message", box=None)
     for row in rows:
@@ -137,8 +135,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from punchline.cluster import ray_jobs
-
     address = ray_jobs.jobs_address(args.address)
     if not args.follow:
         sys.stdout.write(ray_jobs.logs(address, args.job_id))
@@ -150,30 +146,20 @@ def cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
     asyncio.run(stream())
-    state = ray_jobs.status(address, args.job_id)
-    while state not in ray_jobs.TERMINAL:  # the log stream can end a moment before the status does
-        time.sleep(0.5)
-        state = ray_jobs.status(address, args.job_id)
+    state = ray_jobs.wait_until_ended(address, args.job_id)
     Console(stderr=True).print(f"job {args.job_id}: {state}")
     return 0 if state == "SUCCEEDED" else 1
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from punchline.cluster import ray_jobs
-
     address = ray_jobs.jobs_address(args.address)
     ray_jobs.stop(address, args.job_id)
-    state = ray_jobs.status(address, args.job_id)
-    while args.wait and state not in ray_jobs.TERMINAL:
-        time.sleep(0.5)
-        state = ray_jobs.status(address, args.job_id)
+    state = ray_jobs.wait_until_ended(address, args.job_id) if args.wait else ray_jobs.status(address, args.job_id)
     Console(stderr=True).print(f"job {args.job_id}: {state} (resume with `punchline submit CONFIG --run-id RUN`)")
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from punchline.cluster import ray_jobs
-
     ray_jobs.delete(ray_jobs.jobs_address(args.address), args.job_id)
     Console(stderr=True).print(f"job {args.job_id}: deleted (the run's store is kept)")
     return 0

@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-from pathlib import Path
-from typing import Any
 
-import msgspec
-
-from punchline.cluster.config import check_service_url, load_config
-from punchline.cluster.pipelines.puns import run_jokes
-from punchline.cluster.pipelines.puns_legacy import LegacyTargets, import_legacy, targets_from_config
+from punchline.cluster.cli_shared import Subcommands
+from punchline.cluster.pipelines.puns_legacy import import_legacy_files
 from punchline.data.errors import ConfigError
-from punchline.data.jsonio import check_out_dir, validation_location
-from punchline.workers.fake.checks import check_simulator
-from punchline.workers.fake.server import FakeConfig, FakeProviderServer, load_knobs
+from punchline.workers.fake.checks import server_config
+from punchline.workers.fake.server import FakeProviderServer
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "fake-provider",
         help="serve the simulated LLM provider (OpenAI + Anthropic APIs) on 127.0.0.1",
@@ -67,26 +61,7 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
         ipaddress.ip_address(args.host)
     except ValueError:
         raise ConfigError(f"not an IP address: {args.host!r}", field="--host") from None
-    config = FakeConfig()
-    if args.config:
-        try:
-            config = load_knobs(args.config)
-        except OSError as exc:
-            raise ConfigError(f"cannot read: {exc.strerror}", file=args.config) from None
-        except msgspec.ValidationError as exc:
-            top, key, detail = validation_location(exc)
-            raise ConfigError(detail, file=args.config, field=".".join(k for k in (top, key) if k) or None) from None
-        except msgspec.DecodeError as exc:
-            raise ConfigError(f"malformed TOML: {exc}", file=args.config) from None
-        check_simulator(config, args.config, prefix="")
-    for flag, paths in (("--puns", args.puns), ("--humor", args.humor)):
-        for path in paths or ():
-            if not Path(path).is_file():
-                raise ConfigError("file not found", file=path, field=flag)
-    if args.puns:
-        config = msgspec.structs.replace(config, puns_path=list(args.puns))
-    if args.humor:
-        config = msgspec.structs.replace(config, humor_path=list(args.humor))
+    config = server_config(args.config, puns=args.puns, humor=args.humor)
     server = FakeProviderServer(config, host=args.host, port=args.port)
     try:
         server.serve_forever(on_ready=lambda url: print(f"fake provider listening on {url}", flush=True))
@@ -96,16 +71,8 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
 
 
 def cmd_import_legacy(args: argparse.Namespace) -> int:
-    if not (args.raw or args.cloze):
-        raise ConfigError("nothing to import: give --raw (and --classified) and/or --cloze with --tests")
-    check_service_url(args.store, "--store")
-    if "://" not in args.store:
-        check_out_dir(args.store, flag="--store")
-    cfg = load_config(args.config) if args.config else None
-    targets = targets_from_config(cfg) if cfg is not None else LegacyTargets()
-    jokes = run_jokes(cfg) if cfg is not None and args.classified else None
-    report = import_legacy(
-        args.raw, args.classified, args.store, targets, jokes=jokes, cloze_path=args.cloze, tests_path=args.tests
+    report = import_legacy_files(
+        args.raw, args.classified, args.store, config_path=args.config, cloze_path=args.cloze, tests_path=args.tests
     )
     print(report.describe(args.store))
     return 0

@@ -9,31 +9,23 @@ as it was.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import tempfile
-from pathlib import Path
-from typing import Any
 
-import msgspec
-
-from punchline.cluster.cli_shared import add_run_options, exit_status, run_and_report, run_options
-from punchline.cluster.config import load_config
-from punchline.cluster.pipelines import puns_reproduce as rep
-from punchline.cluster.pipelines.puns import run_jokes
-from punchline.cluster.pipelines.puns_legacy import import_legacy, targets_from_config
-from punchline.cluster.pipelines.puns_reproduce import Reproduction, UpstreamFiles
+from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.pipelines.puns_reproduce import (
+    Reproduction,
+    UpstreamFiles,
+    prepare_reproduction,
+    reproduction_of,
+)
 from punchline.data.errors import InputError
-from punchline.data.jsonio import atomic_write_bytes, check_out_dir
 from punchline.data.puns import puns_io
-from punchline.data.puns.cloze import build_tests
-from punchline.data.puns.cloze_report import build_report, to_markdown, write_report
+from punchline.data.puns.cloze_report import to_markdown
+from punchline.data.puns.offline import cloze_file, cloze_report_files, rank_file
 from punchline.data.puns.puns_history import PUBLISHED_TIERS
-from punchline.data.puns.puns_io import dump_cloze_tests
-from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
-from punchline.data.stores import open_store
+from punchline.data.puns.tiers import tier_counts
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     puns = sub.add_parser(
         "puns",
         help="Puns 205: validate, rank (tiers), build cloze tests, score cloze answers",
@@ -136,19 +128,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
-    out = puns_io.out_path(args.out)
-    plot = puns_io.out_path(args.plot) if args.plot else None
-    puns = puns_io.load_puns(args.puns)
-    classified = puns_io.load_classified(args.classified)
-    ranked = apply_rankings(puns, rank(classified), file=args.classified)
-    puns_io.dump_puns(out, ranked)
-    counts = tier_counts(ranked)
-    print(f"wrote {out}: {len(ranked)} jokes; " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    if plot is not None:
-        from punchline.data.puns.plots import plot_tiers  # matplotlib: only when a plot is asked for
-
-        atomic_write_bytes(plot, plot_tiers(ranked))
-        print(f"wrote {plot}")
+    ranked = rank_file(args.puns, args.classified, args.out, plot=args.plot)
+    print(f"wrote {ranked.out}: {ranked.jokes} jokes; " + ", ".join(f"{k} {v}" for k, v in ranked.tiers.items()))
+    if ranked.plot is not None:
+        print(f"wrote {ranked.plot}")
     return 0
 
 
@@ -157,60 +140,30 @@ def cmd_cloze(args: argparse.Namespace) -> int:
         raise InputError(f"must be between 1 and 100000, got {args.pairs}", field="--pairs")
     if args.seed < 0:
         raise InputError(f"must be >= 0, got {args.seed}", field="--seed")
-    out = puns_io.out_path(args.out)
-    puns = puns_io.load_puns(args.puns)
-    tests = build_tests(puns, seed=args.seed, pairs=args.pairs, file=args.puns)
-    puns_io.dump_cloze_tests(out, tests)
-    print(f"wrote {out}: {len(tests)} tests ({args.pairs} pairs, seed {args.seed})")
+    written = cloze_file(args.puns, args.out, seed=args.seed, pairs=args.pairs)
+    print(f"wrote {written.out}: {written.tests} tests ({args.pairs} pairs, seed {args.seed})")
     return 0
 
 
 def cmd_cloze_report(args: argparse.Namespace) -> int:
-    check_out_dir(args.out)
-    puns = puns_io.load_puns(args.puns)
-    tests = puns_io.load_cloze_tests(args.tests, puns, puns_file=args.puns)
-    responses = puns_io.load_cloze_responses(args.responses, tests)
-    report = build_report(responses, tests, puns, file=args.responses)
-    paths = write_report(report, args.out)
+    report, paths = cloze_report_files(args.responses, args.tests, args.puns, args.out)
     print(to_markdown(report), end="")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    upstream = rep.find_upstream(args.upstream, cloze=args.cloze, tests=args.published_tests)
-    text = rep.reproduce_config_text(args.config, upstream)
-    run_id = args.run_id or f"puns-reproduce-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-    opts = run_options(args, run_id=run_id, offline=True)
-    with tempfile.TemporaryDirectory() as tmp:  # check everything before writing anything
-        (Path(tmp) / rep.CONFIG_NAME).write_text(text, encoding="utf-8")
-        cfg = load_config(Path(tmp) / rep.CONFIG_NAME)
-        tests = rep.answered_tests(cfg, upstream) if upstream.cloze_answers else None
-        if upstream.cloze_answers:  # the recorded answers must fit the tests they are keyed by
-            answered = tests if tests is not None else puns_io.load_cloze_tests(str(upstream.published_tests))
-            puns_io.load_cloze_responses(upstream.cloze_answers, answered)
-    run_dir = Path(opts.runs_dir) / run_id
-    config_path = run_dir / rep.CONFIG_NAME
-    atomic_write_bytes(config_path, text.encode("utf-8"))
-    tests_path = upstream.published_tests if upstream.cloze_answers else None
-    if tests is not None:
-        tests_path = str(run_dir / rep.ANSWERED_TESTS_NAME)
-        dump_cloze_tests(tests_path, tests)
-    cfg = msgspec.structs.replace(cfg, source=str(config_path))  # the same text, now where the run reads it
-    store_url = opts.store or cfg.run.store or opts.runs_dir
-    imported = import_legacy(
-        upstream.raw,
-        upstream.classified,
-        store_url,
-        targets_from_config(cfg),
-        jokes=run_jokes(cfg),
-        cloze_path=upstream.cloze_answers,
-        tests_path=tests_path,
+    prepared = prepare_reproduction(
+        args.config,
+        run_options(args, offline=True),
+        upstream_folder=args.upstream,
+        cloze=args.cloze,
+        published_tests=args.published_tests,
     )
-    print(imported.describe(store_url), flush=True)
-    record = run_and_report(str(config_path), opts, args.no_progress or args.verbose, cfg)
-    result = rep.summarize(open_store(record.services.store_url), record, upstream)
-    print(render_reproduction(result, upstream))
+    print(prepared.imported.describe(prepared.store_url), flush=True)
+    record = run_and_report(prepared.config_path, prepared.opts, args.no_progress or args.verbose, prepared.cfg)
+    result = reproduction_of(record, prepared.upstream)
+    print(render_reproduction(result, prepared.upstream))
     return exit_status(record) or (0 if result.matches else 1)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from typing import Any
 
 import msgspec
 from rich.console import Console, Group, RenderableType
@@ -13,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from punchline.cluster.cli_shared import (
+    Subcommands,
     add_run_options,
     batch_table,
     counters_table,
@@ -24,16 +24,15 @@ from punchline.cluster.cli_shared import (
 from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
-from punchline.cluster.retry_failed import drop_failed_shards
+from punchline.cluster.retry_failed import drop_failed
 from punchline.cluster.run_checks import check_environment, check_run
-from punchline.cluster.runs import list_runs, load_run_record
+from punchline.cluster.runs import list_runs
 from punchline.cluster.status import StatusView, run_status
 from punchline.data.errors import InputError
 from punchline.data.settings import RUNS_DIR_HELP, STORE, overlay, runs_dir
-from punchline.data.stores import open_store
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
         help="run (or resume) a pipeline from a TOML config",
@@ -147,11 +146,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_retry_failed(args: argparse.Namespace) -> int:
     runs = runs_dir(args.runs_dir)
-    record = load_run_record(runs, args.run_id)
-    dropped = drop_failed_shards(record, open_store(record.services.store_url))
-    Console(stderr=True).print(f"dropped {dropped.count} shards with failed units; resuming {record.run_id}")
-    opts = overlay(RunOptions.from_env(), run_id=record.run_id, runs_dir=runs, store=record.services.store_url)
-    return exit_status(run_and_report(record.config_path, opts, args.no_progress))
+    dropped = drop_failed(runs, args.run_id)
+    Console(stderr=True).print(f"dropped {dropped.count} shards with failed units; resuming {dropped.run_id}")
+    opts = overlay(RunOptions.from_env(), run_id=dropped.run_id, runs_dir=runs, store=dropped.store_url)
+    return exit_status(run_and_report(dropped.config_path, opts, args.no_progress))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

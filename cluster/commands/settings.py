@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.settings_doc import reference
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "settings",
         help="every config key and environment variable: type, default, range, description (markdown)",

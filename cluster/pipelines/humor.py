@@ -23,17 +23,37 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
-from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
+from punchline.cluster.config import Count, Name, Names, RunConfig, check_run_id, load_config, resolve_path
+from punchline.cluster.driver import RunRecord
 from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.data.errors import ConfigError, InputError
+from punchline.data.humor.judge import (
+    MERA_JUDGE_MAX_TOKENS,
+    JudgeParseError,
+    judge_request,
+    mera_judge_request,
+    mera_judge_score,
+    parse_score,
+)
 from punchline.data.humor.loaders import Prediction, check_unique_ids, load_humor, load_items
-from punchline.data.humor.prompts import ANSWER_MAX_TOKENS
-from punchline.data.humor.report import REPORT_JSON, HumorReport, headlines
+from punchline.data.humor.mera import mera_readings
+from punchline.data.humor.prompts import ANSWER_MAX_TOKENS, MERA_STOP, answer_request, cut_at_stop, mera_answer_request
+from punchline.data.humor.report import REPORT_JSON, HumorReport, headlines, score_and_write
 from punchline.data.humor.schema import HumorFile, HumorItem
+from punchline.data.humor.submission import (
+    LOGS_NAME,
+    SUBMISSION_FILE,
+    answers_by_id,
+    submission_files,
+    submission_zip,
+    write_submission,
+)
+from punchline.data.jsonio import check_out_dir
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
 from punchline.data.settings import runs_dir as resolve_runs_dir
 from punchline.data.store import Store
+from punchline.data.stores import open_store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.workers.fake.server import FakeConfig
 
@@ -197,9 +217,6 @@ def _score(
 ) -> list[str]:
     """Score one model into a temp dir and store every output file as ``report/<nick>/<file>``, and MERA's
     submission archive as ``submission/<nick>.zip`` when every item has an answer."""
-    from punchline.data.humor.report import score_and_write
-    from punchline.data.humor.submission import submission_zip
-
     names = []
     with tempfile.TemporaryDirectory(prefix="punchline-humor-") as tmp:
         _, paths = score_and_write(
@@ -215,8 +232,6 @@ def _score(
             ctx.write_artifact(name, data)
             names.append(name)
     if paths.submission is not None:
-        from punchline.data.humor.submission import LOGS_NAME, SUBMISSION_FILE
-
         packed = {n: files[n] for n in (SUBMISSION_FILE, f"{LOGS_NAME}.zip")}
         ctx.write_artifact(submission_artifact(nick), submission_zip(packed))
         names.append(submission_artifact(nick))
@@ -225,8 +240,6 @@ def _score(
 
 def _as_generated(preset: str, text: str) -> str:
     """The answer as the preset's generator leaves it: ``mera`` cuts at lm-eval's stop sequence."""
-    from punchline.data.humor.prompts import MERA_STOP, cut_at_stop
-
     return cut_at_stop(text, MERA_STOP) if preset == "mera" else text
 
 
@@ -236,8 +249,6 @@ class GenerateStage:
     name = "generate"
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.humor.prompts import answer_request, mera_answer_request
-
         cfg = settings_of(ctx.cfg)
         settings = ctx.cfg.provider(cfg.provider)
         shots = _shots(ctx)
@@ -276,9 +287,6 @@ MAX_MERA_READINGS = 3  # the whole answer, the tail after "Ответ:", the reb
 def _mera_judge_units(provider: str, judge_id: str, nick: str, item: HumorItem, answer: str) -> list[UnitSpec]:
     """One MERA judge call per MERA reading of the answer (no content check: MERA scores an unreadable
     reply 0 rather than asking again)."""
-    from punchline.data.humor.judge import mera_judge_request
-    from punchline.data.humor.mera import mera_readings
-
     return [
         UnitSpec(
             unit_id=f"{_unit_id(MERA_JUDGE, nick, item.id)}/{k}",
@@ -290,8 +298,6 @@ def _mera_judge_units(provider: str, judge_id: str, nick: str, item: HumorItem, 
 
 def _mera_judge_scores(results: Mapping[str, UnitResult], nick: str, ids: list[int]) -> dict[int, float]:
     """``judge_mera`` per item: the best over its readings' replies; 0 for a failed call or no answer."""
-    from punchline.data.humor.judge import mera_judge_score
-
     out: dict[int, float] = {}
     for item_id in ids:
         unit = _unit_id(MERA_JUDGE, nick, item_id)
@@ -310,8 +316,6 @@ class JudgeStage:
     name = "judge"
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.humor.judge import judge_request
-
         cfg = settings_of(ctx.cfg)
         assert cfg.judge is not None
         judge_id = ctx.cfg.provider(cfg.judge.provider).model_id(cfg.judge.model)
@@ -333,8 +337,6 @@ class JudgeStage:
         return in_unit_order(units)
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.humor.judge import JudgeParseError, parse_score
-
         cfg = settings_of(ctx.cfg)
         source = _source(ctx)
         ids = sorted(it.id for it in source.data)
@@ -436,8 +438,6 @@ class HumorPipeline:
     def estimate(self, cfg: RunConfig, stage: str) -> Iterable[UnitSpec]:
         """The judge: at most one call of ours and one MERA judge call per MERA reading (at most
         :data:`MAX_MERA_READINGS`) per item and model (a failed answer is never judged)."""
-        from punchline.data.humor.judge import MERA_JUDGE_MAX_TOKENS
-
         settings = settings_of(cfg)
         if stage != "judge" or settings.judge is None:
             return []
@@ -479,9 +479,6 @@ PIPELINE = HumorPipeline()
 def _run_record(run_id: str, runs_dir: str | None) -> tuple[RunRecord, RunConfig]:
     """A Humor run's record and its config (as recorded when the run started; relative paths resolve
     against the config's original folder)."""
-    from punchline.cluster.config import check_run_id, load_config
-    from punchline.cluster.driver import RunRecord
-
     check_run_id(run_id, field="RUN")
     path = Path(resolve_runs_dir(runs_dir)) / run_id / "run.json"
     try:
@@ -517,10 +514,6 @@ def _answer_lines(raw: bytes, source: str) -> list[tuple[int, str]]:
 def submission_of_run(run_id: str, *, runs_dir: str | None, out_dir: str, models: list[str] | None) -> list[str]:
     """Write ``<out_dir>/<nick>/{Humor.json,logs_public.zip}`` and ``<out_dir>/<nick>.zip`` for each model of a
     finished Humor run. Everything is checked (every model's answers: one per item) before anything is written."""
-    from punchline.data.humor.submission import answers_by_id, submission_files, write_submission
-    from punchline.data.jsonio import check_out_dir
-    from punchline.data.stores import open_store
-
     record, cfg = _run_record(run_id, runs_dir)
     settings = settings_of(cfg)
     chosen = models or list(settings.models)

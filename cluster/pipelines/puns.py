@@ -7,6 +7,7 @@ engine run and the offline tools produce byte-identical files.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -17,12 +18,26 @@ import msgspec
 from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.jsonio import decode_bytes, dumps_upstream
+from punchline.data.jsonio import decode_bytes, dumps_upstream, upstream_object_chunks
 from punchline.data.provider_settings import Mode
-from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
-from punchline.data.puns.puns_io import load_puns
-from punchline.data.puns.schemas import ClassifiedCompletions, ModelCompletions, PunEntry, RawCompletions
+from punchline.data.puns.classify import Verdicts, batches, classify_request, merge_all, parse_verdicts
+from punchline.data.puns.cloze import build_tests
+from punchline.data.puns.cloze_report import build_report, write_report
+from punchline.data.puns.cloze_run import cloze_request, to_response
+from punchline.data.puns.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
+from punchline.data.puns.puns_history import lists_as_classified
+from punchline.data.puns.puns_io import load_classified, load_puns
+from punchline.data.puns.schemas import (
+    ClassifiedCompletions,
+    ClozeModelResponses,
+    ClozeTest,
+    ModelCompletions,
+    PunEntry,
+    RawCompletions,
+)
+from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
 from punchline.data.puns.words import extract_word
+from punchline.data.requests import Message, ProviderRequest
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.workers.fake.server import FakeConfig
@@ -119,9 +134,6 @@ def run_jokes(cfg: RunConfig) -> list[PunEntry]:
     jokes = load_puns(resolve_path(cfg, settings.jokes))
     if settings.lists_at_classification is None:
         return jokes
-    from punchline.data.puns.puns_history import lists_as_classified
-    from punchline.data.puns.puns_io import load_classified
-
     path = resolve_path(cfg, settings.lists_at_classification)
     return lists_as_classified(jokes, load_classified(path), file=str(path))[0]
 
@@ -154,9 +166,6 @@ class CollectStage:
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         """raw_completions.json, written joke by joke: at a million units it is never held whole."""
-        from punchline.data.jsonio import upstream_object_chunks
-        from punchline.data.puns.completions import build_raw_entry
-
         cfg = settings_of(ctx.cfg)
         assert cfg is not None
 
@@ -186,8 +195,6 @@ class ClassifyStage:
         return decode_bytes(ctx.read_artifact(RAW), RawCompletions, source=ctx.artifact_key(RAW))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.puns.classify import batches, classify_request
-
         cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.classify is not None
         model_id = ctx.cfg.provider(cfg.classify.provider).model_id(cfg.classify.model)
@@ -203,8 +210,6 @@ class ClassifyStage:
         return in_unit_order(units)
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.puns.classify import Verdicts, merge_all, parse_verdicts
-
         verdicts: Verdicts = {}
         for uid in sorted(results):
             r = results[uid]
@@ -224,8 +229,7 @@ class RankStage:
         return []
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.puns.plots import plot_tiers
-        from punchline.data.puns.tiers import apply_rankings, rank
+        from punchline.data.puns.plots import plot_tiers  # lazy: matplotlib takes a second to import
 
         classified: ClassifiedCompletions = decode_bytes(
             ctx.read_artifact(CLASSIFIED), ClassifiedCompletions, source=ctx.artifact_key(CLASSIFIED)
@@ -245,8 +249,6 @@ class ClozeStage:
         return []
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.puns.cloze import build_tests
-
         cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.cloze is not None
         ranked: list[PunEntry] = decode_bytes(
@@ -263,13 +265,9 @@ class EvaluateStage:
     name = "evaluate"
 
     def _tests(self, ctx: StageContext) -> list:
-        from punchline.data.puns.schemas import ClozeTest
-
         return decode_bytes(ctx.read_artifact(TESTS), list[ClozeTest], source=ctx.artifact_key(TESTS))
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
-        from punchline.data.puns.cloze_run import cloze_request
-
         cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.evaluate is not None
         settings = ctx.cfg.provider(cfg.evaluate.provider)
@@ -283,10 +281,6 @@ class EvaluateStage:
         )
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.puns.cloze_report import build_report, write_report
-        from punchline.data.puns.cloze_run import to_response
-        from punchline.data.puns.schemas import ClozeModelResponses
-
         cfg = settings_of(ctx.cfg)
         assert cfg is not None and cfg.evaluate is not None
         settings = ctx.cfg.provider(cfg.evaluate.provider)
@@ -334,10 +328,6 @@ CLOZE_PROMPT_CHARS = 300
 
 
 def _estimate_classify(cfg: RunConfig, puns: PunsSettings) -> list[UnitSpec]:
-    import math
-
-    from punchline.data.requests import Message, ProviderRequest
-
     assert puns.classify is not None
     n = math.ceil(len(load_puns(resolve_path(cfg, puns.jokes))) / puns.classify.batch_size)
     model = cfg.provider(puns.classify.provider).model_id(puns.classify.model)
@@ -352,9 +342,6 @@ def _estimate_classify(cfg: RunConfig, puns: PunsSettings) -> list[UnitSpec]:
 
 def _estimate_evaluate(cfg: RunConfig, puns: PunsSettings) -> list[UnitSpec]:
     """Two tests (straight and contrast) per cloze pair, per model, each a real cloze request."""
-    from punchline.data.puns.cloze_run import cloze_request
-    from punchline.data.puns.schemas import ClozeTest
-
     assert puns.evaluate is not None and puns.cloze is not None
     test = ClozeTest(
         pair_id=0,
@@ -452,8 +439,6 @@ PIPELINE = PunsPipeline()
 
 def headlines(store: Store, run_id: str) -> list[str]:
     """What a person wants to see first after a run (markdown): the tiers and the cloze report."""
-    from punchline.data.puns.tiers import tier_counts
-
     out = []
     ranked = store.get(f"{run_id}/artifacts/{RANKED}")
     if ranked is not None:

@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import msgspec
 
-from punchline.cluster.config import RunConfig
-from punchline.cluster.pipelines.puns import PunsSettings
+from punchline.cluster.config import RunConfig, check_service_url, load_config
+from punchline.cluster.pipelines.puns import PunsSettings, run_jokes
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.jsonio import decode_file
+from punchline.data.jsonio import check_out_dir, decode_file
 from punchline.data.puns.classify import batches, classify_request
 from punchline.data.puns.cloze_run import cloze_request
 from punchline.data.puns.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
@@ -100,6 +100,30 @@ def targets_from_config(cfg: RunConfig) -> LegacyTargets:
 
 
 Put = Callable[[ProviderRequest, list[str]], None]
+
+
+def import_legacy_files(
+    raw_path: str | None,
+    classified_path: str | None,
+    store_url: str,
+    *,
+    config_path: str | None = None,
+    cloze_path: str | None = None,
+    tests_path: str | None = None,
+) -> ImportReport:
+    """``punchline import-legacy``: the store and the files checked, the requests those of the run config at
+    ``config_path`` (else upstream's), then :func:`import_legacy`."""
+    if not (raw_path or cloze_path):
+        raise ConfigError("nothing to import: give --raw (and --classified) and/or --cloze with --tests")
+    check_service_url(store_url, "--store")
+    if "://" not in store_url:
+        check_out_dir(store_url, flag="--store")
+    cfg = load_config(config_path) if config_path else None
+    targets = targets_from_config(cfg) if cfg is not None else LegacyTargets()
+    jokes = run_jokes(cfg) if cfg is not None and classified_path else None
+    return import_legacy(
+        raw_path, classified_path, store_url, targets, jokes=jokes, cloze_path=cloze_path, tests_path=tests_path
+    )
 
 
 def import_legacy(

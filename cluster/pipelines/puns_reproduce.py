@@ -11,7 +11,9 @@ recorded answers are keyed by their prompts) and comparing the outcome with the 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,15 @@ from typing import Any
 import msgspec
 
 from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.driver import RunOptions, RunRecord
 from punchline.cluster.pipelines import puns
+from punchline.cluster.pipelines.puns_legacy import ImportReport, import_legacy, targets_from_config
 from punchline.data.errors import ConfigError, InputError
+from punchline.data.jsonio import atomic_write_bytes
+from punchline.data.puns.classify import candidates, merge_all
+from punchline.data.puns.cloze import build_tests
+from punchline.data.puns.cloze_report import ClozeReport
+from punchline.data.puns.completions import build_raw_entry
 from punchline.data.puns.puns_history import (
     PUBLISHED_DELTA_PP,
     PUBLISHED_TIERS,
@@ -36,8 +45,18 @@ from punchline.data.puns.puns_history import (
     is_published_selection,
     lists_as_classified,
 )
+from punchline.data.puns.puns_io import (
+    dump_cloze_tests,
+    load_classified,
+    load_cloze_responses,
+    load_cloze_tests,
+    load_puns,
+    load_raw_completions,
+)
 from punchline.data.puns.schemas import ClozeTest, PunEntry
+from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
 from punchline.data.store import Store
+from punchline.data.stores import open_store
 from punchline.data.units import RunState
 
 CONFIG_NAME = "reproduce.toml"
@@ -146,12 +165,6 @@ def reproduce_config_text(template: str, upstream: UpstreamFiles) -> str:
 def predicted_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest]:
     """The cloze tests the run will build: its collect and classify stages replay the recorded answers,
     so its tiers follow from its lists and upstream's verdicts, computed here by the same functions."""
-    from punchline.data.puns.classify import candidates, merge_all
-    from punchline.data.puns.cloze import build_tests
-    from punchline.data.puns.completions import build_raw_entry
-    from punchline.data.puns.puns_io import load_classified, load_raw_completions
-    from punchline.data.puns.tiers import apply_rankings, rank
-
     cloze = puns.settings_of(cfg).cloze
     assert cloze is not None
     jokes = puns.run_jokes(cfg)
@@ -183,6 +196,64 @@ def answered_tests(cfg: RunConfig, upstream: UpstreamFiles) -> list[ClozeTest] |
             file=upstream.cloze_answers,
         )
     return tests
+
+
+class PreparedReproduction(msgspec.Struct, kw_only=True):
+    """A reproduction ready to run: its effective config written into the run's folder, the recorded
+    answers in the run's response cache, and the options that run it (its run id, offline)."""
+
+    upstream: UpstreamFiles
+    config_path: str
+    cfg: RunConfig
+    opts: RunOptions
+    store_url: str
+    imported: ImportReport
+
+
+def prepare_reproduction(
+    template: str,
+    opts: RunOptions,
+    *,
+    upstream_folder: str,
+    cloze: str | None = None,
+    published_tests: str | None = None,
+) -> PreparedReproduction:
+    """Everything before the run of ``punchline puns reproduce``: the upstream files found, the effective
+    config and the recorded answers checked (before anything is written), the config written as
+    ``<runs_dir>/<run id>/reproduce.toml``, the recorded answers imported into the store's response cache.
+    The run id is ``opts.run_id``, else one derived from the effective config (the same study, the same run)."""
+    upstream = find_upstream(upstream_folder, cloze=cloze, tests=published_tests)
+    text = reproduce_config_text(template, upstream)
+    run_id = opts.run_id or f"puns-reproduce-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    opts = msgspec.structs.replace(opts, run_id=run_id, offline=True)
+    with tempfile.TemporaryDirectory() as tmp:  # check everything before writing anything
+        (Path(tmp) / CONFIG_NAME).write_text(text, encoding="utf-8")
+        cfg = load_config(Path(tmp) / CONFIG_NAME)
+        tests = answered_tests(cfg, upstream) if upstream.cloze_answers else None
+        if upstream.cloze_answers:  # the recorded answers must fit the tests they are keyed by
+            answered = tests if tests is not None else load_cloze_tests(str(upstream.published_tests))
+            load_cloze_responses(upstream.cloze_answers, answered)
+    run_dir = Path(opts.runs_dir) / run_id
+    config_path = run_dir / CONFIG_NAME
+    atomic_write_bytes(config_path, text.encode("utf-8"))
+    tests_path = upstream.published_tests if upstream.cloze_answers else None
+    if tests is not None:
+        tests_path = str(run_dir / ANSWERED_TESTS_NAME)
+        dump_cloze_tests(tests_path, tests)
+    cfg = msgspec.structs.replace(cfg, source=str(config_path))  # the same text, now where the run reads it
+    store_url = opts.store or cfg.run.store or opts.runs_dir
+    imported = import_legacy(
+        upstream.raw,
+        upstream.classified,
+        store_url,
+        targets_from_config(cfg),
+        jokes=puns.run_jokes(cfg),
+        cloze_path=upstream.cloze_answers,
+        tests_path=tests_path,
+    )
+    return PreparedReproduction(
+        upstream=upstream, config_path=str(config_path), cfg=cfg, opts=opts, store_url=store_url, imported=imported
+    )
 
 
 class ModelShift(msgspec.Struct):
@@ -218,11 +289,13 @@ class Reproduction(msgspec.Struct, kw_only=True):
         return self.state == "finished" and self.tiers_match and self.tests_match and self.table_match is not False
 
 
-def summarize(store: Store, record: Any, upstream: UpstreamFiles) -> Reproduction:
+def reproduction_of(record: RunRecord, upstream: UpstreamFiles) -> Reproduction:
+    """The ended run's artifacts (in the store its record names) beside the published numbers."""
+    return summarize(open_store(record.services.store_url), record, upstream)
+
+
+def summarize(store: Store, record: RunRecord, upstream: UpstreamFiles) -> Reproduction:
     """Read the run's artifacts and compare them with the published numbers."""
-    from punchline.data.puns.cloze_report import ClozeReport
-    from punchline.data.puns.puns_io import load_classified, load_cloze_tests, load_puns
-    from punchline.data.puns.tiers import tier_counts
 
     def artifact(name: str) -> bytes | None:
         return store.get(f"{record.run_id}/artifacts/{name}")

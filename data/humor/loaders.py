@@ -63,8 +63,8 @@ def _field_of(exc: msgspec.ValidationError) -> tuple[str | None, str]:
 
 def load_parquet(path: str | os.PathLike[str]) -> HumorShotsFile:
     """A Hugging Face parquet split (columns instruction, inputs struct, outputs, meta struct)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # lazy: pyarrow takes a second to import, and only parquet input needs it
+    import pyarrow.parquet as pq  # lazy: as above
 
     p = Path(path)
     if not p.is_file():

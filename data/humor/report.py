@@ -14,11 +14,18 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.humor.judge import DEFAULT_THRESHOLD, JudgeStats, judge_stats
+from punchline.data.humor.judge import (
+    DEFAULT_THRESHOLD,
+    JudgeStats,
+    judge_stats,
+    load_judge_scores,
+    load_mera_judge_scores,
+)
+from punchline.data.humor.loaders import check_unique_ids, load_humor, load_predictions
 from punchline.data.humor.metrics import UNPARSED, HumorMetrics, Interval, ItemScore, bootstrap_ci, compute_metrics
 from punchline.data.humor.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
 from punchline.data.humor.submission import SUBMISSION_FILE, submission_files
-from punchline.data.jsonio import atomic_write_bytes
+from punchline.data.jsonio import atomic_write_bytes, check_out_dir
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -193,10 +200,10 @@ def render_markdown(report: HumorReport) -> str:
 
 
 def render_confusion_png(report: HumorReport) -> bytes:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib takes a second to import; only the PNG needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above (after choosing the Agg backend)
 
     conf = report.confusion
     fig, ax = plt.subplots(figsize=(10, 8.5))
@@ -277,3 +284,34 @@ def score_and_write(
         judge = judge_stats(judge_scores, {s.id: s.em for s in scores}, threshold=judge_threshold)
     report = build_report(metrics, scores, judge=judge, judge_scores=judge_scores, judge_mera_scores=judge_mera_scores)
     return report, write_report(out_dir, source, report, predictions, stamp=stamp)
+
+
+def score_files(
+    out_dir: str,
+    data_path: str,
+    predictions_path: str,
+    *,
+    judge_scores_path: str | None = None,
+    judge_mera_scores_path: str | None = None,
+    judge_threshold: float = DEFAULT_THRESHOLD,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[HumorReport, ReportPaths]:
+    """``punchline humor score``: every file read and checked (and ``out_dir`` found writable) before
+    anything is written, then :func:`score_and_write`."""
+    check_out_dir(out_dir)
+    source = load_humor(data_path)
+    check_unique_ids(source.data, data_path)
+    predictions = load_predictions(predictions_path)
+    judge_scores = load_judge_scores(judge_scores_path) if judge_scores_path else None
+    judge_mera_scores = load_mera_judge_scores(judge_mera_scores_path) if judge_mera_scores_path else None
+    return score_and_write(
+        out_dir,
+        source,
+        predictions,
+        judge_scores=judge_scores,
+        judge_mera_scores=judge_mera_scores,
+        judge_threshold=judge_threshold,
+        resamples=resamples,
+        seed=seed,
+    )

@@ -142,7 +142,7 @@ def build_report(
 
 def write_report(report: ClozeReport, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write every report file atomically into ``out_dir`` (created if needed)."""
-    from punchline.data.puns.plots import plot_context_effect, plot_funny_shift
+    from punchline.data.puns.plots import plot_context_effect, plot_funny_shift  # lazy: matplotlib
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

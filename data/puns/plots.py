@@ -13,6 +13,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from punchline.data.puns.schemas import ClozeReport, PunEntry
+from punchline.data.puns.tiers import (
+    BALANCED_MIN_BALANCE,
+    FUNNY_DOMINATED_MIN_P_FUNNY,
+    LEANING_MIN_BALANCE,
+    MIN_P_FUNNY,
+    mean_model_funny_rate,
+    tier_counts,
+)
 
 COLORS = {"straight": "#4A90D9", "funny": "#E85D75", "other": "#AAAAAA"}
 DPI = 120
@@ -84,15 +92,6 @@ def plot_tiers(puns: Sequence[PunEntry]) -> bytes:
     reader sees how close to a boundary the jokes sit (and how a change of threshold would move them).
     Right: each model's funny rate averaged over the jokes, the size effect the cloze tests build on.
     """
-    from punchline.data.puns.tiers import (
-        BALANCED_MIN_BALANCE,
-        FUNNY_DOMINATED_MIN_P_FUNNY,
-        LEANING_MIN_BALANCE,
-        MIN_P_FUNNY,
-        mean_model_funny_rate,
-        tier_counts,
-    )
-
     ranked = [j for j in puns if isinstance(j.cloze_tier, str)]
     counts = tier_counts(ranked)
     fig = Figure(figsize=(11.0, 4.5))

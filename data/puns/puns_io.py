@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import decode_file, write_upstream_json
+from punchline.data.jsonio import check_out_file, decode_file, write_upstream_json
 from punchline.data.puns.schemas import (
     BLANK,
     ClassifiedCompletions,
@@ -207,6 +207,4 @@ def dump_cloze_responses(path: PathLike, responses: ClozeResponses) -> None:
 def out_path(path: PathLike, flag: str = "--out") -> Path:
     """Refuse an ``--out`` that cannot be written (a directory, under a file, in a read-only folder)
     before any work is done."""
-    from punchline.data.jsonio import check_out_file
-
     return check_out_file(path, flag=flag)

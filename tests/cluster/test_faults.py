@@ -148,8 +148,10 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
 
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
-    # the kill ended both workers (Ray ends a dead driver's actors)
-    assert_guarantee(fake.stats().calls, units, deaths=2)
+    # the killed driver's (detached) workers finished and committed their calls in flight before ending:
+    # the resume asked for none of them again
+    calls = fake.stats().calls
+    assert len(calls) == units and set(calls.values()) == {1}, f"asked twice: {[c for c in calls.values() if c > 1]}"
     assert raw(tmp_path, "store", "killed") == expected
     wait_for(lambda: EmbeddedRedis.find_running(redis_dir) is None, timeout_s=60)  # the last driver stopped it
 

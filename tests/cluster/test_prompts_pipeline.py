@@ -3,7 +3,8 @@
 The engine tests run a few hundred generated rows x 2 models x n = 5 against the fake provider (which
 answers an ``Options:`` prompt with one option, as JSON or prose, so the parse column has values and
 failures) and check one output row per row x model x sample, each request paid once, the same bytes
-in batch mode, and 0 duplicate calls after a kill -9 of the driver and a resume.
+in batch mode, and 0 duplicate calls after a kill -9 of the driver and a resume (the killed driver's
+workers drain: they finish and commit the calls in flight, then end).
 """
 
 from __future__ import annotations
@@ -35,10 +36,16 @@ from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitResult
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
-from tests.cluster.test_faults import ROOT, assert_guarantee, opts, wait_for
+from tests.cluster.test_faults import ROOT, opts, wait_for
 
 DEMO = ROOT / "configs" / "prompts_demo.toml"
 OPTIONS = ("red", "green", "blue", "yellow")
+
+
+def alive_workers(run_id: str) -> list[str]:
+    """The run's worker actors still alive on this test's Ray (the detached ones of a killed driver too)."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    return [n for n in names if n.startswith(f"punchline:{run_id}:")]
 
 
 def write_rows(path: Path, count: int) -> Path:
@@ -80,7 +87,7 @@ parse = { regex = 'VERDICT:\\s*(?P<verdict>correct|incorrect)' }
 pipeline = "prompts"
 name = "p"
 shard_size = {shard_size}
-lease_ms = 3000
+lease_ms = 10000  # generous: a heartbeat stalled by a loaded machine must not lose its lease
 workers_per_node = 2
 units_in_flight = 4
 
@@ -297,23 +304,30 @@ def test_online_batch_and_kill_9_resume_give_the_same_rows_each_request_paid_onc
     assert len(stats.billed) == units and set(stats.billed.values()) == {1}
     assert fake.stats().total_calls == 0, "a batch-mode run called the online endpoint"
 
-    # 3. kill -9 of the driver mid-run, then resume: each request once (plus at most those in flight at the
-    # kill), and the same bytes
+    # 3. kill -9 of the driver mid-run, then resume at once: the killed driver's detached workers finish the
+    # calls they have in flight and commit them while the resumed driver starts (its workers wait on their
+    # leases), then end themselves: each request paid exactly once, the same bytes, no worker left behind
     fake.reset()
     fake.configure(latency_ms_min=40, latency_ms_max=80)  # so that the kill lands mid-run
     argv = driver_argv(online, "killed", tmp_path, "--ray-address", ray.get_runtime_context().gcs_address)
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(lambda: fake.stats().total_calls >= units // 3 or proc.poll() is not None, timeout_s=240)
     assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    at_kill = fake.stats()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert fake.stats().total_calls < units
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=400)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
-    calls = fake.stats().calls
-    assert_guarantee(calls, units, deaths=2)
-    print(f"kill -9 + resume: {len(calls)} requests, {sum(n - 1 for n in calls.values())} paid twice")
+    stats = fake.stats()
+    calls = stats.calls
+    print(
+        f"kill -9 + resume: {len(calls)} requests, {at_kill.total_calls - at_kill.ok} in flight at the kill, "
+        f"{sum(n - 1 for n in calls.values())} asked twice, {stats.ok - units} paid twice"
+    )
+    assert len(calls) == units and set(calls.values()) == {1} and stats.ok == units
     assert _outputs(tmp_path, "store", "killed") == expected
+    wait_for(lambda: not alive_workers("killed"), timeout_s=120)
 
 
 @pytest.mark.slow

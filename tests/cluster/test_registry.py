@@ -35,6 +35,7 @@ ENGINE = [
     "cluster/runs.py",
     "cluster/status.py",
     "cluster/retry_failed.py",
+    "cluster/run_batches.py",
     "cluster/commands/run.py",
     "cluster/commands/batches.py",
     "cluster/commands/jobs.py",

@@ -35,11 +35,11 @@ from punchline.workers.providers.base import (
 def make_provider(name: str, settings: ProviderSettings) -> Provider:
     """The provider of ``settings.kind`` named ``name`` (the ``[providers.<name>]`` table)."""
     if settings.kind == "openai":
-        from punchline.workers.providers.openai_compat import OpenAICompatProvider
+        from punchline.workers.providers.openai_compat import OpenAICompatProvider  # lazy: the openai SDK
 
         return OpenAICompatProvider(name, settings)
     if settings.kind == "anthropic":
-        from punchline.workers.providers.anthropic import AnthropicProvider
+        from punchline.workers.providers.anthropic import AnthropicProvider  # lazy: the anthropic SDK
 
         return AnthropicProvider(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
@@ -48,11 +48,11 @@ def make_provider(name: str, settings: ProviderSettings) -> Provider:
 def make_batch_provider(name: str, settings: ProviderSettings) -> BatchProvider:
     """The batch API client of ``settings.kind`` (see :mod:`punchline.workers.batch_provider`)."""
     if settings.kind == "openai":
-        from punchline.workers.providers.batch_openai import OpenAIBatches
+        from punchline.workers.providers.batch_openai import OpenAIBatches  # lazy: the openai SDK
 
         return OpenAIBatches(name, settings)
     if settings.kind == "anthropic":
-        from punchline.workers.providers.batch_anthropic import AnthropicBatches
+        from punchline.workers.providers.batch_anthropic import AnthropicBatches  # lazy: the anthropic SDK
 
         return AnthropicBatches(name, settings)
     raise ConfigError(f"unknown provider kind {settings.kind!r}", record=f"providers.{name}", field="kind")
