@@ -10,16 +10,21 @@ runs folder in a temporary directory:
 * ``run --run-id`` of that finished run (nothing to do), ``retry-failed`` with nothing to retry,
   ``runs``, ``status``, ``plan``;
 * the first provider call: ``punchline run`` started -> the first completion request reaching a
-  fake provider this process serves over HTTP (the demo config pointed at it).
+  fake provider this process serves over HTTP (the demo config pointed at it), with the start-up phases
+  the driver logs (``start_phases``) as seconds since the command started;
+* the resume after ``kill -9``: that run killed (SIGKILL) after 50 calls, then ``run --run-id`` -> its
+  first call.
 
 Targets (issue 22): the finished run, retry-failed, runs, status and plan under 3 s each; the demo
-run under 15 s on an idle machine; the first call within 5 s. Prints one line per command (median
-of ``--repeat`` runs, and its ratio to the baseline).
+run under 15 s on an idle machine; (issue 20) the first call, and a resume's first call, within 5 s.
+Prints one line per command (median of ``--repeat`` runs, and its ratio to the baseline), the load
+average, and the start-up phases.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -50,35 +55,116 @@ def median(argv: list[str], repeat: int) -> float:
     return statistics.median(timed(argv) for _ in range(repeat))
 
 
-def first_call_s(config: Path, runs: Path) -> float:
-    """``punchline run`` started -> the fake provider's first completion request."""
+PHASES = (  # the driver's `start_phases` event, in the order they happen
+    ("driver_start", "CLI imported, `run` entered"),
+    ("preflight_done", "whole-run preflight (config, inputs, store, keys)"),
+    ("providers_checked", "simulator started, providers checked (their SDKs loaded)"),
+    ("ledger_up", "ledger (embedded Redis), run claim, store guard"),
+    ("local_worker_started", "first stage planned and queued, the driver's own worker started"),
+    ("ray_up", "local Ray started (ray.init, on the main thread)"),
+)
+
+
+def _pointed_config(config: Path, runs: Path, fake: FakeProviderServer) -> Path:
+    """The config with its (simulated) providers pointed at ``fake``, and its data paths made absolute."""
     text = config.read_text().replace('"../data/', f'"{config.parent.parent}/data/')  # paths beside the config
+    # the demo's first provider is an OpenAI one, its second an Anthropic one
+    text = text.replace('base_url = "simulated"', f'base_url = "{fake.openai_base_url}"', 1)
+    text = text.replace('base_url = "simulated"', f'base_url = "{fake.anthropic_base_url}"', 1)
+    pointed = runs.parent / "first_call.toml"
+    pointed.write_text(text)
+    return pointed
+
+
+def _start_phases(runs: Path, started_unix: float, wait_s: float) -> dict[str, float]:
+    """Seconds from ``started_unix`` to each phase of the run's ``start_phases`` log event ({} if none)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        for log in runs.glob("*/log.jsonl"):
+            for line in log.read_text().splitlines():
+                event = json.loads(line) if '"start_phases"' in line else None
+                if event is not None and event.get("event") == "start_phases" and event["driver_start"] >= started_unix:
+                    return {k: event[k] - started_unix for k, _ in PHASES if k in event}
+        time.sleep(0.1)
+    return {}
+
+
+class FirstCall:
+    """``punchline run`` started -> the fake provider's first completion request, on a fresh run and on a
+    resume after ``kill -9`` (seconds), and the start-up phases of the fresh run."""
+
+    def __init__(self, first_s: float, phases: dict[str, float], resume_s: float, resume_phases: dict[str, float]):
+        self.first_s, self.phases = first_s, phases
+        self.resume_s, self.resume_phases = resume_s, resume_phases
+
+
+def _until_calls(fake: FakeProviderServer, proc: subprocess.Popen[bytes], errors: Path, at_least: int) -> None:
+    while fake.stats().total_calls < at_least:
+        if proc.poll() is not None:
+            tail = errors.read_text().strip()[-600:]
+            raise SystemExit(f"the run ended ({proc.returncode}) before {at_least} provider calls: {tail}")
+        time.sleep(0.01)
+
+
+def _settled_calls(fake: FakeProviderServer, quiet_s: float = 2.0) -> int:
+    """The fake's call count once no call has come for ``quiet_s`` (a killed run's calls in flight ended)."""
+    count, since = fake.stats().total_calls, time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(0.1)
+        now = fake.stats().total_calls
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
+
+
+def first_call(config: Path, runs: Path, *, kill_after_calls: int = 50) -> FirstCall:
+    """The first call of a fresh run; then that run killed with SIGKILL once the fake has answered
+    ``kill_after_calls`` calls, and resumed (``--run-id``): the resume's first call."""
     with FakeProviderServer(FakeConfig(seed=7, latency_ms_min=5, latency_ms_max=40)) as fake:
-        # the demo's first provider is an OpenAI one, its second an Anthropic one
-        text = text.replace('base_url = "simulated"', f'base_url = "{fake.openai_base_url}"', 1)
-        text = text.replace('base_url = "simulated"', f'base_url = "{fake.anthropic_base_url}"', 1)
-        pointed = runs.parent / "first_call.toml"
-        pointed.write_text(text)
+        pointed = _pointed_config(config, runs, fake)
         env = {**os.environ, "TOGETHER_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-bench"}
-        start = time.perf_counter()
         errors = runs.parent / "first_call.err"
+        argv = [CLI, "run", str(pointed), "--runs-dir", str(runs), "--no-progress"]
+        started_unix, start = time.time(), time.perf_counter()
         with errors.open("w") as err:
-            proc = subprocess.Popen(
-                [CLI, "run", str(pointed), "--runs-dir", str(runs), "--no-progress"],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=env,
-            )
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
-            while fake.stats().total_calls == 0:
-                if proc.poll() is not None:
-                    tail = errors.read_text().strip()[-600:]
-                    raise SystemExit(f"the run ended ({proc.returncode}) before any provider call: {tail}")
-                time.sleep(0.01)
-            return time.perf_counter() - start
+            _until_calls(fake, proc, errors, 1)
+            first_s = time.perf_counter() - start
+            phases = _start_phases(runs, started_unix, wait_s=180.0)
+            _until_calls(fake, proc, errors, kill_after_calls)
+            proc.kill()  # kill -9: no clean-up, leases left held
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
+        run_id = next(p.name for p in runs.iterdir() if (p / "run.json").is_file())
+        before = _settled_calls(fake)
+        started_unix, start = time.time(), time.perf_counter()
+        with errors.open("w") as err:
+            proc = subprocess.Popen([*argv, "--run-id", run_id], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            _until_calls(fake, proc, errors, before + 1)
+            resume_s = time.perf_counter() - start
+            resume_phases = _start_phases(runs, started_unix, wait_s=180.0)
         finally:
             proc.terminate()
-            proc.wait(timeout=60)
+            proc.wait(timeout=120)
+    return FirstCall(first_s, phases, resume_s, resume_phases)
+
+
+def print_first_call(found: FirstCall) -> None:
+    print(f"{'phase: seconds since `punchline run` started':<72} {'fresh':>6} {'resume':>7}")
+    for key, what in PHASES:
+        fresh, resume = found.phases.get(key), found.resume_phases.get(key)
+        print(f"  {what:<70} {_s(fresh):>6} {_s(resume):>7}")
+    print(f"  {'first provider call':<70} {_s(found.first_s):>6} {_s(found.resume_s):>7}")
+    print("(resume: the run killed with SIGKILL after 50 calls, then `run --run-id`)")
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.2f}"
 
 
 def main() -> None:
@@ -90,7 +176,7 @@ def main() -> None:
     config = Path(args.config).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         if args.first_call_only:
-            print(f"first provider call: {first_call_s(config, Path(tmp) / 'runs2'):.2f} s")
+            print_first_call(first_call(config, Path(tmp) / "runs2"))
             return
         runs = Path(tmp) / "runs"
         base = median(["--help"], args.repeat)
@@ -104,10 +190,14 @@ def main() -> None:
         rows.append(("runs", median(["runs", "--runs-dir", str(runs)], args.repeat)))
         rows.append(("status", median(["status", run_id, "--runs-dir", str(runs)], args.repeat)))
         rows.append(("plan", median(["plan", str(config)], args.repeat)))
-        rows.append(("first provider call", first_call_s(config, Path(tmp) / "runs2")))
+        found = first_call(config, Path(tmp) / "runs2")
+        rows.append(("first provider call", found.first_s))
+        rows.append(("resume after kill -9: first call", found.resume_s))
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'command':<34} {'seconds':>8} {'x baseline':>10}")
     for name, seconds in rows:
         print(f"{name:<34} {seconds:>8.2f} {seconds / base:>10.1f}")
+    print_first_call(found)
 
 
 if __name__ == "__main__":

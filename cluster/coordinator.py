@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
 
 import msgspec
 import structlog
 
 from punchline.cluster.autoscale import Autoscaler
+from punchline.cluster.local_worker import LocalWorker
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.response_cache import ResponseCache
@@ -32,6 +33,7 @@ from punchline.data.units import (
     ShardUsage,
     StageManifest,
     StagePlan,
+    UnitSpec,
     cut,
     encode_page,
     plan_page_key,
@@ -45,6 +47,8 @@ from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_ac
 log = structlog.get_logger("punchline.coordinator")
 
 ProgressFn = Callable[[str, StageCounters], None]
+LocalStart = Literal["working", "complete", "needs_ray"]  # what Coordinator.start_local did
+LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
 
 
 class _Slot(msgspec.Struct):
@@ -52,6 +56,13 @@ class _Slot(msgspec.Struct):
     index: int
     actor: Any = None
     ref: Any = None
+
+
+def _noting_providers(units: Iterable[UnitSpec], into: set[str]) -> Iterator[UnitSpec]:
+    """The units, unchanged, noting the providers they call into ``into`` on the way."""
+    for unit in units:
+        into.add(unit.request.provider)
+        yield unit
 
 
 class WorkerPool:
@@ -64,7 +75,7 @@ class WorkerPool:
     """
 
     def __init__(self, worker_cfg: WorkerConfig, *, per_node: int, cpus: float, stage: str, plan_ref: Any) -> None:
-        import ray
+        import ray  # lazy: importing Ray costs about a second, and the CLI imports this module for every command
 
         self.ray = ray
         self.cfg_bytes = msgspec.msgpack.encode(worker_cfg)
@@ -97,7 +108,7 @@ class WorkerPool:
         return None
 
     def _start(self, slot: _Slot) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: Ray (see __init__)
 
         strategy = NodeAffinitySchedulingStrategy(node_id=slot.node_id, soft=False)
         self.started += 1
@@ -184,6 +195,7 @@ class Coordinator:
         shards_per_page: int = 64,
         max_deaths_without_progress: int = 8,
         autoscaler: Autoscaler | None = None,
+        local_first: bool = False,
     ) -> None:
         self.ctx = ctx
         self.store: Store = ctx.store
@@ -199,9 +211,44 @@ class Coordinator:
         self.pool: WorkerPool | None = None
         self.store_usage: dict[str, ShardUsage] = {}  # per stage, from its shard files (the store is the truth)
         self.autoscaler = autoscaler  # asks for worker nodes while shards outnumber workers
+        # local_first: each stage starts with the driver's own worker too (start_local) until a Ray worker has
+        # reported, so neither Ray's start nor its workers' start is waited for (a local run)
+        self.local_first = local_first
+        self.local: LocalWorker | None = None  # the driver's own worker on the current stage
+        self._pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
+        self._prepared: dict[str, tuple[StagePlan, list[str]]] = {}  # stages planned and queued by start_local
+        self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
+
+    def start_local(self, stage: Stage) -> LocalStart:
+        """Plan ``stage``, queue its missing shards and start working them in this process, before Ray
+        is up (cluster/local_worker.py); ``run_stage`` then goes on from there. ``complete``: every shard is
+        committed already (``run_stage`` only reduces: no Ray needed); ``needs_ray``: nothing started (its
+        requests go through batch APIs)."""
+        providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
+        if batch_mode(providers) and not self.worker_cfg.offline:
+            return "needs_ray"
+        plan, first_ids = self.write_plan(stage)
+        self._prepared[stage.name] = plan, first_ids
+        missing = self._missing(plan)
+        if not missing:
+            return "complete"
+        if self.local is not None:  # the last stage's: drained, so this returns at once
+            self.local.stop()
+        self._init(plan, missing)
+        # only the providers this stage calls: each SDK costs seconds to import, before the first call
+        calls = self._providers_of.get(stage.name, set())
+        providers = {n: s for n, s in self.worker_cfg.providers.items() if n in calls}
+        self.local = LocalWorker(msgspec.structs.replace(self.worker_cfg, providers=providers), plan).start()
+        # its first call before Ray's start: Ray's processes and imports would otherwise share the CPU with
+        # the worker's own (the providers' SDKs), and both would be late
+        self.local.wait_ready(LOCAL_READY_WAIT_S)
+        return "working"
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
         if self.autoscaler is not None:
             self.autoscaler.release()
         if self.pool is not None:
@@ -216,14 +263,17 @@ class Coordinator:
 
     def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
         """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
-        plan, first_ids = self.write_plan(stage)
+        if stage.name not in self._prepared and self.local_first and not self._pool_warm:
+            self.start_local(stage)
+        prepared = self._prepared.pop(stage.name, None)  # planned and queued by start_local, its worker at it
+        plan, first_ids = prepared if prepared is not None else self.write_plan(stage)
         providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
         if batch_mode(providers) and not self.worker_cfg.offline and plan.units_total:
             # batch-mode providers' answers go into the response cache first; the shards then find them there.
             # What the batches cost is in their records (status adds them up), not in the stage's counters.
             cache = ResponseCache(self.store)
             run_stage_batches(self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers)
-        results = self.execute(plan, first_ids)
+        results = self.execute(plan, first_ids, queued=prepared is not None)
         artifacts = stage.reduce(self.ctx, results)
         failed = results.failed()
         self.store_usage[stage.name] = results.usage()
@@ -247,7 +297,9 @@ class Coordinator:
         pass writes the pages.
         """
         run_id = self.ctx.run_id
-        shape = cut(stage.name, stage.plan(self.ctx), self.shard_size, self.shards_per_page)
+        calls: set[str] = set()
+        shape = cut(stage.name, _noting_providers(stage.plan(self.ctx), calls), self.shard_size, self.shards_per_page)
+        self._providers_of[stage.name] = calls
         plan = StagePlan(
             run_id=run_id,
             stage=stage.name,
@@ -292,7 +344,9 @@ class Coordinator:
             shards_done=plan.shards_total - len(missing),
         )
 
-    def execute(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
+    def execute(self, plan: StagePlan, first_ids: list[str], *, queued: bool = False) -> ShardResults:
+        """Work the stage's missing shards to the end. ``queued``: its queue was built already and a
+        worker may hold leases in it (start_local): it is not rebuilt, which would drop those leases."""
         run_id, stage = self.ctx.run_id, plan.stage
         missing = self._missing(plan)
         log.info(
@@ -304,7 +358,8 @@ class Coordinator:
             units=plan.units_total,
         )
         if missing:
-            self._init(plan, missing)
+            if not queued:
+                self._init(plan, missing)
             plan_ref = msgspec.msgpack.encode(plan)  # by value: it must outlive a killed driver
             if self.pool is None:  # workers outlive a stage: starting Ray worker processes costs seconds
                 self.pool = WorkerPool(
@@ -334,6 +389,9 @@ class Coordinator:
             if not budget_hit:
                 pool.reconcile()
             reports = pool.poll(self.poll_s)
+            self._pool_warm |= bool(reports)
+            if self.local is not None and self.local.stage == stage:
+                reports += self.local.poll()
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)
@@ -368,7 +426,8 @@ class Coordinator:
                 if lost:
                     log.warning("stage_state_lost", run_id=run_id, stage=stage, missing=len(missing))
                     self._init(plan, missing)
-            if budget_hit and pool.busy() == 0:
+            local_busy = self.local is not None and self.local.stage == stage and self.local.running()
+            if budget_hit and pool.busy() == 0 and not local_busy:
                 raise BudgetExceeded(
                     f"stage {stage}: stopped scheduling because the next units would exceed the budget; "
                     "everything collected so far is kept (resume with a higher --max-cost-usd)"

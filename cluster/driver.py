@@ -13,11 +13,14 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 import structlog
@@ -26,19 +29,29 @@ from punchline.cluster import autoscale
 from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
+from punchline.cluster.local_ledger import LocalLedger
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.cluster.ray_runtime import RaySettings
+from punchline.cluster.preflight import check_provider, check_redis, read_store
+from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray, ray_running
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
+from punchline.cluster.run_claim import RunClaim
 from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
+from punchline.cluster.store_guard import StoreGuard, redis_identity
 from punchline.data import settings as env_registry
-from punchline.data.errors import ConfigError
+from punchline.data.errors import BudgetExceeded, ConfigError, InputError, LedgerFailed
+from punchline.data.jsonio import atomic_write_bytes, decode_bytes, overwrite_in_place
+from punchline.data.response_cache import ResponseCache
+from punchline.data.response_spool import ResponseSpool
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import RunState, StageManifest
 from punchline.schedulers.budget import Budget, UsageRow, usage_rows
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently, with_store_totals
+from punchline.schedulers.redis_client import connect, credentials_in_userinfo, redact_url, redact_urls
+from punchline.workers.fake.server import FakeConfig, FakeProviderServer
+from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
@@ -136,9 +149,6 @@ def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
     """The run's Redis: the given URL (checked by the caller: a wrong password or certificate stops
     the run at once), else the runs folder's shared embedded ledger (started by the first driver,
     stopped when the last one leaves)."""
-    from punchline.cluster.store_guard import redis_identity
-    from punchline.schedulers.redis_client import credentials_in_userinfo, redact_url
-
     if url:
         url = credentials_in_userinfo(url)  # ?password= too: workers get it redacted, never in their arguments
         with _password_file(url) as password_file:
@@ -146,9 +156,6 @@ def _redis(url: str | None, runs_dir: Path) -> Iterator[_Ledger]:
                 url=url, public_url=redact_url(url), password_file=password_file, identity=redis_identity(url)
             )
         return
-    from punchline.cluster.local_ledger import LocalLedger
-    from punchline.data.errors import LedgerFailed
-
     with LocalLedger(runs_dir) as shared:  # restarted from its AOF if it dies; LedgerFailed if it cannot be
         log.info("ledger_joined", url=shared.public_url, started=shared.started)
         try:
@@ -171,10 +178,6 @@ def _password_file(url: str) -> Iterator[str | None]:
     """A 0600 file in a private 0700 folder holding the URL's password, for the workers on this
     machine (they never get it as an argument); removed when the run ends. Workers elsewhere read
     ``PUNCHLINE_REDIS_URL`` from their own environment."""
-    import shutil
-    import tempfile
-    from urllib.parse import unquote, urlsplit
-
     password = urlsplit(url).password
     if not password:
         yield None
@@ -198,8 +201,6 @@ def _simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | None]:
     if not sim:
         yield None
         return
-    from punchline.workers.fake.server import FakeConfig, FakeProviderServer
-
     sim_cfg = pipeline_of(cfg).simulator_knobs(cfg, cfg.simulator or FakeConfig())
     server = FakeProviderServer(sim_cfg, host=host)
     server.start()
@@ -219,8 +220,6 @@ def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     with contextlib.suppress(OSError) if record.state != "running" else contextlib.nullcontext():
         store.put(f"{record.run_id}/run.json", data)  # the local record below says how it ended even so
     run_dir.mkdir(parents=True, exist_ok=True)
-    from punchline.data.jsonio import atomic_write_bytes, overwrite_in_place
-
     try:
         atomic_write_bytes(run_dir / "run.json", data)
     except OSError as exc:  # a full disk has no room for a second copy: the run's state must still show
@@ -241,9 +240,6 @@ def finished(record: RunRecord, store: Store, stages: list[str]) -> bool:
 
 def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
     """Put the answers this machine's workers paid for but could not store (a long outage) into the cache."""
-    from punchline.data.response_cache import ResponseCache
-    from punchline.data.response_spool import ResponseSpool
-
     spool = ResponseSpool(run_dir / "spool")
     if spool.pending():
         slog.info("spooled_answers_committed", answers=spool.commit(ResponseCache(store)))
@@ -251,9 +247,6 @@ def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
 
 def load_record(raw: bytes, where: str) -> RunRecord:
     """A run record, or one line naming the file when it is not one (truncated, edited, corrupt)."""
-    from punchline.data.errors import InputError
-    from punchline.data.jsonio import decode_bytes
-
     try:
         return decode_bytes(raw, RunRecord, source=where)
     except InputError as exc:
@@ -270,32 +263,30 @@ def _services(
     check_keys: bool,
     keys_here: bool,
     sim_host: str,
+    marks: dict[str, float],
 ) -> Iterator[tuple[str | None, _Ledger]]:
     """The simulator, the providers checked (a bad key stops the run before anything starts), the
     ledger, this driver's claim on the run id (a second driver of a running run stops here) and its
     mark on the store (a run with another ledger on the same store stops here)."""
-    from punchline.cluster.run_claim import RunClaim
-    from punchline.cluster.store_guard import StoreGuard
-    from punchline.schedulers.redis_client import connect
-
     redis_url = opts.redis_url or cfg.run.redis_url
     if redis_url:  # cheap, and before the providers' SDKs are loaded (seconds on a busy machine)
-        from punchline.cluster.preflight import check_redis
-
         check_redis(redis_url)
+    simulated = {n for n, p in cfg.providers.items() if p.base_url == SIMULATED}
     with _simulator(cfg, sim_host) as sim_url:
         if check_keys:
-            from punchline.cluster.preflight import check_provider
-
             for name, settings in cfg.providers.items():
+                if name in simulated:  # our own server in this process: nothing to find out, and checking
+                    continue  # it would load the provider SDKs before the first call (seconds)
                 # local workers share this machine's environment: a key missing here is missing there
                 check_provider(name, settings, key_required=keys_here, file=cfg.source)
+        marks["providers_checked"] = time.time()
         with (
             _redis(redis_url, Path(opts.runs_dir)) as conn,
             RunClaim(connect(conn.url), run_id) as claim,
             StoreGuard(store, conn.identity),
         ):
             conn.driver_claim = claim.value
+            marks["ledger_up"] = time.time()
             yield sim_url, conn
 
 
@@ -306,9 +297,7 @@ def run(
     progress: ProgressFn | None = None,
     request_resources: RequestResources | None = None,
 ) -> RunRecord:
-    from punchline.cluster.preflight import read_store
-    from punchline.cluster.ray_runtime import check_address, driver_node_ip, ensure_ray
-
+    marks = {"driver_start": time.time()}  # start-up phases, logged as one `start_phases` event
     # the whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes
     check_options(opts)
     check_environment()
@@ -326,8 +315,6 @@ def run(
     store_url = opts.store or config_store(cfg) or opts.runs_dir
     store = open_store(store_url)
     existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
-    from punchline.schedulers.redis_client import redact_urls
-
     config_toml = redact_urls(Path(config_path).read_text())  # a password in [run] redis_url stays in the file
     stages = pipeline_stages(cfg)
     if existing is not None:
@@ -343,22 +330,18 @@ def run(
             return prev  # nothing to do: no service is started
     if not offline and ray_settings.is_local:  # local workers read their keys from this machine
         check_keys(cfg)
+    marks["preflight_done"] = time.time()
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
     local = ray_settings.is_local
-    with _services(cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host) as (
-        sim_url,
-        conn,
-    ):
-        from punchline.schedulers.redis_client import connect
-
+    with _services(
+        cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host, marks=marks
+    ) as (sim_url, conn):
         run_dir.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(ImportError):
-            from punchline.workers.logs import configure_logging
-
-            configure_logging(run_dir, console=opts.verbose)
+        configure_logging(run_dir, console=opts.verbose)
         slog = log.bind(run_id=run_id)
-        ensure_ray(ray_settings)
+        if not ray_settings.is_local:  # the store check below asks every node of the cluster
+            ensure_ray(ray_settings)
         sentinel = ensure_shared(store, run_id, local_ray=ray_settings.is_local)  # before any paid call
         services = Services(
             redis_url=conn.public_url,
@@ -399,6 +382,9 @@ def run(
             driver_claim=conn.driver_claim,
         )
         ctx = StageContext(cfg, run_id, store)
+        # the driver works shards itself while it starts a local Ray (not when this process has one already:
+        # there is no start to overlap)
+        local_first = ray_settings.is_local and not ray_running()
         coord = Coordinator(
             ctx=ctx,
             ledger=ledger,
@@ -407,22 +393,38 @@ def run(
             workers_per_node=cfg.run.workers_per_node,
             worker_cpus=cfg.run.worker_cpus,
             progress=progress,
+            local_first=local_first,
             autoscaler=autoscale.for_run(
                 cfg.run.max_workers,
                 cfg.run.workers_per_node,
                 cfg.run.worker_cpus,
                 flag=opts.max_workers,
-                request_resources=request_resources,
+                request_resources=request_resources or _ray_request_resources,
             ),
         )
         slog.info("run_start", stages=record.stages, store=store.url)
         shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
         try:
+            ray_up = not ray_settings.is_local  # a cluster's Ray was joined above
+            if ray_up:
+                slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
             for stage in stages:
                 if coord.stage_done(stage.name):
                     slog.info("stage_skipped", stage=stage.name, reason="manifest present")
                     record.artifacts += _manifest_artifacts(store, run_id, stage.name)
                     continue
+                if not ray_up:
+                    # a local run works its shards here while Ray starts (on this, the main, thread:
+                    # cluster/local_worker.py says why); a stage whose shards are all committed already
+                    # (a run killed before its reduce) is reduced without Ray
+                    started = coord.start_local(stage) if local_first else "needs_ray"
+                    if started == "working":
+                        marks.setdefault("local_worker_started", time.time())
+                    if started != "complete":
+                        ensure_ray(ray_settings)
+                        ray_up = True
+                        marks["ray_up"] = time.time()
+                        slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(
@@ -434,8 +436,6 @@ def run(
                 _snapshot(store, run_dir, record)
             record.state = "finished" if not record.failures else "failed"
         except BaseException as exc:
-            from punchline.data.errors import BudgetExceeded
-
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C; SIGTERM (Ray's handler exits):
                 record.state = "interrupted"  # `punchline stop`, `ray job stop`, a deleted pod
@@ -456,6 +456,11 @@ def run(
             slog.info("run_end", state=record.state)
             shipper.close()
     return record
+
+
+def _ray_request_resources(*, bundles: list[dict[str, float]]) -> Any:
+    """Ray's ``request_resources``, imported when first asked (after Ray started), not before the first call."""
+    return autoscale.ray_request_resources()(bundles=bundles)
 
 
 def _manifest_artifacts(store: Store, run_id: str, stage: str) -> list[str]:

@@ -18,6 +18,9 @@ from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
+from punchline.schedulers.budget import estimate_request_cost
+from punchline.workers.batch_runner import stage_providers
+from punchline.workers.providers import wire_calls
 
 
 class StageEstimate(msgspec.Struct, kw_only=True):
@@ -37,10 +40,6 @@ class StageEstimate(msgspec.Struct, kw_only=True):
 def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool, note: str = "") -> StageEstimate:
     """Requests, tokens, dollars and the least wall time the rate limits allow (limits are per provider,
     all models together, plus any model's own)."""
-    from punchline.schedulers.budget import estimate_request_cost
-    from punchline.workers.batch_runner import stage_providers
-    from punchline.workers.providers import wire_calls
-
     as_run = stage_providers(cfg.providers, cfg.stage_mode(stage))  # a stage's own mode over its providers'
     modes: set[str] = set()
     mode_usd = 0.0

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -86,7 +88,7 @@ def ensure_ray(settings: RaySettings) -> None:
     prefer passing configuration explicitly in actor arguments, and use this only for what
     libraries read from the environment (boto3, provider SDKs).
     """
-    import ray
+    import ray  # lazy: importing Ray costs about a second; commands that never start it must not pay it
 
     if ray.is_initialized():
         return
@@ -121,6 +123,13 @@ def ensure_ray(settings: RaySettings) -> None:
         raise
 
 
+def ray_running() -> bool:
+    """Whether this process is connected to Ray already (a notebook's or a test's ``ray.init``), without
+    importing Ray when it is not."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
 def raise_if_auth(exc: BaseException, what: str) -> None:
     """Ray's ``AuthenticationError`` (a token-auth cluster, no token or a wrong one) as one line and exit 2,
     naming the setting to fix; any other exception is left to the caller."""
@@ -142,8 +151,6 @@ def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLIN
     """Refuse, in one line and within seconds, a cluster address where nothing listens (a refused
     connection, an unknown host, a malformed address): ``ray.init`` would wait for it far longer.
     ``auto`` and addresses Ray resolves itself are left to Ray; a slow network is not refused."""
-    import socket
-
     if not address or address in ("auto", "local"):
         return
     target = address.split("://", 1)[1] if address.startswith("ray://") else address
@@ -164,7 +171,7 @@ def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLIN
 
 def driver_node_ip() -> str:
     """The address other nodes reach this process's Ray node at (after :func:`ensure_ray`)."""
-    import ray
+    import ray  # lazy: Ray (see ensure_ray)
 
     return str(ray.util.get_node_ip_address())
 
@@ -186,7 +193,7 @@ def _loopback_only(local: bool) -> Iterator[None]:
     if not local:
         yield
         return
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # lazy: Ray (see ensure_ray)
 
     name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
     saved_env, saved_flag = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
@@ -203,7 +210,7 @@ def _loopback_only(local: bool) -> Iterator[None]:
 
 
 def shutdown_ray() -> None:
-    import ray
+    import ray  # lazy: Ray (see ensure_ray)
 
     if ray.is_initialized():
         ray.shutdown()
@@ -239,7 +246,7 @@ def _node_info(raw: dict[str, Any]) -> NodeInfo:
 
 def all_nodes() -> list[NodeInfo]:
     """Every node Ray has known in this cluster's lifetime, dead ones included."""
-    import ray
+    import ray  # lazy: Ray (see ensure_ray)
 
     return [_node_info(n) for n in ray.nodes()]
 
@@ -257,6 +264,6 @@ def cluster_cpus() -> float:
 def node_affinity(node_id: str, *, soft: bool = False) -> Any:
     """A scheduling strategy pinning a task/actor to ``node_id`` (``soft`` lets Ray move it if
     that node is gone, instead of failing)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: Ray (see ensure_ray)
 
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)

@@ -1,0 +1,162 @@
+"""The driver's own worker (cluster/local_worker.py), without Ray, against real Redis, a real store and the
+fake provider over HTTP: it works a queued stage to the end through the workers' own path, and once
+stopped it takes no new unit, so a worker that takes over afterwards pays for nothing twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import redis
+
+from punchline.cluster.local_worker import LocalWorker
+from punchline.data.provider_settings import ModelSettings
+from punchline.data.puns.completions import greedy_request
+from punchline.data.stores.local import LocalStore
+from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
+from punchline.schedulers.ledger import Ledger
+from punchline.workers.driver_watch import driver_claim_key
+from punchline.workers.fake.server import FakeProviderServer
+from punchline.workers.shard_worker import WorkerConfig
+from tests.cluster.conftest import driver_argv
+from tests.fixtures.redis import client_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _queued_stage(
+    tmp_path: Path, r: redis.Redis, fake: FakeProviderServer, n_units: int
+) -> tuple[WorkerConfig, StagePlan, LocalStore]:
+    """A stage of ``n_units`` one-call units, planned into the store and queued in the ledger, and the
+    config of a worker whose driver (this process) holds the run's claim."""
+    run_id = f"lw-{uuid.uuid4().hex[:8]}"
+    store = LocalStore(tmp_path / "store")
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "m", f"Joke {i} ___")) for i in range(n_units)]
+
+    def put(page: object) -> None:
+        assert hasattr(page, "first_shard")
+        store.put(plan_page_key(run_id, "s", page.first_shard // 4), encode_page(page))  # type: ignore[arg-type]
+
+    shape = cut("s", units, 2, 4, on_page=put)
+    plan = StagePlan(
+        run_id=run_id,
+        stage="s",
+        shard_size=2,
+        shards_per_page=4,
+        units_total=shape.units_total,
+        shards_total=shape.shards_total,
+        digest=shape.digest,
+    )
+    shards = plan.shards_total
+    Ledger(r).init_stage(run_id, "s", pending=range(shards), shards_total=shards, units_total=n_units, shards_done=0)
+    claim = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex})
+    r.set(driver_claim_key(run_id), claim)
+    settings = fake.provider_settings(
+        "openai", max_concurrency=2, models={"m": ModelSettings(id="m", input_usd_per_mtok=1.0)}
+    )
+    cfg = WorkerConfig(
+        run_id=run_id,
+        redis_url=client_url(r),
+        store_url=store.url,
+        providers={"p": settings},
+        lease_ms=5_000,
+        driver_claim=claim,
+    )
+    return cfg, plan, store
+
+
+def _committed(store: LocalStore, plan: StagePlan) -> list[str]:
+    decoder = msgspec.msgpack.Decoder(ShardOutput)
+    out = []
+    for i in range(plan.shards_total):
+        raw = store.get(shard_key(plan.run_id, "s", i))
+        if raw is not None:
+            out += [r.unit_id for r in decoder.decode(raw).results]
+    return out
+
+
+def _wait(worker: LocalWorker, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while worker.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not worker.running(), "the local worker did not end"
+
+
+def test_it_works_a_queued_stage_to_the_end(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 12)
+    worker = LocalWorker(cfg, plan).start()
+    _wait(worker)
+    reports = worker.poll()
+    assert len(reports) == 1 and reports[0].shards_committed == plan.shards_total
+    assert worker.poll() == []  # reported once
+    assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(12)]
+    assert fake.stats().total_calls == 12 and set(fake.stats().calls.values()) == {1}
+    assert Ledger(redis_client).counters(plan.run_id, "s").shards_done == plan.shards_total
+
+
+def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """Stopped with calls in flight (a window of 2 over 300 ms calls): those finish and are kept, no new
+    unit starts, and a worker that takes over (a Ray actor in a run) calls each remaining request once."""
+    fake.configure(latency_ms_for_model={"m": 300.0})
+    cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 16)
+    worker = LocalWorker(cfg, plan).start()
+    deadline = time.monotonic() + 120
+    while fake.stats().total_calls < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+    assert not worker.running()
+    paid_by_first = fake.stats().total_calls
+    assert 1 <= paid_by_first < 16, paid_by_first  # it stopped early, not after the whole stage
+    time.sleep(1.0)
+    assert fake.stats().total_calls == paid_by_first  # nothing new after the stop
+
+    next_worker = LocalWorker(cfg, plan).start()  # takes over the same queue (its shards went back)
+    _wait(next_worker)
+    assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(16)]
+    assert fake.stats().total_calls == 16 and set(fake.stats().calls.values()) == {1}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer
+) -> None:
+    """The user's path (`punchline run` with nothing configured: its own Ray, the runs folder's ledger), killed
+    with SIGKILL while the driver's own worker is calling, then resumed: every request is answered, and only
+    requests that were in flight at the kill may be paid twice (three holders at most: the driver's worker
+    and two actors, each with a window of 4)."""
+    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000)
+    fake.configure(latency_ms_min=60, latency_ms_max=120)
+    argv = driver_argv(cfg, "local-killed", tmp_path)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while fake.stats().total_calls < 6 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    log = (tmp_path / "runs" / "local-killed" / "log.jsonl").read_text()
+    assert '"local_worker_start"' in log  # the driver was working shards itself when it was killed
+
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    calls = fake.stats().calls
+    assert len(calls) == 32, f"{len(calls)} distinct requests answered, expected 32"
+    assert max(calls.values()) <= 2
+    extra = sum(n - 1 for n in calls.values())
+    assert extra <= 3 * 4, f"{extra} requests paid twice"
+    record = json.loads((tmp_path / "runs" / "local-killed" / "run.json").read_text())
+    assert record["state"] == "finished" and record["counters"]["collect"]["units_done"] == 32
