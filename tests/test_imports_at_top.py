@@ -43,43 +43,8 @@ HEAVY_OURS = {
 # (PEP 562 ``__getattr__``), as every ``import punchline.<layer>`` runs the root first.
 ROOT_API = ("__init__.py", "punchline.api")
 
-# Function-level imports in modules other branches of issue 17 are changing right now; they move them
-# to the top there. Delete an entry once its import has moved (never add one).
-PENDING: dict[str, set[str]] = {
-    "cluster/driver.py": {
-        "punchline.cluster.store_guard",
-        "punchline.schedulers.redis_client",
-        "punchline.cluster.local_ledger",
-        "punchline.data.errors",
-        "shutil",
-        "tempfile",
-        "urllib.parse",
-        "punchline.workers.fake.server",
-        "punchline.data.jsonio",
-        "punchline.data.response_cache",
-        "punchline.data.response_spool",
-        "punchline.cluster.run_claim",
-        "punchline.cluster.preflight",
-        "punchline.cluster.ray_runtime",
-        "punchline.workers.logs",
-    },
-    "cluster/planner.py": {
-        "punchline.schedulers.budget",
-        "punchline.workers.batch_runner",
-        "punchline.workers.providers",
-    },
-    "cluster/ray_runtime.py": {"socket", "ray", "ray._private", "ray.util.scheduling_strategies"},
-    "cluster/coordinator.py": {"ray", "ray.util.scheduling_strategies"},
-    "workers/shard_worker.py": {
-        "punchline.schedulers.budget",
-        "punchline.workers.retry",
-        "punchline.workers.providers",
-        "punchline.schedulers.rate_limit",
-        "punchline.schedulers.redis_client",
-        "punchline.workers.logs",
-        "ray",
-    },
-}
+# Function-level imports still waiting to move (none: keep it empty; never add one).
+PENDING: dict[str, set[str]] = {}
 
 
 def function_imports(path: Path) -> list[tuple[int, str, str]]:
