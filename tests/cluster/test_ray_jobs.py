@@ -117,7 +117,14 @@ def user_project(tmp: Path) -> Path:
     """A Ray user's working folder: the demo config and its jokes, beside packages named like ours."""
     project = tmp / "project"
     (project / "configs").mkdir(parents=True)
-    shutil.copy(DEMO, project / "configs" / "demo.toml")
+    # a slower simulator (the same answers), so that a stop lands mid-run however fast the engine starts
+    slow = (
+        DEMO.read_text()
+        .replace("latency_ms_min = 5\n", "latency_ms_min = 60\n")
+        .replace("latency_ms_max = 40\n", "latency_ms_max = 160\n")
+    )
+    assert "latency_ms_max = 160" in slow
+    (project / "configs" / "demo.toml").write_text(slow)
     small = DEMO.read_text().replace('models = ["3b", "8b", "70b", "3.3-70b", "405b"], samples = 20', 'models = ["3b"]')
     small = "\n".join(ln for ln in small.splitlines() if not ln.startswith(("cloze =", "evaluate =", "classify =")))
     (project / "configs" / "small.toml").write_text(small + "\n")
