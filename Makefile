@@ -25,9 +25,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two pytest workers, a whole test file each (--dist loadfile keeps a file's module fixtures in one process):
-# most of the suite waits on other processes (drivers, Ray nodes, servers), so two overlap well on two cores.
-PYTEST_WORKERS ?= 2
+# PYTEST_WORKERS=2 runs two pytest workers, a whole test file each (--dist loadfile): about 15 min less wall
+# time, but two kill -9 tests (batch status costs, the prompts resume) failed once that way under load, not yet
+# understood; CI stays on one worker until they are.
+PYTEST_WORKERS ?= 1
 
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
