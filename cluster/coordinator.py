@@ -74,7 +74,7 @@ class WorkerPool:
     never meet a draining one's name; the plan goes by value (a ``ray.put`` object dies with its owner).
     """
 
-    def __init__(self, worker_cfg: WorkerConfig, *, per_node: int, cpus: float, stage: str, plan_ref: Any) -> None:
+    def __init__(self, worker_cfg: WorkerConfig, *, per_node: int, cpus: float, stage: str, plan_bytes: bytes) -> None:
         import ray  # lazy: importing Ray costs about a second, and the CLI imports this module for every command
 
         self.ray = ray
@@ -83,7 +83,7 @@ class WorkerPool:
         self.per_node = per_node
         self.cpus = cpus
         self.stage = stage
-        self.plan_ref = plan_ref
+        self.plan_bytes = plan_bytes
         self.slots: dict[tuple[str, int], _Slot] = {}
         self.actor_cls = worker_actor_class()
         self.started = 0
@@ -116,7 +116,7 @@ class WorkerPool:
         slot.actor = self.actor_cls.options(
             name=name, lifetime="detached", num_cpus=self.cpus, scheduling_strategy=strategy
         ).remote(self.cfg_bytes, name)
-        slot.ref = slot.actor.work.remote(self.plan_ref)
+        slot.ref = slot.actor.work.remote(self.plan_bytes)
 
     def reconcile(self) -> None:
         alive = set(self.cpu_nodes())
@@ -158,16 +158,16 @@ class WorkerPool:
                 self.deaths_since_progress += 1
         return reports
 
-    def switch(self, stage: str, plan_ref: Any) -> None:
+    def switch(self, stage: str, plan_bytes: bytes) -> None:
         """Point the pool at the next stage; workers still finishing the last one pick it up when they return."""
         self.stage = stage
-        self.plan_ref = plan_ref
+        self.plan_bytes = plan_bytes
         self.deaths_since_progress = 0
 
     def resume_idle(self) -> None:
         for slot in self.slots.values():
             if slot.ref is None and slot.actor is not None:
-                slot.ref = slot.actor.work.remote(self.plan_ref)
+                slot.ref = slot.actor.work.remote(self.plan_bytes)
 
     def busy(self) -> int:
         return sum(1 for s in self.slots.values() if s.ref is not None)
@@ -360,17 +360,17 @@ class Coordinator:
         if missing:
             if not queued:
                 self._init(plan, missing)
-            plan_ref = msgspec.msgpack.encode(plan)  # by value: it must outlive a killed driver
+            plan_bytes = msgspec.msgpack.encode(plan)  # by value: it must outlive a killed driver
             if self.pool is None:  # workers outlive a stage: starting Ray worker processes costs seconds
                 self.pool = WorkerPool(
                     self.worker_cfg,
                     per_node=self.workers_per_node,
                     cpus=self.worker_cpus,
                     stage=stage,
-                    plan_ref=plan_ref,
+                    plan_bytes=plan_bytes,
                 )
             else:
-                self.pool.switch(stage, plan_ref)
+                self.pool.switch(stage, plan_bytes)
             try:
                 self._drive(plan, self.pool)
             except BaseException:

@@ -172,7 +172,7 @@ def print_score_summary(report: HumorReport, written: list[str], console: Consol
         t.add_row("judge vs EM kappa", kappa)
     console.print(t)
     for name in written:
-        console.print(f"wrote {name}")
+        print(f"wrote {name}")  # a path whole on one line (rich wraps at 80 columns off a terminal)
 
 
 def cmd_submission(args: argparse.Namespace) -> int:
@@ -182,9 +182,8 @@ def cmd_submission(args: argparse.Namespace) -> int:
         out_dir=args.out or f"submission-{args.run}",
         models=args.model,
     )
-    console = Console()
     for name in written:
-        console.print(f"wrote {name}")
+        print(f"wrote {name}")  # a path whole on one line, as the puns commands print theirs
     return 0
 
 

@@ -137,8 +137,6 @@ def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
 ) -> None:
     """A node with its own view of the store is left out of scheduling (not restarted in a loop); with
     no node left, the stage stops with the store's one line (here: the only, local, node)."""
-    import ray
-
     from punchline.cluster.coordinator import WorkerPool
     from punchline.workers.shard_worker import WorkerConfig
 
@@ -150,7 +148,7 @@ def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
         providers={},
         store_sentinel=sentinel,
     )
-    pool = WorkerPool(cfg, per_node=2, cpus=0.1, stage="collect", plan_ref=ray.put(b""))
+    pool = WorkerPool(cfg, per_node=2, cpus=0.1, stage="collect", plan_bytes=b"")
     deadline = time.monotonic() + 300  # generous: actors start slowly on a loaded machine
     try:
         while pool.every_node_excluded() is None or pool.slots:
