@@ -8,7 +8,9 @@ is a setting to fix, not an outage: waiting ten minutes cannot cure it. Each che
 Providers get a cheap authenticated request that costs nothing (listing models), so a bad key is
 found before the first paid call instead of failing every unit, and then the exact endpoint the run
 will call gets a request without a model (every API refuses it for free, with 400): a 404 or 405
-there means ``base_url`` points at the wrong path, which no unit could ever get past.
+there means ``base_url`` points at the wrong path, which no unit could ever get past. Both go over
+plain HTTP with the headers and URLs the SDKs use (importing an SDK only to check a key costs seconds
+before the first call), and several providers are checked at once.
 
 At the start of a run nothing is known to have worked yet, so "nothing answers" is waited out only
 for ``PUNCHLINE_START_WAIT_S`` (60 s by default), then it is a mistake to fix (exit 2), not an
@@ -18,8 +20,10 @@ outage; so is a server that accepts the connection but never answers as Redis (a
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -249,6 +253,10 @@ def check_provider(
     def list_models() -> str:
         try:
             _list_models(settings, key, timeout_s)
+        except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:  # nothing to wait for: the URL is wrong
+            raise ServiceRejected(
+                f"{where}: not a usable URL ({exc}): fix base_url", record=f"providers.{name}", field="base_url"
+            ) from None
         except Exception as exc:
             status = getattr(exc, "status_code", None)
             _reject_status(name, settings, where, status, file, "GET models")
@@ -280,6 +288,21 @@ def check_provider(
         ) from None
     _reject_status(name, settings, where, _probe_endpoint(settings, key, timeout_s), file, "POST")
     return note
+
+
+def check_providers(
+    providers: Mapping[str, ProviderSettings], *, key_required: bool, file: str | None = None
+) -> dict[str, str]:
+    """:func:`check_provider` for each provider, at once (threads: each check mostly waits on the
+    network); their notes by name. The first provider's failure in config order is raised, so the one
+    line a user sees does not depend on which answer came first."""
+    if len(providers) <= 1:
+        return {n: check_provider(n, s, key_required=key_required, file=file) for n, s in providers.items()}
+    with ThreadPoolExecutor(max_workers=len(providers), thread_name_prefix="preflight") as pool:
+        futures = {
+            n: pool.submit(check_provider, n, s, key_required=key_required, file=file) for n, s in providers.items()
+        }
+        return {n: f.result() for n, f in futures.items()}
 
 
 def _reject_status(
@@ -314,26 +337,60 @@ def _probe_endpoint(settings: ProviderSettings, key: str, timeout_s: float) -> i
     work), or None when it could not be asked."""
     try:
         with _client(settings, key, timeout_s) as client:
-            client.post(CALL_PATHS[settings.kind], cast_to=httpx2.Response, body={})
-    except Exception as exc:
-        status = getattr(exc, "status_code", None)
-        return int(status) if status is not None else None
-    return 200
+            return client.post(_url(settings, CALL_PATHS[settings.kind]), json={}).status_code
+    except (httpx2.HTTPError, httpx2.InvalidURL):
+        return None
 
 
-def _client(settings: ProviderSettings, key: str, timeout_s: float) -> Any:
+# The SDKs' defaults when ``base_url`` is not set: the environment variable each SDK reads, else its API.
+_DEFAULT_BASE_URLS = {
+    "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+}
+ANTHROPIC_VERSION = "2023-06-01"  # the API version header every Anthropic request carries
+# where each kind lists its models (relative to base_url, as the SDKs call it): free and authenticated
+_MODELS_PATHS = {"openai": "/models", "anthropic": "/v1/models?limit=1"}
+
+
+def base_url(settings: ProviderSettings) -> str:
+    """The base URL the provider's SDK would call: ``base_url``, else the SDK's environment variable,
+    else its public API."""
+    env, default = _DEFAULT_BASE_URLS[settings.kind]
+    return settings.base_url or os.environ.get(env) or default
+
+
+def _url(settings: ProviderSettings, path: str) -> str:
+    """``path`` under the base URL, joined as the SDKs join it (the base's path kept, one slash)."""
+    return base_url(settings).rstrip("/") + "/" + path.lstrip("/")
+
+
+def _headers(settings: ProviderSettings, key: str) -> dict[str, str]:
+    """The authentication headers the provider's SDK sends."""
     if settings.kind == "anthropic":
-        import anthropic  # lazy: the SDK takes seconds to import
+        return {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
+    headers = {"Authorization": f"Bearer {key}"}
+    for env, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+        if os.environ.get(env):
+            headers[header] = os.environ[env]
+    return headers
 
-        return anthropic.Anthropic(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s)
-    import openai  # lazy: the SDK takes seconds to import
 
-    return openai.OpenAI(api_key=key, base_url=settings.base_url, max_retries=0, timeout=timeout_s)
+def _client(settings: ProviderSettings, key: str, timeout_s: float) -> httpx2.Client:
+    """A plain HTTP client with the SDK's headers: loading an SDK only to check a key costs seconds."""
+    return httpx2.Client(headers=_headers(settings, key), timeout=timeout_s, follow_redirects=True)
+
+
+class _HttpStatus(Exception):
+    """A non-2xx answer to GET models (``status_code`` as the SDKs' errors carry it)."""
+
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
 
 
 def _list_models(settings: ProviderSettings, key: str, timeout_s: float) -> None:
+    """GET the provider's models (free, authenticated); a non-2xx answer raises with its status."""
     with _client(settings, key, timeout_s) as client:
-        if settings.kind == "anthropic":
-            client.models.list(limit=1)
-        else:
-            client.models.list()
+        status = client.get(_url(settings, _MODELS_PATHS[settings.kind])).status_code
+    if not 200 <= status < 300:
+        raise _HttpStatus(status)

@@ -12,6 +12,7 @@ import contextlib
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from punchline.cluster.cli import main
-from punchline.cluster.preflight import check_redis, store_failure
+from punchline.cluster.preflight import check_provider, check_redis, store_failure
 from punchline.cluster.redis_server import EmbeddedRedis, free_port
 from punchline.data.errors import LedgerUnavailable, ServiceRejected
 from punchline.workers.fake.server import FakeProviderServer
@@ -314,3 +315,113 @@ def test_an_address_that_answers_400_to_everything_exits_2(
     line = _one_line(capsys, main(_run(cfg, tmp_path)))
     assert "HTTP 400" in line and "providers.sim" in line and "base_url" in line, line
     _nothing_started(tmp_path)
+
+
+# --- provider checks over plain HTTP, several at once (issue 20 item 2) ---------------------------------
+
+
+def test_the_provider_check_loads_no_sdk(fake: FakeProviderServer) -> None:
+    """Both kinds are checked without importing their SDK (seconds each before the first call)."""
+    script = (
+        "import sys\n"
+        "from punchline.cluster.preflight import check_providers\n"
+        "from punchline.data.provider_settings import ProviderSettings\n"
+        f"ps = {{'o': ProviderSettings(kind='openai', base_url={fake.openai_base_url!r}),\n"
+        f"      'a': ProviderSettings(kind='anthropic', base_url={fake.anthropic_base_url!r})}}\n"
+        "print(check_providers(ps, key_required=False))\n"
+        "print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["{'o': 'ok', 'a': 'ok'}", "[]"], done.stdout
+    assert fake.stats().models_calls == 2 and fake.stats().total_calls == 0
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_the_provider_check_sends_the_key_as_the_sdk_does(
+    fake: FakeProviderServer, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Bearer for OpenAI-compatible APIs, ``x-api-key`` for Anthropic: the right key passes, a wrong one
+    is the one-line 401 naming where the key comes from, never the key."""
+    from punchline.data.provider_settings import ProviderSettings
+
+    fake.configure(require_api_key="sk-the-right-key-0123456789")
+    url = fake.openai_base_url if kind == "openai" else fake.anthropic_base_url
+    settings = ProviderSettings(kind=kind, base_url=url, api_key_env="PUNCHLINE_TEST_PROVIDER_KEY")
+    monkeypatch.setenv("PUNCHLINE_TEST_PROVIDER_KEY", "sk-the-right-key-0123456789")
+    assert check_provider("p", settings, key_required=True) == "ok"
+    monkeypatch.setenv("PUNCHLINE_TEST_PROVIDER_KEY", "sk-a-wrong-key-9876543210")
+    with pytest.raises(ServiceRejected) as caught:
+        check_provider("p", settings, key_required=True)
+    line = str(caught.value)
+    assert "refused the API key (HTTP 401)" in line and "PUNCHLINE_TEST_PROVIDER_KEY" in line, line
+    assert "wrong-key" not in line and "right-key" not in line
+    assert fake.stats().total_calls == 0
+
+
+def test_the_default_base_url_is_the_sdks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from punchline.cluster.preflight import base_url
+    from punchline.data.provider_settings import ProviderSettings
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1/anthropic")
+    assert base_url(ProviderSettings(kind="openai")) == "https://api.openai.com/v1"
+    assert base_url(ProviderSettings(kind="anthropic")) == "http://127.0.0.1:1/anthropic"
+    assert base_url(ProviderSettings(kind="anthropic", base_url="http://h/x")) == "http://h/x"
+
+
+@pytest.fixture
+def rendezvous() -> Iterator[str]:
+    """An OpenAI-like server whose GET models answers only once two of them are waiting at the same time
+    (a sequential checker would wait alone and get 503): its base URL. Path ``/bad/...`` answers 401."""
+    import http.server
+
+    barrier = threading.Barrier(2, timeout=30)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _send(self, status: int) -> None:
+            body = b'{"object": "list", "data": []}'
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                self._send(503)
+                return
+            self._send(401 if self.path.startswith("/bad/") else 200)
+
+        def do_POST(self) -> None:
+            self._send(400)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_providers_are_checked_at_once(rendezvous: str) -> None:
+    from punchline.cluster.preflight import check_providers
+    from punchline.data.provider_settings import ProviderSettings
+
+    providers = {"a": ProviderSettings(base_url=f"{rendezvous}/a"), "b": ProviderSettings(base_url=f"{rendezvous}/b")}
+    assert check_providers(providers, key_required=False) == {"a": "ok", "b": "ok"}
+
+
+def test_of_several_providers_the_first_failure_in_config_order_is_the_line(rendezvous: str) -> None:
+    from punchline.cluster.preflight import check_providers
+    from punchline.data.provider_settings import ProviderSettings
+
+    providers = {"a": ProviderSettings(base_url=f"{rendezvous}/bad"), "b": ProviderSettings(base_url=f"{rendezvous}/b")}
+    with pytest.raises(ServiceRejected, match=r"provider a .*HTTP 401"):
+        check_providers(providers, key_required=False)
