@@ -10,6 +10,12 @@ their lease deadline in ms); ``holders`` maps a leased shard to ``owner|token``.
 leased shard whose deadline passed longest ago, else pops the lowest ``todo`` shard. A commit removes
 the shard from both, so a finished stage leaves only its counters behind.
 
+A rebuild (a resume) queues the shards a dead holder may still hold *after* the untouched ones (scored
+``DEFERRED + shard``): their requests' leases stay held until ``lease_ms`` has passed since the holder's
+last renewal, and nobody may pay for them before (the guarantee), so a resume that took them first
+would wait that long for its first call. Those are the shards whose lease was live in ``leased`` when
+the queue was rebuilt, and those a previous rebuild deferred and nobody has claimed since.
+
 Redis is not the source of truth for results: the checkpoint store is. If Redis is wiped, the queue
 is rebuilt from the store (see :meth:`Ledger.init_stage`) and the response cache prevents paying again.
 """
@@ -31,6 +37,9 @@ from punchline.data.units import ShardUsage
 
 LEDGER_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # waiting out a Redis outage
 _INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
+# score offset of the shards a rebuild queues last (a dead holder may still hold their requests); far above
+# any shard number, and exact in a sorted set's double score
+DEFERRED = 2**40
 
 
 def request_key(namespace: str, key: str) -> str:
@@ -133,13 +142,15 @@ class Ledger:
     def init_stage(
         self, run_id: str, stage: str, *, pending: Iterable[int], shards_total: int, units_total: int, shards_done: int
     ) -> None:
-        """(Re)build the stage's queue from what the store says is still missing."""
+        """(Re)build the stage's queue from what the store says is still missing, the shards a dead
+        holder may still hold last (:meth:`maybe_held`)."""
         k = self.keys(run_id, stage)
+        held = self.maybe_held(run_id, stage)
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(k.todo, k.leased, k.holders, k.failed)
         chunk: dict[str, int] = {}
         for shard in pending:
-            chunk[str(shard)] = shard
+            chunk[str(shard)] = DEFERRED + shard if shard in held else shard
             if len(chunk) >= _INIT_CHUNK:
                 pipe.zadd(k.todo, chunk)
                 chunk = {}
@@ -152,6 +163,17 @@ class Ledger:
             mapping={"shards_total": shards_total, "units_total": units_total, "shards_done": shards_done},
         )
         self._call(pipe.execute)
+
+    def maybe_held(self, run_id: str, stage: str) -> set[int]:
+        """Shards whose requests a holder may still hold: leased under a lease that has not lapsed, or
+        deferred by an earlier rebuild and not claimed since (that rebuild's run may have been killed
+        before its leases lapsed). Their request leases are renewed with their shard's, by one heartbeat."""
+        k = self.keys(run_id, stage)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zrangebyscore(k.leased, int(time.time() * 1000), "+inf")
+        pipe.zrangebyscore(k.todo, DEFERRED, "+inf")
+        live, deferred = self._call(pipe.execute)
+        return {int(m) for m in (*live, *deferred)}
 
     def stage_initialized(self, run_id: str, stage: str) -> bool:
         return bool(self._call(self.r.exists, self.keys(run_id, stage).meta))

@@ -56,6 +56,8 @@ from punchline.workers.providers import wire_calls
 from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.unit")
+# units of one worker that may wait on requests held by others with their call slots given back
+MAX_ASIDE = 64
 
 
 class CallFn(Protocol):
@@ -66,18 +68,30 @@ class CallFn(Protocol):
 
 class Slot:
     """A unit's place among the calls in flight: taken before its lease, given up as soon as its answer
-    is in hand (the group commit that follows needs no call slot). Giving it up twice is harmless."""
+    is in hand (the group commit that follows needs no call slot). Giving it up twice is harmless.
+
+    ``on_free`` tells the worker the unit no longer counts against its window (it may claim more); it is
+    called once, when the slot is freed or when the unit first steps aside."""
 
     def __init__(self, limit: asyncio.Semaphore | None = None, on_free: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.on_free = on_free
         self.held = False
         self.freed = False
+        self.counted = True  # the unit still counts against the worker's window (on_free not called yet)
 
     async def take(self) -> None:
         if self.limit is not None and not self.held and not self.freed:
             await self.limit.acquire()
             self.held = True
+
+    def step_aside(self) -> None:
+        """Give the call slot back while the unit waits on a request someone else holds, and its place in
+        the window (the worker may claim other shards meanwhile); :meth:`take` gets a slot again."""
+        if self.held and self.limit is not None:
+            self.limit.release()
+        self.held = False
+        self._uncount()
 
     def free(self) -> None:
         if self.held and self.limit is not None:
@@ -85,6 +99,11 @@ class Slot:
         self.held = False
         if not self.freed:
             self.freed = True
+            self._uncount()
+
+    def _uncount(self) -> None:
+        if self.counted:
+            self.counted = False
             if self.on_free is not None:
                 self.on_free()
 
@@ -109,6 +128,7 @@ class UnitRunner:
         max_invalid: int = 2,
         ledger_retry_s: float = 0.5,
         spool: ResponseSpool | None = None,
+        max_aside: int = MAX_ASIDE,
     ) -> None:
         self.leases = leases
         self.cache = cache
@@ -124,6 +144,8 @@ class UnitRunner:
         self.max_invalid = max_invalid
         self.ledger_retry_s = ledger_retry_s
         self.spool = spool  # where a paid answer goes when the store cannot take it (committed on resume)
+        self.max_aside = max_aside
+        self.aside = 0  # units waiting on a request someone else holds, their slots given back
 
     @property
     def commits(self) -> GroupCommit:
@@ -217,8 +239,24 @@ class UnitRunner:
                 wait_ms = got.wait_ms
             else:
                 raise BudgetExceeded(f"the next unit ({unit.unit_id}) would exceed the budget")
-            # Someone else holds it: their answer will appear in the cache (or their lease lapses).
-            await asyncio.sleep(min(wait_ms, 1_000) / 1000 * (0.5 + random.random()))
+            # Someone else holds it: their answer will appear in the cache (or their lease lapses: a dead
+            # holder's lasts up to lease_ms). The unit waits without its call slot, so the worker's other
+            # units (and shards) go on meanwhile.
+            await self._wait_aside(slot, min(wait_ms, 1_000) / 1000 * (0.5 + random.random()))
+
+    async def _wait_aside(self, slot: Slot, wait_s: float) -> None:
+        """Sleep ``wait_s`` with the call slot given back (up to ``max_aside`` units at once: beyond them a
+        worker would claim shard after shard of requests held by others), then take a slot again."""
+        aside = self.aside < self.max_aside
+        if aside:
+            slot.step_aside()
+            self.aside += 1
+        try:
+            await asyncio.sleep(wait_s)
+        finally:
+            if aside:
+                self.aside -= 1
+        await slot.take()
 
     async def _call_under_lease(
         self,

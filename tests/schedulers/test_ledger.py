@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
+import redis.asyncio
 
 from punchline.data.errors import LedgerUnavailable
+from punchline.schedulers.leases import BudgetTerms, Claim, Leases
 from punchline.schedulers.ledger import Ledger
+from tests.fixtures.redis import client_url
 
 
 @pytest.fixture
@@ -48,3 +53,38 @@ def test_unreachable_redis_fails_closed() -> None:
     client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     with pytest.raises(LedgerUnavailable):
         Ledger(client).counters("r", "s")
+
+
+def _claims(redis_client: redis.Redis, run_id: str, owner: str, count: int, lease_ms: int = 60_000) -> list[int]:
+    """``count`` claims in a row, as a worker makes them: the shards handed out, in order."""
+
+    async def go() -> list[int]:
+        client = redis.asyncio.Redis.from_url(client_url(redis_client))
+        leases = Leases(client, budget=BudgetTerms(run_id=run_id))
+        out = []
+        for _ in range(count):
+            got = await leases.claim(ledger.keys(run_id, "s"), owner, lease_ms)
+            assert isinstance(got, Claim), got
+            out.append(got.shard)
+        await client.aclose()
+        return out
+
+    ledger = Ledger(redis_client)
+    return asyncio.run(go())
+
+
+def test_a_rebuild_queues_the_shards_a_dead_holder_may_hold_last(ledger: Ledger, redis_client: redis.Redis) -> None:
+    """A resume's queue: shards whose lease was live (their requests may still be held until lease_ms
+    has passed) come after the untouched ones, so the resume calls at once; a lapsed lease is not waited
+    for; and a shard deferred by a rebuild that nobody claimed since stays last at the next rebuild."""
+    ledger.init_stage("rd", "s", pending=range(8), shards_total=8, units_total=8, shards_done=0)
+    assert _claims(redis_client, "rd", "killed-run", 3) == [0, 1, 2]
+    k = ledger.keys("rd", "s")
+    redis_client.zadd(k.leased, {"1": 1_000})  # shard 1's lease lapsed long ago
+    assert ledger.maybe_held("rd", "s") == {0, 2}
+    ledger.init_stage("rd", "s", pending=range(8), shards_total=8, units_total=8, shards_done=0)
+    assert ledger.pending_shards("rd", "s") == 8 and ledger.leased_shards("rd", "s") == 0
+    assert _claims(redis_client, "rd", "resume", 1) == [1]
+    # killed again before it came back to 0 and 2: the next rebuild still queues them last
+    ledger.init_stage("rd", "s", pending=[0, 2, 5, 7], shards_total=8, units_total=8, shards_done=4)
+    assert _claims(redis_client, "rd", "resume-2", 4) == [5, 7, 0, 2]

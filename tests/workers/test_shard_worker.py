@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from punchline.data.response_cache import PACK_PREFIX, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, Settle
-from punchline.schedulers.ledger import Ledger
+from punchline.schedulers.ledger import Ledger, request_key
 from punchline.schedulers.rate_limit import RedisRateLimiter
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider
@@ -55,6 +55,7 @@ def _run(
     window: int,
     leases_cls: type[Leases] = Leases,
     lease_ms: int = 5_000,
+    on_tick: Callable[[], None] | None = None,
 ) -> tuple[StagePlan, LocalStore, list[tuple[float, int]]]:
     run_id = f"w-{uuid.uuid4().hex[:8]}"
     store = LocalStore(tmp_path / "store")
@@ -89,6 +90,8 @@ def _run(
         task = asyncio.create_task(proc.work(plan))
         while not task.done():  # what the provider has seen, over time
             seen.append((time.monotonic(), fake.stats().total_calls))
+            if on_tick is not None:
+                on_tick()
             await asyncio.sleep(0.02)
         await task
         await client.aclose()
@@ -198,3 +201,31 @@ def test_a_lease_really_lost_is_still_reported() -> None:
     assert held.really_lost([kept, closing, gone], [shard]) == ([kept], [shard])
     held.close_shard(shard)
     assert held.really_lost([kept], [shard]) == ([kept], [])
+
+
+def test_units_whose_requests_another_holds_do_not_stall_the_worker(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """Shard 0's two requests are held by a dead holder (its lease 60 s); with a window of 2 those two
+    units would take both call slots and the window's room while they wait. They step aside instead: the
+    worker claims and calls every other shard while the dead lease is still held, then (the lease gone)
+    calls them too, once each."""
+    fake.configure(latency_ms_for_model={"fast": 10.0})
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "fast", f"Joke {i} ___")) for i in range(12)]
+    held = [request_key("pl", u.request.key()) for u in units[:2]]
+    for key in held:
+        redis_client.set(key, "dead-worker|1", px=60_000)
+    state: dict[str, Any] = {}
+
+    def on_tick() -> None:  # once the other ten are called, the dead holder's leases lapse (deleted here)
+        if "calls" not in state and fake.stats().total_calls >= 10:
+            state["holders"] = {redis_client.get(key) for key in held}
+            state["calls"] = fake.stats().total_calls
+            redis_client.delete(*held)
+
+    plan, store, _ = _run(tmp_path, redis_client, fake, units, window=2, on_tick=on_tick)
+    assert state == {"holders": {b"dead-worker|1"}, "calls": 10}, state  # the ten others ran while the two were held
+    assert fake.stats().total_calls == 12  # then the two, once each
+    decoder = msgspec.msgpack.Decoder(ShardOutput)
+    outputs = [decoder.decode(store.get(shard_key(plan.run_id, "s", i)) or b"") for i in range(plan.shards_total)]
+    assert [r.unit_id for o in outputs for r in o.results if r.error is None] == [u.unit_id for u in units]
