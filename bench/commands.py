@@ -12,8 +12,9 @@ runs folder in a temporary directory:
 * the first provider call: ``punchline run`` started -> the first completion request reaching a
   fake provider this process serves over HTTP (the demo config pointed at it), with the start-up phases
   the driver logs (``start_phases``) as seconds since the command started;
-* the resume after ``kill -9``: that run killed (SIGKILL) after 50 calls, then ``run --run-id`` -> its
-  first call.
+* the resume after ``kill -9``: another fresh run killed (SIGKILL) as soon as 50 of its calls are
+  answered (its shards in flight hold their request leases for ``lease_ms``), then ``run --run-id`` ->
+  its first call.
 
 Targets (issue 22): the finished run, retry-failed, runs, status and plan under 3 s each; the demo
 run under 15 s on an idle machine; (issue 20) the first call, and a resume's first call, within 5 s.
@@ -58,7 +59,7 @@ def median(argv: list[str], repeat: int) -> float:
 PHASES = (  # the driver's `start_phases` event, in the order they happen
     ("driver_start", "CLI imported, `run` entered"),
     ("preflight_done", "whole-run preflight (config, inputs, store, keys)"),
-    ("providers_checked", "simulator started, providers checked (their SDKs loaded)"),
+    ("providers_checked", "simulator started, providers checked (over HTTP)"),
     ("ledger_up", "ledger (embedded Redis), run claim, store guard"),
     ("local_worker_started", "first stage planned and queued, the driver's own worker started"),
     ("ray_up", "local Ray started (ray.init, on the main thread)"),
@@ -117,40 +118,55 @@ def _settled_calls(fake: FakeProviderServer, quiet_s: float = 2.0) -> int:
     return count
 
 
+def _started(argv: list[str], env: dict[str, str], errors: Path) -> subprocess.Popen[bytes]:
+    with errors.open("w") as err:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
+
+
+def _stopped(proc: subprocess.Popen[bytes], *, kill: bool = True) -> None:
+    if proc.poll() is None:
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
+        proc.wait(timeout=120)
+
+
 def first_call(config: Path, runs: Path, *, kill_after_calls: int = 50) -> FirstCall:
-    """The first call of a fresh run; then that run killed with SIGKILL once the fake has answered
-    ``kill_after_calls`` calls, and resumed (``--run-id``): the resume's first call."""
+    """The first call of a fresh run (with its start-up phases, logged once local Ray is up); then another
+    fresh run killed with SIGKILL as soon as the fake has answered ``kill_after_calls`` of its calls (its
+    shards in flight then hold their request leases for ``lease_ms``), and resumed (``--run-id``): the
+    resume's first call. Each run has its own runs folder (its own ledger and response cache)."""
     with FakeProviderServer(FakeConfig(seed=7, latency_ms_min=5, latency_ms_max=40)) as fake:
         pointed = _pointed_config(config, runs, fake)
         env = {**os.environ, "TOGETHER_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-bench"}
         errors = runs.parent / "first_call.err"
-        argv = [CLI, "run", str(pointed), "--runs-dir", str(runs), "--no-progress"]
+        fresh, killed = runs / "fresh", runs / "killed"
+        argv = [CLI, "run", str(pointed), "--no-progress", "--runs-dir"]
         started_unix, start = time.time(), time.perf_counter()
-        with errors.open("w") as err:
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        proc = _started([*argv, str(fresh)], env, errors)
         try:
             _until_calls(fake, proc, errors, 1)
             first_s = time.perf_counter() - start
-            phases = _start_phases(runs, started_unix, wait_s=180.0)
-            _until_calls(fake, proc, errors, kill_after_calls)
-            proc.kill()  # kill -9: no clean-up, leases left held
-            proc.wait(timeout=60)
+            phases = _start_phases(fresh, started_unix, wait_s=180.0)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=60)
-        run_id = next(p.name for p in runs.iterdir() if (p / "run.json").is_file())
+            _stopped(proc)
+        base = _settled_calls(fake)
+        proc = _started([*argv, str(killed)], env, errors)
+        try:
+            _until_calls(fake, proc, errors, base + kill_after_calls)
+        finally:
+            _stopped(proc)  # kill -9 at once: no clean-up, leases left held
+        run_id = next(p.name for p in killed.iterdir() if (p / "run.json").is_file())
         before = _settled_calls(fake)
         started_unix, start = time.time(), time.perf_counter()
-        with errors.open("w") as err:
-            proc = subprocess.Popen([*argv, "--run-id", run_id], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        proc = _started([*argv, str(killed), "--run-id", run_id], env, errors)
         try:
             _until_calls(fake, proc, errors, before + 1)
             resume_s = time.perf_counter() - start
-            resume_phases = _start_phases(runs, started_unix, wait_s=180.0)
+            resume_phases = _start_phases(killed, started_unix, wait_s=180.0)
         finally:
-            proc.terminate()
-            proc.wait(timeout=120)
+            _stopped(proc, kill=False)
     return FirstCall(first_s, phases, resume_s, resume_phases)
 
 
@@ -160,7 +176,7 @@ def print_first_call(found: FirstCall) -> None:
         fresh, resume = found.phases.get(key), found.resume_phases.get(key)
         print(f"  {what:<70} {_s(fresh):>6} {_s(resume):>7}")
     print(f"  {'first provider call':<70} {_s(found.first_s):>6} {_s(found.resume_s):>7}")
-    print("(resume: the run killed with SIGKILL after 50 calls, then `run --run-id`)")
+    print("(resume: another fresh run killed with SIGKILL at its 50th call, then `run --run-id`)")
 
 
 def _s(seconds: float | None) -> str:
@@ -176,7 +192,10 @@ def main() -> None:
     config = Path(args.config).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         if args.first_call_only:
+            before = os.getloadavg()[0]
             print_first_call(first_call(config, Path(tmp) / "runs2"))
+            after = os.getloadavg()[0]
+            print(f"load average (1 min) before / after: {before:.1f} / {after:.1f} on {os.cpu_count()} cores")
             return
         runs = Path(tmp) / "runs"
         base = median(["--help"], args.repeat)
