@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -66,9 +67,14 @@ PHASES = (  # the driver's `start_phases` event, in the order they happen
 )
 
 
-def _pointed_config(config: Path, runs: Path, fake: FakeProviderServer) -> Path:
-    """The config with its (simulated) providers pointed at ``fake``, and its data paths made absolute."""
+def _pointed_config(config: Path, runs: Path, fake: FakeProviderServer, lease_ms: int | None = None) -> Path:
+    """The config with its (simulated) providers pointed at ``fake``, and its data paths made absolute;
+    ``lease_ms``: the run's lease instead of the config's."""
     text = config.read_text().replace('"../data/', f'"{config.parent.parent}/data/')  # paths beside the config
+    if lease_ms is not None:
+        text, found = re.subn(r"(?m)^lease_ms = \d+$", f"lease_ms = {lease_ms}", text, count=1)
+        if not found:
+            raise SystemExit(f"{config}: no `lease_ms = ...` line to replace")
     # the demo's first provider is an OpenAI one, its second an Anthropic one
     text = text.replace('base_url = "simulated"', f'base_url = "{fake.openai_base_url}"', 1)
     text = text.replace('base_url = "simulated"', f'base_url = "{fake.anthropic_base_url}"', 1)
@@ -132,13 +138,13 @@ def _stopped(proc: subprocess.Popen[bytes], *, kill: bool = True) -> None:
         proc.wait(timeout=120)
 
 
-def first_call(config: Path, runs: Path, *, kill_after_calls: int = 50) -> FirstCall:
+def first_call(config: Path, runs: Path, *, kill_after_calls: int = 50, lease_ms: int | None = None) -> FirstCall:
     """The first call of a fresh run (with its start-up phases, logged once local Ray is up); then another
     fresh run killed with SIGKILL as soon as the fake has answered ``kill_after_calls`` of its calls (its
     shards in flight then hold their request leases for ``lease_ms``), and resumed (``--run-id``): the
     resume's first call. Each run has its own runs folder (its own ledger and response cache)."""
     with FakeProviderServer(FakeConfig(seed=7, latency_ms_min=5, latency_ms_max=40)) as fake:
-        pointed = _pointed_config(config, runs, fake)
+        pointed = _pointed_config(config, runs, fake, lease_ms)
         env = {**os.environ, "TOGETHER_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-bench"}
         errors = runs.parent / "first_call.err"
         fresh, killed = runs / "fresh", runs / "killed"
@@ -188,12 +194,19 @@ def main() -> None:
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo.toml"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--first-call-only", action="store_true", help="only the time to the first provider call")
+    ap.add_argument(
+        "--lease-ms",
+        type=int,
+        default=None,
+        help="the first-call runs' lease_ms (default: the config's); a long one shows a resume waiting on the "
+        "killed run's leases even when the machine is so loaded that a short one lapses before the resume is up",
+    )
     args = ap.parse_args()
     config = Path(args.config).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         if args.first_call_only:
             before = os.getloadavg()[0]
-            print_first_call(first_call(config, Path(tmp) / "runs2"))
+            print_first_call(first_call(config, Path(tmp) / "runs2", lease_ms=args.lease_ms))
             after = os.getloadavg()[0]
             print(f"load average (1 min) before / after: {before:.1f} / {after:.1f} on {os.cpu_count()} cores")
             return
@@ -209,7 +222,7 @@ def main() -> None:
         rows.append(("runs", median(["runs", "--runs-dir", str(runs)], args.repeat)))
         rows.append(("status", median(["status", run_id, "--runs-dir", str(runs)], args.repeat)))
         rows.append(("plan", median(["plan", str(config)], args.repeat)))
-        found = first_call(config, Path(tmp) / "runs2")
+        found = first_call(config, Path(tmp) / "runs2", lease_ms=args.lease_ms)
         rows.append(("first provider call", found.first_s))
         rows.append(("resume after kill -9: first call", found.resume_s))
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
