@@ -432,6 +432,7 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
         rec = engine_run(config, tmp, redis_url, f"mem{scale}", tmp / f"store-mem{scale}")
         assert rec.state == "finished", rec.failures
         units = rec.counters["collect"].units_total
+        paid_twice = sum(n - 1 for n in fake.stats().calls.values() if n > 1)  # a request the provider saw again
     finally:
         stop.set()
         fake.stop()
@@ -455,9 +456,26 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
                 "cache_disk_per_unit": cache_bytes / units,
                 "plan_disk_per_unit": plan_bytes / units,
                 "cache_files": sum(1 for p in (store / "_cache").rglob("*") if p.is_file()),
+                **warnings(tmp / "runs" / f"mem{scale}" / "log.jsonl", LEASE_WARNINGS),
+                "paid_twice": paid_twice,
             }
         )
     )
+
+
+LEASE_WARNINGS = ("lease_lost", "shard_lease_lost", "lease_lost_at_commit")
+
+
+def warnings(log: Path, events: tuple[str, ...]) -> dict[str, int]:
+    """How many times each of ``events`` is in a run's ``log.jsonl`` (every process of the run writes there)."""
+    counts = dict.fromkeys(events, 0)
+    with log.open() as lines:
+        for line in lines:
+            if any(f'"{e}"' in line for e in events):  # cheap filter before parsing
+                event = json.loads(line).get("event")
+                if event in counts:
+                    counts[event] += 1
+    return counts
 
 
 def _disk_bytes(folder: Path) -> int:
@@ -583,7 +601,9 @@ def main() -> None:
                     f"worker peak {r['worker_peak_mb']:6.1f} MB, Redis {r['redis_bytes_per_unit']:7.1f} B/unit "
                     f"({r['redis_bytes_right_after']:.1f} before the done markers expired), "
                     f"AOF {r['aof_bytes_per_unit']:7.1f} B/unit; on disk: cache {r['cache_disk_per_unit']:6.1f} B/unit "
-                    f"({r['cache_files']:,} files), plan pages {r['plan_disk_per_unit']:6.1f} B/unit",
+                    f"({r['cache_files']:,} files), plan pages {r['plan_disk_per_unit']:6.1f} B/unit; "
+                    f"warnings: lease_lost {r['lease_lost']:,}, shard_lease_lost {r['shard_lease_lost']:,}, "
+                    f"lease_lost_at_commit {r['lease_lost_at_commit']:,}; requests paid twice {r['paid_twice']:,}",
                     flush=True,
                 )
             by = {r["scale"]: r for r in rows}
