@@ -248,6 +248,13 @@ def check_provider(
             raise
         return "key not available on the driver; not checked"
     where = f"provider {name} ({settings.base_url or 'the default endpoint'})"
+    if not key.isascii() or not key.isprintable():  # no HTTP header can carry it: no API could accept it
+        raise ServiceRejected(
+            f"{where}: the API key has characters no HTTP header can carry (a second line? non-ASCII?): "
+            f"fix {key_setting(name, settings)}",
+            file=file,
+            record=f"providers.{name}",
+        )
     wait = start_wait_s() if wait_s is None else wait_s
 
     def list_models() -> str:

@@ -425,3 +425,19 @@ def test_of_several_providers_the_first_failure_in_config_order_is_the_line(rend
     providers = {"a": ProviderSettings(base_url=f"{rendezvous}/bad"), "b": ProviderSettings(base_url=f"{rendezvous}/b")}
     with pytest.raises(ServiceRejected, match=r"provider a .*HTTP 401"):
         check_providers(providers, key_required=False)
+
+
+@pytest.mark.parametrize("key", ["sk-first-line\nsk-second-line", "sk-caf\u00e9-0123456789"])
+def test_a_key_no_header_can_carry_is_one_line(
+    fake: FakeProviderServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key: str
+) -> None:
+    """Refused at once, naming where the key comes from (never the key), instead of waiting for an answer."""
+    from punchline.data.provider_settings import ProviderSettings
+
+    key_file = tmp_path / "key"
+    key_file.write_text(key)
+    settings = ProviderSettings(base_url=fake.openai_base_url, api_key_file=str(key_file))
+    with pytest.raises(ServiceRejected, match="no HTTP header can carry") as caught:
+        check_provider("p", settings, key_required=True, wait_s=30.0)
+    assert str(key_file) in str(caught.value) and "sk-" not in str(caught.value)
+    assert fake.stats().models_calls == 0
