@@ -1,6 +1,8 @@
-"""The driver's own worker (cluster/local_worker.py), without Ray, against real Redis, a real store and the
-fake provider over HTTP: it works a queued stage to the end through the workers' own path, and once
-stopped it takes no new unit, so a worker that takes over afterwards pays for nothing twice."""
+"""The driver's own worker (cluster/local_worker.py, a child process: workers/local_process.py), without Ray,
+against real Redis, a real store and the fake provider over HTTP: it works a queued stage to the end through
+the workers' own path; once stopped it takes no new unit, so a worker that takes over afterwards pays for
+nothing twice; it outlives a kill -9 of its driver only to finish and commit the calls it had in flight;
+and one that cannot start does not stop the others."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +29,7 @@ from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_p
 from punchline.schedulers.ledger import Ledger
 from punchline.workers.driver_watch import driver_claim_key
 from punchline.workers.fake.server import FakeProviderServer
+from punchline.workers.local_process import LocalJob
 from punchline.workers.shard_worker import WorkerConfig
 from tests.cluster.conftest import driver_argv
 from tests.fixtures.redis import client_url
@@ -127,6 +131,104 @@ def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
     _wait(next_worker)
     assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(16)]
     assert fake.stats().total_calls == 16 and set(fake.stats().calls.values()) == {1}
+
+
+# A driver in miniature: it takes the run's claim, starts the driver's own worker, says the worker's pid once
+# the worker is ready, and waits to be killed.
+DRIVER = """
+import json, os, socket, sys, time, uuid
+import msgspec, redis
+from punchline.cluster.local_worker import LocalWorker
+from punchline.workers.driver_watch import driver_claim_key
+from punchline.workers.local_process import LocalJob
+job = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(), type=LocalJob)
+claim = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex})
+redis.Redis.from_url(job.cfg.redis_url).set(driver_claim_key(job.cfg.run_id), claim)
+worker = LocalWorker(msgspec.structs.replace(job.cfg, driver_claim=claim), job.plan).start()
+assert worker.wait_ready(300), "not ready"
+print(worker.pid, flush=True)
+time.sleep(900)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a parent that does not reap it has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exits(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """The driver killed while its worker has calls in flight (a window of 2 over 300 ms calls): the worker, in
+    a session of its own, finishes and commits them, takes no new unit and exits; a worker that takes over
+    then calls every remaining request once and none of the killed driver's twice."""
+    fake.configure(latency_ms_for_model={"m": 300.0})
+    cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 40)
+    cfg = msgspec.structs.replace(cfg, log_path=str(tmp_path / "worker.log"))
+    job = tmp_path / "job.msgpack"
+    job.write_bytes(msgspec.msgpack.encode(LocalJob(cfg=cfg, plan=plan)))
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(job)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        line = driver.stdout.readline()  # type: ignore[union-attr]
+        assert line.strip().isdigit(), driver.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+        child = int(line)
+        assert os.getsid(child) == child != os.getsid(driver.pid)  # its own session: Ctrl-C's SIGINT misses it
+        deadline = time.monotonic() + 120
+        while fake.stats().total_calls < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fake.stats().total_calls >= 1
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 120
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the worker did not exit after its driver was killed"
+    paid = fake.stats().total_calls
+    assert 1 <= paid < 40, paid  # it stopped taking units, not after the whole stage
+    log = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines()]
+    assert any(e["event"] == "driver_gone" for e in log)
+    assert any(e["event"] == "local_worker_done" for e in log)  # it ended by draining, not by dying
+
+    redis_client.set(driver_claim_key(plan.run_id), cfg.driver_claim or "")  # this process drives again
+    next_worker = LocalWorker(cfg, plan).start()  # the killed one's shards are back in the queue
+    _wait(next_worker)
+    assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(40)]
+    assert fake.stats().total_calls == 40 and set(fake.stats().calls.values()) == {1}  # nothing paid twice
+
+
+def test_a_worker_that_cannot_start_reports_nothing_and_the_stage_goes_on(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process that fails to build its connections (here: a ledger password it cannot find) is
+    logged and reports nothing; the stage is still there for the next worker (the Ray ones in a run)."""
+    cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 4)
+    broken = msgspec.structs.replace(
+        cfg, redis_url="redis://:***@127.0.0.1:1/0", redis_password_file=str(tmp_path / "missing")
+    )
+    worker = LocalWorker(broken, plan).start()
+    assert worker.wait_ready(120)
+    _wait(worker)
+    assert worker.poll() == [] and "ConfigError" in worker.error
+    worker.stop()  # stopping an ended worker is harmless
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))  # no process at all
+    unstartable = LocalWorker(cfg, plan).start()
+    assert unstartable.wait_ready(1) and not unstartable.running() and unstartable.poll() == []
+    assert "no-python" in unstartable.error
+    unstartable.stop()
+    monkeypatch.undo()
+
+    next_worker = LocalWorker(cfg, plan).start()
+    _wait(next_worker)
+    assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(4)]
+    assert fake.stats().total_calls == 4
 
 
 @pytest.mark.slow

@@ -1,0 +1,149 @@
+"""The driver's own worker as a process of its own (``python -m punchline.workers.local_process``).
+
+Why a process: the driver works a local run's first shards itself while Ray starts (cluster/local_worker.py
+says why). In a thread of the driver, a ``kill -9`` of the driver took the calls in flight with it: paid
+for, but their answers lost, so the resume paid them again. As a child process started in a session of its
+own (``start_new_session``: neither a ``kill -9`` of the driver nor Ctrl-C's process-group SIGINT reaches
+it), it outlives its driver the way the detached Ray workers do: it takes no new unit, lets the calls in
+flight finish and commits them (response cache, then the leases), releases its unfinished shards, and exits.
+
+Its driver is gone when its claim says so (:class:`~punchline.workers.driver_watch.DriverWatch`: the pid on
+this machine, the run's claim anywhere), or when its end of the stdin pipe closes (the kernel closes it when
+the driver dies, however it dies). A live driver stops it the same way, with a line on stdin (or SIGTERM):
+the child drains exactly as it does for a dead driver.
+
+The protocol, all msgspec and nothing on the command line (the Redis password stays in its 0600 file, as
+``WorkerConfig.redis_password_file`` says; API keys stay in the environment the driver had):
+
+* stdin: one frame (a 4-byte big-endian length, then a msgpack :class:`LocalJob`), then any line or EOF
+  means "stop";
+* stdout: frames of :class:`LocalMessage`: ``ready`` once the connections and providers are built (what
+  the worker needs the CPU for most), then ``report`` with the :class:`WorkerReport` (or ``failed``).
+
+It imports only the worker's path (``shard_worker``) and, through ``make_provider``, the SDKs of the
+providers its stage calls: each SDK takes seconds to import, before the first call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from typing import Any, BinaryIO, Literal
+
+import msgspec
+import structlog
+
+from punchline.data.units import StagePlan
+from punchline.workers.driver_watch import DriverWatch
+from punchline.workers.logs import configure_logging
+from punchline.workers.shard_worker import WorkerConfig, WorkerReport, build_processor
+
+MODULE = "punchline.workers.local_process"  # what the driver runs with ``python -m``
+STOP_LINE = b"stop\n"
+_HEADER = struct.Struct(">I")
+
+log = structlog.get_logger("punchline.local_worker")
+
+
+class LocalJob(msgspec.Struct, kw_only=True):
+    """What the driver gives its worker process: the worker's config and the stage to work."""
+
+    cfg: WorkerConfig
+    plan: StagePlan
+
+
+class LocalMessage(msgspec.Struct, kw_only=True):
+    """What the worker process tells its driver: ``ready``, then ``report`` (or ``failed`` with why)."""
+
+    kind: Literal["ready", "report", "failed"]
+    worker_id: str = ""
+    report: WorkerReport | None = None
+    error: str = ""
+
+
+def write_frame(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(_HEADER.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """The next frame, or None at the end of the stream (a short frame is an end too)."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    payload = stream.read(size)
+    return payload if len(payload) == size else None
+
+
+class StoppableWatch(DriverWatch):
+    """The worker's watch of its driver that the driver can also end: a stop reads as "driver gone", so
+    the worker winds down the way it does when its driver dies."""
+
+    def __init__(self, client: Any, run_id: str, claim: str | None, stop: threading.Event) -> None:
+        super().__init__(client, run_id, claim)
+        self.stop = stop
+
+    def process_gone(self) -> bool:
+        return self.stop.is_set() or super().process_gone()
+
+    async def check(self) -> bool:
+        self.gone = self.gone or self.stop.is_set()
+        return await super().check()
+
+
+def _wait_for_stop(stdin: BinaryIO, stop: threading.Event) -> None:
+    """A line (the driver's stop) or EOF (the driver is gone: the kernel closed its end) ends the work."""
+    stdin.readline()
+    stop.set()
+
+
+def _send(out: BinaryIO, message: LocalMessage) -> None:
+    try:
+        write_frame(out, msgspec.msgpack.encode(message))
+    except OSError:  # the driver is gone (a broken pipe): the ledger and the store have what matters
+        pass
+
+
+def main() -> int:
+    # Frames own the real stdout; anything a library prints goes to stderr instead of into a frame.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    stdin = sys.stdin.buffer
+    raw = read_frame(stdin)
+    if raw is None:
+        return 2
+    try:
+        job = msgspec.msgpack.decode(raw, type=LocalJob)
+    except msgspec.ValidationError as exc:  # a driver of another version: say so, no traceback
+        _send(out, LocalMessage(kind="failed", error=f"bad job: {exc}"[:500]))
+        return 2
+    configure_logging(None, console=False, json_path=job.cfg.log_path)
+    worker_id = f"driver@{socket.gethostname()}:{os.getpid()}"
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # drain, as for a stop line
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    threading.Thread(target=_wait_for_stop, args=(stdin, stop), name="punchline-stop", daemon=True).start()
+    try:
+        processor = build_processor(job.cfg, worker_id)
+        processor.driver = StoppableWatch(processor.driver.r, job.cfg.run_id, job.cfg.driver_claim, stop)
+        _send(out, LocalMessage(kind="ready", worker_id=worker_id))
+        log.info("local_worker_start", run_id=job.plan.run_id, stage=job.plan.stage, worker=worker_id)
+        report = asyncio.run(processor.work(job.plan))
+    except Exception as exc:  # the Ray workers carry on: this one is only a head start
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        log.warning("local_worker_failed", stage=job.plan.stage, error=error)
+        _send(out, LocalMessage(kind="failed", worker_id=worker_id, error=error))
+        return 1
+    log.info("local_worker_done", stage=job.plan.stage, driver_gone=report.driver_gone)
+    _send(out, LocalMessage(kind="report", worker_id=worker_id, report=report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
