@@ -27,13 +27,14 @@ providers its stage calls: each SDK takes seconds to import, before the first ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import struct
 import sys
 import threading
-from typing import Any, BinaryIO, Literal
+from typing import IO, Any, Literal
 
 import msgspec
 import structlog
@@ -66,12 +67,12 @@ class LocalMessage(msgspec.Struct, kw_only=True):
     error: str = ""
 
 
-def write_frame(stream: BinaryIO, payload: bytes) -> None:
+def write_frame(stream: IO[bytes], payload: bytes) -> None:
     stream.write(_HEADER.pack(len(payload)) + payload)
     stream.flush()
 
 
-def read_frame(stream: BinaryIO) -> bytes | None:
+def read_frame(stream: IO[bytes]) -> bytes | None:
     """The next frame, or None at the end of the stream (a short frame is an end too)."""
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
@@ -97,17 +98,15 @@ class StoppableWatch(DriverWatch):
         return await super().check()
 
 
-def _wait_for_stop(stdin: BinaryIO, stop: threading.Event) -> None:
+def _wait_for_stop(stdin: IO[bytes], stop: threading.Event) -> None:
     """A line (the driver's stop) or EOF (the driver is gone: the kernel closed its end) ends the work."""
     stdin.readline()
     stop.set()
 
 
-def _send(out: BinaryIO, message: LocalMessage) -> None:
-    try:
+def _send(out: IO[bytes], message: LocalMessage) -> None:
+    with contextlib.suppress(OSError):  # the driver is gone (a broken pipe): the ledger and store have the rest
         write_frame(out, msgspec.msgpack.encode(message))
-    except OSError:  # the driver is gone (a broken pipe): the ledger and the store have what matters
-        pass
 
 
 def main() -> int:

@@ -146,7 +146,7 @@ claim = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": u
 redis.Redis.from_url(job.cfg.redis_url).set(driver_claim_key(job.cfg.run_id), claim)
 worker = LocalWorker(msgspec.structs.replace(job.cfg, driver_claim=claim), job.plan).start()
 assert worker.wait_ready(300), "not ready"
-print(worker.pid, flush=True)
+print("worker pid", worker.pid, flush=True)
 time.sleep(900)
 """
 
@@ -175,9 +175,10 @@ def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exi
         [sys.executable, "-c", DRIVER, str(job)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        line = driver.stdout.readline()  # type: ignore[union-attr]
-        assert line.strip().isdigit(), driver.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
-        child = int(line)
+        lines = iter(driver.stdout.readline, b"")  # type: ignore[union-attr]
+        said = next((line for line in lines if line.startswith(b"worker pid ")), b"")
+        assert said, f"the driver did not start its worker: {driver.communicate(timeout=60)[1].decode()[-2000:]}"
+        child = int(said.split()[-1])
         assert os.getsid(child) == child != os.getsid(driver.pid)  # its own session: Ctrl-C's SIGINT misses it
         deadline = time.monotonic() + 120
         while fake.stats().total_calls < 1 and time.monotonic() < deadline:
