@@ -23,22 +23,83 @@ Ray workers do: it drains the same way a stop does, then exits. This class keeps
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from typing import IO
 
 import msgspec
 import structlog
 
 from punchline.data.units import StagePlan
-from punchline.workers.local_process import MODULE, STOP_LINE, LocalJob, LocalMessage, read_frame, write_frame
+from punchline.workers.local_process import (
+    MODULE,
+    STOP_LINE,
+    LocalJob,
+    LocalMessage,
+    forked,
+    read_frame,
+    write_frame,
+)
 from punchline.workers.shard_worker import WorkerConfig, WorkerReport
 
 log = structlog.get_logger("punchline.local_worker")
 STDERR_TAIL_BYTES = 2000  # of a failed child's stderr, in the warning that says it failed
+
+
+def forkable() -> bool:
+    """Whether the worker can be forked from this process: not once Ray is in it (a forked child would hold
+    the driver's Ray sockets, so Ray would not see the driver die, and Ray's threads' locks)."""
+    return hasattr(os, "fork") and "ray" not in sys.modules
+
+
+class _Child:
+    """The worker process as the driver sees it: its pid, a pipe to its stdin and one from its stdout."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes], popen: subprocess.Popen[bytes] | None) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.popen = popen
+
+    @classmethod
+    def spawn(cls, stderr: IO[bytes]) -> _Child:
+        """A fresh interpreter (``python -m``): it imports the worker and the SDKs again (seconds)."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,  # see fork(): the same session of its own
+            close_fds=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        return cls(proc.pid, proc.stdin, proc.stdout, proc)
+
+    @classmethod
+    def fork(cls, stderr: IO[bytes]) -> _Child:
+        """A fork of this process: the worker's modules and the SDKs are imported already (no second start).
+        In its own session: neither a kill -9 of the driver nor Ctrl-C's SIGINT to the driver's process
+        group ends it, so the calls it has in flight finish and are committed."""
+        job_r, job_w = os.pipe()
+        out_r, out_w = os.pipe()
+        with warnings.catch_warnings():  # Python 3.12+ warns of fork in a process with threads: the child
+            warnings.simplefilter("ignore", DeprecationWarning)  # uses none of theirs (local_process.forked)
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child; it never returns)
+            forked(job_r, out_w, stderr.fileno())
+        os.close(job_r)
+        os.close(out_w)
+        return cls(pid, os.fdopen(job_w, "wb"), os.fdopen(out_r, "rb"), None)
+
+    def wait(self) -> int:
+        if self.popen is not None:
+            return self.popen.wait()
+        return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
 
 
 class LocalWorker:
@@ -49,7 +110,7 @@ class LocalWorker:
         self.plan = plan
         self.report: WorkerReport | None = None
         self.error = ""  # why the child failed, if it did
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: _Child | None = None
         self._stderr: IO[bytes] | None = None  # where the child's stray output goes
         self._collected = False
         self._ready = threading.Event()
@@ -62,29 +123,20 @@ class LocalWorker:
     @property
     def pid(self) -> int | None:
         """The child's process id (None: not started)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._child.pid if self._child is not None else None
 
     def start(self) -> LocalWorker:
         """Start the child (a failure to is logged, not raised: the Ray workers carry on without it)."""
         job = msgspec.msgpack.encode(LocalJob(cfg=self.cfg, plan=self.plan))
         self._stderr = tempfile.NamedTemporaryFile(prefix="punchline-local-worker-", suffix=".err")  # noqa: SIM115
         try:
-            # its own session: neither a kill -9 of the driver nor Ctrl-C's SIGINT to the driver's process
-            # group ends it, so the calls it has in flight finish and are committed
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", MODULE],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-                start_new_session=True,
-                close_fds=True,
-            )
-            assert self._proc.stdin is not None
-            write_frame(self._proc.stdin, job)
+            self._child = _Child.fork(self._stderr) if forkable() else _Child.spawn(self._stderr)
+            write_frame(self._child.stdin, job)
         except OSError as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
             self._ready.set()
-            return self
+            if self._child is None:
+                return self
         self._reader.start()
         return self
 
@@ -93,23 +145,25 @@ class LocalWorker:
         log.warning("local_worker_failed", stage=self.plan.stage, error=error[:500])
 
     def _read(self) -> None:
-        """The child's messages: ready, then its report (or why it failed); the end of its stdout ends it."""
-        assert self._proc is not None and self._proc.stdout is not None
+        """The child's messages: ready, then its report (or why it failed); the end of its stdout is its
+        end (then it is reaped)."""
+        assert self._child is not None
         decoder = msgspec.msgpack.Decoder(LocalMessage)
         try:
-            while (raw := read_frame(self._proc.stdout)) is not None:
+            while (raw := read_frame(self._child.stdout)) is not None:
                 message = decoder.decode(raw)
                 if message.kind == "ready":
-                    log.info("local_worker_ready", stage=self.plan.stage, pid=self._proc.pid)
+                    log.info("local_worker_ready", stage=self.plan.stage, pid=self._child.pid)
                     self._ready.set()
                 elif message.kind == "report":
                     self.report = message.report
                 else:
                     self.error = message.error  # the child logged it to the run's log already
-            code = self._proc.wait()
+            code = self._child.wait()
             if self.report is None and not self.error:
                 self._failed(f"the worker process ended ({code}) without a report: {self._stderr_tail()}")
         finally:
+            self._child.stdout.close()
             self._ready.set()
 
     def _stderr_tail(self) -> str:
@@ -127,11 +181,11 @@ class LocalWorker:
         return self._ready.wait(timeout_s)
 
     def running(self) -> bool:
-        return self._proc is not None and (self._proc.poll() is None or self._reader.is_alive())
+        return self._reader.is_alive()  # it ends once the child has ended and been reaped
 
     def poll(self) -> list[WorkerReport]:
         """Its report, once, when it has ended (a failed worker reports nothing)."""
-        if self._collected or self._proc is None or self.running():
+        if self._collected or self._child is None or self.running():
             return []
         self._collected = True
         return [self.report] if self.report is not None else []
@@ -140,21 +194,19 @@ class LocalWorker:
         """No new unit; wait (up to ``timeout_s``) for the calls in flight to finish and be committed.
 
         Past ``timeout_s`` the child is left to finish them on its own (it exits when it has)."""
-        if self._proc is None:
+        if self._child is None:
             return
-        stdin = self._proc.stdin
-        if stdin is not None and not stdin.closed:
-            try:
+        stdin = self._child.stdin
+        if not stdin.closed:
+            with contextlib.suppress(OSError):  # it has ended already
                 stdin.write(STOP_LINE)
                 stdin.close()
-            except OSError:  # it has ended already
-                pass
-        try:
-            self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning("local_worker_still_draining", stage=self.plan.stage, pid=self._proc.pid, waited_s=timeout_s)
-            return
+            with contextlib.suppress(OSError):
+                stdin.close()
         self._reader.join(timeout_s)
+        if self._reader.is_alive():
+            log.warning("local_worker_still_draining", stage=self.plan.stage, pid=self._child.pid, waited_s=timeout_s)
+            return
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

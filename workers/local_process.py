@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import socket
 import struct
 import sys
 import threading
-from typing import IO, Any, Literal
+import traceback
+from typing import IO, Any, Literal, NoReturn
 
 import msgspec
 import structlog
@@ -109,11 +111,8 @@ def _send(out: IO[bytes], message: LocalMessage) -> None:
         write_frame(out, msgspec.msgpack.encode(message))
 
 
-def main() -> int:
-    # Frames own the real stdout; anything a library prints goes to stderr instead of into a frame.
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    stdin = sys.stdin.buffer
+def serve(stdin: IO[bytes], out: IO[bytes]) -> int:
+    """The worker process's life: read its job, build, say ready, work the stage, report; its exit code."""
     raw = read_frame(stdin)
     if raw is None:
         return 2
@@ -142,6 +141,46 @@ def main() -> int:
     log.info("local_worker_done", stage=job.plan.stage, driver_gone=report.driver_gone)
     _send(out, LocalMessage(kind="report", worker_id=worker_id, report=report))
     return 0
+
+
+def main() -> int:
+    """``python -m punchline.workers.local_process``: the job on stdin, frames on stdout."""
+    out = os.fdopen(os.dup(1), "wb")  # frames own the real stdout; whatever a library prints goes to stderr
+    os.dup2(2, 1)
+    return serve(sys.stdin.buffer, out)
+
+
+def forked(job_fd: int, out_fd: int, err_fd: int) -> NoReturn:
+    """The same worker in a child just forked from the driver (before Ray: no Ray thread or socket to
+    inherit), which has the worker's modules and the providers' SDKs imported already: no second start.
+
+    It leaves everything of the driver's behind before it works: its session (its own, as above), its files
+    and sockets (all closed but the two pipes and an error file: a lock or a connection the driver holds
+    must not outlive the driver in here), its log sinks, and its stack: it never returns into the driver's
+    code (whose ``finally`` blocks would stop the driver's services), it ends with ``os._exit``."""
+    code = 70
+    try:
+        os.setsid()
+        gc.freeze()  # the driver's objects are never collected here (their finalizers would close fds by number)
+        configure_logging(None, console=False)  # the driver's log file closed before fds are renumbered
+        os.dup2(err_fd, 1)  # in this order, whichever numbers the three had (all above 2: 0-2 were open)
+        os.dup2(err_fd, 2)
+        os.dup2(job_fd, 0)
+        os.dup2(out_fd, 3)
+        os.closerange(4, _max_fd())
+        code = serve(os.fdopen(0, "rb"), os.fdopen(3, "wb"))
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 65536
 
 
 if __name__ == "__main__":

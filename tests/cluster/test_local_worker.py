@@ -6,6 +6,7 @@ and one that cannot start does not stop the others."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import msgspec
 import pytest
 import redis
 
+from punchline.cluster import local_worker
 from punchline.cluster.local_worker import LocalWorker
 from punchline.data.provider_settings import ModelSettings
 from punchline.data.puns.completions import greedy_request
@@ -88,6 +90,13 @@ def _committed(store: LocalStore, plan: StagePlan) -> list[str]:
     return out
 
 
+@pytest.fixture(params=["fork", "spawn"])
+def launch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the driver starts its worker: forked (before Ray is in the driver) and a fresh interpreter."""
+    monkeypatch.setattr(local_worker, "forkable", lambda: request.param == "fork")
+    return str(request.param)
+
+
 def _wait(worker: LocalWorker, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while worker.running() and time.monotonic() < deadline:
@@ -96,7 +105,7 @@ def _wait(worker: LocalWorker, timeout_s: float = 120.0) -> None:
 
 
 def test_it_works_a_queued_stage_to_the_end(
-    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
 ) -> None:
     cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 12)
     worker = LocalWorker(cfg, plan).start()
@@ -110,7 +119,7 @@ def test_it_works_a_queued_stage_to_the_end(
 
 
 def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
-    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
 ) -> None:
     """Stopped with calls in flight (a window of 2 over 300 ms calls): those finish and are kept, no new
     unit starts, and a worker that takes over (a Ray actor in a run) calls each remaining request once."""
@@ -136,14 +145,18 @@ def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
 # A driver in miniature: it takes the run's claim, starts the driver's own worker, says the worker's pid once
 # the worker is ready, and waits to be killed.
 DRIVER = """
-import json, os, socket, sys, time, uuid
+import fcntl, json, os, socket, sys, time, uuid
 import msgspec, redis
+from punchline.cluster import local_worker
 from punchline.cluster.local_worker import LocalWorker
 from punchline.workers.driver_watch import driver_claim_key
 from punchline.workers.local_process import LocalJob
 job = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(), type=LocalJob)
 claim = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex})
 redis.Redis.from_url(job.cfg.redis_url).set(driver_claim_key(job.cfg.run_id), claim)
+lock = open(sys.argv[2], "w")
+fcntl.flock(lock, fcntl.LOCK_EX)  # a lock the driver holds, as its ledger and store guards do
+local_worker.forkable = lambda: sys.argv[3] == "fork"
 worker = LocalWorker(msgspec.structs.replace(job.cfg, driver_claim=claim), job.plan).start()
 assert worker.wait_ready(300), "not ready"
 print("worker pid", worker.pid, flush=True)
@@ -161,7 +174,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exits(
-    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
 ) -> None:
     """The driver killed while its worker has calls in flight (a window of 2 over 300 ms calls): the worker, in
     a session of its own, finishes and commits them, takes no new unit and exits; a worker that takes over
@@ -169,10 +182,13 @@ def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exi
     fake.configure(latency_ms_for_model={"m": 300.0})
     cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 40)
     cfg = msgspec.structs.replace(cfg, log_path=str(tmp_path / "worker.log"))
-    job = tmp_path / "job.msgpack"
+    job, lock = tmp_path / "job.msgpack", tmp_path / "driver.lock"
     job.write_bytes(msgspec.msgpack.encode(LocalJob(cfg=cfg, plan=plan)))
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(job)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", DRIVER, str(job), str(lock), launch],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         lines = iter(driver.stdout.readline, b"")  # type: ignore[union-attr]
@@ -187,6 +203,8 @@ def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exi
     finally:
         driver.kill()
         driver.wait()
+    with lock.open("w") as f:  # the worker holds nothing of its driver's (a forked one closed what it inherited)
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     deadline = time.monotonic() + 120
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -219,7 +237,8 @@ def test_a_worker_that_cannot_start_reports_nothing_and_the_stage_goes_on(
     assert worker.poll() == [] and "ConfigError" in worker.error
     worker.stop()  # stopping an ended worker is harmless
 
-    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))  # no process at all
+    monkeypatch.setattr(local_worker, "forkable", lambda: False)  # a fresh interpreter that does not exist
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
     unstartable = LocalWorker(cfg, plan).start()
     assert unstartable.wait_ready(1) and not unstartable.running() and unstartable.poll() == []
     assert "no-python" in unstartable.error
