@@ -17,8 +17,10 @@ back to the queue (their paid answers stay in the response cache, so nothing is 
 Why a child process and not a thread of the driver: a ``kill -9`` of the driver would take a thread's
 calls in flight with it (paid, their answers lost, paid again by the resume). The child
 (:mod:`punchline.workers.local_process`, in a session of its own) outlives its driver like the detached
-Ray workers do: it drains the same way a stop does, then exits. This class keeps the thread's interface
-(the coordinator starts, polls and stops it) and speaks to the child over its stdin and stdout.
+Ray workers do: it drains the same way a stop does, then exits. It is forked while Ray is not in the driver
+(as fast to start as the thread was: its modules and SDKs are imported already), else a fresh interpreter
+(``local_process`` says why). This class keeps the thread's interface (the coordinator starts, polls and
+stops it) and speaks to the child over two pipes.
 """
 
 from __future__ import annotations
