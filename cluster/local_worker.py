@@ -101,7 +101,10 @@ class _Child:
     def wait(self) -> int:
         if self.popen is not None:
             return self.popen.wait()
-        return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        try:
+            return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        except ChildProcessError:  # reaped by someone else (a waitpid(-1) elsewhere in the process)
+            return -1
 
 
 class LocalWorker:
@@ -130,7 +133,7 @@ class LocalWorker:
     def start(self) -> LocalWorker:
         """Start the child (a failure to is logged, not raised: the Ray workers carry on without it)."""
         job = msgspec.msgpack.encode(LocalJob(cfg=self.cfg, plan=self.plan))
-        self._stderr = tempfile.NamedTemporaryFile(prefix="punchline-local-worker-", suffix=".err")  # noqa: SIM115
+        self._stderr = tempfile.TemporaryFile(prefix="punchline-local-worker-")  # noqa: SIM115 (no name: none left)
         try:
             self._child = _Child.fork(self._stderr) if forkable() else _Child.spawn(self._stderr)
             write_frame(self._child.stdin, job)
@@ -172,10 +175,10 @@ class LocalWorker:
         if self._stderr is None:
             return ""
         try:
-            with open(self._stderr.name, "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
-                return f.read().decode(errors="replace").strip()
-        except OSError:
+            fd = self._stderr.fileno()
+            size = os.fstat(fd).st_size
+            return os.pread(fd, STDERR_TAIL_BYTES, max(0, size - STDERR_TAIL_BYTES)).decode(errors="replace").strip()
+        except (OSError, ValueError):  # closed by stop() meanwhile
             return ""
 
     def wait_ready(self, timeout_s: float) -> bool:
