@@ -158,7 +158,7 @@ class LocalWorker:
             while (raw := read_frame(self._child.stdout)) is not None:
                 message = decoder.decode(raw)
                 if message.kind == "ready":
-                    log.info("local_worker_ready", stage=self.plan.stage, pid=self._child.pid)
+                    log.info("local_worker_ready", stage=self.plan.stage, worker_pid=self._child.pid)
                     self._ready.set()
                 elif message.kind == "report":
                     self.report = message.report
@@ -210,7 +210,9 @@ class LocalWorker:
                 stdin.close()
         self._reader.join(timeout_s)
         if self._reader.is_alive():
-            log.warning("local_worker_still_draining", stage=self.plan.stage, pid=self._child.pid, waited_s=timeout_s)
+            log.warning(
+                "local_worker_still_draining", stage=self.plan.stage, worker_pid=self._child.pid, waited_s=timeout_s
+            )
             return
         if self._stderr is not None:
             self._stderr.close()
