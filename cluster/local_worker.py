@@ -205,8 +205,8 @@ class LocalWorker:
         if not stdin.closed:
             with contextlib.suppress(OSError):  # it has ended already
                 stdin.write(STOP_LINE)
-                stdin.close()
-            with contextlib.suppress(OSError):
+                stdin.flush()
+            with contextlib.suppress(OSError):  # closed even when the flush fails
                 stdin.close()
         self._reader.join(timeout_s)
         if self._reader.is_alive():
