@@ -3,8 +3,9 @@
 Why: a local Ray takes 10-16 s to start on a 2-core machine (its GCS, raylet, dashboard and agents
 are processes that each import a large part of Ray), and its worker actors seconds more. A run
 whose first provider call waits for all of that spends most of a small run starting. So a local
-run plans its first stage and starts this worker *before* ``ray.init``, and the Ray actors join the
-same queue once they are up.
+run plans its first stage and starts this worker *before* ``ray.init`` (which stays on the driver's main
+thread: Ray's core worker kills the process at the first ``ray.put`` from the main thread after ``ray.init``
+ran in another one), and the Ray actors join the same queue once they are up.
 
 It is one more worker, not a shortcut: the same :class:`~punchline.workers.shard_worker.ShardProcessor`
 code path, claiming shards from the ledger's queue under leases with fencing tokens and committing
