@@ -409,7 +409,11 @@ class Coordinator:
             if self.ray_start is not None and not self.ray_start(not local_busy):
                 return _RayStarting()
             self.pool = WorkerPool(
-                self.worker_cfg, per_node=self.workers_per_node, cpus=self.worker_cpus, stage=stage, plan_bytes=plan_bytes
+                self.worker_cfg,
+                per_node=self.workers_per_node,
+                cpus=self.worker_cpus,
+                stage=stage,
+                plan_bytes=plan_bytes,
             )
         return self.pool
 

@@ -455,12 +455,11 @@ def run(
                     slog.info("stage_skipped", stage=stage.name, reason="manifest present")
                     record.artifacts += _manifest_artifacts(store, run_id, stage.name)
                     continue
-                if lazy_ray is not None and not lazy_ray.connected:
-                    # each stage begins with the driver's own worker while the local Ray starts; the coordinator
-                    # connects (on this, the main, thread: cluster/local_worker.py says why) and adds Ray's
-                    # workers once the head is up; a stage whose shards are all committed is reduced without Ray
-                    if coord.start_local(stage) == "working":
-                        marks.setdefault("local_worker_started", time.time())
+                # each stage begins with the driver's own worker while the local Ray starts; the coordinator
+                # connects (on this, the main, thread: cluster/local_worker.py says why) and adds Ray's
+                # workers once the head is up; a stage whose shards are all committed is reduced without Ray
+                if lazy_ray is not None and not lazy_ray.connected and coord.start_local(stage) == "working":
+                    marks.setdefault("local_worker_started", time.time())
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(

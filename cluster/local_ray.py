@@ -83,9 +83,7 @@ def ray_dir(runs_dir: str | os.PathLike[str]) -> Path:
 def head_key(settings: RaySettings, env: dict[str, str] | None = None) -> str:
     """Which head of the folder a driver uses: one per environment its workers would inherit and per sizing."""
     source = dict(os.environ if env is None else env)
-    kept = sorted(
-        (k, v) for k, v in source.items() if k not in VOLATILE_ENV and not k.startswith(VOLATILE_PREFIXES)
-    )
+    kept = sorted((k, v) for k, v in source.items() if k not in VOLATILE_ENV and not k.startswith(VOLATILE_PREFIXES))
     sizing = [sys.executable, settings.num_cpus, settings.object_store_bytes]
     return hashlib.sha256(json.dumps([kept, sizing]).encode()).hexdigest()[:16]
 
@@ -141,7 +139,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def session_processes(sid: int) -> list[int]:
-    """Every process of session ``sid`` (a head's: its GCS, raylet, agents and workers), from /proc."""
+    """Every live process of session ``sid`` (a head's: its GCS, raylet, agents and workers), from /proc."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -151,7 +149,7 @@ def session_processes(sid: int) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        if len(fields) > 3 and int(fields[3]) == sid:
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":  # a zombie has ended (its parent reaps it)
             found.append(int(entry.name))
     return found
 
@@ -246,8 +244,10 @@ class LocalRay:
         deadline = time.monotonic() + timeout_s
         while not self.ready():
             if time.monotonic() > deadline:
-                raise InfraError(f"the local Ray head ({self.folder}) did not start in {timeout_s:.0f} s: "
-                                 f"{self._log_tail() or 'no output'}")
+                raise InfraError(
+                    f"the local Ray head ({self.folder}) did not start in {timeout_s:.0f} s: "
+                    f"{self._log_tail() or 'no output'}"
+                )
             time.sleep(0.1)
         return self.address
 
