@@ -41,9 +41,9 @@ MEMBER = textwrap.dedent(
     from punchline.cluster.local_ray import LocalRay
     from punchline.cluster.ray_runtime import RaySettings
     head = LocalRay(sys.argv[1], RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)).join()
-    print(head.address, head.started, head.head.pid, flush=True)
+    print("@", head.address, head.started, head.head.pid, flush=True)
     head.wait()
-    print("ready", flush=True)
+    print("@ ready", flush=True)
     sys.stdin.read()
     head.leave()
     """
@@ -51,7 +51,8 @@ MEMBER = textwrap.dedent(
 
 
 STAND_IN_HEAD = (
-    "import subprocess, time; subprocess.Popen(['bash', '-c', 'exec -a ray::ShardWorker.work sleep 3']); time.sleep(600)"
+    "import subprocess, time; subprocess.Popen(['bash', '-c', 'exec -a ray::ShardWorker.work sleep 3']); "
+    "time.sleep(600)"
 )
 
 
@@ -65,15 +66,23 @@ def _member(runs: Path) -> subprocess.Popen[str]:
     )
 
 
-def _said(proc: subprocess.Popen[str]) -> tuple[str, bool, int]:
+def _line(proc: subprocess.Popen[str]) -> list[str]:
+    """The member's next own line (its log lines go to the same stdout)."""
     assert proc.stdout is not None
-    address, started, pid = proc.stdout.readline().split()
+    while True:
+        line = proc.stdout.readline()
+        assert line, "the member ended early"
+        if line.startswith("@ "):
+            return line.split()[1:]
+
+
+def _said(proc: subprocess.Popen[str]) -> tuple[str, bool, int]:
+    address, started, pid = _line(proc)
     return address, started == "True", int(pid)
 
 
 def _wait_ready(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
+    assert _line(proc) == ["ready"]
 
 
 def _head_gone(pid: int, timeout_s: float = 180.0) -> None:
