@@ -307,6 +307,7 @@ class _LazyRay:
         if not wait and not self.head.ready():
             return False
         address = self.head.wait()
+        self.head.auth_for_join()
         ensure_ray(msgspec.structs.replace(self.settings, address=address))  # joined, never owned: no shutdown
         self.connected = True
         self.on_connect()

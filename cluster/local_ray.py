@@ -62,6 +62,7 @@ STOP_WAIT_S = 60.0  # SIGTERM, then this long for the head's processes to end, t
 START_TIMEOUT_S = 300.0  # a loaded 2-core machine took 45 s; a driver that needs Ray gives up after this
 DRAIN_MAX_S = 900.0  # a killed driver's workers past this are stuck, not draining: the head is stopped anyway
 WORKER_TITLE = "ray::ShardWorker"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's token auth: on for our heads unless the user set it
 # variables that differ between two shells (or a make and a shell) without changing what a worker sees
 VOLATILE_ENV = ("PWD", "OLDPWD", "SHLVL", "_", "PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "TERM", "PS1")
 VOLATILE_PREFIXES = ("MAKE", "MFLAGS", "SSH_", "TMUX", "TERM_", "WINDOWID", "DISPLAY")
@@ -83,6 +84,7 @@ def ray_dir(runs_dir: str | os.PathLike[str]) -> Path:
 def head_key(settings: RaySettings, env: dict[str, str] | None = None) -> str:
     """Which head of the folder a driver uses: one per environment its workers would inherit and per sizing."""
     source = dict(os.environ if env is None else env)
+    source.setdefault(AUTH_MODE_ENV, "token")  # what the head runs with (and a joining driver sets)
     kept = sorted((k, v) for k, v in source.items() if k not in VOLATILE_ENV and not k.startswith(VOLATILE_PREFIXES))
     sizing = [sys.executable, settings.num_cpus, settings.object_store_bytes]
     return hashlib.sha256(json.dumps([kept, sizing]).encode()).hexdigest()[:16]
@@ -206,6 +208,7 @@ class LocalRay:
         argv = head_command(self.settings)
         env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's switch: bind the loopback, not every interface
+        env.setdefault(AUTH_MODE_ENV, "token")  # as ray.init does for a local Ray (a token made if none exists)
         env.pop("RAY_ADDRESS", None)
         fd = open_private(self.folder / "head.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
@@ -227,6 +230,11 @@ class LocalRay:
         _write_private(self.folder / "head.json", msgspec.json.encode(head).decode())
         log.info("local_ray_starting", address=head.address, pid=head.pid)
         return head
+
+    def auth_for_join(self) -> None:
+        """Make this process present the token the head asks for, as ``ray.init`` does for a local Ray it
+        starts (it sets the same variable in its own process); a mode the user chose stays."""
+        os.environ.setdefault(AUTH_MODE_ENV, "token")
 
     def _log_tail(self, lines: int = 3) -> str:
         text = read_private(self.folder / "head.log") or ""
@@ -284,8 +292,10 @@ def spawn_keeper(folder: Path) -> None:
     with _flock(folder / "keeper.lock", blocking=False) as free:
         if not free:
             return
+    head = read_head(folder)
+    argv = [str(folder), str(LOCAL_RAY_LINGER_S.get()), str(head.pid if head is not None else 0)]
     subprocess.Popen(
-        [sys.executable, "-m", "punchline.cluster.local_ray", str(folder), str(LOCAL_RAY_LINGER_S.get())],
+        [sys.executable, "-m", "punchline.cluster.local_ray", *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -306,12 +316,14 @@ def stop_head(sid: int, wait_s: float = STOP_WAIT_S) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def keep(folder: Path, linger_s: float) -> int:
+def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
     """The keeper's loop: stop the head once no live driver and no shard worker has been there for
-    ``linger_s``; exit when the head is gone."""
+    ``linger_s``; exit when the head is gone. ``head_pid``: the head the spawning driver saw, stopped
+    if the folder is deleted under it (``rm -rf runs``)."""
     try:
         fd = open_private(folder / "keeper.lock", os.O_RDWR | os.O_CREAT)
     except (OSError, LedgerUnavailable):
+        _stop_orphan(head_pid)
         return 0
     try:
         try:
@@ -324,9 +336,12 @@ def keep(folder: Path, linger_s: float) -> int:
             head = read_head(folder)
             if head is None:
                 _stop_leftovers(folder)
+                if not folder.exists():
+                    _stop_orphan(head_pid)
                 return 0
+            head_pid = head.pid
             stop = False
-            with _flock(folder / "join.lock", blocking=False) as free:
+            with contextlib.suppress(OSError), _flock(folder / "join.lock", blocking=False) as free:  # OSError: rm -rf
                 if free:
                     now = time.monotonic()
                     drivers = bool(live_clients(folder))
@@ -349,6 +364,13 @@ def keep(folder: Path, linger_s: float) -> int:
             os.close(fd)
 
 
+def _stop_orphan(pid: int) -> None:
+    """Stop the head whose folder is gone, if ``pid`` is still a ``ray start --head`` in a session of its own."""
+    cmdline = _cmdline(pid) if pid else []
+    if "--head" in cmdline and "--block" in cmdline and session_processes(pid):
+        stop_head(pid)
+
+
 def _stop_leftovers(folder: Path) -> None:
     """The head recorded in ``folder`` died on its own (its --block process killed): stop what is left of it."""
     raw = read_private(folder / "head.json")
@@ -362,4 +384,4 @@ def _stop_leftovers(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(keep(Path(sys.argv[1]), float(sys.argv[2])))
+    sys.exit(keep(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0))

@@ -125,6 +125,19 @@ def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(
         head.wait()
 
 
+def test_a_head_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
+    head = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "--head", "--block"], start_new_session=True
+    )
+    try:
+        wait_for(lambda: session_processes(head.pid) == [head.pid], timeout_s=30)
+        assert keep(tmp_path / "gone", linger_s=0.2, head_pid=head.pid) == 0  # `rm -rf runs` under a running head
+        assert head.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        head.kill()
+        head.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("linger", [30.0], indirect=True)  # longer than a resume takes to arrive
 def test_head_outlives_a_killed_driver_is_adopted_and_stopped_once_no_driver_is_left(
