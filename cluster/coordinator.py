@@ -189,6 +189,7 @@ class _RayStarting:
 
     slots: dict[tuple[str, int], _Slot] = {}
     deaths_since_progress = 0
+    last_death = ""
 
     def reconcile(self) -> None:
         pass
