@@ -369,7 +369,8 @@ def run(
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
     local = ray_settings.is_local
     # the driver works shards itself while the local Ray starts (not when this process has one already:
-    # there is no start to overlap); the head starts now, beside the ledger and the plan, never waited for
+    # there is no start to overlap); the runs folder's head is found now (a resume's, the last run's) or
+    # started once the driver's own worker is ready, and never waited for (cluster/local_ray.py)
     local_first = local and not ray_running()
     with (
         _local_ray(opts.runs_dir, ray_settings, local_first) as head,

@@ -10,7 +10,9 @@ So the default local Ray belongs to the runs folder (``runs/_ray/<env>/``), like
 
 * the first driver that needs it starts ``ray start --head --block`` (loopback only, no dashboard,
   sized by :class:`RaySettings`) as a process in its own session, so a ``kill -9`` of the driver does
-  not reach it; it does not wait for it (:meth:`LocalRay.ready` says when it is up);
+  not reach it. It starts it once its own worker is ready to call (:meth:`LocalRay.start`, from the first
+  :meth:`LocalRay.ready`), not at once: on two cores the head's half-dozen processes importing Ray would
+  otherwise share the CPU with the driver's imports and delay the first call; and it never waits for it;
 * later drivers (a resume, a second ``make run``, an overlapping run) find it through ``head.json`` and
   join it with ``ray.init(address=...)``; every driver registers itself in ``clients/`` and touches its
   file every ``HEARTBEAT_S`` while it runs;
@@ -171,7 +173,7 @@ class LocalRay:
     def __init__(self, runs_dir: str | os.PathLike[str], settings: RaySettings) -> None:
         self.settings = settings
         self.folder = ray_dir(runs_dir) / head_key(settings)
-        self.head: HeadRecord | None = None
+        self.head: HeadRecord | None = None  # None until found (join) or started (start)
         self.started = False  # whether this driver started the head
         self._client_file: Path | None = None
         self._stop = threading.Event()
@@ -179,7 +181,7 @@ class LocalRay:
 
     @property
     def address(self) -> str:
-        assert self.head is not None, "join() first"
+        assert self.head is not None, "start() first"
         return self.head.address
 
     def _register(self) -> None:
@@ -189,20 +191,30 @@ class LocalRay:
         _write_private(self._client_file, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
 
     def join(self) -> LocalRay:
+        """Register, and find the folder's head if one runs (a resume, the next run); never starts one."""
         _private_dir(self.folder.parent)
         _private_dir(self.folder)
         _private_dir(self.folder / "clients")
         with _flock(self.folder / "join.lock"):
             self._register()
             self.head = read_head(self.folder)
+        if self.head is not None:
+            spawn_keeper(self.folder)
+            log.info("local_ray_joined", address=self.head.address, folder=str(self.folder))
+        self._heartbeat = threading.Thread(target=self._beat, name="local-ray-heartbeat", daemon=True)
+        self._heartbeat.start()
+        return self
+
+    def start(self) -> None:
+        """Start the folder's head unless one runs; never waits for it to be up."""
+        if self.head is not None:
+            return
+        with _flock(self.folder / "join.lock"):
+            self.head = read_head(self.folder)  # another driver may have started one meanwhile
             if self.head is None:
                 self.head = self._start_head()
                 self.started = True
         spawn_keeper(self.folder)
-        self._heartbeat = threading.Thread(target=self._beat, name="local-ray-heartbeat", daemon=True)
-        self._heartbeat.start()
-        log.info("local_ray_joined", address=self.head.address, started=self.started, folder=str(self.folder))
-        return self
 
     def _start_head(self) -> HeadRecord:
         argv = head_command(self.settings)
@@ -241,8 +253,10 @@ class LocalRay:
         return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
 
     def ready(self) -> bool:
-        """The head is up (never waits); raises InfraError when it died before or after coming up."""
-        assert self.head is not None, "join() first"
+        """The head is up (never waits; starts it if none runs); InfraError when it died before or after
+        coming up."""
+        self.start()
+        assert self.head is not None
         if not _pid_alive(self.head.pid) or not _is_head(self.head):
             raise InfraError(f"the local Ray head ({self.folder}) ended: {self._log_tail() or 'no output'}")
         return READY_TEXT in (read_private(self.folder / "head.log") or "")
@@ -267,7 +281,8 @@ class LocalRay:
                         self._register()  # pruned while this driver was paused
                 elif self._client_file is not None:
                     os.utime(self._client_file, follow_symlinks=False)
-                spawn_keeper(self.folder)  # a killed keeper is replaced: the head is never left without one
+                if self.head is not None:  # a killed keeper is replaced: the head is never left without one
+                    spawn_keeper(self.folder)
             except Exception as exc:  # a vanished folder must not kill the heartbeat quietly
                 log.warning("local_ray_heartbeat_error", error=f"{type(exc).__name__}: {exc}")
 

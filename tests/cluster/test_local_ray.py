@@ -41,6 +41,7 @@ MEMBER = textwrap.dedent(
     from punchline.cluster.local_ray import LocalRay
     from punchline.cluster.ray_runtime import RaySettings
     head = LocalRay(sys.argv[1], RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)).join()
+    head.start()
     print("@", head.address, head.started, head.head.pid, flush=True)
     head.wait()
     print("@ ready", flush=True)
