@@ -460,8 +460,10 @@ def run(
                 # each stage begins with the driver's own worker while the local Ray starts; the coordinator
                 # connects (on this, the main, thread: cluster/local_worker.py says why) and adds Ray's
                 # workers once the head is up; a stage whose shards are all committed is reduced without Ray
-                if lazy_ray is not None and not lazy_ray.connected and coord.start_local(stage) == "working":
-                    marks.setdefault("local_worker_started", time.time())
+                working = lazy_ray is not None and not lazy_ray.connected and coord.start_local(stage) == "working"
+                if working and "local_worker_started" not in marks:  # the phases so far: Ray comes later, or never
+                    marks["local_worker_started"] = time.time()
+                    slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(
@@ -471,8 +473,6 @@ def run(
                 if failures:
                     record.failures[stage.name] = failures
                 _snapshot(store, run_dir, record)
-            if lazy_ray is not None and not lazy_ray.connected:  # the run never needed the local Ray
-                slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
             record.state = "finished" if not record.failures else "failed"
         except BaseException as exc:
             record.state = "budget" if isinstance(exc, BudgetExceeded) else "failed"
