@@ -61,7 +61,7 @@ PHASES = (  # the driver's `start_phases` event, in the order they happen
     ("providers_checked", "simulator started, providers checked (their SDKs loaded)"),
     ("ledger_up", "ledger (embedded Redis), run claim, store guard"),
     ("local_worker_started", "first stage planned and queued, the driver's own worker started"),
-    ("ray_up", "local Ray joined (its head up, ray.init on the main thread; '-': not yet)"),
+    ("ray_up", "local Ray joined (head up, ray.init on the main thread; - : not yet)"),
 )
 
 
