@@ -135,6 +135,16 @@ def _is_head(head: HeadRecord) -> bool:
     return "--head" in cmdline and f"--port={head.address.rsplit(':', 1)[1]}" in cmdline
 
 
+def _runs_in(pid: int, folder: Path) -> bool:
+    """Whether ``pid`` works in ``folder`` (a head's cwd is its folder, kept after the folder is deleted):
+    pids are reused within minutes on a busy machine, so a pid alone never names a head."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    return cwd.removesuffix(" (deleted)") == str(folder)
+
+
 def _cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
@@ -176,6 +186,7 @@ class LocalRay:
         self.head: HeadRecord | None = None  # None until found (join) or started (start)
         self.started = False  # whether this driver started the head
         self._client_file: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None  # the head, when this driver started it
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -224,7 +235,7 @@ class LocalRay:
         env.pop("RAY_ADDRESS", None)
         fd = open_private(self.folder / "head.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            proc = subprocess.Popen(
+            self._proc = proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
@@ -257,7 +268,8 @@ class LocalRay:
         coming up."""
         self.start()
         assert self.head is not None
-        if not _pid_alive(self.head.pid) or not _is_head(self.head):
+        ended = self._proc.poll() is not None if self._proc is not None else not _is_head(self.head)
+        if ended:
             raise InfraError(f"the local Ray head ({self.folder}) ended: {self._log_tail() or 'no output'}")
         return READY_TEXT in (read_private(self.folder / "head.log") or "")
 
@@ -338,7 +350,7 @@ def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
     try:
         fd = open_private(folder / "keeper.lock", os.O_RDWR | os.O_CREAT)
     except (OSError, LedgerUnavailable):
-        _stop_orphan(head_pid)
+        _stop_orphan(head_pid, folder)
         return 0
     try:
         try:
@@ -352,7 +364,7 @@ def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
             if head is None:
                 _stop_leftovers(folder)
                 if not folder.exists():
-                    _stop_orphan(head_pid)
+                    _stop_orphan(head_pid, folder)
                 return 0
             head_pid = head.pid
             stop = False
@@ -379,10 +391,11 @@ def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
             os.close(fd)
 
 
-def _stop_orphan(pid: int) -> None:
-    """Stop the head whose folder is gone, if ``pid`` is still a ``ray start --head`` in a session of its own."""
+def _stop_orphan(pid: int, folder: Path) -> None:
+    """Stop the head whose folder is gone, if ``pid`` is still that head (a ``ray start --head`` working in
+    that folder, in a session of its own), never a process that reused the pid."""
     cmdline = _cmdline(pid) if pid else []
-    if "--head" in cmdline and "--block" in cmdline and session_processes(pid):
+    if "--head" in cmdline and "--block" in cmdline and _runs_in(pid, folder) and session_processes(pid):
         stop_head(pid)
 
 

@@ -127,16 +127,23 @@ def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(
 
 
 def test_a_head_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
-    head = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)", "--head", "--block"], start_new_session=True
-    )
+    folder, other = tmp_path / "gone", tmp_path / "other"
+    folder.mkdir()
+    other.mkdir()
+    argv = [sys.executable, "-c", "import time; time.sleep(600)", "--head", "--block"]
+    head = subprocess.Popen(argv, start_new_session=True, cwd=folder)
+    elsewhere = subprocess.Popen(argv, start_new_session=True, cwd=other)  # as if it had reused the pid
     try:
         wait_for(lambda: session_processes(head.pid) == [head.pid], timeout_s=30)
-        assert keep(tmp_path / "gone", linger_s=0.2, head_pid=head.pid) == 0  # `rm -rf runs` under a running head
+        folder.rmdir()  # `rm -rf runs` under a running head
+        assert keep(other / "x", linger_s=0.2, head_pid=elsewhere.pid) == 0
+        assert elsewhere.poll() is None, "the keeper stopped a head that works in another folder"
+        assert keep(folder, linger_s=0.2, head_pid=head.pid) == 0
         assert head.wait(timeout=60) == -signal.SIGTERM
     finally:
-        head.kill()
-        head.wait()
+        for proc in (head, elsewhere):
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.slow
