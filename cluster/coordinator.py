@@ -52,6 +52,9 @@ LocalStart = Literal["working", "complete", "needs_ray"]  # what Coordinator.sta
 # Called with wait=False while the driver's own worker has the stage in hand (never blocks then), with
 # wait=True when nothing else can work the stage's missing shards.
 RayStart = Callable[[bool], bool]
+# while Ray is not joined yet: the driver's own worker finishes a stage alone when it would take less than this
+# (joining Ray and starting its workers costs about as much CPU on a small machine: a cached rerun is faster alone)
+LOCAL_ALONE_S = 10.0
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
 
 
@@ -182,6 +185,14 @@ class WorkerPool:
                 with contextlib.suppress(Exception):  # already gone
                     self.ray.kill(slot.actor, no_restart=True)
         self.slots.clear()
+
+
+def _time_left(counters: StageCounters, done_at_start: int, elapsed_s: float) -> float | None:
+    """How long the stage's missing shards take at the pace seen since ``elapsed_s`` ago (None: too soon to say)."""
+    if elapsed_s < 1.0:
+        return None
+    pace = (counters.shards_done - done_at_start) / elapsed_s
+    return (counters.shards_total - counters.shards_done) / pace if pace > 0 else float("inf")
 
 
 class _RayStarting:
@@ -402,11 +413,14 @@ class Coordinator:
             self.progress(stage, patiently(self.ledger.counters, run_id, stage))
         return self._results(plan, first_ids)
 
-    def _pool_now(self, stage: str, plan_bytes: bytes) -> WorkerPool | _RayStarting:
-        """The Ray workers' pool, started once Ray is up; waits for Ray only when the driver's own worker
-        is not (or no longer) working this stage."""
+    def _pool_now(self, stage: str, plan_bytes: bytes, alone_s: float | None = None) -> WorkerPool | _RayStarting:
+        """The Ray workers' pool, started once Ray is up and the stage has work the driver's own worker cannot
+        finish alone soon (``alone_s``: how long it would take, None while its pace is not known yet); waits
+        for Ray only when that worker is not (or no longer) working this stage."""
         if self.pool is None:
             local_busy = self.local is not None and self.local.stage == stage and self.local.running()
+            if local_busy and (alone_s is None or alone_s < LOCAL_ALONE_S):
+                return _RayStarting()  # joining Ray and starting its workers would cost more CPU than it saves
             if self.ray_start is not None and not self.ray_start(not local_busy):
                 return _RayStarting()
             self.pool = WorkerPool(
@@ -425,6 +439,7 @@ class Coordinator:
         shards_done = -1
         # while Ray starts the first poll goes to the driver's own worker: it may have finished the stage
         pool = self._pool_now(stage, plan_bytes) if self.ray_start is None else self.pool or _RayStarting()
+        began, done_at_start = time.monotonic(), -1  # the driver's own worker's pace on this stage, while alone
         while True:
             if not budget_hit:
                 pool.reconcile()
@@ -475,7 +490,8 @@ class Coordinator:
             if not budget_hit:
                 pool.resume_idle()
             if self.pool is None:  # Ray's workers join when it is up (this stage's local worker works on)
-                pool = self._pool_now(stage, plan_bytes)
+                done_at_start = counters.shards_done if done_at_start < 0 else done_at_start
+                pool = self._pool_now(stage, plan_bytes, _time_left(counters, done_at_start, now - began))
 
     def _results(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
         decoder = msgspec.msgpack.Decoder(ShardOutput)

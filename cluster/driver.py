@@ -464,6 +464,8 @@ def run(
                 if working and "local_worker_started" not in marks:  # the phases so far: Ray comes later, or never
                     marks["local_worker_started"] = time.time()
                     slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
+                    assert lazy_ray is not None  # (working implies it)
+                    lazy_ray.head.start()  # the runs folder's head, now that the driver's worker calls; never waited for
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(
