@@ -465,7 +465,7 @@ def run(
                     marks["local_worker_started"] = time.time()
                     slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
                     assert lazy_ray is not None  # (working implies it)
-                    lazy_ray.head.start()  # the runs folder's head, now that the driver's worker calls; never waited for
+                    lazy_ray.head.start()  # the folder's head, now that the driver's worker calls; never waited for
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(
