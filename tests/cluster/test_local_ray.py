@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from punchline.cluster.coordinator import LOCAL_ALONE_S, _time_left
 from punchline.cluster.local_ray import (
     HeadRecord,
     LocalRay,
@@ -28,6 +29,7 @@ from punchline.cluster.local_ray import (
     session_processes,
 )
 from punchline.cluster.ray_runtime import RaySettings
+from punchline.schedulers.ledger import StageCounters
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
 from tests.cluster.test_faults import ROOT, wait_for
@@ -124,6 +126,14 @@ def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(
     finally:
         head.kill()
         head.wait()
+
+
+def test_ray_is_joined_only_for_a_stage_the_drivers_worker_cannot_finish_alone_soon() -> None:
+    progress = StageCounters(shards_total=100, shards_done=30)
+    assert _time_left(progress, done_at_start=10, elapsed_s=0.5) is None  # too soon to know its pace
+    assert _time_left(progress, done_at_start=10, elapsed_s=2.0) == 7.0  # 10 shards/s, 70 left
+    assert _time_left(progress, done_at_start=30, elapsed_s=5.0) == float("inf")  # no shard done yet
+    assert _time_left(progress, done_at_start=10, elapsed_s=20.0) > LOCAL_ALONE_S  # 1 shard/s: Ray joins
 
 
 def test_a_head_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
