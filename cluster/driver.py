@@ -33,7 +33,14 @@ from punchline.cluster.local_ledger import LocalLedger
 from punchline.cluster.local_ray import LocalRay
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.preflight import check_provider, check_redis, read_store
-from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray, ray_running
+from punchline.cluster.ray_runtime import (
+    RaySettings,
+    check_address,
+    driver_node_ip,
+    ensure_ray,
+    ray_running,
+    shutdown_ray,
+)
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.run_claim import RunClaim
@@ -313,6 +320,13 @@ class _LazyRay:
         self.on_connect()
         return True
 
+    def close(self) -> None:
+        """Disconnect (never a shutdown of the head: the keeper stops it after the linger), so that a process
+        that runs again (a notebook's ``punchline.run``) joins the head then up instead of a stopped one."""
+        if self.connected:
+            self.connected = False
+            shutdown_ray()
+
 
 @contextlib.contextmanager
 def _local_ray(runs_dir: str, settings: RaySettings, wanted: bool) -> Iterator[LocalRay | None]:
@@ -496,6 +510,8 @@ def run(
                 _snapshot(store, run_dir, record)
             slog.info("run_end", state=record.state)
             shipper.close()
+            if lazy_ray is not None:
+                lazy_ray.close()
     return record
 
 
