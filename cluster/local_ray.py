@@ -256,8 +256,15 @@ class LocalRay:
 
     def auth_for_join(self) -> None:
         """Make this process present the token the head asks for, as ``ray.init`` does for a local Ray it
-        starts (it sets the same variable in its own process); a mode the user chose stays."""
-        os.environ.setdefault(AUTH_MODE_ENV, "token")
+        starts (it sets the same variable in its own process, then refreshes the configuration Ray read at
+        import: a notebook may have imported Ray before); a mode the user chose stays."""
+        if os.environ.get(AUTH_MODE_ENV):
+            return
+        os.environ[AUTH_MODE_ENV] = "token"
+        if "ray" in sys.modules:
+            from ray._raylet import Config  # type: ignore[attr-defined]  # lazy: Ray, imported already
+
+            Config.initialize("")
 
     def _log_tail(self, lines: int = 3) -> str:
         text = read_private(self.folder / "head.log") or ""
