@@ -180,6 +180,36 @@ def test_head_outlives_a_killed_driver_is_adopted_and_stopped_once_no_driver_is_
     assert read_head(resume.folder) is None and not (resume.folder / "head.json").exists()
 
 
+# a notebook: Ray imported first, then a run joins the folder's head (token auth on) and leaves it at its end
+NOTEBOOK = textwrap.dedent(
+    """
+    import sys
+    import ray
+    from punchline.cluster.driver import _LazyRay
+    from punchline.cluster.local_ray import LocalRay
+    from punchline.cluster.ray_runtime import RaySettings
+    settings = RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)
+    with LocalRay(sys.argv[1], settings) as head:
+        lazy = _LazyRay(head, settings, lambda: None)
+        assert lazy(True) and ray.is_initialized()
+        assert ray.get(ray.remote(lambda: 42).remote()) == 42
+        lazy.close()
+        print("@", ray.is_initialized(), head.head.pid, flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_process_that_imported_ray_joins_the_head_and_leaves_it(tmp_path: Path, linger: float) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NOTEBOOK, str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = next(ln.split()[1:] for ln in done.stdout.splitlines() if ln.startswith("@ "))
+    assert said[0] == "False"  # disconnected: a next run in that process joins whatever head is up then
+    _head_gone(int(said[1]))
+
+
 @pytest.mark.slow
 def test_two_drivers_on_one_folder_share_one_head(tmp_path: Path, linger: float) -> None:
     runs = tmp_path / "runs"
