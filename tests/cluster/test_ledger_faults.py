@@ -170,7 +170,12 @@ def test_keeper_killed_then_driver_killed_leaves_no_server(tmp_path: Path) -> No
         wait_for(lambda: len(_keepers(folder)) == 1)
         first = _keepers(folder)[0]
         os.kill(first, signal.SIGKILL)
-        wait_for(lambda: bool(_keepers(folder)) and _keepers(folder)[0] != first, timeout_s=20)
+
+        def replaced() -> bool:
+            keepers = _keepers(folder)  # read once: the list can change between two reads
+            return bool(keepers) and keepers[0] != first
+
+        wait_for(replaced, timeout_s=20)
     finally:
         driver.kill()
         driver.wait()
