@@ -387,10 +387,12 @@ def run(
     # started once the driver's own worker is ready, and never waited for (cluster/local_ray.py)
     local_first = local and not ray_running()
     with (
-        _local_ray(opts.runs_dir, ray_settings, local_first) as head,
+        # the services first: their checks (the ledger's URL, the providers' keys) refuse before anything is
+        # written, the folder's Ray head included
         _services(
             cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host, marks=marks
         ) as (sim_url, conn),
+        _local_ray(opts.runs_dir, ray_settings, local_first) as head,
     ):
         run_dir.mkdir(parents=True, exist_ok=True)
         configure_logging(run_dir, console=opts.verbose)
