@@ -118,6 +118,7 @@ def test_it_works_a_queued_stage_to_the_end(
     assert Ledger(redis_client).counters(plan.run_id, "s").shards_done == plan.shards_total
 
 
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
 def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
     tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
 ) -> None:
@@ -186,6 +187,7 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
 def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exits(
     tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
 ) -> None:
@@ -236,6 +238,7 @@ def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exi
     assert fake.stats().total_calls == 40 and set(fake.stats().calls.values()) == {1}  # nothing paid twice
 
 
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
 def test_a_worker_that_cannot_start_reports_nothing_and_the_stage_goes_on(
     tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
