@@ -63,7 +63,7 @@ PHASES = (  # the driver's `start_phases` event, in the order they happen
     ("providers_checked", "simulator started, providers checked (over HTTP)"),
     ("ledger_up", "ledger (embedded Redis), run claim, store guard"),
     ("local_worker_started", "first stage planned and queued, the driver's own worker started"),
-    ("ray_up", "local Ray started (ray.init, on the main thread)"),
+    ("ray_up", "local Ray joined (head up, ray.init on the main thread; - : not yet)"),
 )
 
 
@@ -84,14 +84,18 @@ def _pointed_config(config: Path, runs: Path, fake: FakeProviderServer, lease_ms
 
 
 def _start_phases(runs: Path, started_unix: float, wait_s: float) -> dict[str, float]:
-    """Seconds from ``started_unix`` to each phase of the run's ``start_phases`` log event ({} if none)."""
+    """Seconds from ``started_unix`` to each phase of the run's latest ``start_phases`` log event ({} if
+    none): the driver logs one when its own worker starts and one more when it joins the local Ray."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
+        found: dict[str, float] = {}
         for log in runs.glob("*/log.jsonl"):
             for line in log.read_text().splitlines():
                 event = json.loads(line) if '"start_phases"' in line else None
                 if event is not None and event.get("event") == "start_phases" and event["driver_start"] >= started_unix:
-                    return {k: event[k] - started_unix for k, _ in PHASES if k in event}
+                    found = {k: event[k] - started_unix for k, _ in PHASES if k in event}
+        if found:
+            return found
         time.sleep(0.1)
     return {}
 

@@ -48,6 +48,13 @@ log = structlog.get_logger("punchline.coordinator")
 
 ProgressFn = Callable[[str, StageCounters], None]
 LocalStart = Literal["working", "complete", "needs_ray"]  # what Coordinator.start_local did
+# Connects this process to Ray once Ray is up (on the calling, the main, thread): True when connected.
+# Called with wait=False while the driver's own worker has the stage in hand (never blocks then), with
+# wait=True when nothing else can work the stage's missing shards.
+RayStart = Callable[[bool], bool]
+# while Ray is not joined yet: the driver's own worker finishes a stage alone when it would take less than this
+# (joining Ray and starting its workers costs about as much CPU on a small machine: a cached rerun is faster alone)
+LOCAL_ALONE_S = 10.0
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
 
 
@@ -180,6 +187,38 @@ class WorkerPool:
         self.slots.clear()
 
 
+def _time_left(counters: StageCounters, done_at_start: int, elapsed_s: float) -> float | None:
+    """How long the stage's missing shards take at the pace seen since ``elapsed_s`` ago (None: too soon to say)."""
+    if elapsed_s < 1.0:
+        return None
+    pace = (counters.shards_done - done_at_start) / elapsed_s
+    return (counters.shards_total - counters.shards_done) / pace if pace > 0 else float("inf")
+
+
+class _RayStarting:
+    """The pool's place while Ray starts: no workers; the driver's own worker has the stage."""
+
+    slots: dict[tuple[str, int], _Slot] = {}
+    deaths_since_progress = 0
+    last_death = ""
+
+    def reconcile(self) -> None:
+        pass
+
+    def poll(self, timeout_s: float) -> list[WorkerReport]:
+        time.sleep(timeout_s)
+        return []
+
+    def every_node_excluded(self) -> str | None:
+        return None
+
+    def busy(self) -> int:
+        return 0
+
+    def resume_idle(self) -> None:
+        pass
+
+
 class Coordinator:
     def __init__(
         self,
@@ -196,6 +235,7 @@ class Coordinator:
         max_deaths_without_progress: int = 8,
         autoscaler: Autoscaler | None = None,
         local_first: bool = False,
+        ray_start: RayStart | None = None,
     ) -> None:
         self.ctx = ctx
         self.store: Store = ctx.store
@@ -215,6 +255,7 @@ class Coordinator:
         # reported, so neither Ray's start nor its workers' start is waited for (a local run)
         self.local_first = local_first
         self.local: LocalWorker | None = None  # the driver's own worker on the current stage
+        self.ray_start = ray_start  # None: this process is connected to Ray already
         self._pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
         self._prepared: dict[str, tuple[StagePlan, list[str]]] = {}  # stages planned and queued by start_local
         self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
@@ -361,18 +402,10 @@ class Coordinator:
             if not queued:
                 self._init(plan, missing)
             plan_bytes = msgspec.msgpack.encode(plan)  # by value: it must outlive a killed driver
-            if self.pool is None:  # workers outlive a stage: starting Ray worker processes costs seconds
-                self.pool = WorkerPool(
-                    self.worker_cfg,
-                    per_node=self.workers_per_node,
-                    cpus=self.worker_cpus,
-                    stage=stage,
-                    plan_bytes=plan_bytes,
-                )
-            else:
+            if self.pool is not None:  # workers outlive a stage: starting Ray worker processes costs seconds
                 self.pool.switch(stage, plan_bytes)
             try:
-                self._drive(plan, self.pool)
+                self._drive(plan, plan_bytes)
             except BaseException:
                 self.close()
                 raise
@@ -380,11 +413,33 @@ class Coordinator:
             self.progress(stage, patiently(self.ledger.counters, run_id, stage))
         return self._results(plan, first_ids)
 
-    def _drive(self, plan: StagePlan, pool: WorkerPool) -> None:
+    def _pool_now(self, stage: str, plan_bytes: bytes, alone_s: float | None = None) -> WorkerPool | _RayStarting:
+        """The Ray workers' pool, started once Ray is up and the stage has work the driver's own worker cannot
+        finish alone soon (``alone_s``: how long it would take, None while its pace is not known yet); waits
+        for Ray only when that worker is not (or no longer) working this stage."""
+        if self.pool is None:
+            local_busy = self.local is not None and self.local.stage == stage and self.local.running()
+            if local_busy and (alone_s is None or alone_s < LOCAL_ALONE_S):
+                return _RayStarting()  # joining Ray and starting its workers would cost more CPU than it saves
+            if self.ray_start is not None and not self.ray_start(not local_busy):
+                return _RayStarting()
+            self.pool = WorkerPool(
+                self.worker_cfg,
+                per_node=self.workers_per_node,
+                cpus=self.worker_cpus,
+                stage=stage,
+                plan_bytes=plan_bytes,
+            )
+        return self.pool
+
+    def _drive(self, plan: StagePlan, plan_bytes: bytes) -> None:
         run_id, stage = self.ctx.run_id, plan.stage
         budget_hit = False
         last_check = 0.0
         shards_done = -1
+        # while Ray starts the first poll goes to the driver's own worker: it may have finished the stage
+        pool = self._pool_now(stage, plan_bytes) if self.ray_start is None else self.pool or _RayStarting()
+        began, done_at_start = time.monotonic(), -1  # the driver's own worker's pace on this stage, while alone
         while True:
             if not budget_hit:
                 pool.reconcile()
@@ -395,7 +450,7 @@ class Coordinator:
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)
-            if self.autoscaler is not None:
+            if self.autoscaler is not None and self.pool is not None:
                 self.autoscaler.update(
                     pending_shards=counters.shards_total - counters.shards_done, live_workers=len(pool.slots)
                 )
@@ -434,6 +489,9 @@ class Coordinator:
                 )
             if not budget_hit:
                 pool.resume_idle()
+            if self.pool is None:  # Ray's workers join when it is up (this stage's local worker works on)
+                done_at_start = counters.shards_done if done_at_start < 0 else done_at_start
+                pool = self._pool_now(stage, plan_bytes, _time_left(counters, done_at_start, now - began))
 
     def _results(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
         decoder = msgspec.msgpack.Decoder(ShardOutput)

@@ -17,7 +17,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -30,9 +30,17 @@ from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import SIMULATED, RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.local_ledger import LocalLedger
+from punchline.cluster.local_ray import LocalRay
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.preflight import check_provider, check_redis, read_store
-from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ensure_ray, ray_running
+from punchline.cluster.ray_runtime import (
+    RaySettings,
+    check_address,
+    driver_node_ip,
+    ensure_ray,
+    ray_running,
+    shutdown_ray,
+)
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.run_claim import RunClaim
@@ -290,6 +298,46 @@ def _services(
             yield sim_url, conn
 
 
+class _LazyRay:
+    """Connects the driver to the runs folder's local Ray head once it is up (``Coordinator.ray_start``):
+    ``ray.init`` stays on the main thread, and a run that finishes before the head is up never waits for it."""
+
+    def __init__(self, head: LocalRay, settings: RaySettings, on_connect: Callable[[], None]) -> None:
+        self.head = head
+        self.settings = settings
+        self.on_connect = on_connect
+        self.connected = False
+
+    def __call__(self, wait: bool) -> bool:
+        if self.connected:
+            return True
+        if not wait and not self.head.ready():
+            return False
+        address = self.head.wait()
+        self.head.auth_for_join()
+        ensure_ray(msgspec.structs.replace(self.settings, address=address))  # joined, never owned: no shutdown
+        self.connected = True
+        self.on_connect()
+        return True
+
+    def close(self) -> None:
+        """Disconnect (never a shutdown of the head: the keeper stops it after the linger), so that a process
+        that runs again (a notebook's ``punchline.run``) joins the head then up instead of a stopped one."""
+        if self.connected:
+            self.connected = False
+            shutdown_ray()
+
+
+@contextlib.contextmanager
+def _local_ray(runs_dir: str, settings: RaySettings, wanted: bool) -> Iterator[LocalRay | None]:
+    """The runs folder's local Ray head, started (not waited for) if none runs; None when not ``wanted``."""
+    if not wanted:
+        yield None
+        return
+    with LocalRay(runs_dir, settings) as head:
+        yield head
+
+
 def run(
     config_path: str,
     opts: RunOptions,
@@ -334,9 +382,18 @@ def run(
     # on a cluster the simulator listens where the workers on other nodes can reach it
     sim_host = "127.0.0.1" if ray_settings.is_local else driver_node_ip()
     local = ray_settings.is_local
-    with _services(
-        cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host, marks=marks
-    ) as (sim_url, conn):
+    # the driver works shards itself while the local Ray starts (not when this process has one already:
+    # there is no start to overlap); the runs folder's head is found now (a resume's, the last run's) or
+    # started once the driver's own worker is ready, and never waited for (cluster/local_ray.py)
+    local_first = local and not ray_running()
+    with (
+        # the services first: their checks (the ledger's URL, the providers' keys) refuse before anything is
+        # written, the folder's Ray head included
+        _services(
+            cfg, opts, run_id, store, check_keys=not offline, keys_here=local, sim_host=sim_host, marks=marks
+        ) as (sim_url, conn),
+        _local_ray(opts.runs_dir, ray_settings, local_first) as head,
+    ):
         run_dir.mkdir(parents=True, exist_ok=True)
         configure_logging(run_dir, console=opts.verbose)
         slog = log.bind(run_id=run_id)
@@ -382,9 +439,12 @@ def run(
             driver_claim=conn.driver_claim,
         )
         ctx = StageContext(cfg, run_id, store)
-        # the driver works shards itself while it starts a local Ray (not when this process has one already:
-        # there is no start to overlap)
-        local_first = ray_settings.is_local and not ray_running()
+
+        def ray_connected() -> None:
+            marks["ray_up"] = time.time()
+            slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
+
+        lazy_ray = _LazyRay(head, ray_settings, ray_connected) if head is not None else None
         coord = Coordinator(
             ctx=ctx,
             ledger=ledger,
@@ -394,6 +454,7 @@ def run(
             worker_cpus=cfg.run.worker_cpus,
             progress=progress,
             local_first=local_first,
+            ray_start=lazy_ray,
             autoscaler=autoscale.for_run(
                 cfg.run.max_workers,
                 cfg.run.workers_per_node,
@@ -405,26 +466,22 @@ def run(
         slog.info("run_start", stages=record.stages, store=store.url)
         shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
         try:
-            ray_up = not ray_settings.is_local  # a cluster's Ray was joined above
-            if ray_up:
+            if lazy_ray is None:  # a cluster's Ray was joined above, or this process had one
                 slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
             for stage in stages:
                 if coord.stage_done(stage.name):
                     slog.info("stage_skipped", stage=stage.name, reason="manifest present")
                     record.artifacts += _manifest_artifacts(store, run_id, stage.name)
                     continue
-                if not ray_up:
-                    # a local run works its shards here while Ray starts (on this, the main, thread:
-                    # cluster/local_worker.py says why); a stage whose shards are all committed already
-                    # (a run killed before its reduce) is reduced without Ray
-                    started = coord.start_local(stage) if local_first else "needs_ray"
-                    if started == "working":
-                        marks.setdefault("local_worker_started", time.time())
-                    if started != "complete":
-                        ensure_ray(ray_settings)
-                        ray_up = True
-                        marks["ray_up"] = time.time()
-                        slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
+                # each stage begins with the driver's own worker while the local Ray starts; the coordinator
+                # connects (on this, the main, thread: cluster/local_worker.py says why) and adds Ray's
+                # workers once the head is up; a stage whose shards are all committed is reduced without Ray
+                working = lazy_ray is not None and not lazy_ray.connected and coord.start_local(stage) == "working"
+                if working and "local_worker_started" not in marks:  # the phases so far: Ray comes later, or never
+                    marks["local_worker_started"] = time.time()
+                    slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
+                    assert lazy_ray is not None  # (working implies it)
+                    lazy_ray.head.start()  # the folder's head, now that the driver's worker calls; never waited for
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(
@@ -455,6 +512,8 @@ def run(
                 _snapshot(store, run_dir, record)
             slog.info("run_end", state=record.state)
             shipper.close()
+            if lazy_ray is not None:
+                lazy_ray.close()
     return record
 
 

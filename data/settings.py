@@ -234,6 +234,12 @@ LEDGER_STALE_S = _seconds(
     60.0,
     "a driver registered with the embedded ledger and silent this long counts as gone (the keeper may stop it)",
 )
+LOCAL_RAY_LINGER_S = _seconds(
+    "PUNCHLINE_LOCAL_RAY_LINGER_S",
+    20.0,
+    "the runs folder's local Ray head stays up this long after its last driver left (the next run joins it)",
+    le=3600.0,
+)
 DEBUG: EnvVar[bool] = EnvVar(
     "PUNCHLINE_DEBUG",
     "bool",
@@ -354,6 +360,7 @@ ENV_VARS: tuple[EnvVar[Any], ...] = (
     JOBS_ADDRESS,
     START_WAIT_S,
     LEDGER_STALE_S,
+    LOCAL_RAY_LINGER_S,
     DEBUG,
     S3_ENDPOINT_URL,
     S3_ADDRESSING_STYLE,

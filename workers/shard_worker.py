@@ -506,13 +506,15 @@ class ShardWorker:
             configure_logging(None, console=False, json_path=cfg.log_path)
         self.worker_id = f"{worker_id}@{socket.gethostname()}:{os.getpid()}"
         self.running = 0  # work calls in progress
-        job_id = ray.get_runtime_context().get_job_id()
+        # outside an actor (a test, a script) there is no job to watch, and asking for one would make Ray join
+        # whatever cluster this machine last started
+        job_id = ray.get_runtime_context().get_job_id() if ray.is_initialized() else None
         url = resolve_url(cfg.redis_url, cfg.redis_password_file)
         self.lifeguard = Lifeguard(
             lambda: DriverWatch(connect_async(url), cfg.run_id, cfg.driver_claim),
             busy=lambda: self.running > 0,
             leave=lambda: ray.get_runtime_context().current_actor.leave.remote(),
-            owner_gone=lambda: _job_ended(job_id),
+            owner_gone=lambda: job_id is not None and _job_ended(job_id),
         ).start()
         self.processor = build_processor(cfg, self.worker_id)
         ensure_sees(self.processor.store, cfg.store_sentinel, f"worker {self.worker_id}")

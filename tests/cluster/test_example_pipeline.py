@@ -72,6 +72,7 @@ def rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow  # a whole run through the CLI from another folder: the full suite, not `make test-fast`
 def test_the_example_runs_through_the_cli_from_outside_the_repository(tmp_path: Path) -> None:
     proj = project(tmp_path)
     elsewhere = tmp_path / "cwd"  # neither the repository nor the project: the package is found beside the config

@@ -1,14 +1,18 @@
-"""The driver's own worker (cluster/local_worker.py), without Ray, against real Redis, a real store and the
-fake provider over HTTP: it works a queued stage to the end through the workers' own path, and once
-stopped it takes no new unit, so a worker that takes over afterwards pays for nothing twice."""
+"""The driver's own worker (cluster/local_worker.py, a child process: workers/local_process.py), without Ray,
+against real Redis, a real store and the fake provider over HTTP: it works a queued stage to the end through
+the workers' own path; once stopped it takes no new unit, so a worker that takes over afterwards pays for
+nothing twice; it outlives a kill -9 of its driver only to finish and commit the calls it had in flight;
+and one that cannot start does not stop the others."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +22,7 @@ import msgspec
 import pytest
 import redis
 
+from punchline.cluster import local_worker
 from punchline.cluster.local_worker import LocalWorker
 from punchline.data.provider_settings import ModelSettings
 from punchline.data.puns.completions import greedy_request
@@ -26,6 +31,7 @@ from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_p
 from punchline.schedulers.ledger import Ledger
 from punchline.workers.driver_watch import driver_claim_key
 from punchline.workers.fake.server import FakeProviderServer
+from punchline.workers.local_process import LocalJob
 from punchline.workers.shard_worker import WorkerConfig
 from tests.cluster.conftest import driver_argv
 from tests.fixtures.redis import client_url
@@ -84,6 +90,13 @@ def _committed(store: LocalStore, plan: StagePlan) -> list[str]:
     return out
 
 
+@pytest.fixture(params=["fork", "spawn"])
+def launch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the driver starts its worker: forked (before Ray is in the driver) and a fresh interpreter."""
+    monkeypatch.setattr(local_worker, "forkable", lambda: request.param == "fork")
+    return str(request.param)
+
+
 def _wait(worker: LocalWorker, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while worker.running() and time.monotonic() < deadline:
@@ -92,7 +105,7 @@ def _wait(worker: LocalWorker, timeout_s: float = 120.0) -> None:
 
 
 def test_it_works_a_queued_stage_to_the_end(
-    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
 ) -> None:
     cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 12)
     worker = LocalWorker(cfg, plan).start()
@@ -105,8 +118,9 @@ def test_it_works_a_queued_stage_to_the_end(
     assert Ledger(redis_client).counters(plan.run_id, "s").shards_done == plan.shards_total
 
 
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
 def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
-    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
 ) -> None:
     """Stopped with calls in flight (a window of 2 over 300 ms calls): those finish and are kept, no new
     unit starts, and a worker that takes over (a Ray actor in a run) calls each remaining request once."""
@@ -129,6 +143,131 @@ def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
     assert fake.stats().total_calls == 16 and set(fake.stats().calls.values()) == {1}
 
 
+# A driver in miniature: it takes the run's claim, starts the driver's own worker, says the worker's pid once
+# the worker is ready, and waits to be killed.
+DRIVER = """
+import fcntl, json, os, socket, sys, time, uuid
+import msgspec, redis
+from punchline.cluster import local_worker
+from punchline.cluster.local_worker import LocalWorker
+from punchline.workers.driver_watch import driver_claim_key
+from punchline.workers.local_process import LocalJob
+job = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(), type=LocalJob)
+claim = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex})
+redis.Redis.from_url(job.cfg.redis_url).set(driver_claim_key(job.cfg.run_id), claim)
+lock = open(sys.argv[2], "w")
+fcntl.flock(lock, fcntl.LOCK_EX)  # a lock the driver holds, as its ledger and store guards do
+held = fcntl.fcntl(lock.fileno(), fcntl.F_DUPFD, 100)  # at a number no worker's own file takes
+local_worker.forkable = lambda: sys.argv[3] == "fork"
+worker = LocalWorker(msgspec.structs.replace(job.cfg, driver_claim=claim), job.plan).start()
+assert worker.wait_ready(300), "not ready"
+print("worker pid", worker.pid, flush=True)
+time.sleep(900)
+"""
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _open_files(pid: int) -> set[str]:
+    out = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            out.add(os.readlink(fd))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a parent that does not reap it has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
+def test_it_outlives_a_kill_9_of_its_driver_finishes_its_calls_in_flight_and_exits(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
+) -> None:
+    """The driver killed while its worker has calls in flight (a window of 2 over 300 ms calls): the worker, in
+    a session of its own, finishes and commits them, takes no new unit and exits; a worker that takes over
+    then calls every remaining request once and none of the killed driver's twice."""
+    fake.configure(latency_ms_for_model={"m": 300.0})
+    cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 40)
+    cfg = msgspec.structs.replace(cfg, log_path=str(tmp_path / "worker.log"))
+    job, lock = tmp_path / "job.msgpack", tmp_path / "driver.lock"
+    job.write_bytes(msgspec.msgpack.encode(LocalJob(cfg=cfg, plan=plan)))
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(job), str(lock), launch],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        lines = iter(driver.stdout.readline, b"")  # type: ignore[union-attr]
+        said = next((line for line in lines if line.startswith(b"worker pid ")), b"")
+        assert said, f"the driver did not start its worker: {driver.communicate(timeout=60)[1].decode()[-2000:]}"
+        child = int(said.split()[-1])
+        assert os.getsid(child) == child != os.getsid(driver.pid)  # its own session: Ctrl-C's SIGINT misses it
+        deadline = time.monotonic() + 120
+        while fake.stats().total_calls < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fake.stats().total_calls >= 1
+        # it holds none of its driver's files (a forked one closed what it inherited: a lock held here would
+        # outlive the driver)
+        assert str(lock) not in _open_files(child)
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 120
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the worker did not exit after its driver was killed"
+    paid = fake.stats().total_calls
+    assert 1 <= paid < 40, paid  # it stopped taking units, not after the whole stage
+    log = _events(tmp_path / "worker.log")
+    assert any(e["event"] == "driver_gone" for e in log)
+    assert any(e["event"] == "local_worker_done" for e in log)  # it ended by draining, not by dying
+
+    redis_client.set(driver_claim_key(plan.run_id), cfg.driver_claim or "")  # this process drives again
+    next_worker = LocalWorker(cfg, plan).start()  # the killed one's shards are back in the queue
+    _wait(next_worker)
+    assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(40)]
+    assert fake.stats().total_calls == 40 and set(fake.stats().calls.values()) == {1}  # nothing paid twice
+
+
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
+def test_a_worker_that_cannot_start_reports_nothing_and_the_stage_goes_on(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process that fails to build its connections (here: a ledger password it cannot find) is
+    logged and reports nothing; the stage is still there for the next worker (the Ray ones in a run)."""
+    cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 4)
+    broken = msgspec.structs.replace(
+        cfg, redis_url="redis://:***@127.0.0.1:1/0", redis_password_file=str(tmp_path / "missing")
+    )
+    worker = LocalWorker(broken, plan).start()
+    assert worker.wait_ready(120)
+    _wait(worker)
+    assert worker.poll() == [] and "ConfigError" in worker.error
+    worker.stop()  # stopping an ended worker is harmless
+
+    monkeypatch.setattr(local_worker, "forkable", lambda: False)  # a fresh interpreter that does not exist
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    unstartable = LocalWorker(cfg, plan).start()
+    assert unstartable.wait_ready(1) and not unstartable.running() and unstartable.poll() == []
+    assert "no-python" in unstartable.error
+    unstartable.stop()
+    monkeypatch.undo()
+
+    next_worker = LocalWorker(cfg, plan).start()
+    _wait(next_worker)
+    assert sorted(_committed(store, plan)) == [f"u{i:03d}" for i in range(4)]
+    assert fake.stats().total_calls == 4
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
@@ -136,8 +275,9 @@ def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
 ) -> None:
     """The user's path (`punchline run` with nothing configured: its own Ray, the runs folder's ledger), killed
     with SIGKILL while the driver's own worker is calling, then resumed: every request is answered, and only
-    requests that were in flight at the kill may be paid twice (three holders at most: the driver's worker
-    and two actors, each with a window of 4)."""
+    requests that the local Ray's actors had in flight at the kill may be paid twice (two actors, each with a
+    window of 4: Ray ends them with the driver); the driver's own worker, a process of its own, finishes and
+    commits its calls in flight, so none of them is paid twice."""
     cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=2000)
     fake.configure(latency_ms_min=60, latency_ms_max=120)
     argv = driver_argv(cfg, "local-killed", tmp_path)
@@ -148,8 +288,9 @@ def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
     assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    log = (tmp_path / "runs" / "local-killed" / "log.jsonl").read_text()
-    assert '"local_worker_start"' in log  # the driver was working shards itself when it was killed
+    log_path = tmp_path / "runs" / "local-killed" / "log.jsonl"
+    started = {e["pid"] for e in _events(log_path) if e["event"] == "local_worker_start"}
+    assert started  # the driver was working shards itself when it was killed
 
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
@@ -157,6 +298,8 @@ def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
     assert len(calls) == 32, f"{len(calls)} distinct requests answered, expected 32"
     assert max(calls.values()) <= 2
     extra = sum(n - 1 for n in calls.values())
-    assert extra <= 3 * 4, f"{extra} requests paid twice"
+    assert extra <= 2 * 4, f"{extra} requests paid twice"
+    # the killed driver's own worker drained after the kill (it did not die with it)
+    assert any(e["event"] == "driver_gone" and e["pid"] in started for e in _events(log_path))
     record = json.loads((tmp_path / "runs" / "local-killed" / "run.json").read_text())
     assert record["state"] == "finished" and record["counters"]["collect"]["units_done"] == 32

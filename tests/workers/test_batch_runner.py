@@ -140,6 +140,7 @@ RESUBMIT = [
 ]
 
 
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
 @pytest.mark.parametrize(("kind", "kw", "samples"), RESUBMIT)
 def test_only_errored_and_expired_requests_are_resubmitted(
     fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, kind: str, kw: dict[str, Any], samples: int
@@ -177,6 +178,7 @@ class Killed(BaseException):
     """What kill -9 does to the runner: nothing after this point happens."""
 
 
+@pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
 @pytest.mark.parametrize(("kind", "kw"), [("anthropic", {}), ("openai", {"supports_n": False})])
 def test_a_driver_killed_after_keeping_parts_before_collected_resumes_billing_each_part_once(
     fake: FakeProviderServer,

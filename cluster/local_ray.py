@@ -1,0 +1,422 @@
+"""The runs folder's own local Ray head: started once, shared by the folder's drivers, outliving a kill -9.
+
+Why: ``ray.init(address="local")`` makes Ray a child of the driver. A driver killed with ``kill -9``
+takes it down, and with it the detached worker actors that would have finished and committed the calls
+they had in flight (``workers/driver_watch.py``): those calls were paid again on resume. And every run
+and every resume waited for a fresh Ray (seconds of CPU on a small machine), then for its shutdown.
+
+So the default local Ray belongs to the runs folder (``runs/_ray/<env>/``), like the embedded ledger
+(``cluster/local_ledger.py``, whose locks and client registrations this module reuses):
+
+* the first driver that needs it starts ``ray start --head --block`` (loopback only, no dashboard,
+  sized by :class:`RaySettings`) as a process in its own session, so a ``kill -9`` of the driver does
+  not reach it. It starts it once its own worker is ready to call (:meth:`LocalRay.start`, from the first
+  :meth:`LocalRay.ready`), not at once: on two cores the head's half-dozen processes importing Ray would
+  otherwise share the CPU with the driver's imports and delay the first call; and it never waits for it;
+* later drivers (a resume, a second ``make run``, an overlapping run) find it through ``head.json`` and
+  join it with ``ray.init(address=...)``; every driver registers itself in ``clients/`` and touches its
+  file every ``HEARTBEAT_S`` while it runs;
+* a detached keeper (``python -m punchline.cluster.local_ray DIR LINGER_S``) stops the head once no live
+  driver has been registered for ``PUNCHLINE_LOCAL_RAY_LINGER_S`` and no shard worker of ours is left
+  in it (a killed driver's workers finish their calls in flight, commit, then end): SIGTERM to the
+  ``--block`` process, which stops its children, then SIGKILL to any process of the head's session
+  still there after ``STOP_WAIT_S``. No driver stops the head itself: the next run reuses it.
+
+The workers of a head inherit the environment of the driver that started it (provider keys, S3
+settings, ``PUNCHLINE_*``), so the head is chosen by a digest of that environment and of its sizing
+(:func:`head_key`): a driver with another environment gets a head of its own in the same folder, never
+workers that read someone else's keys. Workers are found without importing Ray: processes of the
+head's session whose title Ray set to ``ray::ShardWorker...``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from punchline.cluster.local_ledger import _flock, _pid_alive, live_clients
+from punchline.cluster.ray_runtime import RaySettings
+from punchline.cluster.redis_server import _private_dir, _write_private, open_private, read_private
+from punchline.data.errors import InfraError, LedgerUnavailable
+from punchline.data.settings import LOCAL_RAY_LINGER_S
+
+log = structlog.get_logger("punchline.local_ray")
+
+RAY_DIR = "_ray"
+READY_TEXT = "Ray runtime started"  # what `ray start` prints once the head's GCS and raylet are up
+HEARTBEAT_S = 5.0
+KEEPER_POLL_S = 1.0
+STOP_WAIT_S = 60.0  # SIGTERM, then this long for the head's processes to end, then SIGKILL for those left
+START_TIMEOUT_S = 300.0  # a loaded 2-core machine took 45 s; a driver that needs Ray gives up after this
+DRAIN_MAX_S = 900.0  # a killed driver's workers past this are stuck, not draining: the head is stopped anyway
+WORKER_TITLE = "ray::ShardWorker"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's token auth: on for our heads unless the user set it
+# variables that differ between two shells (or a make and a shell) without changing what a worker sees
+VOLATILE_ENV = ("PWD", "OLDPWD", "SHLVL", "_", "PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "TERM", "PS1")
+VOLATILE_PREFIXES = ("MAKE", "MFLAGS", "SSH_", "TMUX", "TERM_", "WINDOWID", "DISPLAY")
+
+
+class HeadRecord(msgspec.Struct, frozen=True):
+    """The running head of one ``runs/_ray/<env>/`` folder (``head.json``)."""
+
+    pid: int  # the `ray start --block` process; also its session id, shared by every process of the head
+    address: str  # 127.0.0.1:PORT, the head's GCS
+    host: str
+    started_at: float
+
+
+def ray_dir(runs_dir: str | os.PathLike[str]) -> Path:
+    return Path(runs_dir).resolve() / RAY_DIR
+
+
+def head_key(settings: RaySettings, env: dict[str, str] | None = None) -> str:
+    """Which head of the folder a driver uses: one per environment its workers would inherit and per sizing."""
+    source = dict(os.environ if env is None else env)
+    source.setdefault(AUTH_MODE_ENV, "token")  # what the head runs with (and a joining driver sets)
+    kept = sorted((k, v) for k, v in source.items() if k not in VOLATILE_ENV and not k.startswith(VOLATILE_PREFIXES))
+    sizing = [sys.executable, settings.num_cpus, settings.object_store_bytes]
+    return hashlib.sha256(json.dumps([kept, sizing]).encode()).hexdigest()[:16]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def head_command(settings: RaySettings) -> list[str]:
+    """``ray start --head --block`` on the loopback; every port it would otherwise take at a fixed
+    number (GCS 6379, client 10001, dashboard 8265, agent 52365) taken free, so heads never collide."""
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
+    argv += [f"--port={_free_port()}", "--node-ip-address=127.0.0.1", "--include-dashboard=false"]
+    argv += [f"--ray-client-server-port={_free_port()}", f"--dashboard-port={_free_port()}"]
+    argv += [f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats"]
+    if settings.num_cpus is not None:
+        argv.append(f"--num-cpus={settings.num_cpus}")
+    if settings.object_store_bytes is not None:
+        argv.append(f"--object-store-memory={settings.object_store_bytes}")
+    return argv
+
+
+def _port_of(argv: list[str]) -> int:
+    return int(next(a for a in argv if a.startswith("--port=")).split("=", 1)[1])
+
+
+def read_head(folder: Path) -> HeadRecord | None:
+    """The folder's head if its process is still that head (not a reused pid), else None."""
+    raw = read_private(folder / "head.json")
+    if not raw:
+        return None
+    try:
+        head = msgspec.json.decode(raw, type=HeadRecord)
+    except msgspec.DecodeError:
+        return None
+    if head.host != socket.gethostname() or not _is_head(head):
+        return None
+    return head
+
+
+def _is_head(head: HeadRecord) -> bool:
+    cmdline = _cmdline(head.pid)
+    return "--head" in cmdline and f"--port={head.address.rsplit(':', 1)[1]}" in cmdline
+
+
+def _runs_in(pid: int, folder: Path) -> bool:
+    """Whether ``pid`` works in ``folder`` (a head's cwd is its folder, kept after the folder is deleted):
+    pids are reused within minutes on a busy machine, so a pid alone never names a head."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    return cwd.removesuffix(" (deleted)") == str(folder)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def session_processes(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (a head's: its GCS, raylet, agents and workers), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":  # a zombie has ended (its parent reaps it)
+            found.append(int(entry.name))
+    return found
+
+
+def shard_workers(sid: int) -> list[int]:
+    """The head's shard-worker actors still alive (a killed driver's, draining): Ray titles their processes."""
+    return [pid for pid in session_processes(sid) if " ".join(_cmdline(pid)).startswith(WORKER_TITLE)]
+
+
+class LocalRay:
+    """One driver's use of the runs folder's local Ray head (see the module's docstring).
+
+    :meth:`join` never waits for Ray: it registers, starts a head if none runs, and returns;
+    :meth:`ready` (non-blocking) and :meth:`wait` say when the head is up; :meth:`leave` unregisters
+    (the keeper stops the head after the linger, so the next run finds it up)."""
+
+    def __init__(self, runs_dir: str | os.PathLike[str], settings: RaySettings) -> None:
+        self.settings = settings
+        self.folder = ray_dir(runs_dir) / head_key(settings)
+        self.head: HeadRecord | None = None  # None until found (join) or started (start)
+        self.started = False  # whether this driver started the head
+        self._client_file: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None  # the head, when this driver started it
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        assert self.head is not None, "start() first"
+        return self.head.address
+
+    def _register(self) -> None:
+        if self._client_file is None:
+            name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
+            self._client_file = self.folder / "clients" / name
+        _write_private(self._client_file, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+
+    def join(self) -> LocalRay:
+        """Register, and find the folder's head if one runs (a resume, the next run); never starts one."""
+        _private_dir(self.folder.parent)
+        _private_dir(self.folder)
+        _private_dir(self.folder / "clients")
+        with _flock(self.folder / "join.lock"):
+            self._register()
+            self.head = read_head(self.folder)
+        if self.head is not None:
+            spawn_keeper(self.folder)
+            log.info("local_ray_joined", address=self.head.address, folder=str(self.folder))
+        self._heartbeat = threading.Thread(target=self._beat, name="local-ray-heartbeat", daemon=True)
+        self._heartbeat.start()
+        return self
+
+    def start(self) -> None:
+        """Start the folder's head unless one runs; never waits for it to be up."""
+        if self.head is not None:
+            return
+        with _flock(self.folder / "join.lock"):
+            self.head = read_head(self.folder)  # another driver may have started one meanwhile
+            if self.head is None:
+                self.head = self._start_head()
+                self.started = True
+        spawn_keeper(self.folder)
+
+    def _start_head(self) -> HeadRecord:
+        argv = head_command(self.settings)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's switch: bind the loopback, not every interface
+        env.setdefault(AUTH_MODE_ENV, "token")  # as ray.init does for a local Ray (a token made if none exists)
+        env.pop("RAY_ADDRESS", None)
+        fd = open_private(self.folder / "head.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            self._proc = proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.folder,
+                start_new_session=True,  # not killed with the driver, its terminal or its process group
+                close_fds=True,
+            )
+        finally:
+            os.close(fd)
+        head = HeadRecord(
+            pid=proc.pid, address=f"127.0.0.1:{_port_of(argv)}", host=socket.gethostname(), started_at=time.time()
+        )
+        _write_private(self.folder / "head.json", msgspec.json.encode(head).decode())
+        log.info("local_ray_starting", address=head.address, pid=head.pid)
+        return head
+
+    def auth_for_join(self) -> None:
+        """Make this process present the token the head asks for, as ``ray.init`` does for a local Ray it
+        starts (it sets the same variable in its own process, then refreshes the configuration Ray read at
+        import: a notebook may have imported Ray before); a mode the user chose stays."""
+        if os.environ.get(AUTH_MODE_ENV):
+            return
+        os.environ[AUTH_MODE_ENV] = "token"
+        if "ray" in sys.modules:
+            from ray._raylet import Config  # type: ignore[attr-defined]  # lazy: Ray, imported already
+
+            Config.initialize("")
+
+    def _log_tail(self, lines: int = 3) -> str:
+        text = read_private(self.folder / "head.log") or ""
+        return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
+
+    def ready(self) -> bool:
+        """The head is up (never waits; starts it if none runs); InfraError when it died before or after
+        coming up."""
+        self.start()
+        assert self.head is not None
+        ended = self._proc.poll() is not None if self._proc is not None else not _is_head(self.head)
+        if ended:
+            raise InfraError(f"the local Ray head ({self.folder}) ended: {self._log_tail() or 'no output'}")
+        return READY_TEXT in (read_private(self.folder / "head.log") or "")
+
+    def wait(self, timeout_s: float = START_TIMEOUT_S) -> str:
+        """Block until the head is up; its address."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if time.monotonic() > deadline:
+                raise InfraError(
+                    f"the local Ray head ({self.folder}) did not start in {timeout_s:.0f} s: "
+                    f"{self._log_tail() or 'no output'}"
+                )
+            time.sleep(0.1)
+        return self.address
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                if self._client_file is not None and not self._client_file.exists():
+                    with _flock(self.folder / "join.lock"):
+                        self._register()  # pruned while this driver was paused
+                elif self._client_file is not None:
+                    os.utime(self._client_file, follow_symlinks=False)
+                if self.head is not None:  # a killed keeper is replaced: the head is never left without one
+                    spawn_keeper(self.folder)
+            except Exception as exc:  # a vanished folder must not kill the heartbeat quietly
+                log.warning("local_ray_heartbeat_error", error=f"{type(exc).__name__}: {exc}")
+
+    def leave(self) -> None:
+        """Unregister; the head stays up for the linger (the keeper stops it)."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        if self._client_file is not None:
+            self._client_file.unlink(missing_ok=True)
+            self._client_file = None
+
+    def __enter__(self) -> LocalRay:
+        return self.join()
+
+    def __exit__(self, *exc: object) -> None:
+        self.leave()
+
+
+def spawn_keeper(folder: Path) -> None:
+    """Start the head's keeper unless one already watches it (it holds ``keeper.lock``)."""
+    with _flock(folder / "keeper.lock", blocking=False) as free:
+        if not free:
+            return
+    head = read_head(folder)
+    argv = [str(folder), str(LOCAL_RAY_LINGER_S.get()), str(head.pid if head is not None else 0)]
+    subprocess.Popen(
+        [sys.executable, "-m", "punchline.cluster.local_ray", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def stop_head(sid: int, wait_s: float = STOP_WAIT_S) -> None:
+    """SIGTERM the head (it stops its children), then SIGKILL whatever of its session is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(sid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while session_processes(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in session_processes(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
+    """The keeper's loop: stop the head once no live driver and no shard worker has been there for
+    ``linger_s``; exit when the head is gone. ``head_pid``: the head the spawning driver saw, stopped
+    if the folder is deleted under it (``rm -rf runs``)."""
+    try:
+        fd = open_private(folder / "keeper.lock", os.O_RDWR | os.O_CREAT)
+    except (OSError, LedgerUnavailable):
+        _stop_orphan(head_pid, folder)
+        return 0
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another keeper watches this head
+        idle_since: float | None = None
+        alone_since: float | None = None  # no driver left (workers may still drain)
+        while True:
+            head = read_head(folder)
+            if head is None:
+                _stop_leftovers(folder)
+                if not folder.exists():
+                    _stop_orphan(head_pid, folder)
+                return 0
+            head_pid = head.pid
+            stop = False
+            with contextlib.suppress(OSError), _flock(folder / "join.lock", blocking=False) as free:  # OSError: rm -rf
+                if free:
+                    now = time.monotonic()
+                    drivers = bool(live_clients(folder))
+                    alone_since = None if drivers else (alone_since or now)
+                    draining = not drivers and bool(shard_workers(head.pid))
+                    stuck = alone_since is not None and now - alone_since > DRAIN_MAX_S
+                    busy = drivers or (draining and not stuck)
+                    idle_since = None if busy else (idle_since or now)
+                    if idle_since is not None and now - idle_since >= linger_s:
+                        (folder / "head.json").unlink(missing_ok=True)  # a driver joining now starts a new head
+                        stop = True
+            if stop:
+                os.close(fd)  # the next head's keeper must be able to start while this one cleans up
+                fd = -1
+                stop_head(head.pid)
+                return 0
+            time.sleep(KEEPER_POLL_S)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _stop_orphan(pid: int, folder: Path) -> None:
+    """Stop the head whose folder is gone, if ``pid`` is still that head (a ``ray start --head`` working in
+    that folder, in a session of its own), never a process that reused the pid."""
+    cmdline = _cmdline(pid) if pid else []
+    if "--head" in cmdline and "--block" in cmdline and _runs_in(pid, folder) and session_processes(pid):
+        stop_head(pid)
+
+
+def _stop_leftovers(folder: Path) -> None:
+    """The head recorded in ``folder`` died on its own (its --block process killed): stop what is left of it."""
+    raw = read_private(folder / "head.json")
+    try:
+        head = msgspec.json.decode(raw or "", type=HeadRecord)
+    except msgspec.DecodeError:
+        return
+    if head.host == socket.gethostname() and not _pid_alive(head.pid):
+        (folder / "head.json").unlink(missing_ok=True)
+        stop_head(head.pid, wait_s=0.0)
+
+
+if __name__ == "__main__":
+    sys.exit(keep(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0))

@@ -1,0 +1,280 @@
+"""The runs folder's local Ray head (cluster/local_ray.py): it outlives a kill -9 of its driver, a resume
+adopts it, two drivers share it, and its keeper stops it (every process of it, checked by pid) once no
+driver and no draining shard worker is left.
+
+The keeper's drain rule is checked against a stand-in head (a process titled like `ray start --head`
+whose child is titled like a Ray shard-worker actor), the rest against real `ray start` heads.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from punchline.cluster.coordinator import LOCAL_ALONE_S, _time_left
+from punchline.cluster.local_ray import (
+    HeadRecord,
+    LocalRay,
+    keep,
+    ray_dir,
+    read_head,
+    session_processes,
+)
+from punchline.cluster.ray_runtime import RaySettings
+from punchline.schedulers.ledger import StageCounters
+from punchline.workers.fake.server import FakeProviderServer
+from tests.cluster.conftest import driver_argv
+from tests.cluster.test_faults import ROOT, wait_for
+from tests.cluster.test_prompts_pipeline import ROWS, _check_outputs, _outputs, prompts_config
+
+SETTINGS = RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)
+# a driver in miniature: joins the folder's head (starting it if none), says where it is, then waits
+MEMBER = textwrap.dedent(
+    """
+    import sys
+    from punchline.cluster.local_ray import LocalRay
+    from punchline.cluster.ray_runtime import RaySettings
+    head = LocalRay(sys.argv[1], RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)).join()
+    head.start()
+    print("@", head.address, head.started, head.head.pid, flush=True)
+    head.wait()
+    print("@ ready", flush=True)
+    sys.stdin.read()
+    head.leave()
+    """
+)
+
+
+STAND_IN_HEAD = (
+    "import subprocess, time; subprocess.Popen(['bash', '-c', 'exec -a ray::ShardWorker.work sleep 3']); "
+    "time.sleep(600)"
+)
+
+
+def _member(runs: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", MEMBER, str(runs)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _line(proc: subprocess.Popen[str]) -> list[str]:
+    """The member's next own line (its log lines go to the same stdout)."""
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        assert line, "the member ended early"
+        if line.startswith("@ "):
+            return line.split()[1:]
+
+
+def _said(proc: subprocess.Popen[str]) -> tuple[str, bool, int]:
+    address, started, pid = _line(proc)
+    return address, started == "True", int(pid)
+
+
+def _wait_ready(proc: subprocess.Popen[str]) -> None:
+    assert _line(proc) == ["ready"]
+
+
+def _head_gone(pid: int, timeout_s: float = 180.0) -> None:
+    """No process of the head's session is left (its GCS, raylet, agents, workers)."""
+    wait_for(lambda: not session_processes(pid), timeout_s=timeout_s)
+
+
+@pytest.fixture
+def linger(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> float:
+    """The keeper's linger for this test (its drivers and keepers read it from the environment)."""
+    seconds = float(getattr(request, "param", 1.0))
+    monkeypatch.setenv("PUNCHLINE_LOCAL_RAY_LINGER_S", str(seconds))
+    return seconds
+
+
+def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(tmp_path: Path) -> None:
+    folder = tmp_path / "head"
+    folder.mkdir(mode=0o700)
+    (folder / "clients").mkdir(mode=0o700)
+    # a stand-in head in its own session, its child titled as Ray titles a shard-worker actor, draining for 3 s
+    head = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN_HEAD, "--head", "--port=1"],
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: len(session_processes(head.pid)) == 2, timeout_s=30)
+        record = HeadRecord(pid=head.pid, address="127.0.0.1:1", host=os.uname().nodename, started_at=time.time())
+        (folder / "head.json").write_bytes(msgspec.json.encode(record))
+        os.chmod(folder / "head.json", 0o600)
+        assert read_head(folder) == record
+        t0 = time.monotonic()
+        assert keep(folder, linger_s=0.2) == 0
+        waited_s = time.monotonic() - t0
+        assert waited_s >= 2.5, "the keeper stopped the head while a shard worker was still draining"
+        assert head.wait(timeout=60) == -signal.SIGTERM
+        assert not session_processes(head.pid)
+        assert not (folder / "head.json").exists()
+    finally:
+        head.kill()
+        head.wait()
+
+
+def test_ray_is_joined_only_for_a_stage_the_drivers_worker_cannot_finish_alone_soon() -> None:
+    progress = StageCounters(shards_total=100, shards_done=30)
+    assert _time_left(progress, done_at_start=10, elapsed_s=0.5) is None  # too soon to know its pace
+    assert _time_left(progress, done_at_start=10, elapsed_s=2.0) == 7.0  # 10 shards/s, 70 left
+    assert _time_left(progress, done_at_start=30, elapsed_s=5.0) == float("inf")  # no shard done yet
+    assert _time_left(progress, done_at_start=10, elapsed_s=20.0) > LOCAL_ALONE_S  # 1 shard/s: Ray joins
+
+
+def test_a_head_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
+    folder, other = tmp_path / "gone", tmp_path / "other"
+    folder.mkdir()
+    other.mkdir()
+    argv = [sys.executable, "-c", "import time; time.sleep(600)", "--head", "--block"]
+    head = subprocess.Popen(argv, start_new_session=True, cwd=folder)
+    elsewhere = subprocess.Popen(argv, start_new_session=True, cwd=other)  # as if it had reused the pid
+    try:
+        wait_for(lambda: session_processes(head.pid) == [head.pid], timeout_s=30)
+        folder.rmdir()  # `rm -rf runs` under a running head
+        assert keep(other / "x", linger_s=0.2, head_pid=elsewhere.pid) == 0
+        assert elsewhere.poll() is None, "the keeper stopped a head that works in another folder"
+        assert keep(folder, linger_s=0.2, head_pid=head.pid) == 0
+        assert head.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        for proc in (head, elsewhere):
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("linger", [30.0], indirect=True)  # longer than a resume takes to arrive
+def test_head_outlives_a_killed_driver_is_adopted_and_stopped_once_no_driver_is_left(
+    tmp_path: Path, linger: float
+) -> None:
+    runs = tmp_path / "runs"
+    first = _member(runs)
+    address, started, pid = _said(first)
+    assert started and address.startswith("127.0.0.1:")
+    _wait_ready(first)
+    first.kill()  # kill -9: the head is in its own session, the driver's death does not reach it
+    first.wait()
+    resume = LocalRay(runs, SETTINGS).join()  # the resume: joins the running head, starts none
+    try:
+        assert (resume.address, resume.started, resume.head and resume.head.pid) == (address, False, pid)
+        assert resume.wait(60) == address
+    finally:
+        resume.leave()
+    stopped_at = time.monotonic()
+    _head_gone(pid, timeout_s=linger + 180)
+    assert time.monotonic() - stopped_at >= linger / 2, "the keeper did not linger"
+    assert read_head(resume.folder) is None and not (resume.folder / "head.json").exists()
+
+
+# a notebook: Ray imported first, then a run joins the folder's head (token auth on) and leaves it at its end
+NOTEBOOK = textwrap.dedent(
+    """
+    import sys
+    import ray
+    from punchline.cluster.driver import _LazyRay
+    from punchline.cluster.local_ray import LocalRay
+    from punchline.cluster.ray_runtime import RaySettings
+    settings = RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)
+    with LocalRay(sys.argv[1], settings) as head:
+        lazy = _LazyRay(head, settings, lambda: None)
+        assert lazy(True) and ray.is_initialized()
+        assert ray.get(ray.remote(lambda: 42).remote()) == 42
+        lazy.close()
+        print("@", ray.is_initialized(), head.head.pid, flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_process_that_imported_ray_joins_the_head_and_leaves_it(tmp_path: Path, linger: float) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NOTEBOOK, str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = next(ln.split()[1:] for ln in done.stdout.splitlines() if ln.startswith("@ "))
+    assert said[0] == "False"  # disconnected: a next run in that process joins whatever head is up then
+    _head_gone(int(said[1]))
+
+
+@pytest.mark.slow
+def test_two_drivers_on_one_folder_share_one_head(tmp_path: Path, linger: float) -> None:
+    runs = tmp_path / "runs"
+    members = [_member(runs), _member(runs)]  # at the same moment: the join lock makes one head
+    try:
+        said = [_said(m) for m in members]
+        assert said[0][0] == said[1][0] and said[0][2] == said[1][2]
+        assert sorted(s[1] for s in said) == [False, True]
+        for m in members:
+            _wait_ready(m)
+    finally:
+        for m in members:
+            m.communicate("", timeout=60)  # leave: unregistered, the keeper stops the head after the linger
+    _head_gone(said[0][2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("linger", [30.0], indirect=True)  # longer than a resume takes to arrive
+def test_default_local_ray_kill_9_and_resume_adopt_the_head_each_request_asked_once(
+    tmp_path: Path, fake: FakeProviderServer, redis_url: str, linger: float
+) -> None:
+    """No --ray-address: the driver starts the folder's head, works while it starts, is killed mid-run
+    while Ray's workers have calls in flight; the resume joins the same head, the killed driver's workers
+    drain into it, and the keeper stops it when both are gone."""
+    units = ROWS * 2
+    cfg = prompts_config(tmp_path, fake, rows=ROWS, shard_size=4)
+    fake.configure(latency_ms_min=600, latency_ms_max=900)  # Ray's workers join before the run is over
+    argv = driver_argv(cfg, "killed", tmp_path, "--redis-url", redis_url)
+    folder = ray_dir(tmp_path / "runs")
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def head_of_run() -> HeadRecord | None:
+        heads = [read_head(f) for f in folder.glob("*") if f.is_dir()]
+        return next((h for h in heads if h is not None), None)
+
+    def ray_workers_calling() -> bool:
+        head = head_of_run()
+        titles = [_title(p) for p in session_processes(head.pid)] if head is not None else []
+        return any(t.startswith("ray::ShardWorker.work") for t in titles) or proc.poll() is not None
+
+    wait_for(ray_workers_calling, timeout_s=300)
+    time.sleep(2.0)  # the Ray workers' first calls are in flight
+    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    head = head_of_run()
+    assert head is not None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert fake.stats().total_calls < units
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    assert head_of_run() == head, "the resume did not adopt the head the killed driver started"
+    assert len([f for f in folder.iterdir() if f.is_dir()]) == 1  # and started none of its own
+    jsonl, _ = _outputs(tmp_path, "store", "killed")
+    _check_outputs(jsonl)
+    _head_gone(head.pid, timeout_s=300)  # the keeper stopped it: drivers gone, the drained workers ended
+    calls = fake.stats().calls
+    assert len(calls) == units
+    twice = {key: n for key, n in calls.items() if n > 1}
+    # every worker drained its calls in flight into the head: the Ray workers (detached actors) and the
+    # driver's own worker (a process of its own): none is asked twice
+    assert not twice, f"{len(twice)} request(s) asked twice: {twice}"
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
