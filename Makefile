@@ -34,8 +34,12 @@ test: $(STAMP) lint typecheck
 
 # The quick check before a commit: lint, types and every test not marked `slow` (no multi-process
 # cluster, no local Ray, no whole-pipeline fault runs). `make test` stays the whole suite.
+# Four workers: the fast tests are short and mostly wait on Redis, moto and the fake provider (2:35 against
+# 3:02 with two, on two cores at load 3.5).
+FAST_WORKERS ?= 4
+
 test-fast: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q -n $(FAST_WORKERS) --dist loadfile -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_vs_loop.py
