@@ -32,7 +32,7 @@ from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.local_ledger import LocalLedger
 from punchline.cluster.local_ray import LocalRay
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.cluster.preflight import check_provider, check_redis, read_store
+from punchline.cluster.preflight import check_providers, check_redis, read_store
 from punchline.cluster.ray_runtime import (
     RaySettings,
     check_address,
@@ -282,11 +282,10 @@ def _services(
     simulated = {n for n, p in cfg.providers.items() if p.base_url == SIMULATED}
     with _simulator(cfg, sim_host) as sim_url:
         if check_keys:
-            for name, settings in cfg.providers.items():
-                if name in simulated:  # our own server in this process: nothing to find out, and checking
-                    continue  # it would load the provider SDKs before the first call (seconds)
-                # local workers share this machine's environment: a key missing here is missing there
-                check_provider(name, settings, key_required=keys_here, file=cfg.source)
+            # simulated providers are our own server in this process: nothing to find out; the others at once
+            # (local workers share this machine's environment: a key missing here is missing there)
+            real = {n: p for n, p in cfg.providers.items() if n not in simulated}
+            check_providers(real, key_required=keys_here, file=cfg.source)
         marks["providers_checked"] = time.time()
         with (
             _redis(redis_url, Path(opts.runs_dir)) as conn,
