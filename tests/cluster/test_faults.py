@@ -225,7 +225,10 @@ def test_redis_wiped_mid_run_resumes_from_the_store(
     # the wipe took the ledger's counters, not the record: the shard files have what every unit did and cost
     c = rec.counters["collect"]
     assert (c.units_done, c.units_failed, c.shards_done) == (units, 0, units // 2)
-    assert units <= c.provider_requests <= units + 2 * PER_DEATH
+    # a shard worked by two workers after the wipe keeps one file: a unit there may have been paid by the
+    # other worker (counted in the losing file) and answered from the cache in the winning one, so the files'
+    # sum may be short or over by the calls that were in flight; what was paid is checked above
+    assert units - 2 * PER_DEATH <= c.provider_requests <= units + 2 * PER_DEATH
     per_call = {row.model: row.usd for row in rec.usage}
     assert set(per_call) == {"sim/llama-3b", "sim/llama-70b"} and all(usd > 0 for usd in per_call.values())
     assert c.cost_usd == pytest.approx(sum(per_call.values()), rel=0.5)
