@@ -25,9 +25,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two pytest workers, a whole test file each (--dist loadfile): most of the suite waits on processes (Ray,
-# drivers, kill -9 and resume), so two halve the wall time on two cores. PYTEST_WORKERS=1 runs it serially.
-PYTEST_WORKERS ?= 2
+# One pytest worker by default: with two (PYTEST_WORKERS=2, a whole test file each: 26 min instead of about
+# 33) the batch-mode kill -9 tests failed in two of three runs under load (`status` showed 2 of 4 model rows;
+# they pass alone and serially), not yet understood.
+PYTEST_WORKERS ?= 1
 
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile

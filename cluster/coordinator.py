@@ -55,6 +55,8 @@ RayStart = Callable[[bool], bool]
 # while Ray is not joined yet: the driver's own worker finishes a stage alone when it would take less than this
 # (joining Ray and starting its workers costs about as much CPU on a small machine: a cached rerun is faster alone)
 LOCAL_ALONE_S = 10.0
+# how long the driver's own worker is watched before its pace is trusted
+PACE_WINDOW_S = 3.0
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
 
 
@@ -189,7 +191,7 @@ class WorkerPool:
 
 def _time_left(counters: StageCounters, done_at_start: int, elapsed_s: float) -> float | None:
     """How long the stage's missing shards take at the pace seen since ``elapsed_s`` ago (None: too soon to say)."""
-    if elapsed_s < 1.0:
+    if elapsed_s < PACE_WINDOW_S:  # a worker's first shards are slow (its connections, the SDK's first call)
         return None
     pace = (counters.shards_done - done_at_start) / elapsed_s
     return (counters.shards_total - counters.shards_done) / pace if pace > 0 else float("inf")

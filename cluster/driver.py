@@ -299,7 +299,11 @@ def _services(
 
 class _LazyRay:
     """Connects the driver to the runs folder's local Ray head once it is up (``Coordinator.ray_start``):
-    ``ray.init`` stays on the main thread, and a run that finishes before the head is up never waits for it."""
+    ``ray.init`` stays on the main thread, and a run that finishes before the head is up never waits for it.
+
+    The head is started by the first call (``LocalRay.ready`` starts one if none runs), that is once the
+    coordinator finds a stage the driver's own worker would not finish alone soon: a small run (the demo)
+    never pays Ray's start, whose half-dozen processes would take the CPU from that worker on a small machine."""
 
     def __init__(self, head: LocalRay, settings: RaySettings, on_connect: Callable[[], None]) -> None:
         self.head = head
@@ -479,8 +483,6 @@ def run(
                 if working and "local_worker_started" not in marks:  # the phases so far: Ray comes later, or never
                     marks["local_worker_started"] = time.time()
                     slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
-                    assert lazy_ray is not None  # (working implies it)
-                    lazy_ray.head.start()  # the folder's head, now that the driver's worker calls; never waited for
                 artifacts, failures = coord.run_stage(stage)
                 record.artifacts += artifacts
                 record.counters[stage.name] = with_store_totals(

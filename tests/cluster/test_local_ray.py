@@ -130,8 +130,8 @@ def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(
 
 def test_ray_is_joined_only_for_a_stage_the_drivers_worker_cannot_finish_alone_soon() -> None:
     progress = StageCounters(shards_total=100, shards_done=30)
-    assert _time_left(progress, done_at_start=10, elapsed_s=0.5) is None  # too soon to know its pace
-    assert _time_left(progress, done_at_start=10, elapsed_s=2.0) == 7.0  # 10 shards/s, 70 left
+    assert _time_left(progress, done_at_start=10, elapsed_s=2.0) is None  # too soon to know its pace
+    assert _time_left(progress, done_at_start=10, elapsed_s=4.0) == 14.0  # 5 shards/s, 70 left
     assert _time_left(progress, done_at_start=30, elapsed_s=5.0) == float("inf")  # no shard done yet
     assert _time_left(progress, done_at_start=10, elapsed_s=20.0) > LOCAL_ALONE_S  # 1 shard/s: Ray joins
 
