@@ -9,6 +9,7 @@ Every test here is capped at 15 s (the ``timeout`` marker): waiting out a mistak
 from __future__ import annotations
 
 import contextlib
+import http.server
 import socket
 import ssl
 import subprocess
@@ -280,10 +281,21 @@ def test_service_rejected_is_a_config_error() -> None:
     assert issubclass(ServiceRejected, ConfigError) and not issubclass(ServiceRejected, LedgerUnavailable)
 
 
+@contextlib.contextmanager
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A loopback HTTP server with this handler, for as long as the block runs; its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def answers_400() -> Iterator[str]:
     """An HTTP server that answers 400 to everything (not an API): its base URL."""
-    import http.server
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _bad(self) -> None:
@@ -297,14 +309,8 @@ def answers_400() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(Handler) as base:
+        yield f"{base}/v1"
 
 
 def test_an_address_that_answers_400_to_everything_exits_2(
@@ -374,7 +380,6 @@ def test_the_default_base_url_is_the_sdks(monkeypatch: pytest.MonkeyPatch) -> No
 def rendezvous() -> Iterator[str]:
     """An OpenAI-like server whose GET models answers only once two of them are waiting at the same time
     (a sequential checker would wait alone and get 503): its base URL. Path ``/bad/...`` answers 401."""
-    import http.server
 
     barrier = threading.Barrier(2, timeout=30)
 
@@ -400,14 +405,8 @@ def rendezvous() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(Handler) as base:
+        yield base
 
 
 def test_providers_are_checked_at_once(rendezvous: str) -> None:
