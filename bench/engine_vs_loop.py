@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,12 @@ class Fake:
         from punchline.workers.fake import fetch_stats
 
         return fetch_stats(self.url, brief=brief)
+
+    def reset(self) -> None:
+        """Zero its counters (the calls, the peak in flight) between two measured runs."""
+        req = urllib.request.Request(f"{self.url}/reset", data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
@@ -300,6 +307,8 @@ def throughput(tmp: Path, jokes: Path, redis_pid: int, redis_url: str, latency_m
         clock.finish()
         loop_cpu = cpu.finish()
         loop_rate = clock.steady_rate()
+        loop_peak = fake.stats(brief=True).peak_in_flight
+        fake.reset()
         run_id = f"tp{latency_ms:.0f}"
         clock = CallClock(fake)
         cpu = CpuMeter("ray::ShardWorker", {"fake": fake.proc.pid, "redis": redis_pid})
@@ -311,6 +320,8 @@ def throughput(tmp: Path, jokes: Path, redis_pid: int, redis_url: str, latency_m
         assert rec.state == "finished", rec.failures
         n = len(requests) / 1000  # CPU ms per request
         return {
+            "loop_peak": loop_peak,
+            "engine_peak": fake.stats(brief=True).peak_in_flight,
             "requests": len(requests),
             "loop": loop_rate,
             "engine": clock.steady_rate(),
@@ -564,6 +575,10 @@ def main() -> None:
                     )
                 print(line, flush=True)
                 print(f"    first provider call {r['first_call_s']:.2f} s after the run started (Ray up)", flush=True)
+                print(
+                    f"    most calls in flight at the provider: loop {r['loop_peak']}, engine {r['engine_peak']}",
+                    flush=True,
+                )
                 print(
                     f"    CPU per request: loop {r['loop_cpu_ms']:.2f} ms; engine {r['engine_cpu_ms']:.2f} ms "
                     f"(workers {r['engine_workers_ms']:.2f}, driver {r['engine_driver_ms']:.2f}) + Redis "

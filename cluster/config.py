@@ -59,7 +59,7 @@ class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         msgspec.Meta(
             ge=0,
             le=100_000,
-            description="units a worker runs at once, across shards (0: its providers' max_concurrency)",
+            description="calls a worker has in flight at once, across shards (0: its providers' max_concurrency)",
         ),
     ] = 0
     worker_cpus: Annotated[float, msgspec.Meta(gt=0.0, le=1024.0, description="Ray CPUs one worker actor takes")] = 0.25

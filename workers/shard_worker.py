@@ -61,6 +61,19 @@ from punchline.workers.unit_runner import Slot, UnitRunner
 LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
 
 
+def lease_ahead(window: int) -> int:
+    """Units that may take their leases while the window's calls are in flight: a lease takes a Redis
+    round trip (and its fsync), a few per cent of a call, so a quarter of the window covers it."""
+    return max(2, window // 4)
+
+
+def answers_waiting(window: int) -> int:
+    """Answers that may wait for the group commit without a call slot: at the provider's pace a worker
+    receives about a window of answers per quarter second, the commit's linger; twice that keeps the
+    call slots free through a slow write. A death loses at most these and the calls in flight."""
+    return 2 * window
+
+
 class WorkerConfig(msgspec.Struct, kw_only=True):
     """Everything a worker needs, serialisable so it crosses to any node."""
 
@@ -226,7 +239,9 @@ class ShardProcessor:
         return UnitRunner(
             leases=self.leases,
             cache=self.cache,
-            commits=GroupCommit(self.cache, self.leases, self.held, max_waiting=self.cfg.window(), spool=self.spool),
+            commits=GroupCommit(
+                self.cache, self.leases, self.held, max_waiting=answers_waiting(self.cfg.window()), spool=self.spool
+            ),
             providers=self.providers,
             call=call,
             book=self.held,
@@ -261,7 +276,9 @@ class _StageRun:
         self.keys = StageKeys(proc.ns, plan.run_id, plan.stage)
         self.report = WorkerReport(worker_id=proc.worker_id)
         self.runner = proc._runner()
-        self.window = proc.cfg.window()
+        # the calls in flight stay within the configured bound; a few more units take their leases beside them
+        self.calls = asyncio.Semaphore(proc.cfg.window())
+        self.window = proc.cfg.window() + lease_ahead(proc.cfg.window())
         self.slots = asyncio.Semaphore(self.window)
         self.pending_units = 0  # units of held shards not finished yet
         self.room = asyncio.Event()
@@ -361,7 +378,7 @@ class _StageRun:
     async def _unit(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None) -> UnitResult:
         """A unit counts against the window until its call is done (not until its answer is committed:
         the group commit that follows needs no call slot)."""
-        slot = Slot(self.slots, self._unit_done)
+        slot = Slot(self.slots, self._unit_done, calls=self.calls)
         try:
             if cached is None:
                 await slot.take()

@@ -67,16 +67,29 @@ class CallFn(Protocol):
 
 
 class Slot:
-    """A unit's place among the calls in flight: taken before its lease, given up as soon as its answer
-    is in hand (the group commit that follows needs no call slot). Giving it up twice is harmless.
+    """A unit's place in the worker's window and, separately, among its calls in flight.
+
+    The window (``limit``) is taken before the unit's lease; the call slot (``calls``) only once the lease
+    is granted and the cache has said no, right before the provider is called. So the worker keeps exactly
+    its in-flight bound of calls at the provider while a few more units take their leases (a Redis round
+    trip and its fsync) beside them, instead of each call slot idling through its unit's lease. Both are
+    given up as soon as the answer is in hand (the group commit that follows needs neither). Giving them up
+    twice is harmless.
 
     ``on_free`` tells the worker the unit no longer counts against its window (it may claim more); it is
     called once, when the slot is freed or when the unit first steps aside."""
 
-    def __init__(self, limit: asyncio.Semaphore | None = None, on_free: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        limit: asyncio.Semaphore | None = None,
+        on_free: Callable[[], None] | None = None,
+        calls: asyncio.Semaphore | None = None,
+    ) -> None:
         self.limit = limit
         self.on_free = on_free
+        self.calls = calls
         self.held = False
+        self.calling = False
         self.freed = False
         self.counted = True  # the unit still counts against the worker's window (on_free not called yet)
 
@@ -85,21 +98,30 @@ class Slot:
             await self.limit.acquire()
             self.held = True
 
+    async def call(self) -> None:
+        """Wait for a call slot (the unit holds its lease by now)."""
+        if self.calls is not None and not self.calling and not self.freed:
+            await self.calls.acquire()
+            self.calling = True
+
     def step_aside(self) -> None:
-        """Give the call slot back while the unit waits on a request someone else holds, and its place in
-        the window (the worker may claim other shards meanwhile); :meth:`take` gets a slot again."""
-        if self.held and self.limit is not None:
-            self.limit.release()
-        self.held = False
+        """Give the window back while the unit waits on a request someone else holds (the worker may claim
+        other shards meanwhile); :meth:`take` gets a place again."""
+        self._release()
         self._uncount()
 
     def free(self) -> None:
-        if self.held and self.limit is not None:
-            self.limit.release()
-        self.held = False
+        self._release()
         if not self.freed:
             self.freed = True
             self._uncount()
+
+    def _release(self) -> None:
+        if self.held and self.limit is not None:
+            self.limit.release()
+        if self.calling and self.calls is not None:
+            self.calls.release()
+        self.held = self.calling = False
 
     def _uncount(self) -> None:
         if self.counted:
@@ -281,6 +303,7 @@ class UnitRunner:
                 return hit
             if grant.wait_s > 0:  # the rate-limit slot reserved with the lease
                 await asyncio.sleep(grant.wait_s)
+            await slot.call()
             response = await self._call_validated(unit, usage, slot_reserved=rate is not None)
             if self.commits.has_room():  # the answer is in hand: the next unit may call while it is stored
                 slot.free()

@@ -32,6 +32,7 @@ import pytest
 from punchline.cluster.local_ledger import ledger_dir
 from punchline.cluster.redis_server import EmbeddedRedis
 from punchline.workers.fake.server import FakeProviderServer
+from punchline.workers.shard_worker import answers_waiting
 from tests.cluster.conftest import engine_config
 
 pytestmark = pytest.mark.slow
@@ -41,8 +42,8 @@ UNITS = 8 * 2 * 2  # 8 jokes x 2 models x (greedy + samples)
 WORKERS = 2
 IN_FLIGHT = 4  # units_in_flight per worker
 # what one fault may cost per worker: its calls in flight plus the answers waiting for its group commit
-# (at most its window; workers/group_commit.py), as in test_faults.py
-PER_DEATH = 2 * IN_FLIGHT
+# (at most twice its window; workers/shard_worker.answers_waiting), as in test_faults.py
+PER_DEATH = IN_FLIGHT + answers_waiting(IN_FLIGHT)
 
 
 class Setup:

@@ -22,6 +22,7 @@ import ray
 
 from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.workers.fake.server import FakeProviderServer
+from punchline.workers.shard_worker import answers_waiting
 from tests.cluster.conftest import driver_argv
 
 pytestmark = pytest.mark.slow
@@ -83,8 +84,8 @@ class Background:
 UNITS = 8 * 2 * 2  # the fault tests' runs: 8 jokes x 2 models x (greedy + samples)
 IN_FLIGHT = 4  # units a worker runs at once (make_config's units_in_flight)
 # What one worker's death may cost: its calls in flight, plus the answers waiting for its group commit (at most
-# as many as its window; workers/group_commit.py), whose leases lapse with it.
-PER_DEATH = 2 * IN_FLIGHT
+# twice its window; workers/shard_worker.answers_waiting), whose leases lapse with it.
+PER_DEATH = IN_FLIGHT + answers_waiting(IN_FLIGHT)
 
 
 def slow_run(

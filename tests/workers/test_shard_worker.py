@@ -25,7 +25,7 @@ from punchline.schedulers.ledger import Ledger, request_key
 from punchline.schedulers.rate_limit import RedisRateLimiter
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider
-from punchline.workers.shard_worker import ShardProcessor, WorkerConfig, _Held
+from punchline.workers.shard_worker import ShardProcessor, WorkerConfig, _Held, lease_ahead
 from tests.fixtures.redis import client_url
 
 
@@ -56,7 +56,9 @@ def _run(
     leases_cls: type[Leases] = Leases,
     lease_ms: int = 5_000,
     on_tick: Callable[[], None] | None = None,
+    provider_concurrency: int = 0,
 ) -> tuple[StagePlan, LocalStore, list[tuple[float, int]]]:
+    """``provider_concurrency``: the provider's own bound when it is not the worker's ``window``."""
     run_id = f"w-{uuid.uuid4().hex[:8]}"
     store = LocalStore(tmp_path / "store")
     plan = _plan(store, run_id, units, shard_size=2)
@@ -70,11 +72,18 @@ def _run(
     )
     settings = fake.provider_settings(
         "openai",
-        max_concurrency=window,
+        max_concurrency=provider_concurrency or window,
         models={m: ModelSettings(id=m, input_usd_per_mtok=1.0) for m in ("fast", "slow")},
     )
     url = client_url(redis_client)
-    cfg = WorkerConfig(run_id=run_id, redis_url=url, store_url=store.url, providers={"p": settings}, lease_ms=lease_ms)
+    cfg = WorkerConfig(
+        run_id=run_id,
+        redis_url=url,
+        store_url=store.url,
+        providers={"p": settings},
+        lease_ms=lease_ms,
+        max_in_flight=window,
+    )
     seen: list[tuple[float, int]] = []
 
     async def go() -> None:
@@ -133,6 +142,28 @@ def test_the_window_bounds_calls_in_flight(tmp_path: Path, redis_client: redis.R
     first_call = next(t for t, n in seen if n >= 1)
     assert max(n for t, n in seen if t < first_call + 0.25) <= 3  # the first wave has not returned yet
     assert fake.stats().total_calls == 12
+    assert fake.stats().peak_in_flight == 3  # counted by the provider itself
+
+
+def test_units_take_their_leases_while_the_calls_are_in_flight(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """While the window's calls are at the provider, a few more units already hold their request leases,
+    so a freed call slot goes straight to a call instead of idling through a Redis round trip; the
+    provider (which would take 16) still never sees more than the worker's window."""
+    fake.configure(latency_ms_for_model={"slow": 400.0})
+    tag = uuid.uuid4().hex[:8]
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "slow", f"{tag} {i} ___")) for i in range(12)]
+    keys = {request_key("pl", u.request.key()) for u in units}
+    held: list[tuple[float, int, int]] = []
+
+    def count() -> None:
+        held.append((time.monotonic(), fake.stats().total_calls, sum(redis_client.exists(k) for k in keys)))
+
+    _run(tmp_path, redis_client, fake, units, window=3, on_tick=count, provider_concurrency=16)
+    assert fake.stats().peak_in_flight == 3
+    in_first_wave = [h for _, calls, h in held if 0 < calls <= 3]
+    assert max(in_first_wave) == 3 + lease_ahead(3), held
 
 
 class _RacingLeases(Leases):

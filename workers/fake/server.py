@@ -23,6 +23,7 @@ answered as choice ``offset + j``, so a split request gets the same texts as one
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -31,7 +32,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -159,6 +160,7 @@ class FakeStats(msgspec.Struct, kw_only=True):
     input_tokens: int = 0
     output_tokens: int = 0
     models_calls: int = 0  # GET /v1/models (free: not in total_calls)
+    peak_in_flight: int = 0  # the most completion calls it held at once (a client's in-flight bound, seen from here)
 
 
 def _sample_path(name: str) -> str | None:
@@ -240,6 +242,8 @@ class _State:
             self.input_tokens = 0
             self.output_tokens = 0
             self.models_calls = 0
+            self.in_flight = 0
+            self.peak_in_flight = 0
             self.tat = 0.0
             self.window.clear()
         self.batches.reset()
@@ -267,7 +271,20 @@ class _State:
                 input_tokens=self.input_tokens,
                 output_tokens=self.output_tokens,
                 models_calls=self.models_calls,
+                peak_in_flight=self.peak_in_flight,
             )
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Count a completion call in flight while it is answered."""
+        with self.lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.in_flight -= 1
 
     def admit(self, key: str, offset: int, model: str) -> tuple[int, float | None]:
         """Count the call; returns (attempt number, retry-after seconds if rate limited)."""
@@ -458,9 +475,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._send(200, msgspec.to_builtins(state.config))
         elif self.path in ("/v1/chat/completions", "/chat/completions"):
-            self._complete("openai", body)
+            with state.holding():
+                self._complete("openai", body)
         elif self.path in ("/v1/messages", "/messages"):
-            self._complete("anthropic", body)
+            with state.holding():
+                self._complete("anthropic", body)
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
