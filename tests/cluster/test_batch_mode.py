@@ -73,7 +73,7 @@ def assert_status_costs_are_the_records(tmp: Path, run_id: str, capsys: Any) -> 
     expected: dict[tuple[str, str], float] = {}
     for r in records:
         expected[(r.stage, r.model)] = expected.get((r.stage, r.model), 0.0) + r.cost_usd
-    assert per_model == pytest.approx({k: v for k, v in expected.items() if v})
+    assert per_model == pytest.approx({k: v for k, v in expected.items() if v}), (view, records)
 
 
 def test_batch_mode_gives_the_online_artifacts_at_half_price(
