@@ -20,7 +20,7 @@ import msgspec
 import structlog
 
 from punchline.cluster.autoscale import Autoscaler
-from punchline.cluster.local_worker import LocalWorker
+from punchline.cluster.local_worker import ForkWarmup, LocalWorker
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.response_cache import ResponseCache
@@ -42,6 +42,7 @@ from punchline.data.units import (
 )
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently
 from punchline.workers.batch_runner import batch_mode, run_stage_batches, stage_providers
+from punchline.workers.providers import IMPLEMENTATIONS
 from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_actor_class
 
 log = structlog.get_logger("punchline.coordinator")
@@ -261,6 +262,8 @@ class Coordinator:
         self._pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
         self._prepared: dict[str, tuple[StagePlan, list[str]]] = {}  # stages planned and queued by start_local
         self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
+        kinds = sorted({p.kind for p in worker_cfg.providers.values()})
+        self._warmup = ForkWarmup([IMPLEMENTATIONS[k] for k in kinds if k in IMPLEMENTATIONS])
 
     def start_local(self, stage: Stage) -> LocalStart:
         """Plan ``stage``, queue its missing shards and start working them in this process, before Ray
@@ -281,10 +284,12 @@ class Coordinator:
         # only the providers this stage calls: each SDK costs seconds to import, before the first call
         calls = self._providers_of.get(stage.name, set())
         providers = {n: s for n, s in self.worker_cfg.providers.items() if n in calls}
+        self._warmup.settle()
         self.local = LocalWorker(msgspec.structs.replace(self.worker_cfg, providers=providers), plan).start()
         # its first call before Ray's start: Ray's processes and imports would otherwise share the CPU with
         # the worker's own (the providers' SDKs), and both would be late
         self.local.wait_ready(LOCAL_READY_WAIT_S)
+        self._warmup.start()  # the next stages' workers, forked from here, find their SDKs imported
         return "working"
 
     def close(self) -> None:

@@ -27,12 +27,14 @@ stops it) and speaks to the child over two pipes.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import subprocess
 import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from typing import IO
 
 import msgspec
@@ -58,6 +60,37 @@ def forkable() -> bool:
     """Whether the worker can be forked from this process: not once Ray is in it (a forked child would hold
     the driver's Ray sockets, so Ray would not see the driver die, and Ray's threads' locks)."""
     return hasattr(os, "fork") and "ray" not in sys.modules
+
+
+class ForkWarmup:
+    """The providers' SDKs imported into the driver in the background, so that the workers it forks for the
+    next stages have them already (a child imports an SDK in 1-3 s before its first call, on every stage:
+    the demo's classify and evaluate workers waited that long each).
+
+    Started once the first stage's worker calls; :meth:`settle` before every later fork, since a fork while
+    another thread imports would leave the child an import lock nobody releases."""
+
+    def __init__(self, modules: list[str], *, when: Callable[[], bool] = lambda: forkable()) -> None:
+        self.modules = modules
+        self.when = when  # whether the next workers will be forked (not once Ray is in this process)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and self.modules and self.when():
+            self._thread = threading.Thread(target=self._import, name="punchline-fork-warmup", daemon=True)
+            self._thread.start()
+
+    def _import(self) -> None:
+        for module in self.modules:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # the worker imports it itself, and says why it cannot
+                log.debug("fork_warmup_failed", module=module, error=f"{type(exc).__name__}: {exc}")
+
+    def settle(self) -> None:
+        """Wait for the imports to end (a fork must not happen during one)."""
+        if self._thread is not None:
+            self._thread.join()
 
 
 class _Child:

@@ -2,8 +2,8 @@
 
 A paid answer must be durable in the store before its request lease is committed (the delivery
 guarantee), but it need not be durable *alone*. A worker gathers the answers that arrive within
-``linger_s`` (or until ``max_entries``), writes them as one response-cache pack (one write and its
-fsyncs, or one S3 PUT) and then commits all their leases in one Redis round trip (one AOF fsync),
+``linger_s`` (or until half of ``max_waiting`` are in hand), writes them as one response-cache pack (one
+write and its fsyncs, or one S3 PUT) and then commits all their leases in one Redis round trip (one AOF fsync),
 each commit leaving a done marker that names the pack. A unit's call slot is free as soon as its
 answer is in hand, so the provider never waits for this; only the unit's own completion (and its
 shard's commit) does, by at most ``linger_s`` plus one write. At most ``max_waiting`` answers wait
@@ -74,6 +74,9 @@ class GroupCommit:
         self.book = book
         self.linger_s = linger_s
         self.max_entries = max_entries
+        # a fast provider fills half the room well within the linger: writing then keeps room for the answers
+        # that arrive meanwhile, so their units need not hold their call slots until a later pack is durable
+        self.flush_at = max(1, min(max_entries, max_waiting // 2))
         self.max_waiting = max_waiting
         self.waiting = 0  # answers handed in and not yet durable and committed
         self.ledger_retry_s = ledger_retry_s
@@ -99,7 +102,7 @@ class GroupCommit:
     async def _submit(self, entry: CachedResponse, settle: Settle) -> tuple[CachedResponse, bool]:
         done: asyncio.Future[tuple[CachedResponse, bool]] = asyncio.get_running_loop().create_future()
         self._pending.append(_Waiting(entry, settle, done))
-        if len(self._pending) >= self.max_entries:
+        if len(self._pending) >= self.flush_at:
             self._full.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_loop())

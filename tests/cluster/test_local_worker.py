@@ -303,3 +303,26 @@ def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
     assert any(e["event"] == "driver_gone" and e["pid"] in started for e in _events(log_path))
     record = json.loads((tmp_path / "runs" / "local-killed" / "run.json").read_text())
     assert record["state"] == "finished" and record["counters"]["collect"]["units_done"] == 32
+
+
+def test_fork_warmup_imports_the_next_workers_modules_and_settles_before_a_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver imports the SDKs its next forked workers need in the background; ``settle`` returns only
+    once the imports are over (a fork during one would hang the child on the import lock). A module that
+    cannot be imported is left to the worker (which says why), and nothing is imported when the workers
+    will not be forked."""
+    name = f"warm_probe_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.3)\nLOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    idle = local_worker.ForkWarmup([name], when=lambda: False)
+    idle.start()
+    idle.settle()
+    assert name not in sys.modules
+    warm = local_worker.ForkWarmup(["punchline_no_such_module", name], when=lambda: True)
+    warm.start()
+    warm.settle()
+    try:
+        assert sys.modules[name].LOADED is True
+    finally:
+        sys.modules.pop(name, None)

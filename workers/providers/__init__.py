@@ -31,6 +31,12 @@ from punchline.workers.providers.base import (
     wire_calls,
 )
 
+# each kind's implementation module (it imports the kind's SDK)
+IMPLEMENTATIONS = {
+    "openai": "punchline.workers.providers.openai_compat",
+    "anthropic": "punchline.workers.providers.anthropic",
+}
+
 
 def make_provider(name: str, settings: ProviderSettings) -> Provider:
     """The provider of ``settings.kind`` named ``name`` (the ``[providers.<name>]`` table)."""
@@ -61,6 +67,7 @@ def make_batch_provider(name: str, settings: ProviderSettings) -> BatchProvider:
 __all__ = [
     "CALL_PATHS",
     "CHOICE_OFFSET_HEADER",
+    "IMPLEMENTATIONS",
     "MalformedResponse",
     "SdkBatches",
     "SdkProvider",
