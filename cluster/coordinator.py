@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -239,7 +239,9 @@ class Coordinator:
         autoscaler: Autoscaler | None = None,
         local_first: bool = False,
         ray_start: RayStart | None = None,
+        warm_imports: Sequence[str] = (),
     ) -> None:
+        """``warm_imports``: modules the stages' reduces will import (:class:`Stage` says why)."""
         self.ctx = ctx
         self.store: Store = ctx.store
         self.ledger = ledger
@@ -263,7 +265,7 @@ class Coordinator:
         self._prepared: dict[str, tuple[StagePlan, list[str]]] = {}  # stages planned and queued by start_local
         self._providers_of: dict[str, set[str]] = {}  # per stage planned: the providers its units call
         kinds = sorted({p.kind for p in worker_cfg.providers.values()})
-        self._warmup = ForkWarmup([IMPLEMENTATIONS[k] for k in kinds if k in IMPLEMENTATIONS])
+        self._warmup = ForkWarmup([*(IMPLEMENTATIONS[k] for k in kinds if k in IMPLEMENTATIONS), *warm_imports])
 
     def start_local(self, stage: Stage) -> LocalStart:
         """Plan ``stage``, queue its missing shards and start working them in this process, before Ray

@@ -458,6 +458,7 @@ def run(
             progress=progress,
             local_first=local_first,
             ray_start=lazy_ray,
+            warm_imports=sorted({m for stage in stages for m in getattr(stage, "warm_imports", ())}),
             autoscaler=autoscale.for_run(
                 cfg.run.max_workers,
                 cfg.run.workers_per_node,

@@ -49,6 +49,10 @@ class StageContext:
 
 
 class Stage(Protocol):
+    """One step of a pipeline. Optional: ``warm_imports``, a tuple of the slow modules its ``reduce`` imports
+    lazily (plotting, say); the driver imports them in the background while earlier stages' workers call
+    (:class:`~punchline.cluster.local_worker.ForkWarmup`), so the reduce does not wait for them."""
+
     name: str
 
     def plan(self, ctx: StageContext) -> Iterable[UnitSpec]:

@@ -224,6 +224,7 @@ class RankStage:
     """Stage 5: tiers from the classified completions (no provider calls)."""
 
     name = "rank"
+    warm_imports = ("punchline.data.puns.plots",)  # matplotlib: a second or more to import
 
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         return []
@@ -263,6 +264,7 @@ class EvaluateStage:
     """Run the cloze tests against models and report the funny-rate shift per priming context."""
 
     name = "evaluate"
+    warm_imports = ("punchline.data.puns.plots",)
 
     def _tests(self, ctx: StageContext) -> list:
         return decode_bytes(ctx.read_artifact(TESTS), list[ClozeTest], source=ctx.artifact_key(TESTS))

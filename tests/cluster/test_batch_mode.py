@@ -73,7 +73,11 @@ def assert_status_costs_are_the_records(tmp: Path, run_id: str, capsys: Any) -> 
     expected: dict[tuple[str, str], float] = {}
     for r in records:
         expected[(r.stage, r.model)] = expected.get((r.stage, r.model), 0.0) + r.cost_usd
-    assert per_model == pytest.approx({k: v for k, v in expected.items() if v}), (view, records)
+    seen = [(r.stage, r.model, r.state, r.billed, r.input_tokens, r.cost_usd) for r in records]
+    shown = [(b["stage"], b["model"], b["state"], b["billed"], b["cost_usd"]) for b in view["batches"]]
+    assert per_model == pytest.approx({k: v for k, v in expected.items() if v}), (
+        f"status usage {view['usage']}\nstatus batches {shown}\nrecords {seen}\ncounters {view['counters']}"
+    )
 
 
 def test_batch_mode_gives_the_online_artifacts_at_half_price(
