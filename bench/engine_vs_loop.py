@@ -150,7 +150,11 @@ class Fake:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
-        self.proc.communicate(timeout=30)
+        try:  # a bench started in the background (``&``) passes SIGINT on ignored: then it is killed
+            self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
 
 
 class CallClock:

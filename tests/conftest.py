@@ -2,6 +2,7 @@
 once per session by its own module under ``tests/fixtures``."""
 
 import importlib.abc
+import signal
 import sys
 from pathlib import Path
 
@@ -29,6 +30,13 @@ class _NoTopLevelLayers(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _NoTopLevelLayers())
+
+# A suite started in the background by a non-interactive shell (``make test &``, ``nohup``) inherits SIGINT
+# and SIGQUIT ignored, and so would every process a test starts: the tests that stop a driver or the fake
+# provider with SIGINT (Ctrl-C) would then wait for nothing. The tests are that terminal's Ctrl-C, so they
+# get the defaults back (the processes they start inherit them).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 SHARED_PUNS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "puns"
 SHARED_HUMOR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "humor"
