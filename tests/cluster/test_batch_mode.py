@@ -162,15 +162,17 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
 ) -> None:
     online, batch = batch_config(make_config)
     expected = online_baseline(tmp_path, online, redis_url, fake)
+    # a run id no other test gives a run on this session's Redis: the ledger's counters and usage are the run's
+    run_id = f"killed-batch-{point}"
     fake.configure(**CRASHES[point])
     argv = driver_argv(
-        batch, "killed", tmp_path, "--redis-url", redis_url, "--ray-address", ray.get_runtime_context().gcs_address
+        batch, run_id, tmp_path, "--redis-url", redis_url, "--ray-address", ray.get_runtime_context().gcs_address
     )
     store = LocalStore(tmp_path / "store")
 
     def at_point() -> bool:
         if point == "polling":
-            return any(r.batch_id for r in read_records(store, "killed"))
+            return any(r.batch_id for r in read_records(store, run_id))
         return fake.batch_stats().hanging > 0
 
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -190,13 +192,13 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
 
     resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
-    assert artifacts(tmp_path, "store", "killed") == expected
+    assert artifacts(tmp_path, "store", run_id) == expected
     assert_billed_once(fake)
-    records = read_records(store, "killed")
+    records = read_records(store, run_id)
     # one provider batch per record: the one in flight at the kill was adopted, never created again
     assert fake.batch_stats().batches_created == len(records)
     assert len({r.batch_id for r in records}) == len(records)
-    assert_status_costs_are_the_records(tmp_path, "killed", capsys)
+    assert_status_costs_are_the_records(tmp_path, run_id, capsys)
 
 
 def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(

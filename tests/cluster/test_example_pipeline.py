@@ -223,11 +223,11 @@ def test_kill_9_mid_run_on_a_two_node_cluster_then_resume_pays_nothing_twice(
         assert alive_workers(cluster) == []  # a run that ends stops its workers
         fake.reset()
 
-        proj = fault_project(tmp_path, fake, "killed", n)
+        proj = fault_project(tmp_path, fake, "killed-example", n)
         # the judge's calls take seconds: the kill lands while several are in flight; every label was
         # answered and committed before it
         fake.configure(latency_ms_min=20, latency_ms_max=60, latency_ms_for_model={"sim-judge-70b": 4_000})
-        killed = argv(proj, "killed", "runs", "--redis-url", redis_url)
+        killed = argv(proj, "killed-example", "runs", "--redis-url", redis_url)
         proc = subprocess.Popen(
             killed, cwd=tmp_path, env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
@@ -254,8 +254,8 @@ def test_kill_9_mid_run_on_a_two_node_cluster_then_resume_pays_nothing_twice(
         print(f"\nin flight at the kill: {in_flight}; asked twice: {len(twice)}; paid twice: {after.ok - 2 * n}")
         assert twice == {} and after.ok == after.total_calls == 2 * n  # each request asked and paid exactly once
         assert len(after.calls) == 2 * n
-        assert (tmp_path / "runs" / "killed" / "artifacts" / "judged.jsonl").read_bytes() == expected
-        record = msgspec.json.decode((tmp_path / "runs" / "killed" / "run.json").read_bytes())
+        assert (tmp_path / "runs" / "killed-example" / "artifacts" / "judged.jsonl").read_bytes() == expected
+        record = msgspec.json.decode((tmp_path / "runs" / "killed-example" / "run.json").read_bytes())
         assert record["state"] == "finished"
         assert alive_workers(cluster) == []
     finally:

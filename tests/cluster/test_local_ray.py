@@ -237,7 +237,7 @@ def test_default_local_ray_kill_9_and_resume_adopt_the_head_each_request_asked_o
     units = ROWS * 2
     cfg = prompts_config(tmp_path, fake, rows=ROWS, shard_size=4)
     fake.configure(latency_ms_min=600, latency_ms_max=900)  # Ray's workers join before the run is over
-    argv = driver_argv(cfg, "killed", tmp_path, "--redis-url", redis_url)
+    argv = driver_argv(cfg, "killed-head", tmp_path, "--redis-url", redis_url)
     folder = ray_dir(tmp_path / "runs")
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -262,7 +262,7 @@ def test_default_local_ray_kill_9_and_resume_adopt_the_head_each_request_asked_o
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     assert head_of_run() == head, "the resume did not adopt the head the killed driver started"
     assert len([f for f in folder.iterdir() if f.is_dir()]) == 1  # and started none of its own
-    jsonl, _ = _outputs(tmp_path, "store", "killed")
+    jsonl, _ = _outputs(tmp_path, "store", "killed-head")
     _check_outputs(jsonl)
     _head_gone(head.pid, timeout_s=300)  # the keeper stopped it: drivers gone, the drained workers ended
     calls = fake.stats().calls
