@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import msgspec
@@ -75,8 +75,10 @@ async def call_with_retries(
     on_attempt: Callable[[AttemptEvent], None] | None = None,
     rng: random.Random | None = None,
     slot_reserved: bool = False,
+    pause: Callable[[float], Awaitable[None]] | None = None,
 ) -> ProviderResponse:
-    """``slot_reserved``: the first attempt's rate-limit slot was reserved with the request's lease."""
+    """``slot_reserved``: the first attempt's rate-limit slot was reserved with the request's lease.
+    ``pause``: how to wait between attempts (the unit runner gives its call slot to another unit meanwhile)."""
     calls = wire_calls(provider.settings, request)
     tokens = estimate_tokens(request)
     malformed = 0
@@ -99,7 +101,7 @@ async def call_with_retries(
             _report(on_attempt, retry, provider, request, exc, delay)
             if exhausted:
                 raise
-            await asyncio.sleep(delay)
+            await (pause or asyncio.sleep)(delay)
             retry += 1
             continue
         _report(on_attempt, retry, provider, request, None, 0.0)

@@ -20,6 +20,7 @@ import socket
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -213,7 +214,13 @@ class ShardProcessor:
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
         limiter = self.limiter
 
-        async def call(provider: Provider, request: Any, usage: ShardUsage, slot_reserved: bool) -> Any:
+        async def call(
+            provider: Provider,
+            request: Any,
+            usage: ShardUsage,
+            slot_reserved: bool,
+            pause: Callable[[float], Awaitable[None]] | None = None,
+        ) -> Any:
             http_calls = wire_calls(provider.settings, request)
 
             def on_attempt(event: AttemptEvent) -> None:
@@ -230,6 +237,7 @@ class ShardProcessor:
                 rate_limiter=limiter,
                 on_attempt=on_attempt,
                 slot_reserved=slot_reserved,
+                pause=pause,
             )
 
         def estimate(request: ProviderRequest) -> float:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import structlog
@@ -62,7 +62,12 @@ MAX_ASIDE = 64
 
 class CallFn(Protocol):
     async def __call__(
-        self, provider: Provider, request: Any, usage: ShardUsage, slot_reserved: bool
+        self,
+        provider: Provider,
+        request: Any,
+        usage: ShardUsage,
+        slot_reserved: bool,
+        pause: Callable[[float], Awaitable[None]] | None = None,
     ) -> ProviderResponse: ...
 
 
@@ -103,6 +108,16 @@ class Slot:
         if self.calls is not None and not self.calling and not self.freed:
             await self.calls.acquire()
             self.calling = True
+
+    async def pause(self, delay_s: float) -> None:
+        """Wait out a retry's backoff without the call slot (another unit calls meanwhile), then take one again."""
+        calling = self.calling
+        if calling and self.calls is not None:
+            self.calls.release()
+            self.calling = False
+        await asyncio.sleep(delay_s)
+        if calling:
+            await self.call()
 
     def step_aside(self) -> None:
         """Give the window back while the unit waits on a request someone else holds (the worker may claim
@@ -304,7 +319,7 @@ class UnitRunner:
             if grant.wait_s > 0:  # the rate-limit slot reserved with the lease
                 await asyncio.sleep(grant.wait_s)
             await slot.call()
-            response = await self._call_validated(unit, usage, slot_reserved=rate is not None)
+            response = await self._call_validated(unit, usage, slot, slot_reserved=rate is not None)
             if self.commits.has_room():  # the answer is in hand: the next unit may call while it is stored
                 slot.free()
             actual = self._cost(unit, response)
@@ -328,11 +343,13 @@ class UnitRunner:
         provider = self.providers[unit.request.provider]
         return provider.settings.cost_usd(unit.request.model, response.input_tokens, response.output_tokens)
 
-    async def _call_validated(self, unit: UnitSpec, usage: ShardUsage, *, slot_reserved: bool) -> ProviderResponse:
+    async def _call_validated(
+        self, unit: UnitSpec, usage: ShardUsage, slot: Slot, *, slot_reserved: bool
+    ) -> ProviderResponse:
         provider = self.providers[unit.request.provider]
         check = validator(unit.check)
         for attempt in range(self.max_invalid + 1):
-            response = await self.call(provider, unit.request, usage, slot_reserved and attempt == 0)
+            response = await self.call(provider, unit.request, usage, slot_reserved and attempt == 0, slot.pause)
             try:
                 check(response)
                 return response

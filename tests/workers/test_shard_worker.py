@@ -260,3 +260,19 @@ def test_units_whose_requests_another_holds_do_not_stall_the_worker(
     decoder = msgspec.msgpack.Decoder(ShardOutput)
     outputs = [decoder.decode(store.get(shard_key(plan.run_id, "s", i)) or b"") for i in range(plan.shards_total)]
     assert [r.unit_id for o in outputs for r in o.results if r.error is None] == [u.unit_id for u in units]
+
+
+def test_a_unit_waiting_out_a_retry_gives_its_call_slot_to_the_next(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """Every request's first attempt is refused with a 4 s Retry-After. With one call slot, the three units
+    make their first attempts one after the other while each waits out its backoff without the slot, instead
+    of the second waiting 4 s for the first to be done; each request is still answered once, on its retry."""
+    fake.configure(fail_first_attempts=1, fail_status=503, fail_retry_after_s=4.0)
+    tag = uuid.uuid4().hex[:8]
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "fast", f"{tag} {i} ___")) for i in range(3)]
+    _, _, seen = _run(tmp_path, redis_client, fake, units, window=1, provider_concurrency=16)
+    first_call = next(t for t, n in seen if n >= 1)
+    assert max(n for t, n in seen if t < first_call + 3.0) == 3  # the three first attempts, no retry yet
+    assert fake.stats().total_calls == 6 and fake.stats().ok == 3
+    assert fake.stats().peak_in_flight == 1
