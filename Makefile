@@ -26,7 +26,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Two pytest workers, a whole test file each (the tests mostly wait on processes they start: about 0.6 of the
-# two cores in use): 19 min of pytest in a fresh clone instead of 32 with one. PYTEST_WORKERS=1 runs them serially.
+# two cores in use): 19-20 min of pytest in a fresh clone instead of 32 with one. PYTEST_WORKERS=1 runs them serially.
 PYTEST_WORKERS ?= 2
 
 test: $(STAMP) lint typecheck
