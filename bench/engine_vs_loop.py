@@ -47,7 +47,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +143,9 @@ class Fake:
 
     def reset(self) -> None:
         """Zero its counters (the calls, the peak in flight) between two measured runs."""
-        req = urllib.request.Request(f"{self.url}/reset", data=b"{}", method="POST")
-        with urllib.request.urlopen(req, timeout=10):
-            pass
+        from punchline.workers.fake import reset_remote
+
+        reset_remote(self.url)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)

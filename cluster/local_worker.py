@@ -63,14 +63,14 @@ def forkable() -> bool:
 
 
 class ForkWarmup:
-    """The providers' SDKs imported into the driver in the background, so that the workers it forks for the
-    next stages have them already (a child imports an SDK in 1-3 s before its first call, on every stage:
-    the demo's classify and evaluate workers waited that long each).
+    """The providers' SDKs (and the stages' ``warm_imports``) imported into the driver in the background, so
+    that the workers it forks for the next stages have them already (a child imports an SDK in 1-3 s before its
+    first call, on every stage: the demo's classify and evaluate workers waited that long each).
 
     Started once the first stage's worker calls; :meth:`settle` before every later fork, since a fork while
     another thread imports would leave the child an import lock nobody releases."""
 
-    def __init__(self, modules: list[str], *, when: Callable[[], bool] = lambda: forkable()) -> None:
+    def __init__(self, modules: list[str], *, when: Callable[[], bool] = forkable) -> None:
         self.modules = modules
         self.when = when  # whether the next workers will be forked (not once Ray is in this process)
         self._thread: threading.Thread | None = None

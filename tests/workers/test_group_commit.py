@@ -17,18 +17,8 @@ from punchline.data.response_cache import CachedResponse, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.leases import BudgetTerms, Grant, Leases, Settle
 from punchline.workers.group_commit import GroupCommit
+from punchline.workers.shard_worker import _Held
 from tests.fixtures.redis import client_url
-
-
-class _Book:
-    def hold(self, grant: Grant) -> None:
-        pass
-
-    def closing(self, grant: Grant) -> None:
-        pass
-
-    def drop(self, grant: Grant) -> None:
-        pass
 
 
 def test_half_the_room_taken_writes_the_pack_without_waiting_for_the_linger(
@@ -41,7 +31,7 @@ def test_half_the_room_taken_writes_the_pack_without_waiting_for_the_linger(
     async def go() -> list[tuple[CachedResponse, bool]]:
         client = redis.asyncio.Redis.from_url(client_url(redis_client))
         leases = Leases(client, budget=BudgetTerms(run_id=f"gc-{tag}"))
-        commits = GroupCommit(cache, leases, _Book(), linger_s=60.0, max_waiting=4)
+        commits = GroupCommit(cache, leases, _Held(), linger_s=60.0, max_waiting=4)
         settles = []
         for r in requests:
             grant = await leases.acquire(r.key(), "w1", 30_000)

@@ -9,6 +9,7 @@ from punchline.workers.fake.server import (
     fetch_stats,
     load_knobs,
     request_wire_key,
+    reset_remote,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "fetch_stats",
     "load_knobs",
     "request_wire_key",
+    "reset_remote",
 ]

@@ -229,6 +229,7 @@ class _State:
         self.answer_key = AnswerKey.load(config.humor_path or default_humor_path())
         self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
         self.window: deque[float] = deque()  # admitted calls' times, with rate_limit_window_s
+        self.in_flight = 0  # completion calls being answered (holding)
         self.reset()
 
     def reset(self) -> None:
@@ -242,8 +243,7 @@ class _State:
             self.input_tokens = 0
             self.output_tokens = 0
             self.models_calls = 0
-            self.in_flight = 0
-            self.peak_in_flight = 0
+            self.peak_in_flight = self.in_flight  # calls being answered now still end (and count down)
             self.tat = 0.0
             self.window.clear()
         self.batches.reset()
@@ -773,6 +773,13 @@ def fetch_stats(url: str, *, timeout_s: float = 5.0, brief: bool = False) -> Fak
     query = "?brief=1" if brief else ""
     with urllib.request.urlopen(f"{url.rstrip('/')}/stats{query}", timeout=timeout_s) as resp:
         return msgspec.json.decode(resp.read(), type=FakeStats)
+
+
+def reset_remote(url: str, *, timeout_s: float = 10.0) -> None:
+    """``POST /reset`` of a fake provider running elsewhere: its counters zeroed between two measured runs."""
+    req = urllib.request.Request(f"{url.rstrip('/')}/reset", data=b"{}", method="POST")
+    with urllib.request.urlopen(req, timeout=timeout_s):
+        pass
 
 
 def fetch_batch_stats(url: str, *, timeout_s: float = 5.0) -> BatchStats:
