@@ -42,7 +42,7 @@ from punchline.cluster.ray_runtime import (
     shutdown_ray,
 )
 from punchline.cluster.registry import pipeline_of
-from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
+from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_outputs, check_run
 from punchline.cluster.run_claim import RunClaim
 from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
@@ -364,6 +364,7 @@ def run(
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
     store_url = opts.store or config_store(cfg) or opts.runs_dir
+    check_outputs(store_url, opts.runs_dir)  # an unwritable store stops here, before runs/_ledger exists
     store = open_store(store_url)
     existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
     config_toml = redact_urls(Path(config_path).read_text())  # a password in [run] redis_url stays in the file

@@ -23,6 +23,7 @@ Services (the store, Redis, the providers' endpoints) are checked afterwards by
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,32 @@ def check_options(opts: RunOptions) -> None:
         raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
     if opts.run_id is not None and (runs / opts.run_id).exists() and not (runs / opts.run_id).is_dir():
         raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
+
+
+def check_outputs(store_url: str, runs_dir: str) -> None:
+    """Every folder the run will write (the runs folder, where ``_ledger`` and the run's folder go, and a
+    local store) is a folder it can create or write in, before any of them is created."""
+    places = [(runs_dir, "--runs-dir / PUNCHLINE_RUNS_DIR")]
+    if "://" not in store_url:
+        places.append((store_url, "--store / PUNCHLINE_STORE / [run] store"))
+    for place, field in places:
+        problem = _unwritable(Path(place).expanduser())
+        if problem is not None:
+            raise ConfigError(problem, file=place, field=field)
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why nothing can be written at ``path`` (its nearest existing folder is a file or not writable)."""
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():
+            return f"cannot be created: {probe} is a broken link"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"cannot be created: {probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"cannot be written: {probe} is not writable"
+    return None
 
 
 def check_environment() -> None:
