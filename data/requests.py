@@ -34,17 +34,22 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     stop: tuple[str, ...] = ()
     seed: int | None = None
     sample_slot: int = 0
-    top_p: float | None = None  # last, and left out of the key when None (below)
+    top_p: float | None = None  # this and the fields after it are left out of the key when None (below)
+    # a JSON schema (canonical JSON text) the answer must meet: a provider that takes one sends it as its
+    # structured-output format (OpenAI: ``response_format``); the pipeline checks the answer either way
+    response_schema: str | None = None
 
     def key(self) -> str:
         """Stable content hash: equal requests give equal keys in every process and run.
 
-        A request without ``top_p`` hashes exactly as it did before the field existed (its encoding
-        minus the trailing ``top_p: nil`` pair, with the map's length one less), so every answer cached
-        before stays found."""
+        A request without ``top_p`` or ``response_schema`` hashes exactly as it did before those fields
+        existed (its encoding minus the trailing ``name: nil`` pairs, with the map's length that much
+        less), so every answer cached before stays found."""
         raw = _ENCODER.encode(self)
-        if self.top_p is None:
-            raw = bytes([raw[0] - 1]) + raw[1 : -len(_NO_TOP_P)]
+        for value, nil in ((self.response_schema, _NO_SCHEMA), (self.top_p, _NO_TOP_P)):
+            if value is not None:
+                break
+            raw = bytes([raw[0] - 1]) + raw[1 : -len(nil)]
         return hashlib.sha256(raw).hexdigest()[:40]
 
     def describe(self) -> str:
@@ -56,6 +61,7 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 _NO_TOP_P = _ENCODER.encode({"top_p": None})[1:]  # the key and the nil, without the map header
+_NO_SCHEMA = _ENCODER.encode({"response_schema": None})[1:]
 
 
 class ProviderResponse(msgspec.Struct, kw_only=True):

@@ -63,6 +63,8 @@ def message_body(request: ProviderRequest) -> dict[str, Any]:
         params["stop_sequences"] = stop
     if request.top_p is not None:
         params["top_p"] = request.top_p
+    # ``request.response_schema`` is not sent: the Messages API takes no response format, so the
+    # pipeline's parse step is the only check of the answer's shape here
     return params
 
 

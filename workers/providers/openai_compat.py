@@ -11,6 +11,7 @@ choice offset header (``sample_slot * n + i``) so the fake provider returns dist
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -65,6 +66,11 @@ def chat_body(request: ProviderRequest, n: int) -> dict[str, Any]:
         params["seed"] = request.seed
     if request.top_p is not None:
         params["top_p"] = request.top_p
+    if request.response_schema is not None:  # structured output: the provider holds the answer to the schema
+        params["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": json.loads(request.response_schema)},
+        }
     return params
 
 
