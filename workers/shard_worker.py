@@ -60,6 +60,7 @@ from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 from punchline.workers.unit_runner import Slot, UnitRunner
 
 LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
+ONCE = RetryPolicy(max_retries=0, max_malformed_retries=0)  # a unit that asks for no retries (UnitSpec.retries)
 
 
 def lease_ahead(window: int) -> int:
@@ -220,6 +221,7 @@ class ShardProcessor:
             usage: ShardUsage,
             slot_reserved: bool,
             pause: Callable[[float], Awaitable[None]] | None = None,
+            retries: bool = True,
         ) -> Any:
             http_calls = wire_calls(provider.settings, request)
 
@@ -233,7 +235,7 @@ class ShardProcessor:
             return await call_with_retries(
                 provider,
                 request,
-                policies[provider.name],
+                policies[provider.name] if retries else ONCE,
                 rate_limiter=limiter,
                 on_attempt=on_attempt,
                 slot_reserved=slot_reserved,

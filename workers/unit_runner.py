@@ -68,6 +68,7 @@ class CallFn(Protocol):
         usage: ShardUsage,
         slot_reserved: bool,
         pause: Callable[[float], Awaitable[None]] | None = None,
+        retries: bool = True,
     ) -> ProviderResponse: ...
 
 
@@ -349,7 +350,9 @@ class UnitRunner:
         provider = self.providers[unit.request.provider]
         check = validator(unit.check)
         for attempt in range(self.max_invalid + 1):
-            response = await self.call(provider, unit.request, usage, slot_reserved and attempt == 0, slot.pause)
+            response = await self.call(
+                provider, unit.request, usage, slot_reserved and attempt == 0, slot.pause, retries=unit.retries
+            )
             try:
                 check(response)
                 return response

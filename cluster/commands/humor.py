@@ -58,7 +58,8 @@ def register(sub: Subcommands) -> None:
     )
     s.add_argument(
         "--judge-mera-scores",
-        help='JSONL for MERA\'s judge (judge_mera): {"id": int, "score": 0..1} or {"id": int, "text": "<judge reply>"}',
+        help='JSONL for MERA\'s judge (judge_mera): {"id": int, "score": 0..1} or {"id": int, "text": "<judge reply>"}'
+        ', optionally "failed_calls": n (counted in the report)',
     )
     s.add_argument("--judge-threshold", type=float, default=None, help="judge pass threshold (default 1)")
     s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
@@ -170,6 +171,8 @@ def print_score_summary(report: HumorReport, written: list[str], console: Consol
         t.add_row("judge missing", str(judge.n_missing))
         kappa = "–" if judge.kappa_with_em is None else f"{judge.kappa_with_em:.3f}"
         t.add_row("judge vs EM kappa", kappa)
+    if report.judge_mera_failed_calls is not None:
+        t.add_row("MERA's judge: failed calls (scored 0)", str(report.judge_mera_failed_calls))
     console.print(t)
     for name in written:
         print(f"wrote {name}")  # a path whole on one line (rich wraps at 80 columns off a terminal)

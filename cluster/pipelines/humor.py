@@ -40,6 +40,16 @@ from punchline.data.humor.mera import mera_readings
 from punchline.data.humor.prompts import ANSWER_MAX_TOKENS, MERA_STOP, answer_request, cut_at_stop, mera_answer_request
 from punchline.data.humor.report import REPORT_JSON, HumorReport, headlines, score_and_write
 from punchline.data.humor.schema import HumorFile, HumorItem
+from punchline.data.humor.shots import (
+    FEWSHOT_SEED,
+    MERA_FEWSHOT_SPLIT,
+    MERA_SAMPLER,
+    FewshotSplit,
+    Sampler,
+    draws_per_item,
+    first_k_shots,
+    lm_eval_shots,
+)
 from punchline.data.humor.submission import (
     LOGS_NAME,
     SUBMISSION_FILE,
@@ -97,6 +107,18 @@ class HumorSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         Literal["punchline", "mera"],
         msgspec.Meta(description="mera: generate as lm-eval does for MERA; punchline: our layout"),
     ] = "punchline"
+    # the mera preset's few-shot choice (humor.yaml + lm-eval's defaults; data/humor/shots.py)
+    sampler: Annotated[
+        Sampler,
+        msgspec.Meta(description="mera preset: lm-eval's few-shot sampler (default: a seeded draw per item)"),
+    ] = MERA_SAMPLER
+    fewshot_seed: Annotated[int, msgspec.Meta(ge=0, description="mera preset: lm-eval's fewshot_random_seed")] = (
+        FEWSHOT_SEED
+    )
+    fewshot_split: Annotated[
+        FewshotSplit,
+        msgspec.Meta(description="mera preset: draw shots from the data itself (test, as humor.yaml) or `shots`"),
+    ] = MERA_FEWSHOT_SPLIT
 
 
 REPORT_PREFIX = "report"
@@ -133,11 +155,13 @@ class JudgeScore(msgspec.Struct):
     score: float | None
 
 
-class MeraJudgeScore(msgspec.Struct):
-    """One line of ``judge_mera_scores/<nick>.jsonl``: MERA's judge score of an item, in [0, 1]."""
+class MeraJudgeScore(msgspec.Struct, omit_defaults=True):
+    """One line of ``judge_mera_scores/<nick>.jsonl``: MERA's judge score of an item, in [0, 1], and how many
+    of its judge calls failed (each scored 0; written only when some did)."""
 
     id: int
     score: float
+    failed_calls: int = 0
 
 
 def settings_of(cfg: RunConfig) -> HumorSettings:
@@ -157,15 +181,22 @@ def _source(ctx: StageContext) -> HumorFile:
     return source
 
 
-def _shots(ctx: StageContext) -> list[HumorItem]:
-    return run_shots(ctx.cfg)
-
-
 def run_shots(run: RunConfig) -> list[HumorItem]:
-    """The few-shot examples: ``k_shot`` of them from the ``shots`` file (none when ``k_shot`` is 0)."""
+    """The few-shot pool: the ``shots`` file (none when ``k_shot`` is 0); under the ``mera`` preset with
+    ``fewshot_split = "test"`` (humor.yaml's), the data itself."""
     cfg = settings_of(run)
     if cfg.k_shot <= 0:
         return []
+    if cfg.preset == "mera" and cfg.fewshot_split == "test":
+        pool = load_items(resolve_path(run, cfg.data))
+        if draws_per_item(cfg.k_shot, same_split=True) > len(pool):
+            raise ConfigError(
+                f"k_shot = {cfg.k_shot} draws {cfg.k_shot + 1} items per question from the data "
+                f'(fewshot_split = "test"), which has only {len(pool)}',
+                file=run.source,
+                field="humor.k_shot",
+            )
+        return pool
     if not cfg.shots:
         raise ConfigError(f"k_shot = {cfg.k_shot} needs a shots file", file=run.source, field="humor.shots")
     shots = load_items(resolve_path(run, cfg.shots))
@@ -178,12 +209,15 @@ def run_shots(run: RunConfig) -> list[HumorItem]:
     return shots
 
 
-def _shots_for(item: HumorItem, shots: list[HumorItem], k: int) -> list[HumorItem]:
-    """The first ``k`` shots in file order, never the item itself (when data and shots overlap)."""
-    chosen = [s for s in shots if s != item][:k]
-    if len(chosen) < k:
-        raise ConfigError(f"not enough shots for item {item.id} once the item itself is excluded", field="humor.shots")
-    return chosen
+def item_shots(run: RunConfig, items: list[HumorItem]) -> list[list[HumorItem]]:
+    """Each item's shots: under ``mera``, as lm-eval draws them (``sampler``, ``fewshot_seed``,
+    ``fewshot_split``; in item order); under ``punchline``, the first ``k_shot`` of the shots file."""
+    cfg = settings_of(run)
+    pool = run_shots(run)
+    if cfg.preset == "mera":
+        same = cfg.fewshot_split == "test"
+        return lm_eval_shots(items, pool, cfg.k_shot, sampler=cfg.sampler, seed=cfg.fewshot_seed, same_split=same)
+    return [first_k_shots(item, pool, cfg.k_shot) for item in items]
 
 
 def _unit_id(stage: str, nick: str, item_id: int) -> str:
@@ -214,6 +248,7 @@ def _score(
     predictions: Mapping[int, str],
     judge_scores: Mapping[int, float | None] | None,
     judge_mera_scores: Mapping[int, float] | None = None,
+    judge_mera_failed_calls: int | None = None,
 ) -> list[str]:
     """Score one model into a temp dir and store every output file as ``report/<nick>/<file>``, and MERA's
     submission archive as ``submission/<nick>.zip`` when every item has an answer."""
@@ -225,6 +260,7 @@ def _score(
             predictions,
             judge_scores=judge_scores,
             judge_mera_scores=judge_mera_scores,
+            judge_mera_failed_calls=judge_mera_failed_calls,
         )
         files = {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir())}
         for file_name, data in files.items():
@@ -251,11 +287,10 @@ class GenerateStage:
     def plan(self, ctx: StageContext) -> list[UnitSpec]:
         cfg = settings_of(ctx.cfg)
         settings = ctx.cfg.provider(cfg.provider)
-        shots = _shots(ctx)
+        items = _source(ctx).data
         units = []
         build = mera_answer_request if cfg.preset == "mera" else answer_request
-        for item in _source(ctx).data:
-            prefix = _shots_for(item, shots, cfg.k_shot)
+        for item, prefix in zip(items, item_shots(ctx.cfg, items), strict=True):
             for nick in cfg.models:
                 request = build(cfg.provider, settings.model_id(nick), item, prefix, max_tokens=cfg.max_tokens)
                 units.append(UnitSpec(unit_id=_unit_id(self.name, nick, item.id), request=request))
@@ -284,25 +319,34 @@ MERA_JUDGE = "judge_mera"  # unit ids: judge_mera/<nick>/<item>/<reading>
 MAX_MERA_READINGS = 3  # the whole answer, the tail after "Ответ:", the rebuilt pair
 
 
-def _mera_judge_units(provider: str, judge_id: str, nick: str, item: HumorItem, answer: str) -> list[UnitSpec]:
+def _mera_judge_units(
+    provider: str, judge_id: str, nick: str, item: HumorItem, answer: str, *, retries: bool
+) -> list[UnitSpec]:
     """One MERA judge call per MERA reading of the answer (no content check: MERA scores an unreadable
-    reply 0 rather than asking again)."""
+    reply 0 rather than asking again; ``retries = False`` under the ``mera`` preset: MERA's judge posts once
+    and scores a failed call 0)."""
     return [
         UnitSpec(
             unit_id=f"{_unit_id(MERA_JUDGE, nick, item.id)}/{k}",
             request=mera_judge_request(provider, judge_id, item, reading),
+            retries=retries,
         )
         for k, reading in enumerate(mera_readings(answer))
     ]
 
 
-def _mera_judge_scores(results: Mapping[str, UnitResult], nick: str, ids: list[int]) -> dict[int, float]:
-    """``judge_mera`` per item: the best over its readings' replies; 0 for a failed call or no answer."""
-    out: dict[int, float] = {}
+def _mera_judge_lines(
+    results: Mapping[str, UnitResult], nick: str, answers: Mapping[int, str], ids: list[int]
+) -> list[MeraJudgeScore]:
+    """``judge_mera`` per item: the best over its readings' replies; 0 for a failed call or no answer. A call
+    planned for a reading that brought no reply back (failed, or never run) is counted as failed."""
+    out = []
     for item_id in ids:
         unit = _unit_id(MERA_JUDGE, nick, item_id)
-        replies = [mera_judge_score(_text(results.get(f"{unit}/{k}"))) for k in range(MAX_MERA_READINGS)]
-        out[item_id] = max(replies)
+        planned = len(mera_readings(answers[item_id])) if item_id in answers else 0
+        texts = [_text(results.get(f"{unit}/{k}")) for k in range(planned)]
+        score = max((mera_judge_score(t) for t in texts), default=0.0)
+        out.append(MeraJudgeScore(id=item_id, score=score, failed_calls=sum(t is None for t in texts)))
     return out
 
 
@@ -333,7 +377,9 @@ class JudgeStage:
                         check="judge_score",
                     )
                 )
-                units += _mera_judge_units(cfg.judge.provider, judge_id, nick, item, answers[item.id])
+                units += _mera_judge_units(
+                    cfg.judge.provider, judge_id, nick, item, answers[item.id], retries=cfg.preset != "mera"
+                )
         return in_unit_order(units)
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
@@ -355,11 +401,13 @@ class JudgeStage:
             lines: list[msgspec.Struct] = [JudgeScore(id=i, score=s) for i, s in scores.items()]
             ctx.write_artifact(judge_scores_artifact(nick), _encode_lines(lines))
             names.append(judge_scores_artifact(nick))
-            mera = _mera_judge_scores(results, nick, ids)
-            mera_lines: list[msgspec.Struct] = [MeraJudgeScore(id=i, score=s) for i, s in mera.items()]
-            ctx.write_artifact(judge_mera_scores_artifact(nick), _encode_lines(mera_lines))
+            answers = read_answers(ctx, nick)
+            mera_lines = _mera_judge_lines(results, nick, answers, ids)
+            ctx.write_artifact(judge_mera_scores_artifact(nick), _encode_lines(list(mera_lines)))
             names.append(judge_mera_scores_artifact(nick))
-            names += _score(ctx, source, nick, read_answers(ctx, nick), scores, mera)
+            mera = {line.id: line.score for line in mera_lines}
+            failed = sum(line.failed_calls for line in mera_lines)
+            names += _score(ctx, source, nick, answers, scores, mera, failed)
         return names
 
 
@@ -392,6 +440,8 @@ def headline(nick: str, model_id: str, report: HumorReport) -> str:
     ]
     if report.judge is not None:
         rows += [("judge (ours) missing", str(report.judge.n_missing))]
+    if report.judge_mera_failed_calls is not None:
+        rows += [("judge (MERA's) failed calls, scored 0", str(report.judge_mera_failed_calls))]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return f"**{nick}** ({model_id}), {report.n} items:\n\n| metric | value |\n|---|---|\n{table}"
 

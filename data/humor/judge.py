@@ -229,11 +229,13 @@ def judge_stats(
 
 
 class JudgeScoreLine(msgspec.Struct):
-    """One line of a judge-scores JSONL file: a score (``null`` = failed), or the judge's raw text."""
+    """One line of a judge-scores JSONL file: a score (``null`` = failed), or the judge's raw text;
+    ``failed_calls``: how many of the item's judge calls failed (MERA's judge: each scored 0)."""
 
     id: int
     score: float | None = None
     text: str | None = None
+    failed_calls: int = 0
 
 
 def _our_reply_score(text: str) -> float | None:
@@ -247,6 +249,13 @@ def load_mera_judge_scores(path: str | os.PathLike[str]) -> dict[int, float]:
     """The same JSONL for MERA's judge: ``score`` in [0, 1] (the rubric over 2), or the judge's raw ``text``
     read as MERA reads it; an unreadable reply or ``null`` scores 0, as in MERA."""
     return {i: s or 0.0 for i, s in load_judge_scores(path, reply_score=mera_judge_score).items()}
+
+
+def count_failed_calls(path: str | os.PathLike[str]) -> int:
+    """The judge calls a scores file records as failed (its lines' ``failed_calls``; read after
+    :func:`load_judge_scores` has checked the file)."""
+    decoder = msgspec.json.Decoder(JudgeScoreLine)
+    return sum(decoder.decode(line).failed_calls for line in Path(path).read_bytes().splitlines() if line.strip())
 
 
 def load_judge_scores(
@@ -279,6 +288,8 @@ def load_judge_scores(
         score = rec.score
         if score is None and rec.text is not None:
             score = reply_score(rec.text)
+        if rec.failed_calls < 0:
+            raise InputError("failed_calls is negative", file=str(p), record=where, field="failed_calls")
         if score is not None and not SCORE_MIN <= score <= SCORE_MAX:
             message = f"score {score} outside [{SCORE_MIN:g}, {SCORE_MAX:g}]"
             raise InputError(message, file=str(p), record=where, field="score")

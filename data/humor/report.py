@@ -17,6 +17,7 @@ import msgspec
 from punchline.data.humor.judge import (
     DEFAULT_THRESHOLD,
     JudgeStats,
+    count_failed_calls,
     judge_stats,
     load_judge_scores,
     load_mera_judge_scores,
@@ -41,6 +42,7 @@ class HumorReport(HumorMetrics, kw_only=True):
     judge_mera: float | None = None  # MERA's judge_score: mean over items (a missing answer scores 0)
     judge_mera_ci95: Interval | None = None
     judge_mera_scores: dict[int, float] | None = None
+    judge_mera_failed_calls: int | None = None  # MERA's judge calls that failed (each scored 0, as in MERA)
 
 
 class ReportPaths(msgspec.Struct):
@@ -57,8 +59,10 @@ def build_report(
     judge: JudgeStats | None = None,
     judge_scores: Mapping[int, float | None] | None = None,
     judge_mera_scores: Mapping[int, float] | None = None,
+    judge_mera_failed_calls: int | None = None,
 ) -> HumorReport:
-    """``judge_mera_scores``: item id -> MERA judge score; an item without one scores 0 (as in MERA)."""
+    """``judge_mera_scores``: item id -> MERA judge score; an item without one scores 0 (as in MERA).
+    ``judge_mera_failed_calls``: how many of MERA's judge calls failed (each scored 0)."""
     fields = {f: getattr(metrics, f) for f in metrics.__struct_fields__}
     mera_values = [float(judge_mera_scores.get(s.id, 0.0)) for s in scores] if judge_mera_scores is not None else None
     return HumorReport(
@@ -73,6 +77,7 @@ def build_report(
             else None
         ),
         judge_mera_scores=dict(judge_mera_scores) if judge_mera_scores is not None else None,
+        judge_mera_failed_calls=judge_mera_failed_calls if judge_mera_scores is not None else None,
     )
 
 
@@ -145,6 +150,8 @@ def render_markdown(report: HumorReport) -> str:
             "",
             f"judge_score (MERA's prompt, 0/1/2 rubric over 2, best over MERA's readings, 0 on a failed call): "
             f"{_pct(r.judge_mera)} %{interval}",
+            "",
+            f"failed judge calls (scored 0, not retried under the mera preset): {r.judge_mera_failed_calls or 0}",
             "",
         ]
     if r.judge is not None:
@@ -269,6 +276,7 @@ def score_and_write(
     *,
     judge_scores: Mapping[int, float | None] | None = None,
     judge_mera_scores: Mapping[int, float] | None = None,
+    judge_mera_failed_calls: int | None = None,
     judge_threshold: float = DEFAULT_THRESHOLD,
     resamples: int = 1000,
     seed: int = 0,
@@ -282,7 +290,14 @@ def score_and_write(
     judge = None
     if judge_scores is not None:
         judge = judge_stats(judge_scores, {s.id: s.em for s in scores}, threshold=judge_threshold)
-    report = build_report(metrics, scores, judge=judge, judge_scores=judge_scores, judge_mera_scores=judge_mera_scores)
+    report = build_report(
+        metrics,
+        scores,
+        judge=judge,
+        judge_scores=judge_scores,
+        judge_mera_scores=judge_mera_scores,
+        judge_mera_failed_calls=judge_mera_failed_calls,
+    )
     return report, write_report(out_dir, source, report, predictions, stamp=stamp)
 
 
@@ -305,12 +320,14 @@ def score_files(
     predictions = load_predictions(predictions_path)
     judge_scores = load_judge_scores(judge_scores_path) if judge_scores_path else None
     judge_mera_scores = load_mera_judge_scores(judge_mera_scores_path) if judge_mera_scores_path else None
+    failed = count_failed_calls(judge_mera_scores_path) if judge_mera_scores_path else None
     return score_and_write(
         out_dir,
         source,
         predictions,
         judge_scores=judge_scores,
         judge_mera_scores=judge_mera_scores,
+        judge_mera_failed_calls=failed,
         judge_threshold=judge_threshold,
         resamples=resamples,
         seed=seed,

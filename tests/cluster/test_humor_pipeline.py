@@ -16,10 +16,12 @@ from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipelines.humor import GenerateStage, JudgeStage, stages
+from punchline.data.errors import ConfigError
 from punchline.data.humor.judge import JUDGE_SYSTEM
 from punchline.data.humor.loaders import load_items
 from punchline.data.humor.mera import mera_readings
-from punchline.data.humor.prompts import render_prompt
+from punchline.data.humor.prompts import mera_answer_request, render_prompt
+from punchline.data.humor.shots import lm_eval_shots
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores import open_store
 from punchline.data.units import UnitResult
@@ -161,6 +163,35 @@ def test_generate_judge_score_once_per_request_and_identical_on_rerun(
 
 
 @pytest.mark.slow
+def test_mera_preset_on_the_engine_scores_a_failed_judge_call_0_without_retrying_it(
+    tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local
+) -> None:
+    """Every first attempt fails (503): answers and our judge are retried, MERA's judge calls are not."""
+    fake.configure(fail_first_attempts=1)
+    cfg = humor_config(
+        tmp_path / "humor.toml",
+        openai_url=fake.openai_base_url,
+        anthropic_url=fake.anthropic_base_url,
+        models={"a": "sim/humor-small"},
+        extra='preset = "mera"',
+    )
+    store = tmp_path / "store"
+    rec = run(
+        str(cfg), RunOptions(run_id="once", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(store))
+    )
+    answers = _answers(_artifact(store, "once", "answers/a.jsonl"))
+    assert len(answers) == N_ITEMS  # retried after the 503
+    mera_calls = sum(len(mera_readings(text)) for text in answers.values())
+    assert rec.counters["judge"].units_failed == mera_calls and rec.state == "failed"
+    report = json.loads(_artifact(store, "once", "report/a/report.json"))
+    assert report["judge_mera_failed_calls"] == mera_calls and report["judge_mera"] == 0.0
+    assert report["judge"]["n_missing"] == 0  # our judge's calls were retried
+    # each MERA judge request reached the provider once; ours twice (the 503, then the answer)
+    stats = fake.stats()
+    assert stats.calls_by_model[JUDGE_ID] == mera_calls + 2 * N_ITEMS
+
+
+@pytest.mark.slow
 def test_humor_demo_on_the_simulator_ranks_models_by_size(tmp_path: Path, redis_url: str, ray_local) -> None:
     """The shipped demo config: the driver starts the simulated provider with the run's own items as its
     answer key, so the larger model scores higher and the judge mostly agrees with exact match."""
@@ -222,6 +253,7 @@ def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path
     # MERA's judge: one unit per MERA reading ("ОТВЕТ ирония\nРЕШЕНИЕ А": the whole answer and the pair)
     munits = [u for u in all_units if u.unit_id.startswith("judge_mera/")]
     assert len(munits) == 2 * (N_ITEMS - 1) and all(not u.check for u in munits)
+    assert all(u.retries for u in all_units)  # the punchline preset retries MERA's judge calls too
     assert munits[0].unit_id == "judge_mera/a/000001/0" and munits[1].unit_id == "judge_mera/a/000001/1"
     assert [m.role for m in munits[0].request.messages] == ["user"]
     assert "### Ответ для оценки:\nОТВЕТ ирония\nРЕШЕНИЕ А\n\n" in munits[0].request.messages[0].content
@@ -249,6 +281,14 @@ def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path
     mera = report["judge_mera_scores"]
     assert mera["1"] == 1.0 and mera["6"] == 0.5 and mera["7"] == 0.0 and mera["3"] == 0.0  # 3: no answer
     assert report["judge_mera"] == pytest.approx((N_ITEMS - 3 + 0.5) / N_ITEMS)
+    # item 6's failed call is counted (and scored 0); item 3 had no answer, so no call was made for it
+    assert report["judge_mera_failed_calls"] == 1
+    lines = [json.loads(line) for line in ctx.read_artifact("judge_mera_scores/a.jsonl").splitlines()]
+    assert [ln for ln in lines if "failed_calls" in ln] == [{"id": 6, "score": 0.5, "failed_calls": 1}]
+    assert (
+        "failed judge calls (scored 0, not retried under the mera preset): 1"
+        in ctx.read_artifact("report/a/report.md").decode()
+    )
     # item 3 has no answer: no MERA submission
     assert "submission/a.zip" not in names and "report/a/Humor.json" not in names
 
@@ -297,7 +337,7 @@ def test_mera_preset_is_lm_evals_request_and_cuts_at_the_stop(tmp_path: Path) ->
         anthropic_url="http://127.0.0.1:9",
         models={"a": "x/a"},
         judge=False,
-        extra=f'shots = "{SAMPLE}"\nk_shot = 2\npreset = "mera"',
+        extra='k_shot = 2\npreset = "mera"\nsampler = "first_n"',
     )
     cfg = load_config(cfg_path)
     ctx = StageContext(cfg, "mera", open_store(str(tmp_path / "store")))
@@ -314,6 +354,48 @@ def test_mera_preset_is_lm_evals_request_and_cuts_at_the_stop(tmp_path: Path) ->
     GenerateStage().reduce(ctx, results)
     answers = _answers(ctx.read_artifact("answers/a.jsonl"))
     assert set(answers.values()) == {"ОТВЕТ ирония\nРЕШЕНИЕ А"}  # cut at "\n\n", as lm-eval cuts it
+
+
+def test_mera_preset_draws_each_items_shots_as_lm_eval_does(tmp_path: Path) -> None:
+    """humor.yaml's few-shot choice by default: the seeded draw (1234) from the data itself, item by item."""
+    base = dict(openai_url="http://127.0.0.1:9", anthropic_url="http://127.0.0.1:9", models={"a": "x/a"}, judge=False)
+    cfg = load_config(humor_config(tmp_path / "h.toml", extra='k_shot = 5\npreset = "mera"', **base))  # type: ignore[arg-type]
+    units = GenerateStage().plan(StageContext(cfg, "draw", open_store(str(tmp_path / "store"))))
+    items = load_items(SAMPLE)
+    drawn = lm_eval_shots(items, items, 5, sampler="default", seed=1234, same_split=True)
+    assert [u.request for u in units] == [
+        mera_answer_request("sim", "x/a", it, s) for it, s in zip(items, drawn, strict=True)
+    ]
+    assert drawn[0] != items[1:6]  # not the first five
+    seeded = load_config(
+        humor_config(tmp_path / "s.toml", extra='k_shot = 5\npreset = "mera"\nfewshot_seed = 7', **base)
+    )  # type: ignore[arg-type]
+    other = GenerateStage().plan(StageContext(seeded, "seed", open_store(str(tmp_path / "store"))))
+    assert [u.request for u in other] != [u.request for u in units]
+    too_many = load_config(humor_config(tmp_path / "t.toml", extra=f'k_shot = {N_ITEMS}\npreset = "mera"', **base))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=f"draws {N_ITEMS + 1} items per question"):
+        GenerateStage().plan(StageContext(too_many, "many", open_store(str(tmp_path / "store"))))
+
+
+def test_under_the_mera_preset_meras_judge_calls_are_not_retried(tmp_path: Path) -> None:
+    """MERA's judge posts once and scores a failed call 0: its units ask the engine for no retries; ours keep them."""
+    cfg = load_config(
+        humor_config(
+            tmp_path / "h.toml",
+            openai_url="http://127.0.0.1:9",
+            anthropic_url="http://127.0.0.1:9",
+            models={"a": "x/a"},
+            extra='preset = "mera"',
+        )
+    )
+    ctx = StageContext(cfg, "once", open_store(str(tmp_path / "store")))
+    units = GenerateStage().plan(ctx)
+    results = {u.unit_id: UnitResult(unit_id=u.unit_id, key="k", response=_response("ирония,А")) for u in units}
+    GenerateStage().reduce(ctx, results)
+    judge_units = JudgeStage().plan(ctx)
+    mera = [u for u in judge_units if u.unit_id.startswith("judge_mera/")]
+    ours = [u for u in judge_units if u.unit_id.startswith("judge/")]
+    assert mera and ours and not any(u.retries for u in mera) and all(u.retries for u in ours)
 
 
 def test_the_judge_estimate_counts_meras_judge_calls(tmp_path: Path) -> None:
