@@ -23,8 +23,11 @@ its own, with its own event loop and Redis connection, so it watches whether or 
 is running) sees the driver gone, waits until no ``work`` call is left (they finish the calls in flight
 and commit them, the normal way: response cache, then the leases), and ends the actor. The same
 lifeguard also asks Ray whether the job that created the worker is still alive, which covers a driver
-on another machine while the ledger is unreachable, and workers that have no claim to watch: no worker
-outlives its driver by more than its last calls.
+on another machine while the ledger is unreachable, and workers that have no claim to watch (what it finds
+reaches the ``work`` calls too: :attr:`DriverWatch.also`). No worker outlives its driver by more than its
+last calls, and never by more than its drain bound (``shard_worker.drain_bound_s``): a draining worker
+retries neither a provider nor an unreachable ledger, cancels what is still running at the bound, and
+past it (plus ``FORCE_GRACE_S``) the lifeguard ends the process itself, whatever the ledger does.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ PID_CHECK_S = 0.2
 CLAIM_CHECK_S = 2.0
 CLAIM_GRACE_S = 12.0  # a live driver sets a missing claim again within its renewal period (10 s)
 OWNER_CHECK_S = 5.0  # how often the lifeguard asks Ray whether the worker's job (its driver) is alive
+FORCE_GRACE_S = 30.0  # past its drain bound, a worker still busy this much longer is ended by its lifeguard
 
 log = structlog.get_logger("punchline.worker")
 
@@ -79,6 +83,7 @@ class DriverWatch:
         self.key = driver_claim_key(run_id)
         self.claim = claim
         self.gone = False
+        self.also: Callable[[], bool] | None = None  # another sign of the driver's end (the lifeguard's finding)
         self._pid = 0
         self._missing_since: float | None = None
         if claim:
@@ -88,8 +93,8 @@ class DriverWatch:
                     self._pid = int(holder.get("pid", 0))
 
     def process_gone(self) -> bool:
-        """The driver ran on this machine and its process no longer exists."""
-        return bool(self._pid) and _process_gone(self._pid)
+        """The driver ran on this machine and its process no longer exists (or :attr:`also` says it is gone)."""
+        return (bool(self._pid) and _process_gone(self._pid)) or (self.also is not None and self.also())
 
     async def _held(self) -> tuple[bool, str | None]:
         """(read, the claim's value now); an unreachable ledger reads nothing (and says nothing: without
@@ -124,13 +129,13 @@ class DriverWatch:
 
     async def check(self) -> bool:
         """True (and ``gone`` set) when the driver is gone."""
-        if self.claim and (self.process_gone() or await self.claim_lost()):
+        if self.process_gone() or (self.claim and await self.claim_lost()):
             self.gone = True
         return self.gone
 
     async def watch(self, on_gone: Any) -> None:
         """Check until the driver is gone, then call ``on_gone()`` once."""
-        if not self.claim:
+        if not self.claim and self.also is None:
             return
         since_claim = 0.0
         while True:
@@ -159,7 +164,8 @@ class Lifeguard:
     belongs to that thread's event loop); ``owner_gone`` says whether the job that created the worker
     has ended (blocking, called in a thread every ``OWNER_CHECK_S``; an error counts as "not known");
     ``busy`` whether a ``work`` call is running; ``leave`` ends the worker (called once, from the
-    lifeguard's thread)."""
+    lifeguard's thread). ``drain_s``: a ``work`` call still running that long after the driver is gone (plus
+    ``FORCE_GRACE_S``) is not waited for: ``force`` ends the process (``leave`` would wait for it)."""
 
     def __init__(
         self,
@@ -168,8 +174,12 @@ class Lifeguard:
         busy: Callable[[], bool],
         leave: Callable[[], None],
         owner_gone: Callable[[], bool] = lambda: False,
+        drain_s: float | None = None,
+        force: Callable[[], None] | None = None,
     ) -> None:
         self.make_watch = make_watch
+        self.drain_s = drain_s
+        self.force = force
         self.busy = busy
         self.leave = leave
         self.owner_gone = owner_gone
@@ -213,7 +223,13 @@ class Lifeguard:
             if gone:
                 self.gone.set()
         log.warning("driver_gone_draining")
+        until = None if self.drain_s is None else time.monotonic() + self.drain_s + FORCE_GRACE_S
         while self.busy():  # the work calls finish their calls in flight and commit them
+            if until is not None and time.monotonic() > until and self.force is not None:
+                log.error("drain_bound_passed_ending", drain_s=self.drain_s)
+                self.left.set()
+                self.force()
+                return
             await asyncio.sleep(PID_CHECK_S)
         log.info("worker_leaving")
         self.left.set()

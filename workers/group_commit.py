@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Protocol
 
 import structlog
@@ -68,8 +69,12 @@ class GroupCommit:
         max_waiting: int = 8,
         ledger_retry_s: float = 0.5,
         spool: ResponseSpool | None = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.cache = cache
+        # once the driver is gone an unreachable ledger is not waited for: the answers are in the store
+        # already, so whoever takes their (lapsed) leases next finds them there
+        self.stopping = stopping
         self.leases = leases
         self.book = book
         self.linger_s = linger_s
@@ -162,6 +167,7 @@ class GroupCommit:
                 retry_on=(LedgerUnavailable,),
                 backoff=Backoff(initial_s=self.ledger_retry_s, max_s=10.0),
                 attempts=8,
+                when=lambda _exc: not self.stopping(),
                 on_retry=lambda exc, _n, delay: log.warning(
                     "ledger_unavailable", keys=len(settles), error=str(exc), retry_in_s=delay
                 ),

@@ -76,9 +76,12 @@ async def call_with_retries(
     rng: random.Random | None = None,
     slot_reserved: bool = False,
     pause: Callable[[float], Awaitable[None]] | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> ProviderResponse:
     """``slot_reserved``: the first attempt's rate-limit slot was reserved with the request's lease.
-    ``pause``: how to wait between attempts (the unit runner gives its call slot to another unit meanwhile)."""
+    ``pause``: how to wait between attempts (the unit runner gives its call slot to another unit meanwhile).
+    ``stopping``: once it says so (the worker's driver is gone), a failed attempt is not retried: a draining
+    worker finishes the attempt in flight and no more, so it ends within one attempt's timeout."""
     calls = wire_calls(provider.settings, request)
     tokens = estimate_tokens(request)
     malformed = 0
@@ -97,6 +100,7 @@ async def call_with_retries(
             if isinstance(exc, MalformedResponse):
                 malformed += 1
             exhausted = retry >= policy.max_retries or malformed > policy.max_malformed_retries
+            exhausted = exhausted or (stopping is not None and stopping())
             delay = 0.0 if exhausted else policy.backoff_s(retry, exc.retry_after_s, rng)
             _report(on_attempt, retry, provider, request, exc, delay)
             if exhausted:

@@ -57,10 +57,22 @@ from punchline.workers.logs import configure_logging
 from punchline.workers.provider import Provider
 from punchline.workers.providers import make_provider, wire_calls
 from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
-from punchline.workers.unit_runner import Slot, UnitRunner
+from punchline.workers.unit_runner import LEDGER_WAIT_S, Slot, UnitRunner
 
 LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
 ONCE = RetryPolicy(max_retries=0, max_malformed_retries=0)  # a unit that asks for no retries (UnitSpec.retries)
+SHARD_COMMIT_ATTEMPTS = 60  # a shard's commit waits out an outage this many LEDGER_PAUSEs, then its lease lapses
+DRAIN_SLACK_S = 60.0  # a draining worker's commits and releases: a few Redis round trips, none retried
+
+
+def drain_bound_s(providers: dict[str, ProviderSettings]) -> float:
+    """How long a worker whose driver is gone may take to end: its calls in flight finish (one attempt each:
+    no retry once the driver is gone, so at most the slowest provider's ``timeout_s``), then their answers
+    and shards are committed, without waiting out an unreachable ledger (the store has them: the next driver
+    finds them there). Past the bound the worker's remaining units are cancelled, whatever the ledger or
+    the provider does."""
+    timeout_s = max((p.timeout_s for p in providers.values()), default=60.0)
+    return timeout_s + DRAIN_SLACK_S
 
 
 def lease_ahead(window: int) -> int:
@@ -210,6 +222,8 @@ class ShardProcessor:
         self._executor_set = False
         self.spool = ResponseSpool(cfg.spool_dir) if cfg.spool_dir else None
         self.driver = DriverWatch(leases.r, cfg.run_id, cfg.driver_claim)
+        self.ledger_wait_s = LEDGER_WAIT_S  # how long an unreachable ledger is waited for (claims and units)
+        self.drain_s = drain_bound_s(cfg.providers)
 
     def _runner(self) -> UnitRunner:
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
@@ -240,6 +254,7 @@ class ShardProcessor:
                 on_attempt=on_attempt,
                 slot_reserved=slot_reserved,
                 pause=pause,
+                stopping=self.stopping,
             )
 
         def estimate(request: ProviderRequest) -> float:
@@ -250,7 +265,12 @@ class ShardProcessor:
             leases=self.leases,
             cache=self.cache,
             commits=GroupCommit(
-                self.cache, self.leases, self.held, max_waiting=answers_waiting(self.cfg.window()), spool=self.spool
+                self.cache,
+                self.leases,
+                self.held,
+                max_waiting=answers_waiting(self.cfg.window()),
+                spool=self.spool,
+                stopping=self.stopping,
             ),
             providers=self.providers,
             call=call,
@@ -261,7 +281,13 @@ class ShardProcessor:
             offline=self.cfg.offline,
             estimate_usd=estimate if self.cfg.max_cost_usd is not None else None,
             spool=self.spool,
+            ledger_wait_s=self.ledger_wait_s,
+            stopping=self.stopping,
         )
+
+    def stopping(self) -> bool:
+        """The driver is gone (or the worker was told to stop): no new unit, no retry, no wait on the ledger."""
+        return self.driver.gone or self.driver.process_gone()
 
     async def work(self, plan: StagePlan) -> WorkerReport:
         if not self._executor_set:  # store calls run in threads: asyncio's default pool (cpus + 4 threads)
@@ -295,6 +321,7 @@ class _StageRun:
         self.tasks: set[asyncio.Task[None]] = set()
         self.stop = False
         self.failed: BaseException | None = None
+        self.drain_until: float | None = None  # once the driver is gone: when the remaining units are cancelled
         self.log = proc.log.bind(stage=plan.stage)
 
     async def go(self) -> WorkerReport:
@@ -306,8 +333,7 @@ class _StageRun:
         watch = asyncio.create_task(self.p.driver.watch(self._driver_gone))
         try:
             await self._claim_loop()
-            while self.tasks:
-                await asyncio.wait(set(self.tasks))
+            await self._finish()
         finally:
             for task in (heartbeat, watch):
                 task.cancel()
@@ -317,12 +343,29 @@ class _StageRun:
             raise self.failed
         return self.report
 
+    async def _finish(self) -> None:
+        """Wait for the held shards; once the driver is gone, for ``drain_s`` at most: then the units still
+        running are cancelled (their leases lapse, the resume asks again), so the worker ends whatever the
+        ledger or the provider does."""
+        while self.tasks:
+            if self.drain_until is None and self.p.stopping():
+                self.drain_until = time.monotonic() + self.p.drain_s
+            left_s = None if self.drain_until is None else self.drain_until - time.monotonic()
+            if left_s is not None and left_s <= 0:
+                self.log.error("drain_given_up", shards=len(self.tasks), drain_s=self.p.drain_s)
+                for task in self.tasks:
+                    task.cancel()
+                await asyncio.wait(set(self.tasks), timeout=5.0)
+                return
+            await asyncio.wait(set(self.tasks), timeout=1.0 if left_s is None else min(left_s, 1.0))
+
     def _shard_ended(self, task: asyncio.Task[None]) -> None:
-        """A shard that raised (the store down past its bound) ends this work call with its error: the
-        coordinator sees the worker fail instead of a worker that holds the shard's lease forever."""
+        """A shard that raised (the store down past its bound, the ledger unreachable past its) ends this work
+        call with its error: the coordinator sees the worker fail instead of a worker that holds the shard's
+        lease forever."""
         self.tasks.discard(task)
         error = None if task.cancelled() else task.exception()
-        if isinstance(error, StoreError) and self.failed is None:
+        if isinstance(error, (StoreError, LedgerUnavailable)) and self.failed is None:
             self.failed = error
             self.stop = True
             self.room.set()
@@ -354,10 +397,16 @@ class _StageRun:
                     lambda: self.p.leases.claim(self.keys, self.p.worker_id, cfg.lease_ms),
                     retry_on=(LedgerUnavailable,),
                     backoff=LEDGER_PAUSE,
-                    when=lambda _exc: not self.stop,
+                    deadline_s=self.p.ledger_wait_s,
+                    when=lambda _exc: not (self.stop or self.p.stopping()),
                     on_retry=lambda exc, _n, _d: self.log.warning("ledger_unavailable", error=str(exc)),
                 )
-            except LedgerUnavailable:
+            except LedgerUnavailable as exc:
+                if self.p.stopping():
+                    self.report.driver_gone = True
+                elif not self.stop and self.failed is None:  # past its bound: the work call fails
+                    self.failed = exc
+                self.stop = True
                 continue
             if claim is NoClaim.DRAINED:  # what we hold finishes in go()
                 return
@@ -468,7 +517,9 @@ class _StageRun:
                 lambda: self.p.leases.commit_shard(self.keys, claim, counters=usage.counters(), usage=rows),
                 retry_on=(LedgerUnavailable,),
                 backoff=LEDGER_PAUSE,
-                attempts=60,
+                attempts=SHARD_COMMIT_ATTEMPTS,
+                # the shard's file is in the store: once the driver is gone the next driver finds it there
+                when=lambda _exc: not self.p.stopping(),
             )
         except LedgerUnavailable:
             return False
@@ -542,8 +593,11 @@ class ShardWorker:
             busy=lambda: self.running > 0,
             leave=lambda: ray.get_runtime_context().current_actor.leave.remote(),
             owner_gone=lambda: job_id is not None and _job_ended(job_id),
+            drain_s=drain_bound_s(cfg.providers),
+            force=lambda: os._exit(0),  # a work call past the drain bound: exit_actor would wait for it
         ).start()
         self.processor = build_processor(cfg, self.worker_id)
+        self.processor.driver.also = self.lifeguard.gone.is_set  # Ray's job record ends the work calls too
         ensure_sees(self.processor.store, cfg.store_sentinel, f"worker {self.worker_id}")
 
     async def work(self, plan_bytes: bytes) -> bytes:

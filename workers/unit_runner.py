@@ -50,6 +50,7 @@ from punchline.data.response_spool import ResponseSpool
 from punchline.data.units import ShardUsage, UnitResult, UnitSpec
 from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
+from punchline.workers.driver_watch import DriverGone
 from punchline.workers.group_commit import GroupCommit, LeaseBook
 from punchline.workers.provider import Provider
 from punchline.workers.providers import wire_calls
@@ -58,6 +59,9 @@ from punchline.workers.validators import validator
 log = structlog.get_logger("punchline.unit")
 # units of one worker that may wait on requests held by others with their call slots given back
 MAX_ASIDE = 64
+# how long a unit waits for an unreachable ledger before its worker gives up (the driver's own patience,
+# ``schedulers/ledger.patiently``): no lease, no call, so nothing is paid meanwhile
+LEDGER_WAIT_S = 600.0
 
 
 class CallFn(Protocol):
@@ -167,6 +171,8 @@ class UnitRunner:
         ledger_retry_s: float = 0.5,
         spool: ResponseSpool | None = None,
         max_aside: int = MAX_ASIDE,
+        ledger_wait_s: float = LEDGER_WAIT_S,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.leases = leases
         self.cache = cache
@@ -183,6 +189,10 @@ class UnitRunner:
         self.ledger_retry_s = ledger_retry_s
         self.spool = spool  # where a paid answer goes when the store cannot take it (committed on resume)
         self.max_aside = max_aside
+        # the ledger's outage is waited out for ledger_wait_s at most, and not at all once the driver is gone
+        # (stopping): a worker whose driver was killed must end even if its ledger never comes back
+        self.ledger_wait_s = ledger_wait_s
+        self.stopping = stopping
         self.aside = 0  # units waiting on a request someone else holds, their slots given back
 
     @property
@@ -212,8 +222,14 @@ class UnitRunner:
                     lambda: self._obtain(unit, key, usage, slot),
                     retry_on=(LedgerUnavailable,),
                     backoff=constant(self.ledger_retry_s),
+                    deadline_s=self.ledger_wait_s,
+                    when=lambda _exc: not self.stopping(),
                     on_retry=lambda exc, _n, _d: log.warning("ledger_unavailable", unit=unit.unit_id, error=str(exc)),
                 )
+            except LedgerUnavailable as exc:  # nothing was paid: no lease was taken, or it was given back
+                if self.stopping():
+                    raise DriverGone(f"the driver is gone while the ledger is unreachable ({exc})") from exc
+                raise
             except (ProviderError, CacheMiss) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 usage.units_failed += 1
