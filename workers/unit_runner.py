@@ -297,6 +297,8 @@ class UnitRunner:
             # holder's lasts up to lease_ms). The unit waits without its call slot, so the worker's other
             # units (and shards) go on meanwhile.
             await self._wait_aside(slot, min(wait_ms, 1_000) / 1000 * (0.5 + random.random()))
+            if self.stopping():  # a draining worker starts nothing new: the next driver asks again
+                raise DriverGone(f"the driver is gone while {unit.unit_id} waited for its request's holder")
 
     async def _wait_aside(self, slot: Slot, wait_s: float) -> None:
         """Sleep ``wait_s`` with the call slot given back (up to ``max_aside`` units at once: beyond them a
