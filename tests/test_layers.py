@@ -33,6 +33,7 @@ FLOORS: dict[str, int] = {
     "punchline.cluster.status": 4,
     "punchline.cluster.retry_failed": 4,
     "punchline.cluster.run_batches": 4,  # a run's provider batches, and cancelling them
+    "punchline.cluster.view": 4,  # `punchline view`: pages over a run's store files, and its /metrics
     "punchline.cluster.cli_shared": 5,  # what several command families share (commands never import each other)
     "punchline.cluster.commands": 5,
     "punchline.cluster.cli": 5,

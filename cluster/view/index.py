@@ -1,0 +1,227 @@
+"""A run's units as the viewer reads them: a small index per stage, and its plan shards and shard files on demand.
+
+Nothing here holds a stage whole. The index (built once per stage from its plan pages, decoding only each unit's
+id, model and the bytes of its messages) keeps per unit two numbers: its model and a 64-bit digest of its prompt,
+and per shard its first unit id and first position: about 13 bytes a unit, 13 MB for a million. With it a page
+of units (filtered by model or not) is a slice of positions, and the same prompt asked of another model is a
+binary search. The units themselves (prompts, answers, usage) come from one plan page and one shard file at a
+time, each kept in a small LRU: shard files and plan pages are written once and never change.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import zlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
+
+import msgspec
+
+from punchline.data.store import Store
+from punchline.data.units import ShardOutput, UnitSpec, plan_page_key, shard_key, stage_prefix
+
+
+class _IdxReq(msgspec.Struct):
+    model: str = ""
+    messages: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _IdxUnit(msgspec.Struct):
+    unit_id: str
+    request: _IdxReq
+
+
+class _IdxPage(msgspec.Struct):
+    first_shard: int = 0
+    shards: list[list[_IdxUnit]] = []
+
+
+class _RawPage(msgspec.Struct):
+    """A plan page with its shards left encoded: a page holds 64 shards, a viewer page needs one."""
+
+    first_shard: int = 0
+    shards: list[msgspec.Raw] = []
+
+
+_idx_page = msgspec.msgpack.Decoder(_IdxPage)
+_raw_page = msgspec.msgpack.Decoder(_RawPage)
+_shard_units = msgspec.msgpack.Decoder(list[UnitSpec])
+_shard_output = msgspec.msgpack.Decoder(ShardOutput)
+
+
+def _plain(raw: bytes) -> bytes:
+    return zlib.decompress(raw) if raw[:1] == b"\x78" else raw  # pages written before compression still read
+
+
+class StageIndex:
+    """Where every unit of a stage is, its model and its prompt digest (positions count units in plan order)."""
+
+    def __init__(self, stage: str, page_keys: list[str]) -> None:
+        self.stage = stage
+        self.page_keys = page_keys
+        self.shard_first: list[str] = []
+        self.shard_start = array("Q")  # position of each shard's first unit; one more entry: the total
+        self.models: list[str] = []
+        self.unit_model = array("H")
+        self.unit_hash = array("q")
+        self.by_model: list[array[int]] = []
+        self._sorted: dict[int, tuple[array[int], array[int]]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def units_total(self) -> int:
+        return len(self.unit_model)
+
+    @property
+    def shards_total(self) -> int:
+        return len(self.shard_first)
+
+    def add_page(self, raw: bytes) -> None:
+        page = _idx_page.decode(_plain(raw))
+        model_of = {m: i for i, m in enumerate(self.models)}
+        for units in page.shards:
+            if not units:
+                continue
+            self.shard_first.append(units[0].unit_id)
+            self.shard_start.append(len(self.unit_model))
+            for unit in units:
+                m = model_of.get(unit.request.model)
+                if m is None:
+                    m = model_of[unit.request.model] = len(self.models)
+                    self.models.append(unit.request.model)
+                    self.by_model.append(array("I"))
+                self.by_model[m].append(len(self.unit_model))
+                self.unit_model.append(m)
+                self.unit_hash.append(hash(bytes(unit.request.messages)))
+
+    def close(self) -> None:
+        self.shard_start.append(len(self.unit_model))
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(shard, offset in it) of a unit position."""
+        shard = bisect.bisect_right(self.shard_start, position) - 1
+        return shard, position - self.shard_start[shard]
+
+    def model_index(self, model: str) -> int | None:
+        return self.models.index(model) if model in self.models else None
+
+    def same_prompt(self, position: int, model: int) -> int | None:
+        """The position of the unit of ``model`` asked the same prompt as the unit at ``position`` (the first)."""
+        with self._lock:
+            found = self._sorted.get(model)
+            if found is None:
+                order = array("I", sorted(self.by_model[model], key=self.unit_hash.__getitem__))
+                found = self._sorted[model] = (array("q", (self.unit_hash[i] for i in order)), order)
+        hashes, order = found
+        want = self.unit_hash[position]
+        at = bisect.bisect_left(hashes, want)
+        return order[at] if at < len(hashes) and hashes[at] == want else None
+
+    def shard_at_or_before(self, unit_id: str) -> int:
+        return max(0, bisect.bisect_right(self.shard_first, unit_id) - 1)
+
+
+class ShardRead(msgspec.Struct, kw_only=True):
+    """A shard file as read: ``output`` None and no ``error``: not written yet (its units are pending)."""
+
+    output: ShardOutput | None = None
+    error: str | None = None
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Lru(OrderedDict[K, V]):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.lock = threading.Lock()
+
+    def fetch(self, key: K, make: Callable[[], V]) -> V:
+        with self.lock:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
+        value = make()
+        with self.lock:
+            self[key] = value
+            while len(self) > self.size:
+                self.popitem(last=False)
+        return value
+
+
+class RunFiles:
+    """One run's stage files in the store, read on demand. Thread-safe (the server answers in threads)."""
+
+    def __init__(self, store: Store, run_id: str, *, keep_pages: int = 4, keep_shards: int = 64) -> None:
+        self.store = store
+        self.run_id = run_id
+        self._indexes: dict[str, StageIndex] = {}
+        self._index_lock = threading.Lock()
+        self._pages: _Lru[tuple[str, int], _RawPage] = _Lru(keep_pages)
+        self._shards: _Lru[tuple[str, int], ShardRead] = _Lru(keep_shards)
+        self._units: _Lru[tuple[str, int], list[UnitSpec]] = _Lru(keep_shards)
+        self._per_page: dict[str, int] = {}
+
+    def page_keys(self, stage: str) -> list[str]:
+        return sorted(self.store.list(f"{stage_prefix(self.run_id, stage)}/plan/"))
+
+    def index(self, stage: str) -> StageIndex | None:
+        """The stage's index (None: not planned yet). Rebuilt when its plan has more pages than when built
+        (a stage still being planned); a plan is written before its shards are queued."""
+        with self._index_lock:
+            keys = self.page_keys(stage)
+            if not keys:
+                return None
+            have = self._indexes.get(stage)
+            if have is not None and have.page_keys == keys:
+                return have
+            index = StageIndex(stage, keys)
+            for key in keys:
+                raw = self.store.get(key)
+                if raw is not None:
+                    index.add_page(raw)
+            index.close()
+            self._indexes[stage] = index
+            return index
+
+    def plan_shard(self, stage: str, index: StageIndex, shard: int) -> list[UnitSpec]:
+        def load() -> list[UnitSpec]:
+            per_page = self._per_page.get(stage)
+            if per_page is None:  # every page but the last holds the same number of shards
+                per_page = self._per_page[stage] = len(self._page(stage, 0).shards) or 1
+            page = self._page(stage, shard // per_page)
+            at = shard - page.first_shard
+            return _shard_units.decode(page.shards[at]) if 0 <= at < len(page.shards) else []
+
+        return self._units.fetch((stage, shard), load)
+
+    def _page(self, stage: str, page: int) -> _RawPage:
+        def load() -> _RawPage:
+            raw = self.store.get(plan_page_key(self.run_id, stage, page))
+            return _RawPage() if raw is None else _raw_page.decode(_plain(raw))
+
+        return self._pages.fetch((stage, page), load)
+
+    def shard(self, stage: str, shard: int) -> ShardRead:
+        """The shard's file; a file that is not one says so (the page shows it, the server goes on)."""
+
+        def load() -> ShardRead:
+            key = shard_key(self.run_id, stage, shard)
+            raw = self.store.get(key)
+            if raw is None:
+                return ShardRead()
+            try:
+                return ShardRead(output=_shard_output.decode(raw))
+            except (msgspec.DecodeError, ValueError) as exc:
+                return ShardRead(error=f"{key}: not a readable shard file ({str(exc)[:120]})")
+
+        read = self._shards.fetch((stage, shard), load)
+        if read.output is None and read.error is None:  # pending: ask again next time
+            with self._shards.lock:
+                self._shards.pop((stage, shard), None)
+        return read

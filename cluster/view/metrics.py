@@ -1,0 +1,254 @@
+"""A run's counters as Prometheus text, served by ``punchline view`` (any run) and by the driver during a run.
+
+Everything comes from what a run already counts: the ledger's stage counters (calls, cache hits, retries,
+tokens, dollars, units, shards), the budget's tokens and dollars per (stage, model), the shards leased right now
+(in flight), the provider batches' records and states, and the run log's events that say something went wrong
+(``lease_lost``, ``shard_lease_lost``, ``unit_failed``, ``invalid_answer_retry``, ...), counted by reading the
+log from where the last scrape stopped. Nothing here imports the driver, so the driver can serve it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from punchline.data.units import ModelUsage
+from punchline.schedulers.batches import BatchRecord
+from punchline.schedulers.budget import Budget, UsageRow
+from punchline.schedulers.ledger import Ledger, StageCounters
+
+log = structlog.get_logger("punchline.metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: the log events counted (each a ``punchline_log_events_total{event=...}`` series)
+EVENTS = (
+    "lease_lost",
+    "shard_lease_lost",
+    "lease_lost_at_commit",
+    "unit_failed",
+    "invalid_answer_retry",
+    "ledger_unavailable",
+    "worker_died",
+    "budget_exhausted",
+    "answers_spooled",
+    "batch_poll_failed",
+)
+
+_STAGE_COUNTERS = {
+    "calls": ("provider_requests", "provider HTTP calls"),
+    "cache_hits": ("cache_hits", "units answered from the response cache"),
+    "retries": ("provider_retries", "failed provider calls that were retried (429s, 5xx, timeouts, malformed)"),
+    "input_tokens": ("input_tokens", "input tokens billed"),
+    "output_tokens": ("output_tokens", "output tokens billed"),
+    "cost_usd": ("cost_usd", "dollars billed"),
+    "units_done": ("units_done", "units answered"),
+    "units_failed": ("units_failed", "units failed for good"),
+}
+
+
+class RunMetrics(msgspec.Struct, kw_only=True):
+    run_id: str
+    pipeline: str = ""
+    state: str = ""
+    live: bool = False
+    counters: dict[str, StageCounters] = {}
+    usage: list[UsageRow] = []
+    leased: dict[str, int] | None = None
+    batches: list[BatchRecord] = []
+    models: dict[str, dict[str, ModelUsage]] = {}  # stage -> model -> calls and usage, from the shard files
+    events: dict[str, int] = {}
+
+
+class LogEvents:
+    """Counts of :data:`EVENTS` in a run log, read on from where the last call stopped (lines are appended)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def read(self) -> dict[str, int]:
+        with self._lock:
+            try:
+                with open(self.path, "rb") as fh:
+                    fh.seek(self.offset)
+                    chunk = fh.read(64 << 20)
+            except OSError:
+                return dict(self.counts)
+            end = chunk.rfind(b"\n") + 1  # a line being written is read next time
+            for line in chunk[:end].splitlines():
+                if b'"event"' not in line:
+                    continue
+                for name in EVENTS:
+                    if f'"event": "{name}"'.encode() in line or f'"event":"{name}"'.encode() in line:
+                        self.counts[name] = self.counts.get(name, 0) + 1
+                        break
+            self.offset += end
+            return dict(self.counts)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render(runs: list[RunMetrics]) -> str:
+    """Prometheus text exposition format (version 0.0.4) for the runs."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, doc: str, samples: list[tuple[dict[str, str], float]]) -> None:
+        out.append(f"# HELP {name} {doc}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            out.append(f"{name}{{{text}}} {value:.10g}")
+
+    family(
+        "punchline_run_info",
+        "gauge",
+        "a run: its pipeline and state (1); live says its counters come from its ledger now",
+        [({"run": r.run_id, "pipeline": r.pipeline, "state": r.state, "live": str(r.live).lower()}, 1) for r in runs],
+    )
+    for metric, (field, doc) in _STAGE_COUNTERS.items():
+        kind = "counter" if metric not in ("units_done", "units_failed") else "gauge"
+        samples = [
+            ({"run": r.run_id, "stage": s}, float(getattr(c, field))) for r in runs for s, c in r.counters.items()
+        ]
+        family(f"punchline_stage_{metric}" + ("_total" if kind == "counter" else ""), kind, doc, samples)
+    family(
+        "punchline_stage_units_total",
+        "gauge",
+        "units the stage's plan has",
+        [({"run": r.run_id, "stage": s}, float(c.units_total)) for r in runs for s, c in r.counters.items()],
+    )
+    family(
+        "punchline_stage_shards",
+        "gauge",
+        "shards by state (done, total, leased: being worked on right now)",
+        [
+            ({"run": r.run_id, "stage": s, "state": state}, float(v))
+            for r in runs
+            for s, c in r.counters.items()
+            for state, v in (
+                ("done", c.shards_done),
+                ("total", c.shards_total),
+                *((("leased", r.leased.get(s, 0)),) if r.leased is not None else ()),
+            )
+        ],
+    )
+    for metric, attr, doc in (
+        ("input_tokens", "input_tokens", "input tokens billed, per model"),
+        ("output_tokens", "output_tokens", "output tokens billed, per model"),
+        ("cost_usd", "usd", "dollars billed, per model"),
+    ):
+        family(
+            f"punchline_model_{metric}_total",
+            "counter",
+            doc,
+            [
+                ({"run": r.run_id, "stage": u.stage, "model": u.model}, float(getattr(u, attr)))
+                for r in runs
+                for u in r.usage
+            ],
+        )
+    family(
+        "punchline_model_calls_total",
+        "counter",
+        "provider calls per model (from the stage's shard files: committed shards only)",
+        [
+            ({"run": r.run_id, "stage": s, "model": m}, float(u.calls))
+            for r in runs
+            for s, models in r.models.items()
+            for m, u in models.items()
+        ],
+    )
+    states: dict[tuple[str, str, str, str], int] = {}
+    for r in runs:
+        for b in r.batches:
+            k = (r.run_id, b.stage, b.model, b.state)
+            states[k] = states.get(k, 0) + 1
+    family(
+        "punchline_batches",
+        "gauge",
+        "provider batches by state",
+        [
+            ({"run": run, "stage": st, "model": m, "state": s}, float(n))
+            for (run, st, m, s), n in sorted(states.items())
+        ],
+    )
+    family(
+        "punchline_log_events_total",
+        "counter",
+        "run log events that say something went wrong (lease losses, failed units, retried malformed answers, ...)",
+        [({"run": r.run_id, "event": e}, float(r.events.get(e, 0))) for r in runs for e in EVENTS],
+    )
+    return "\n".join(out) + "\n"
+
+
+def from_ledger(run_id: str, pipeline: str, stages: list[str], ledger: Ledger, events: LogEvents | None) -> RunMetrics:
+    """A running run's metrics, read from its ledger (what the driver serves)."""
+    return RunMetrics(
+        run_id=run_id,
+        pipeline=pipeline,
+        state="running",
+        live=True,
+        counters={s: ledger.counters(run_id, s) for s in stages},
+        usage=Budget(ledger.r, run_id, None).usage(),
+        leased={s: ledger.leased_shards(run_id, s) for s in stages},
+        events=events.read() if events is not None else {},
+    )
+
+
+class MetricsServer:
+    """``/metrics`` on a port of its own, answered from ``collect()`` at each scrape, in a daemon thread."""
+
+    def __init__(self, port: int, collect: Callable[[], list[RunMetrics]], host: str = "127.0.0.1") -> None:
+        collect_fn = collect
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                try:
+                    body = render(collect_fn()).encode()
+                except Exception as exc:  # a scrape during a ledger outage: say so, keep serving
+                    self.send_error(503, explain=str(exc)[:200])
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="punchline-metrics", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
+def serve_driver_metrics(
+    port: int | None, run_id: str, pipeline: str, stages: list[str], ledger: Ledger, log_path: Path
+) -> MetricsServer | None:
+    """The driver's hook: ``/metrics`` of the run on 127.0.0.1:``port`` while it runs (None: no port asked)."""
+    if port is None:
+        return None
+    events = LogEvents(log_path)
+    server = MetricsServer(port, lambda: [from_ledger(run_id, pipeline, stages, ledger, events)])
+    log.info("metrics_serving", url=f"http://127.0.0.1:{server.port}/metrics")
+    return server
