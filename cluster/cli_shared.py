@@ -58,6 +58,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
+    p.add_argument("--metrics-port", type=int, help="serve the run's Prometheus metrics on 127.0.0.1:PORT/metrics")
     p.add_argument("-v", "--verbose", action="store_true", help="readable log lines on stderr instead of progress bars")
 
 
@@ -73,6 +74,7 @@ def run_options(args: argparse.Namespace, **overrides: str | bool | None) -> Run
         max_workers=args.max_workers,
         offline=args.offline,
         runs_dir=args.runs_dir,
+        metrics_port=getattr(args, "metrics_port", None),
     )
     values.update(overrides)
     return overlay(RunOptions.from_env(), **values)

@@ -47,6 +47,7 @@ from punchline.cluster.run_claim import RunClaim
 from punchline.cluster.run_log import LOG_NAME, LogShipper
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.cluster.store_guard import StoreGuard, redis_identity
+from punchline.cluster.view.metrics import serve_driver_metrics
 from punchline.data import settings as env_registry
 from punchline.data.errors import BudgetExceeded, ConfigError, InputError, LedgerFailed
 from punchline.data.jsonio import atomic_write_bytes, decode_bytes, overwrite_in_place
@@ -117,6 +118,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     max_workers: int | None = None  # worker nodes to ask the autoscaler for (--max-workers)
     offline: bool | None = None
     verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
+    metrics_port: int | None = None  # serve the run's Prometheus text on 127.0.0.1:<port>/metrics while it runs
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunOptions:
@@ -470,6 +472,7 @@ def run(
         )
         slog.info("run_start", stages=record.stages, store=store.url)
         shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
+        metrics = serve_driver_metrics(opts.metrics_port, record, ledger, run_dir / LOG_NAME)  # --metrics-port
         try:
             if lazy_ray is None:  # a cluster's Ray was joined above, or this process had one
                 slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
@@ -515,6 +518,8 @@ def run(
                 _snapshot(store, run_dir, record)
             slog.info("run_end", state=record.state)
             shipper.close()
+            if metrics is not None:
+                metrics.close()
             if lazy_ray is not None:
                 lazy_ray.close()
     return record

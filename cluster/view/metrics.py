@@ -14,10 +14,12 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 import structlog
 
+from punchline.data.errors import InputError
 from punchline.data.units import ModelUsage
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.budget import Budget, UsageRow
@@ -242,13 +244,23 @@ class MetricsServer:
             self.httpd.server_close()
 
 
-def serve_driver_metrics(
-    port: int | None, run_id: str, pipeline: str, stages: list[str], ledger: Ledger, log_path: Path
-) -> MetricsServer | None:
+class _Run(Protocol):
+    run_id: str
+    pipeline: str
+    stages: list[str]
+
+
+def serve_driver_metrics(port: int | None, record: _Run, ledger: Ledger, log_path: Path) -> MetricsServer | None:
     """The driver's hook: ``/metrics`` of the run on 127.0.0.1:``port`` while it runs (None: no port asked)."""
     if port is None:
         return None
     events = LogEvents(log_path)
-    server = MetricsServer(port, lambda: [from_ledger(run_id, pipeline, stages, ledger, events)])
+    run_id, pipeline, stages = record.run_id, record.pipeline, list(record.stages)
+    try:
+        server = MetricsServer(port, lambda: [from_ledger(run_id, pipeline, stages, ledger, events)])
+    except (OSError, OverflowError) as exc:
+        raise InputError(
+            f"cannot serve metrics there: {getattr(exc, 'strerror', None) or exc}", field="--metrics-port"
+        ) from None
     log.info("metrics_serving", url=f"http://127.0.0.1:{server.port}/metrics")
     return server
