@@ -181,6 +181,13 @@ REDIS_URL: EnvVar[str | None] = EnvVar(
     flag="--redis-url",
     secret=True,
 )
+CONFIG: EnvVar[str | None] = EnvVar(
+    "PUNCHLINE_CONFIG",
+    "str",
+    None,
+    "the settings file the notebook API (punchline.prompts, punchline.run of a pipeline object) reads its "
+    "[providers] tables from when none are passed (default: ./punchline.toml)",
+)
 RAY_ADDRESS: EnvVar[str | None] = EnvVar(
     "PUNCHLINE_RAY_ADDRESS",
     "str",
@@ -353,6 +360,7 @@ ENV_VARS: tuple[EnvVar[Any], ...] = (
     RUNS_DIR,
     STORE,
     REDIS_URL,
+    CONFIG,
     RAY_ADDRESS,
     RAY_NUM_CPUS,
     MAX_WORKERS,

@@ -4,7 +4,8 @@ One importable package whose layers are the repository's top-level folders (link
 first: ``data`` (shared vocabulary, schemas, stores) <- ``schedulers`` (the Redis ledger, limits,
 budget) <- ``workers`` (actors, providers) <- ``cluster`` (coordinator, driver, pipelines, commands).
 
-``punchline.run(config)`` and ``punchline.status(run_id)`` are the Python API (:mod:`punchline.api`),
+``punchline.run(config)``, ``punchline.status(run_id)`` and ``punchline.prompts(data, template=...,
+models=...)`` (a DataFrame in, a DataFrame out) are the Python API (:mod:`punchline.api`),
 imported on first use so that ``import punchline`` stays cheap (no Ray, no Redis client).
 """
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from punchline.api import RunRecord, artifact_url, run, status
+    from punchline.api import RunRecord, artifact_url, prompts, run, status
 
 __version__ = "0.1.0"
-__all__ = ["RunRecord", "__version__", "artifact_url", "run", "status"]
-_API = frozenset({"RunRecord", "artifact_url", "run", "status"})
+__all__ = ["RunRecord", "__version__", "artifact_url", "prompts", "run", "status"]
+_API = frozenset({"RunRecord", "artifact_url", "prompts", "run", "status"})
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,5 @@
-"""The Python API, for notebooks and scripts: ``punchline.run(config)`` and ``punchline.status(run_id)``.
+"""The Python API, for notebooks and scripts: ``punchline.run(config)``, ``punchline.status(run_id)`` and
+``punchline.prompts(data, template=..., models=...)``.
 
 The same engine as ``punchline run``, with the same guarantees (exactly-once, resume by run id, the
 response cache), called without a shell: keyword arguments are the command's flags, and the
@@ -9,26 +10,56 @@ service an :class:`~punchline.data.errors.InfraError`, a spent budget
 :class:`~punchline.data.errors.BudgetExceeded`: all :class:`~punchline.data.errors.PunchlineError`.
 The result is the run's :class:`~punchline.cluster.driver.RunRecord` (a msgspec Struct, also kept as
 ``run.json``): run id, state, artifacts, counters per stage, usage per (stage, model), failures.
+
+Without a TOML file: ``punchline.run(pipeline, settings)`` runs a pipeline object with its settings, and
+``punchline.prompts(...)`` runs the prompts pipeline over a DataFrame (or a list of dicts, a path, a
+``datasets.Dataset``) and returns the outputs as a pandas DataFrame. Both name the run by its content
+(:mod:`punchline.notebook`), so running a cell again pays nothing and a killed kernel's run resumes.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 import structlog
 
 from punchline.cluster.coordinator import ProgressFn
 from punchline.cluster.driver import RunOptions, RunRecord
 from punchline.cluster.driver import run as run_driver
 from punchline.cluster.runs import load_run_record
+from punchline.data.errors import PunchlineError
 from punchline.data.settings import overlay
+from punchline.data.stores import open_store
+from punchline.notebook import (
+    NOTEBOOK_DIR,
+    ProgressBar,
+    content_id,
+    data_file,
+    in_notebook,
+    judge_table,
+    parse_table,
+    provider_tables,
+    register,
+    toml_text,
+    write_config,
+)
 
-__all__ = ["RunRecord", "artifact_url", "run", "status"]
+__all__ = ["RunRecord", "artifact_url", "prompts", "run", "status"]
 
 
 def run(
-    config: str | os.PathLike[str],
+    config: str | os.PathLike[str] | Any,
+    settings: Any = None,
     *,
+    providers: Mapping[str, Any] | None = None,
+    settings_file: str | os.PathLike[str] | None = None,
     run_id: str | None = None,
     store: str | None = None,
     runs_dir: str | None = None,
@@ -42,7 +73,21 @@ def run(
     """Run (or, with the ``run_id`` of an earlier run, resume) the pipeline of the config file
     ``config``; returns when the run ends. ``state`` is ``finished``, or ``failed`` when some units
     failed (``failures`` names them; ``punchline retry-failed`` retries them). ``progress(stage,
-    counters)`` is called as shards commit."""
+    counters)`` is called as shards commit.
+
+    ``config`` may instead be a pipeline object, run with ``settings`` (its ``settings_type``, or a dict
+    shaped like its TOML table) and the providers of ``providers`` (name -> ProviderSettings or a dict
+    shaped like ``[providers.<name>]``) or of the settings file (``settings_file``, else
+    ``$PUNCHLINE_CONFIG``, else ``./punchline.toml``). Its run id, unless given, is a hash of all that:
+    the same call again returns the finished run without a call, and resumes an interrupted one."""
+    if not isinstance(config, (str, os.PathLike)):
+        if settings is None:
+            raise PunchlineError("punchline.run(pipeline, settings): a pipeline object needs its settings")
+        runs = runs_dir if runs_dir is not None else RunOptions.from_env().runs_dir
+        config, derived = _pipeline_config(config, settings, providers, settings_file, Path(runs))
+        run_id = run_id or derived
+    elif settings is not None or providers is not None:
+        raise PunchlineError("settings and providers go with a pipeline object, not with a config file")
     opts = overlay(
         RunOptions.from_env(),
         run_id=run_id,
@@ -72,3 +117,114 @@ def status(run_id: str, *, runs_dir: str | None = None, store: str | None = None
 def artifact_url(record: RunRecord, name: str) -> str:
     """Where the run's artifact ``name`` is: a path under a local store, or an ``s3://`` URL."""
     return f"{record.services.store_url.rstrip('/')}/{record.run_id}/artifacts/{name}"
+
+
+def _pipeline_config(
+    pipeline: Any, settings: Any, providers: Mapping[str, Any] | None, settings_file: Any, runs: Path
+) -> tuple[Path, str]:
+    """The config file of a pipeline object's run, and the run id its content gives."""
+    ref = register(pipeline)
+    table = msgspec.to_builtins(settings) if isinstance(settings, msgspec.Struct) else settings
+    provider_table, engine = provider_tables(providers, settings_file)
+    name = pipeline.name
+    tables = {**engine, "run": {**engine.get("run", {}), "pipeline": ref}, "providers": provider_table, name: table}
+    text = toml_text(tables, f"punchline.run({name}, settings): written by punchline.notebook")
+    run_id = content_id(name, text)
+    return write_config(runs / NOTEBOOK_DIR, run_id, text), run_id
+
+
+def prompts(
+    data: Any,
+    template: str | None = None,
+    *,
+    models: str | Sequence[str],
+    n: int = 1,
+    parse: Any = None,
+    judge: Any = None,
+    system: str | None = None,
+    messages: Sequence[Mapping[str, str]] | None = None,
+    provider: str | None = None,
+    providers: Mapping[str, Any] | None = None,
+    settings_file: str | os.PathLike[str] | None = None,
+    id_field: str | None = None,
+    run_id: str | None = None,
+    runs_dir: str | None = None,
+    store: str | None = None,
+    redis_url: str | None = None,
+    max_cost_usd: float | None = None,
+    progress: bool | None = None,
+    **options: Any,
+) -> Any:
+    """The prompts pipeline over ``data`` as a pandas DataFrame: one row per input row x model x sample,
+    the input's columns first, then the answer's (``text``, ``parsed.<field>``, costs, the judge's).
+
+    ``data``: a path (.jsonl/.csv/.parquet), a list of dicts, a pandas or polars DataFrame, a
+    ``datasets.Dataset``. ``template``: the user message, a Jinja2 template over the row's columns (or
+    ``messages``, a chat of ``{"role", "content"}``). ``models``: nicknames of ``provider`` (default: the
+    only provider, else the first) or ``"provider:nick"``. ``parse``: a regex, a JSON schema or a Pydantic
+    model class (both sent as the provider's structured-output format), or a ``[prompts.parse]`` table.
+    ``judge``: a dict shaped like ``[prompts.judge]`` (``model``, ``prompt``, ``parse``, ``where``,
+    ``fraction``...). ``options``: any other ``[prompts]`` key (``temperature``, ``max_tokens``, ``seed``,
+    ``null``, ``mode``...). ``id_field``: the rows' id column (default: ``id`` when there is one, else the
+    rows are numbered). ``progress``: a bar per stage (default: in a notebook). The run id is a hash of
+    all of it and the data's content (``df.attrs["run_id"]``)."""
+    runs = Path(runs_dir if runs_dir is not None else RunOptions.from_env().runs_dir)
+    folder = runs / NOTEBOOK_DIR
+    path, digest, columns = data_file(data, folder)
+    provider_table, engine = provider_tables(providers, settings_file)
+    model_list = [models] if isinstance(models, str) else list(models)
+    if provider is None:
+        provider = next(iter(provider_table)) if provider_table else ""
+    if id_field is None:
+        id_field = "id" if ("id" in columns if columns else _has_id(path)) else ""
+    table: dict[str, Any] = {
+        "data": str(path) if path.parent != folder else path.name,
+        "id_field": id_field,
+        "provider": provider,
+        "models": model_list,
+        "n": n,
+        "prompt": template,
+        "system": system,
+        "messages": [dict(m) for m in messages] if messages is not None else None,
+        "parse": parse_table(parse),
+        "judge": judge_table(judge),
+        **options,
+    }
+    tables = {**engine, "run": {**engine.get("run", {}), "pipeline": "prompts"}, "providers": provider_table}
+    text = toml_text({**tables, "prompts": table}, "punchline.prompts(...): written by punchline.notebook")
+    rid = run_id or content_id("prompts", text, digest)
+    config = write_config(folder, rid, text)
+    show = in_notebook() if progress is None else progress
+    if show:
+        with ProgressBar() as bar:
+            record = run(config, run_id=rid, runs_dir=str(runs), store=store, redis_url=redis_url,
+                         max_cost_usd=max_cost_usd, progress=bar)  # fmt: skip
+    else:
+        record = run(
+            config, run_id=rid, runs_dir=str(runs), store=store, redis_url=redis_url, max_cost_usd=max_cost_usd
+        )
+    raw = open_store(record.services.store_url).get(f"{record.run_id}/artifacts/outputs.parquet")
+    if raw is None:
+        raise PunchlineError(
+            f"run {record.run_id} ended {record.state} without outputs: punchline status {record.run_id}"
+        )
+    try:
+        frame = pq.read_table(pa.BufferReader(raw)).to_pandas()
+    except ImportError:
+        raise PunchlineError(
+            f"punchline.prompts returns a pandas DataFrame: pip install pandas (the outputs are in {record.run_id})"
+        ) from None
+    frame.attrs["run_id"] = record.run_id
+    frame.attrs["state"] = record.state
+    return frame
+
+
+def _has_id(path: Path) -> bool:
+    """Whether the rows' file has an ``id`` column (its first row does)."""
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return "id" in pq.read_schema(path).names
+    with path.open(encoding="utf-8-sig", errors="replace") as fh:
+        first = fh.readline()
+    if path.suffix.lower() == ".csv":
+        return "id" in [c.strip() for c in first.split(",")]
+    return re.search(r'"id"\s*:', first) is not None

@@ -1,5 +1,8 @@
 """The Python API: ``punchline.run`` / ``punchline.status`` return the run's record and raise the project's
-errors, print nothing, and ``import punchline`` alone loads neither the engine nor Ray."""
+errors, print nothing, and ``import punchline`` alone loads neither the engine nor Ray; ``punchline.prompts``
+takes a DataFrame (pandas, polars), a Dataset, a list of dicts or a path and returns a DataFrame with the
+input's columns, and a second call pays nothing (the fake provider counts the calls); ``punchline.run`` takes
+a pipeline object and its settings without a TOML file."""
 
 from __future__ import annotations
 
@@ -10,11 +13,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import datasets
+import msgspec
+import pandas as pd
+import polars
 import pytest
 
 import punchline
 from punchline.cluster.driver import RunRecord
 from punchline.data.errors import ConfigError, InputError, PunchlineError
+from punchline.data.prompts.rows import load_rows
+from punchline.notebook import data_file, provider_tables
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "sentiment_pipeline"
@@ -78,3 +87,106 @@ def test_errors_raise_the_projects_exceptions(example: Path, tmp_path: Path, cap
         punchline.run(example / "sentiment.toml", run_id="../escape", runs_dir=str(tmp_path / "runs"))
     captured = capfd.readouterr()
     assert captured.out == "" and captured.err == ""
+
+
+# --- without a TOML file: punchline.prompts(data, ...) and punchline.run(pipeline, settings) -------------
+
+QUESTIONS = [
+    {"question": f"Which colour goes with the number {i}?", "options": ["red", "green", "blue"], "level": i % 3}
+    for i in range(6)
+]
+ANSWER = {"type": "object", "required": ["answer"], "properties": {"answer": {"type": "string"}}}
+
+
+def _providers(fake: Any) -> dict[str, Any]:
+    model = {"id": "sim-notebook-small", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
+    return {"sim": {"kind": "openai", "base_url": fake.openai_base_url, "timeout_s": 5, "models": {"small": model}}}
+
+
+def _ask(data: Any, fake: Any, runs: Path) -> Any:
+    return punchline.prompts(
+        data,
+        "{{ question }}\nOptions: {{ options | join(' | ') }}",
+        models=["small"],
+        n=2,
+        parse=ANSWER,
+        providers=_providers(fake),
+        runs_dir=str(runs),
+        max_tokens=32,
+    )
+
+
+def test_prompts_over_a_dataframe_keeps_its_columns_and_a_second_call_pays_nothing(
+    tmp_path: Path, fake: Any, ray_local: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    frame = pd.DataFrame(QUESTIONS)
+    fake.reset()
+    out = _ask(frame, fake, tmp_path / "runs")
+    assert isinstance(out, pd.DataFrame) and len(out) == len(QUESTIONS) * 2  # rows x n samples
+    assert list(out.columns[:4]) == ["question", "options", "level", "row_id"]  # the inputs first, as they were
+    assert out["level"].tolist() == [q["level"] for q in QUESTIONS for _ in range(2)]
+    assert out["text"].notna().all() and "parsed.answer" in out.columns and "parsed" not in out.columns
+    assert set(out["parsed.answer"].dropna()) <= {"red", "green", "blue"}
+    assert out["row_id"].tolist()[:4] == ["1", "1", "2", "2"]  # no id column: rows are numbered
+    paid = fake.stats().total_calls
+    assert paid == len(QUESTIONS)  # one request per row (n in the request)
+    run_id = out.attrs["run_id"]
+
+    again = _ask(frame.copy(), fake, tmp_path / "runs")  # the same cell run again
+    assert fake.stats().total_calls == paid and again.attrs["run_id"] == run_id
+    pd.testing.assert_frame_equal(again, out)
+    # the same rows as a list of dicts: another run (another file), every answer from the response cache
+    listed = _ask(QUESTIONS, fake, tmp_path / "runs")
+    assert fake.stats().total_calls == paid and listed.attrs["run_id"] != run_id
+    assert listed["text"].tolist() == out["text"].tolist()
+    assert capfd.readouterr().out == ""
+
+
+def test_polars_and_datasets_tables_become_the_same_rows(tmp_path: Path) -> None:
+    want = [r.fields for r in load_rows(data_file(QUESTIONS, tmp_path)[0], "")]
+    for data in (polars.DataFrame(QUESTIONS), datasets.Dataset.from_list(QUESTIONS)):
+        path, _, columns = data_file(data, tmp_path)
+        assert columns == ["question", "options", "level"]
+        assert [r.fields for r in load_rows(path, "")] == want
+    shuffled = datasets.Dataset.from_list(QUESTIONS).select([2, 0])  # a view: its indices are honoured
+    assert [r.fields["level"] for r in load_rows(data_file(shuffled, tmp_path)[0], "")] == [2, 0]
+
+
+def test_providers_come_from_the_settings_file_the_rule_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PUNCHLINE_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match=r"punchline\.toml"):
+        provider_tables(None)
+    (tmp_path / "punchline.toml").write_text('[providers.here]\nkind = "openai"\nbase_url = "simulated"\n')
+    named = tmp_path / "elsewhere.toml"
+    named.write_text('[providers.there]\nkind = "anthropic"\nbase_url = "simulated"\n[simulator]\nseed = 3\n')
+    assert list(provider_tables(None)[0]) == ["here"]
+    monkeypatch.setenv("PUNCHLINE_CONFIG", str(named))
+    tables, engine = provider_tables(None)
+    assert list(tables) == ["there"] and engine == {"simulator": {"seed": 3}}
+    assert list(provider_tables({"arg": {"kind": "openai"}})[0]) == ["arg"]  # an argument wins
+
+
+def test_run_takes_a_pipeline_object_and_its_settings(example: Path, tmp_path: Path, fake: Any, ray_local: Any) -> None:
+    sys.path.insert(0, str(example))
+    from sentiment_pipeline.pipeline import Sentiment  # type: ignore[import-not-found]
+
+    pipeline = Sentiment()
+    settings = msgspec.convert(
+        {
+            "reviews": str(example / "data" / "reviews.jsonl"),
+            "label": {"provider": "sim", "model": "small"},
+            "judge": {"provider": "sim", "model": "small"},
+        },
+        pipeline.settings_type,
+    )
+    runs = str(tmp_path / "runs")
+    fake.reset()
+    first = punchline.run(pipeline, settings, providers=_providers(fake), runs_dir=runs)
+    assert first.state == "finished" and first.counters["label"].units_done == 12
+    paid = fake.stats().total_calls
+    assert paid > 0
+    again = punchline.run(pipeline, settings, providers=_providers(fake), runs_dir=runs)
+    assert again.run_id == first.run_id and fake.stats().total_calls == paid
+    with pytest.raises(PunchlineError, match="needs its settings"):
+        punchline.run(pipeline)

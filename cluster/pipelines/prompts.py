@@ -8,9 +8,15 @@ model x sample that has an answer; two equal answers to one row make one judge r
 
 Unit ids are row-major (``generate/r<row>/m<model>``, ``judge/r<row>/m<model>/s<sample>``), so the
 plan streams in order and ``outputs.*`` (row, then model, then sample) are written in plan order.
-The last stage writes ``outputs.jsonl`` and ``outputs.parquet``; with a judge, ``generate`` writes the
-same rows without judge columns to ``answers.jsonl``, which the judge's plan and reduce read (a
-resumed run re-plans the judge from it and gets the same units).
+The last stage writes ``outputs.jsonl`` and ``outputs.parquet`` (the input columns, then the answer's:
+:mod:`punchline.data.prompts.outputs`); with a judge, ``generate`` writes the same rows without judge or
+input columns to ``answers.jsonl``, which the judge's plan and reduce read (a resumed run re-plans the
+judge from it and gets the same units). The judge reads the answers ``[prompts.judge] where`` and
+``fraction`` choose; a judge request longer than ``max_request_chars`` (a long answer) is not sent, and
+its row says why in ``judge_parse_error``.
+
+Cost columns say what a request was charged: the online price, or the batch price (the provider's
+``batch_price_factor`` of it) when its stage's mode for its provider is ``batch`` (``mode`` column).
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ import msgspec
 from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.prompts.compiled import CompiledPrompts
-from punchline.data.prompts.outputs import OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
+from punchline.data.prompts.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
 from punchline.data.prompts.rows import Row, load_rows
-from punchline.data.prompts.settings import PromptsSettings, model_ref, sampling_for
+from punchline.data.prompts.settings import ParseSettings, PromptsSettings, model_ref, sampling_for
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
 from punchline.data.store import Store
@@ -52,6 +58,7 @@ class Job:
         self.compiled = CompiledPrompts(self.settings, file=cfg.source)
         self.data_file = str(resolve_path(cfg, self.settings.data))
         self._rows: list[Row] | None = None
+        self._modes: dict[tuple[str, str], Mode] = {}
 
     @property
     def rows(self) -> list[Row]:
@@ -78,6 +85,7 @@ class Job:
             n=self.settings.n,
             stop=s.stop,
             seed=s.seed,
+            response_schema=_schema_text(self.settings.parse),
         )
 
     def judge_request(self, row: Row, out: OutputRow) -> ProviderRequest:
@@ -93,13 +101,41 @@ class Job:
             temperature=judge.temperature,
             max_tokens=judge.max_tokens,
             seed=judge.seed,
+            response_schema=_schema_text(judge.parse),
         )
 
-    def cost_usd(self, request: ProviderRequest, result: UnitResult) -> float:
+    def mode(self, stage: str, provider: str) -> Mode:
+        """How ``stage``'s requests to ``provider`` are priced: the stage's own mode, else the provider's."""
+        key = (stage, provider)
+        if key not in self._modes:
+            self._modes[key] = self.cfg.stage_mode(stage) or self.cfg.provider(provider).mode
+        return self._modes[key]
+
+    def cost_usd(self, stage: str, request: ProviderRequest, result: UnitResult) -> tuple[float, Mode]:
+        """What the request was charged, and in which mode (batch: the provider's batch price)."""
+        mode = self.mode(stage, request.provider)
         r = result.response
         if r is None:
-            return 0.0
-        return self.cfg.provider(request.provider).cost_usd(request.model, r.input_tokens, r.output_tokens)
+            return 0.0, mode
+        settings = self.cfg.provider(request.provider)
+        online = settings.cost_usd(request.model, r.input_tokens, r.output_tokens)
+        return (online * settings.batch_price_factor if mode == "batch" else online), mode
+
+    def layout(self) -> Layout:
+        """The output files' columns: the rows' input columns and the parsers' declared fields."""
+        compiled = self.compiled
+        return Layout(
+            [row.fields for row in self.rows],
+            parsed=compiled.parser.types if compiled.parser is not None else None,
+            judge_parsed=compiled.judge_parser.types if compiled.judge_parser is not None else None,
+        )
+
+
+def _schema_text(parse: ParseSettings | None) -> str | None:
+    """The JSON schema a request carries as its structured-output format (``structured = true``)."""
+    if parse is None or not parse.structured or parse.json_schema is None:
+        return None
+    return msgspec.json.encode(parse.json_schema, order="sorted").decode()
 
 
 def _generate_id(row: int, model: int) -> str:
@@ -114,10 +150,14 @@ def _missing(unit_id: str) -> UnitResult:
     return UnitResult(unit_id=unit_id, key="", error="no result")
 
 
-def _write_outputs(ctx: StageContext, rows: Callable[[], Iterator[OutputRow]]) -> list[str]:
+Rows = Iterator[tuple[OutputRow, Row]]
+
+
+def _write_outputs(ctx: StageContext, job: Job, rows: Callable[[], Rows]) -> list[str]:
     """Both files from two passes over the rows (streamed: memory is a Parquet row group, not the run)."""
-    ctx.write_artifact_chunks(OUTPUTS_JSONL, jsonl_chunks(rows()))
-    ctx.write_artifact_chunks(OUTPUTS_PARQUET, parquet_chunks(rows()))
+    layout = job.layout()
+    ctx.write_artifact_chunks(OUTPUTS_JSONL, jsonl_chunks(((o, r.fields) for o, r in rows()), layout))
+    ctx.write_artifact_chunks(OUTPUTS_PARQUET, parquet_chunks(((o, r.fields) for o, r in rows()), layout))
     return [OUTPUTS_JSONL, OUTPUTS_PARQUET]
 
 
@@ -139,83 +179,101 @@ class GenerateStage:
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
         if job.settings.judge is not None:
-            ctx.write_artifact_chunks(ANSWERS_JSONL, jsonl_chunks(self._rows(job, results)))
+            ctx.write_artifact_chunks(ANSWERS_JSONL, jsonl_chunks((o, {}) for o, _ in self._rows(job, results)))
             return [ANSWERS_JSONL]
-        return _write_outputs(ctx, lambda: self._rows(job, results))
+        return _write_outputs(ctx, job, lambda: self._rows(job, results))
 
-    def _rows(self, job: Job, results: Mapping[str, UnitResult]) -> Iterator[OutputRow]:
+    def _rows(self, job: Job, results: Mapping[str, UnitResult]) -> Rows:
         parser = job.compiled.parser
         for row, _, entry, unit in self._units(job):
             result = results.get(unit.unit_id) or _missing(unit.unit_id)
             response = result.response
             texts = response.texts if response is not None else []
             reasons = response.finish_reasons if response is not None else []
+            cost, mode = job.cost_usd(self.name, unit.request, result)
             for sample in range(job.settings.n):
                 text = texts[sample] if sample < len(texts) else None
                 parsed = parser.parse(text) if parser is not None and text is not None else None
-                yield OutputRow(
-                    row_id=row.id,
-                    model=entry,
-                    sample=sample,
-                    text=text,
-                    parsed=parsed.fields if parsed is not None else None,
-                    parse_error=parsed.error if parsed is not None else None,
-                    finish_reason=reasons[sample] or None if sample < len(reasons) else None,
-                    input_tokens=response.input_tokens if response is not None else 0,
-                    output_tokens=response.output_tokens if response is not None else 0,
-                    cost_usd=job.cost_usd(unit.request, result),
-                    request_key=result.key or unit.request.key(),
-                    error=result.error or (None if text is not None else "no answer for this sample"),
+                yield (
+                    OutputRow(
+                        row_id=row.id,
+                        model=entry,
+                        sample=sample,
+                        text=text,
+                        parsed=parsed.fields if parsed is not None else None,
+                        parse_error=parsed.error if parsed is not None else None,
+                        finish_reason=reasons[sample] or None if sample < len(reasons) else None,
+                        input_tokens=response.input_tokens if response is not None else 0,
+                        output_tokens=response.output_tokens if response is not None else 0,
+                        cost_usd=cost,
+                        mode=mode,
+                        request_key=result.key or unit.request.key(),
+                        error=result.error or (None if text is not None else "no answer for this sample"),
+                    ),
+                    row,
                 )
 
 
 class JudgeStage:
-    """The judge model reads each answer (row x model x sample); its verdict is parsed by its own parser."""
+    """The judge model reads each chosen answer (row x model x sample); its verdict is parsed by its own parser."""
 
     name = "judge"
 
-    def _units(self, ctx: StageContext, job: Job) -> Iterator[tuple[OutputRow, UnitSpec | None]]:
-        """Every output row with the judge's unit for it (None: the sample has no answer to judge)."""
+    def _units(self, ctx: StageContext, job: Job) -> Iterator[tuple[OutputRow, Row, UnitSpec | str | None]]:
+        """Every output row, its input row and the judge's unit for it: None when the judge does not read
+        it (no answer, or not chosen by ``where``/``fraction``), the reason when its request is too long."""
         index = {row.id: (ri, row) for ri, row in enumerate(job.rows)}
         models = {entry: mi for mi, (entry, _, _) in enumerate(job.compiled.models)}
+        compiled = job.compiled
         for out in read_jsonl(ctx.read_artifact(ANSWERS_JSONL)):
             ri, row = index[out.row_id]
-            if out.text is None:
-                yield out, None
+            chosen = out.text is not None and compiled.judged(
+                row, response=out.text, parsed=out.parsed, model=out.model, sample=out.sample
+            )
+            if chosen is False:
+                yield out, row, None
                 continue
-            unit_id = _judge_id(ri, models[out.model], out.sample)
-            yield out, UnitSpec(unit_id=unit_id, request=job.judge_request(row, out))
+            if isinstance(chosen, str):
+                yield out, row, chosen
+                continue
+            request = job.judge_request(row, out)
+            too_long = compiled.judge_size(request.messages)
+            if too_long is not None:
+                yield out, row, too_long
+                continue
+            yield out, row, UnitSpec(unit_id=_judge_id(ri, models[out.model], out.sample), request=request)
 
     def plan(self, ctx: StageContext) -> Iterable[UnitSpec]:
         job = Job(ctx.cfg)
-        return (unit for _, unit in self._units(ctx, job) if unit is not None)
+        return (unit for _, _, unit in self._units(ctx, job) if isinstance(unit, UnitSpec))
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
-        return _write_outputs(ctx, lambda: self._rows(ctx, job, results))
+        return _write_outputs(ctx, job, lambda: self._rows(ctx, job, results))
 
-    def _rows(self, ctx: StageContext, job: Job, results: Mapping[str, UnitResult]) -> Iterator[OutputRow]:
+    def _rows(self, ctx: StageContext, job: Job, results: Mapping[str, UnitResult]) -> Rows:
         parser = job.compiled.judge_parser
-        for out, unit in self._units(ctx, job):
-            fields: dict[str, object] = {
-                "judge_text": None,
-                "judge_parsed": None,
-                "judge_parse_error": None,
-                "judge_request_key": None,
-                "judge_cost_usd": None,
-            }
-            if unit is not None:
-                result = results.get(unit.unit_id) or _missing(unit.unit_id)
-                text = result.response.texts[0] if result.response is not None and result.response.texts else None
-                parsed = parser.parse(text) if parser is not None and text is not None else None
-                fields = {
-                    "judge_text": text,
-                    "judge_parsed": parsed.fields if parsed is not None else None,
-                    "judge_parse_error": result.error if text is None else parsed.error if parsed is not None else None,
-                    "judge_request_key": result.key or unit.request.key(),
-                    "judge_cost_usd": job.cost_usd(unit.request, result),
-                }
-            yield msgspec.structs.replace(out, **fields)
+        for out, row, unit in self._units(ctx, job):
+            if isinstance(unit, str):
+                yield msgspec.structs.replace(out, judge_parse_error=unit), row
+                continue
+            if unit is None:
+                yield out, row
+                continue
+            result = results.get(unit.unit_id) or _missing(unit.unit_id)
+            text = result.response.texts[0] if result.response is not None and result.response.texts else None
+            parsed = parser.parse(text) if parser is not None and text is not None else None
+            cost, mode = job.cost_usd(self.name, unit.request, result)
+            judged = msgspec.structs.replace(
+                out,
+                judge_text=text,
+                judge_parsed=parsed.fields if parsed is not None else None,
+                judge_parse_error=result.error if text is None else parsed.error if parsed is not None else None,
+                judge_request_key=result.key or unit.request.key(),
+                judge_cost_usd=cost,
+                judge_mode=mode,
+            )
+            yield judged, row
 
 
 def check_inputs(cfg: RunConfig) -> None:
@@ -227,11 +285,14 @@ def judge_upper_bound(cfg: RunConfig) -> list[UnitSpec]:
     """The judge's units before any answer exists: one per row x model x sample, each judging a stand-in
     answer as long as the model may write (``max_tokens`` x 4 characters)."""
     job = Job(cfg)
+    judge = job.settings.judge
     units = []
     for ri, row in enumerate(job.rows):
         for mi, (entry, _, _) in enumerate(job.compiled.models):
             stand_in = "x" * 4 * sampling_for(job.settings, entry).max_tokens
             for sample in range(job.settings.n):
+                if judge is not None and not job.compiled.drawn(row, entry, sample):
+                    continue  # the draw is known before any answer (``where`` is not: it counts as true)
                 out = OutputRow(row_id=row.id, model=entry, sample=sample, text=stand_in)
                 units.append(UnitSpec(unit_id=_judge_id(ri, mi, sample), request=job.judge_request(row, out)))
     return units

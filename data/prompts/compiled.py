@@ -6,18 +6,28 @@ input check: it renders every row's messages, and the judge's over a stand-in an
 field stops the run before any call rather than after half of them. Templates see the row's fields by
 name and the whole row as ``row``; the judge's also see ``response`` (the answer), ``parsed``, ``model``
 and ``sample``, which win over a row field of the same name (``row.<field>`` still reaches it).
+
+A null cell is rendered as ``[prompts] null`` says (by default it is refused, naming the row and
+column), and a request whose rendered messages are longer than ``max_request_chars`` is refused
+naming the row: both before any call. ``[prompts.judge] where`` and ``fraction`` choose the answers
+the judge reads: ``where`` is evaluated over each answer, ``fraction`` draws a share of them by a hash
+of (seed, row id, model, sample), so the same answers are chosen on every resume and in every mode.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from punchline.data.errors import ConfigError
+import jinja2
+
+from punchline.data.errors import ConfigError, InputError
 from punchline.data.prompts.parse import Parser
 from punchline.data.prompts.rows import Row
 from punchline.data.prompts.settings import PromptsSettings, model_ref
-from punchline.data.prompts.templates import ChatTemplate
+from punchline.data.prompts.templates import ChatTemplate, NullField, expression
 from punchline.data.requests import Message
 
 
@@ -51,6 +61,17 @@ class CompiledPrompts:
             )
             if judge.parse is not None:
                 self.judge_parser = Parser(judge.parse, field="prompts.judge.parse", file=file)
+        self.where = (
+            expression(judge.where, field="prompts.judge.where", file=file)
+            if judge is not None and judge.where is not None
+            else None
+        )
+        judge_parse = judge.parse if judge is not None else None
+        for key, parse in (("prompts.parse", settings.parse), ("prompts.judge.parse", judge_parse)):
+            if parse is not None and parse.structured and parse.json_schema is None:
+                raise ConfigError("needs json_schema (it is the format sent)", file=file, field=f"{key}.structured")
+        null = settings.null
+        self._null: object = "" if null == "empty" else None if null == "error" else null
 
     def providers(self) -> list[tuple[str, str]]:
         """(config key, provider name) of every provider the table names, for the config's check."""
@@ -59,28 +80,98 @@ class CompiledPrompts:
             out.append(("prompts.judge.model", self.judge_model[0]))
         return out
 
-    @staticmethod
-    def context(row: Row) -> dict[str, Any]:
-        return {**row.fields, "row": row.fields}
+    def context(self, row: Row) -> dict[str, Any]:
+        """The row's fields by name and as ``row``, its null cells as ``[prompts] null`` says."""
+        fields = row.fields
+        nulls = [k for k, v in fields.items() if v is None or (isinstance(v, float) and math.isnan(v))]
+        if nulls:
+            fields = dict(fields)
+            for k in nulls:
+                fields[k] = NullField(k) if self._null is None else self._null
+        return {**fields, "row": fields}
+
+    def _sized(self, messages: tuple[Message, ...], row: Row, data_file: str, what: str) -> tuple[Message, ...]:
+        size = sum(len(m.content) for m in messages)
+        limit = self.settings.max_request_chars
+        if size > limit:
+            raise InputError(
+                f"{what} renders to {size:,} characters, over max_request_chars = {limit:,}",
+                file=data_file,
+                record=row.where,
+                field="prompts.max_request_chars",
+            )
+        return messages
 
     def messages(self, row: Row, data_file: str) -> tuple[Message, ...]:
-        return self.chat.render(self.context(row), file=data_file, record=row.where)
+        messages = self.chat.render(self.context(row), file=data_file, record=row.where)
+        return self._sized(messages, row, data_file, "the prompt")
 
-    def judge_messages(
-        self, row: Row, data_file: str, *, response: str, parsed: Mapping[str, Any] | None, model: str, sample: int
-    ) -> tuple[Message, ...]:
-        """The judge's chat for one answer. ``parsed`` always has every field the parser can give (None
-        when the answer did not parse), so a template naming ``parsed.<field>`` renders for every answer."""
-        assert self.judge_chat is not None
+    def judge_context(
+        self, row: Row, *, response: str, parsed: Mapping[str, Any] | None, model: str, sample: int
+    ) -> dict[str, Any]:
+        """What the judge's templates and ``where`` see. ``parsed`` always has every field the parser can
+        give (None when the answer did not parse), so ``parsed.<field>`` is defined for every answer."""
         names = self.parser.names if self.parser is not None else ()
-        context = {
+        return {
             **self.context(row),
             "response": response,
             "parsed": {**dict.fromkeys(names), **(parsed or {})},
             "model": model,
             "sample": sample,
         }
+
+    def drawn(self, row: Row, model: str, sample: int) -> bool:
+        """Whether the answer is in the judge's ``fraction``: a hash of (seed, row id, model, sample), so the
+        same answers are drawn on every resume and in every mode, known before any answer exists."""
+        judge = self.settings.judge
+        assert judge is not None
+        if judge.fraction >= 1.0:
+            return True
+        seed = f"{judge.fraction_seed}\0{row.id}\0{model}\0{sample}".encode()
+        return int.from_bytes(hashlib.sha256(seed).digest()[:8], "big") < judge.fraction * 2**64
+
+    def judged(
+        self, row: Row, *, response: str, parsed: Mapping[str, Any] | None, model: str, sample: int
+    ) -> bool | str:
+        """Whether the judge reads this answer (drawn, and ``where`` holds for it); a text saying why
+        ``where`` could not be evaluated for it (a comparison of a null, say): that answer is not judged."""
+        if not self.drawn(row, model, sample):
+            return False
+        if self.where is None:
+            return True
+        context = self.judge_context(row, response=response, parsed=parsed, model=model, sample=sample)
+        try:
+            return bool(self.where(**context))
+        except Exception as exc:  # e.g. parsed.confidence < 0.5 for an answer that did not parse
+            return f"[prompts.judge] where: {type(exc).__name__}: {exc}"[:300]
+
+    def check_where(self, row: Row, data_file: str) -> None:
+        """``where`` names only what the judge sees (an undefined name is one line, before any call)."""
+        if self.where is None:
+            return
+        context = self.judge_context(row, response="", parsed=None, model="", sample=0)
+        try:
+            self.where(**context)
+        except jinja2.UndefinedError as exc:
+            raise InputError(f"[prompts.judge] where: {exc.message}", file=data_file, record=row.where) from None
+        except Exception:  # a stand-in answer's null fields may not compare: the real answers decide
+            pass
+
+    def judge_messages(
+        self, row: Row, data_file: str, *, response: str, parsed: Mapping[str, Any] | None, model: str, sample: int
+    ) -> tuple[Message, ...]:
+        """The judge's chat for one answer (unsized: the answer's length is the model's, see the judge stage)."""
+        assert self.judge_chat is not None
+        context = self.judge_context(row, response=response, parsed=parsed, model=model, sample=sample)
         return self.judge_chat.render(context, file=data_file, record=row.where)
+
+    def judge_size(self, messages: tuple[Message, ...]) -> str | None:
+        """Why a judge request may not be sent (over ``max_request_chars``), or None."""
+        size = sum(len(m.content) for m in messages)
+        limit = self.settings.max_request_chars
+        if size <= limit:
+            return None
+        return f"the judge's request is {size:,} characters, over max_request_chars = {limit:,}"
 
     def check_rows(self, rows: list[Row], data_file: str) -> None:
         """Every row's messages render (all fields present, no template error), and so do the judge's
@@ -88,4 +179,6 @@ class CompiledPrompts:
         for row in rows:
             self.messages(row, data_file)
             if self.judge_chat is not None:
-                self.judge_messages(row, data_file, response="", parsed=None, model="", sample=0)
+                chat = self.judge_messages(row, data_file, response="", parsed=None, model="", sample=0)
+                self._sized(chat, row, data_file, "the judge's prompt (without the answer)")
+                self.check_where(row, data_file)

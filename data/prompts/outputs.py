@@ -1,18 +1,27 @@
 """The prompts pipeline's output: one row per input row x model x sample, as JSONL and Parquet.
 
 Rows come in input order, then model order (as configured), then sample index, so the files are a
-pure function of the answers: byte-identical across resumes, worker counts and modes (online or
-batch). ``input_tokens``, ``output_tokens`` and ``cost_usd`` are the request's (its ``n`` samples
-were one request), so the same on the ``n`` rows sharing a ``request_key``; sum them over distinct
-request keys. Both files are written from a stream of rows (Parquet a row group at a time), so a
-reduce holds one row group, not the run. In Parquet, ``parsed`` and ``judge_parsed`` are JSON text
-(their fields depend on the answers, a column's type must not); in JSONL they are objects.
+pure function of the answers: byte-identical across resumes and worker counts (a batch-mode run
+differs only in its cost columns, which say what was charged: see ``mode``). ``input_tokens``,
+``output_tokens`` and ``cost_usd`` are the request's (its ``n`` samples were one request), so the same
+on the ``n`` rows sharing a ``request_key``; sum them over distinct request keys.
+
+Each output row carries its input row's columns first, under their own names (a column named like an
+output column, ``model`` or ``text`` say, becomes ``input.<name>``), so a table of results needs no
+join. In JSONL, ``parsed`` and ``judge_parsed`` are objects; in Parquet, every field the parser
+declares (a regex's named groups, a JSON schema's ``properties``) is its own typed column,
+``parsed.<field>`` (string, integer, number and boolean as such; anything else as JSON text), and a
+parser that declares no field gives one ``parsed`` column of JSON text. Input columns keep the type
+Arrow infers from their values (JSON text when the values have no common type).
+
+Both files are written from a stream of rows (Parquet a row group at a time), so a reduce holds one
+row group, not the run.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -31,76 +40,179 @@ class OutputRow(msgspec.Struct, kw_only=True, omit_defaults=False):
     finish_reason: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # what the request was charged: the batch price when it went through a batch
+    mode: str = "online"  # how the request was priced: online or batch (its stage's mode for its provider)
     request_key: str = ""
     error: str | None = None  # the unit failed after its retries: no text
     judge_text: str | None = None
     judge_parsed: dict[str, Any] | None = None
     judge_parse_error: str | None = None
-    judge_request_key: str | None = None
+    judge_request_key: str | None = None  # None: the judge did not read this answer ([prompts.judge] where/fraction)
     judge_cost_usd: float | None = None
+    judge_mode: str | None = None
 
 
+OUTPUT_NAMES = frozenset(OutputRow.__struct_fields__)
 _JSON = msgspec.json.Encoder(order="deterministic")
 _DECODER = msgspec.json.Decoder(OutputRow)
 
-SCHEMA = pa.schema(
-    [
-        ("row_id", pa.string()),
-        ("model", pa.string()),
-        ("sample", pa.int32()),
-        ("text", pa.string()),
-        ("parsed", pa.string()),
-        ("parse_error", pa.string()),
-        ("finish_reason", pa.string()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("cost_usd", pa.float64()),
-        ("request_key", pa.string()),
-        ("error", pa.string()),
-        ("judge_text", pa.string()),
-        ("judge_parsed", pa.string()),
-        ("judge_parse_error", pa.string()),
-        ("judge_request_key", pa.string()),
-        ("judge_cost_usd", pa.float64()),
-    ]
-)
+# a parsed field's JSON-schema type -> its Parquet column ("json": JSON text)
+_ARROW: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "integer": pa.int64(),
+    "number": pa.float64(),
+    "boolean": pa.bool_(),
+    "json": pa.string(),
+}
 
 
-def jsonl_chunks(rows: Iterable[OutputRow]) -> Iterable[bytes]:
-    for row in rows:
-        yield _JSON.encode(row) + b"\n"
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    return int(v) if isinstance(v, float) and v.is_integer() else None
+
+
+def _as_float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _json_text(v: Any) -> str | None:
+    return None if v is None else _JSON.encode(v).decode()
+
+
+_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "string": lambda v: v if isinstance(v, str) else _json_text(v),
+    "integer": _as_int,
+    "number": _as_float,
+    "boolean": lambda v: v if isinstance(v, bool) else None,
+    "json": _json_text,
+}
+
+
+def _infer(values: list[Any]) -> pa.DataType | None:
+    """The Arrow type of an input column's values, or None when they have none in common (JSON text)."""
+    try:
+        return pa.array(values).type
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+
+
+class Layout:
+    """The columns of a run's output files: its input columns (names and Parquet types), and the parsed
+    columns its parsers declare (``parsed``/``judge_parsed``: field name -> JSON-schema type)."""
+
+    def __init__(
+        self,
+        inputs: Sequence[Mapping[str, Any]] = (),
+        parsed: Mapping[str, str] | None = None,
+        judge_parsed: Mapping[str, str] | None = None,
+    ) -> None:
+        order: dict[str, None] = {}
+        for fields in inputs:
+            order.update(dict.fromkeys(fields))
+        self.inputs = [(k, f"input.{k}" if k in OUTPUT_NAMES else k) for k in order]
+        self._input_types = {k: _infer([f.get(k) for f in inputs]) for k in order}
+        self.parsed = dict(parsed or {})
+        self.judge_parsed = dict(judge_parsed or {})
+        columns: list[tuple[str, pa.DataType]] = [
+            (name, self._input_types[k] or pa.string()) for k, name in self.inputs
+        ]
+        for field, arrow in SCHEMA_TAIL:
+            if field in ("parsed", "judge_parsed"):
+                columns += self._parsed_columns(field)
+            else:
+                columns.append((field, arrow))
+        self.schema = pa.schema(columns)
+
+    def _parsed_columns(self, field: str) -> list[tuple[str, pa.DataType]]:
+        types = self.parsed if field == "parsed" else self.judge_parsed
+        if not types:
+            return [(field, pa.string())]
+        return [(f"{field}.{name}", _ARROW[kind]) for name, kind in types.items()]
+
+    def input_values(self, fields: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+        """The input row's columns as output columns (renamed on a clash), in the layout's order."""
+        for k, name in self.inputs:
+            yield name, fields.get(k)
+
+    def table(self, rows: list[tuple[OutputRow, Mapping[str, Any]]]) -> pa.Table:
+        columns: dict[str, list[Any]] = {name: [] for name in self.schema.names}
+        for row, fields in rows:
+            for k, name in self.inputs:
+                value = fields.get(k)
+                columns[name].append(value if self._input_types[k] is not None else _json_text(value))
+            for field, _ in SCHEMA_TAIL:
+                value = getattr(row, field)
+                if field not in ("parsed", "judge_parsed"):
+                    columns[field].append(value)
+                    continue
+                types = self.parsed if field == "parsed" else self.judge_parsed
+                if not types:
+                    columns[field].append(_json_text(value))
+                    continue
+                for name, kind in types.items():
+                    got = value.get(name) if value is not None else None
+                    columns[f"{field}.{name}"].append(None if got is None else _CONVERT[kind](got))
+        return pa.table(columns, schema=self.schema)
+
+
+SCHEMA_TAIL: list[tuple[str, pa.DataType]] = [
+    ("row_id", pa.string()),
+    ("model", pa.string()),
+    ("sample", pa.int32()),
+    ("text", pa.string()),
+    ("parsed", pa.string()),
+    ("parse_error", pa.string()),
+    ("finish_reason", pa.string()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("cost_usd", pa.float64()),
+    ("mode", pa.string()),
+    ("request_key", pa.string()),
+    ("error", pa.string()),
+    ("judge_text", pa.string()),
+    ("judge_parsed", pa.string()),
+    ("judge_parse_error", pa.string()),
+    ("judge_request_key", pa.string()),
+    ("judge_cost_usd", pa.float64()),
+    ("judge_mode", pa.string()),
+]
+assert [f for f, _ in SCHEMA_TAIL] == list(OutputRow.__struct_fields__)
+
+Rows = Iterable[tuple[OutputRow, Mapping[str, Any]]]  # each output row with its input row's fields
+
+
+def jsonl_chunks(rows: Rows, layout: Layout | None = None) -> Iterable[bytes]:
+    """One JSON object per row: the input columns (per ``layout``; none without one), then the row's."""
+    layout = layout or Layout()
+    for row, fields in rows:
+        own = _JSON.encode(row)
+        pairs = [_JSON.encode(name) + b":" + _JSON.encode(value) for name, value in layout.input_values(fields)]
+        if pairs:
+            own = b"{" + b",".join(pairs) + b"," + own[1:]
+        yield own + b"\n"
 
 
 def read_jsonl(raw: bytes) -> Iterator[OutputRow]:
+    """The rows of an output file (input columns, which are not the pipeline's, are skipped)."""
     for line in raw.splitlines():
         if line.strip():
             yield _DECODER.decode(line)
 
 
-def _json_text(value: dict[str, Any] | None) -> str | None:
-    return None if value is None else _JSON.encode(value).decode()
-
-
 ROW_GROUP = 20_000  # rows per Parquet row group: what the writer holds in memory at once
 
 
-def _table(rows: list[OutputRow]) -> pa.Table:
-    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
-    for row in rows:
-        for name in SCHEMA.names:
-            value = getattr(row, name)
-            columns[name].append(_json_text(value) if name in ("parsed", "judge_parsed") else value)
-    return pa.table(columns, schema=SCHEMA)
-
-
-def parquet_chunks(rows: Iterable[OutputRow], row_group: int = ROW_GROUP) -> Iterator[bytes]:
+def parquet_chunks(rows: Rows, layout: Layout | None = None, row_group: int = ROW_GROUP) -> Iterator[bytes]:
     """The rows as one Parquet file, streamed a row group at a time (deterministic: same rows, same bytes)."""
+    layout = layout or Layout()
     sink = io.BytesIO()
     it = iter(rows)
-    with pq.ParquetWriter(sink, SCHEMA, compression="zstd") as writer:
+    with pq.ParquetWriter(sink, layout.schema, compression="zstd") as writer:
         while batch := list(islice(it, row_group)):
-            writer.write_table(_table(batch))
+            writer.write_table(layout.table(batch))
             yield _drain(sink)
     yield _drain(sink)
 

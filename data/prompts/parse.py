@@ -36,6 +36,7 @@ class Parser:
         self._regex: re.Pattern[str] | None = None
         self._validator: Any = None
         self.names: tuple[str, ...] = ()
+        self.types: dict[str, str] = {}  # field -> string, integer, number, boolean or json (its Parquet column)
         if settings.regex is not None:
             flags = 0
             for f in settings.flags:
@@ -45,6 +46,7 @@ class Parser:
             except re.error as exc:
                 raise ConfigError(f"not a valid regex: {exc}", file=file, field=f"{field}.regex") from None
             self.names = tuple(self._regex.groupindex)
+            self.types = dict.fromkeys(self.names, "string")
             if not self.names:
                 raise ConfigError(
                     "has no named group: write e.g. (?P<answer>...) for each field to keep",
@@ -63,6 +65,7 @@ class Parser:
             self._validator = cls(schema)
             props = schema.get("properties") if isinstance(schema, dict) else None
             self.names = tuple(props) if isinstance(props, dict) else ()
+            self.types = {name: _type_of(props[name]) for name in self.names} if isinstance(props, dict) else {}
 
     def parse(self, text: str) -> Parsed:
         if self._regex is not None:
@@ -78,6 +81,21 @@ class Parser:
             where = "/".join(str(p) for p in problem.absolute_path)
             return Parsed(error=f"schema: {where + ': ' if where else ''}{problem.message}")
         return Parsed(fields=value if isinstance(value, dict) else {"value": value})
+
+
+_SCALARS = ("string", "integer", "number", "boolean")
+
+
+def _type_of(schema: Any) -> str:
+    """A property's column type: its one scalar JSON type (``["integer", "null"]`` counts), else ``json``."""
+    if not isinstance(schema, dict):
+        return "json"
+    kind = schema.get("type")
+    enum = schema.get("enum")
+    if kind is None and isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        kind = "string"
+    kinds = [k for k in kind if k != "null"] if isinstance(kind, list) else [kind]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in _SCALARS else "json"
 
 
 def _json_of(text: str) -> tuple[Any, str | None]:

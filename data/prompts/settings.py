@@ -57,6 +57,13 @@ class ParseSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     json_schema: Annotated[
         dict[str, object] | None, msgspec.Meta(description="a JSON schema the answer's JSON value must meet")
     ] = None
+    structured: Annotated[
+        bool,
+        msgspec.Meta(
+            description="send json_schema as the provider's structured-output format (OpenAI kind: response_format); "
+            "the parse step checks every answer either way"
+        ),
+    ] = False
 
 
 class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -77,6 +84,20 @@ class JudgeSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             description="the judge stage's units online or through the batch API (default: the provider's mode)"
         ),
     ] = None
+    where: Annotated[
+        Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)] | None,
+        msgspec.Meta(
+            description="judge only the answers where this Jinja2 expression is true (it sees what the "
+            'judge\'s template sees, e.g. "parsed.answer != row.answer"); none: every answer'
+        ),
+    ] = None
+    fraction: Annotated[
+        float,
+        msgspec.Meta(gt=0.0, le=1.0, description="judge this share of the answers, drawn by fraction_seed"),
+    ] = 1.0
+    fraction_seed: Annotated[
+        Seed, msgspec.Meta(description="the draw of fraction: the same seed judges the same answers")
+    ] = 0
 
 
 class PromptsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -121,6 +142,21 @@ class PromptsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             description="the generate stage's units online or through the batch API (default: the provider's mode)"
         ),
     ] = None
+    null: Annotated[
+        Annotated[str, msgspec.Meta(max_length=1000)],
+        msgspec.Meta(
+            description='a null cell a template renders: "error" (one line naming the row and column, before any '
+            'call), "empty" (the empty text), or any other text (rendered as written)'
+        ),
+    ] = "error"
+    max_request_chars: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=100_000_000,
+            description="the most characters one request's rendered messages may have (checked before any call)",
+        ),
+    ] = 400_000
 
 
 class ResolvedSampling(msgspec.Struct, frozen=True, kw_only=True):

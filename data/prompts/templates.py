@@ -5,6 +5,11 @@ environment is sandboxed (a row's text cannot reach Python internals) and ``Stri
 template naming a field a row lacks fails to render, and the pipeline renders every row's messages
 while checking its input, before anything is scheduled. Nothing is HTML-escaped and a trailing
 newline is kept, so the prompt is exactly the text written.
+
+A null cell (JSON ``null``, an empty Parquet cell, a pandas ``NaN``) reaches a template as a
+:class:`NullField` when ``[prompts] null = "error"``: it is false in a test (``{% if x %}``, ``x or
+"n/a"``, ``x is none``) but refuses to be rendered, so ``{{ x }}`` stops the run with one line naming
+the column before any call, instead of sending the text ``None`` and paying for it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,58 @@ from punchline.data.errors import ConfigError, InputError
 from punchline.data.prompts.settings import MessageTemplate
 from punchline.data.requests import Message
 
-_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+class NullValue(Exception):
+    """A null cell was about to be rendered (raised through Jinja2, caught in :meth:`Template.render`)."""
+
+    def __init__(self, column: str) -> None:
+        super().__init__(column)
+        self.column = column
+
+
+class NullField:
+    """A row's null cell as a template sees it: false, equal to nothing, never rendered."""
+
+    __slots__ = ("column",)
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        raise NullValue(self.column)
+
+    def __repr__(self) -> str:  # inside a rendered container (``{{ row }}``) it reads as before
+        return "None"
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, NullField):
+        raise NullValue(value.column)
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, NullField):
+        return None
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ENV = SandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize
+)
+_ENV.tests["none"] = lambda value: value is None or isinstance(value, NullField)
+_ENV.policies["json.dumps_kwargs"] = {"sort_keys": True, "default": _json_default}
+
+
+def expression(source: str, *, field: str, file: str | None = None) -> Any:
+    """A compiled Jinja2 expression (``[prompts.judge] where``): call it with a context, get a value."""
+    try:
+        return _ENV.compile_expression(source, undefined_to_none=False)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError(f"expression syntax error: {exc.message}", file=file, field=field) from None
 
 
 class Template:
@@ -39,6 +95,13 @@ class Template:
     def render(self, context: Mapping[str, Any], *, file: str | None, record: str) -> str:
         try:
             return self._template.render(context)
+        except NullValue as exc:
+            raise InputError(
+                f'template {self.field}: the value is null (set [prompts] null = "empty" or a text to render nulls)',
+                file=file,
+                record=record,
+                field=exc.column,
+            ) from None
         except jinja2.UndefinedError as exc:
             raise InputError(f"template {self.field}: {exc.message}", file=file, record=record) from None
         except jinja2.TemplateError as exc:  # e.g. the sandbox refusing an attribute

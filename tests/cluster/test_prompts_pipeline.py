@@ -29,7 +29,7 @@ from punchline.cluster.driver import run
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipelines import prompts
 from punchline.cluster.planner import plan_run
-from punchline.data.errors import ConfigError
+from punchline.data.errors import ConfigError, InputError
 from punchline.data.prompts.outputs import read_jsonl
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores.local import LocalStore
@@ -249,7 +249,12 @@ def test_generate_reduce_writes_one_row_per_row_model_sample_with_parse_columns(
         assert first.cost_usd == pytest.approx((100 * 0.18 + 30 * 0.18) / 1e6)
         assert first.request_key == units[0].request.key()
         table = pq.read_table(pa.BufferReader(ctx.read_artifact("outputs.parquet")))
-        assert table.num_rows == len(rows) and json.loads(table.column("parsed")[0].as_py())["answer"] == "Saturn"
+        assert table.num_rows == len(rows) and table.column("parsed.answer")[0].as_py() == "Saturn"
+        assert table.schema.field("parsed.confidence").type == pa.float64()  # the schema's "number"
+        first_out = table.slice(0, 1).to_pylist()[0]  # the input row's columns come first, as they were
+        assert list(first_out)[:6] == ["id", "topic", "question", "options", "answer", "row_id"]
+        assert first_out["options"] == ["Mars", "Saturn", "Venus", "Mercury"] and first_out["mode"] == "online"
+        assert json.loads(ctx.read_artifact("outputs.jsonl").splitlines()[0])["question"].startswith("Which planet")
         jsonl, parquet = ctx.read_artifact("outputs.jsonl"), ctx.read_artifact("outputs.parquet")
         stage.reduce(ctx, _fake_results(units, 3))
         assert (ctx.read_artifact("outputs.jsonl"), ctx.read_artifact("outputs.parquet")) == (jsonl, parquet)
@@ -280,6 +285,10 @@ def _check_outputs(jsonl: bytes, *, judged: bool = False, rows: int = ROWS) -> N
         assert all(r.judge_parsed is not None and r.judge_parsed["verdict"] in ("correct", "incorrect") for r in out)
 
 
+def _unpriced(rows: list[Any]) -> list[Any]:
+    return [msgspec.structs.replace(r, cost_usd=0.0, mode="") for r in rows]
+
+
 @pytest.mark.slow
 def test_online_batch_and_kill_9_resume_give_the_same_rows_each_request_paid_once(
     tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local: Any
@@ -299,7 +308,11 @@ def test_online_batch_and_kill_9_resume_give_the_same_rows_each_request_paid_onc
     fake.reset()
     batch = prompts_config(tmp_path, fake, rows=ROWS, shard_size=4, mode="batch", name="batch.toml")
     assert run(str(batch), opts(tmp_path, redis_url, "batched", store="batch-store")).state == "finished"
-    assert _outputs(tmp_path, "batch-store", "batched") == expected
+    batched = list(read_jsonl(_outputs(tmp_path, "batch-store", "batched")[0]))
+    online_rows = list(read_jsonl(expected[0]))
+    assert _unpriced(batched) == _unpriced(online_rows)  # the same answers; the cost columns say batch
+    assert {r.mode for r in batched} == {"batch"}
+    assert [r.cost_usd for r in batched] == pytest.approx([r.cost_usd / 2 for r in online_rows])
     stats = fake.batch_stats()
     assert len(stats.billed) == units and set(stats.billed.values()) == {1}
     assert fake.stats().total_calls == 0, "a batch-mode run called the online endpoint"
@@ -386,3 +399,161 @@ def test_each_stage_may_set_its_own_mode(tmp_path: Path) -> None:
     cfg = load_config(path)
     assert (cfg.stage_mode("generate"), cfg.stage_mode("judge")) == ("batch", "online")
     assert load_config(DEMO).stage_mode("generate") is None  # the providers' mode
+
+
+# --- bad input refused before anything is created or paid (issue 34) ---------------------------------------
+
+
+def _demo_with(tmp_path: Path, rows: str, extra: str = "") -> Path:
+    data = tmp_path / "rows.jsonl"
+    data.write_text(rows)
+    cfg = tmp_path / "c.toml"
+    text = DEMO.read_text().replace("../data/samples/prompts_sample.jsonl", str(data))
+    cfg.write_text(text.replace('id_field = "id"', f'id_field = "id"\n{extra}'))
+    return cfg
+
+
+ROW = '{"id": "a", "question": "q?", "options": ["x", "y"], "answer": "x"}\n'
+
+
+@pytest.mark.parametrize(
+    ("rows", "extra", "where", "says"),
+    [
+        (ROW + '{"id": "b", "question": null, "options": ["x"], "answer": "x"}\n', "", "line 2", "'question'"),
+        (ROW + '{"id": "b", "question": "q", "options": ["x"], "answer": null}\n', "", "line 2", "'answer'"),
+        (
+            ROW + '{"id": "b", "question": "' + "x" * 5000 + '", "options": ["x"], "answer": "x"}\n',
+            "max_request_chars = 4000",
+            "line 2",
+            "over max_request_chars = 4,000",
+        ),
+    ],
+)
+def test_a_null_in_a_used_column_and_an_oversized_row_stop_run_and_plan_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: str, extra: str, where: str, says: str
+) -> None:
+    cfg = _demo_with(tmp_path, rows, extra)
+    for argv in (["run", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--no-progress"], ["plan", str(cfg)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert str(tmp_path / "rows.jsonl") in err and where in err and says in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_null_renders_as_the_null_setting_says(tmp_path: Path) -> None:
+    rows = ROW + '{"id": "b", "question": null, "options": ["x"], "answer": "x"}\n'
+    for setting, shown in (('null = "empty"', "Question: \n"), ('null = "N/A"', "Question: N/A\n")):
+        cfg = load_config(_demo_with(tmp_path, rows, setting))
+        prompts.check_inputs(cfg)
+        job = prompts.Job(cfg)
+        assert shown in job.compiled.messages(job.rows[1], job.data_file)[-1].content
+    # an unused null column is no problem, and a template may test a null: {% if x %} / x is none
+    cfg = load_config(
+        _demo_with(tmp_path, ROW + '{"id": "b", "question": "q", "options": ["x"], "answer": "x", "topic": null}\n')
+    )
+    prompts.check_inputs(cfg)
+
+
+def test_an_unwritable_store_is_refused_before_the_ledger_folder_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(DEMO.read_text().replace("../data/samples", str(ROOT / "data" / "samples")))
+    runs = tmp_path / "runs"
+    argv = ["run", str(cfg), "--runs-dir", str(runs), "--store", str(blocker / "store"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a file, not a folder" in err and "--store" in err, err
+    assert not runs.exists()
+    assert main(["run", str(cfg), "--runs-dir", str(blocker / "runs"), "--no-progress"]) == 2
+    assert "--runs-dir" in capsys.readouterr().err
+
+
+# --- what the outputs say: the judge's subset, structured outputs, batch prices ----------------------------
+
+
+def _demo(tmp_path: Path, generate: str = "", judge: str = "", parse: str = "") -> Any:
+    text = DEMO.read_text().replace("../data/samples", str(ROOT / "data" / "samples"))
+    text = text.replace('id_field = "id"', f'id_field = "id"\n{generate}')
+    text = text.replace('model = "anthropic:sonnet"', f'model = "anthropic:sonnet"\n{judge}')
+    text = text.replace("[prompts.parse]", f"[prompts.parse]\n{parse}")
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def _judge_units(cfg: Any, store: LocalStore) -> tuple[StageContext, list[Any]]:
+    ctx = StageContext(cfg, "s", store)
+    generate, judge = prompts.stages(cfg)
+    generate.reduce(ctx, _fake_results(list(generate.plan(ctx)), 3))
+    return ctx, list(judge.plan(ctx))
+
+
+def test_the_judge_reads_only_the_answers_where_and_fraction_choose(tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in (ROOT / "data/samples/prompts_sample.jsonl").read_text().splitlines()]
+    answered = 36 * 2 * 3 - 3  # the failed request's 3 samples have no answer
+    cfg = _demo(tmp_path, judge='where = "parsed.answer != row.answer"')
+    ctx, units = _judge_units(cfg, LocalStore(str(tmp_path / "a")))
+    right_first = sum(r["answer"] == "Saturn" for r in rows) * 2 - 1  # sample 0 says Saturn (q001's 70b failed)
+    assert len(units) == answered - right_first
+    prompts.stages(cfg)[1].reduce(ctx, {})
+    out = list(read_jsonl(ctx.read_artifact("outputs.jsonl")))
+    skipped = [r for r in out if r.text is not None and r.judge_request_key is None]
+    assert len(skipped) == right_first and all(r.judge_parse_error is None for r in skipped)
+
+    drawn = []
+    for seed in (3, 3, 4):
+        cfg = _demo(tmp_path, judge=f"fraction = 0.5\nfraction_seed = {seed}")
+        drawn.append({u.unit_id for u in _judge_units(cfg, LocalStore(str(tmp_path / f"f{seed}")))[1]})
+    assert drawn[0] == drawn[1] != drawn[2]  # the same seed draws the same answers
+    assert 0.3 * answered < len(drawn[0]) < 0.7 * answered
+    _, estimate = plan_run(cfg)
+    assert estimate.requests < 36 * 2 * 3 * 0.7  # plan prices the draw, not every answer
+
+
+def test_a_where_naming_nothing_the_judge_sees_is_one_line(tmp_path: Path) -> None:
+    cfg = _demo(tmp_path, judge='where = "nowhere > 1"')
+    with pytest.raises(InputError, match="where: 'nowhere' is undefined"):
+        prompts.check_inputs(cfg)
+    with pytest.raises(ConfigError, match=r"prompts\.judge\.where"):
+        _demo(tmp_path, judge='where = "parsed.answer !="')
+
+
+def test_a_structured_parse_sends_its_schema_with_every_request(tmp_path: Path) -> None:
+    cfg = _demo(tmp_path, parse="structured = true")
+    ctx = StageContext(cfg, "s", LocalStore(str(tmp_path / "s")))
+    units = list(prompts.stages(cfg)[0].plan(ctx))
+    schemas = {u.request.response_schema for u in units}
+    assert len(schemas) == 1 and json.loads(schemas.pop())["required"] == ["answer", "confidence"]
+    demo = load_config(DEMO)
+    plain = list(prompts.stages(demo)[0].plan(StageContext(demo, "s", ctx.store)))
+    assert all(u.request.response_schema is None for u in plain)
+    assert units[0].request.key() != plain[0].request.key()
+    with pytest.raises(ConfigError, match=r"prompts\.judge\.parse\.structured"):
+        load_config(_write_judge_parse(tmp_path))
+
+
+def _write_judge_parse(tmp_path: Path) -> Path:
+    text = DEMO.read_text().replace("../data/samples", str(ROOT / "data" / "samples"))
+    text = text.replace("[prompts.judge.parse]\n", "[prompts.judge.parse]\nstructured = true\n")
+    path = tmp_path / "j.toml"
+    path.write_text(text)
+    return path
+
+
+def test_batch_rows_say_the_batch_price_they_were_charged(tmp_path: Path) -> None:
+    online, batch = _demo(tmp_path), _demo(tmp_path, generate='mode = "batch"')
+    for cfg in (online, batch):
+        cfg.settings = msgspec.structs.replace(cfg.settings, judge=None)
+    got = []
+    for name, cfg in (("online", online), ("batch", batch)):
+        ctx = StageContext(cfg, "b", LocalStore(str(tmp_path / name)))
+        stage = prompts.stages(cfg)[0]
+        stage.reduce(ctx, _fake_results(list(stage.plan(ctx)), 3))
+        got.append(list(read_jsonl(ctx.read_artifact("outputs.jsonl"))))
+    assert {r.mode for r in got[0]} == {"online"} and {r.mode for r in got[1]} == {"batch"}
+    assert got[0][0].cost_usd > 0 and got[1][0].cost_usd == pytest.approx(got[0][0].cost_usd / 2)
+    assert [r.text for r in got[0]] == [r.text for r in got[1]]

@@ -8,7 +8,7 @@ from punchline.data.errors import ConfigError, InputError
 from punchline.data.prompts.compiled import CompiledPrompts
 from punchline.data.prompts.rows import Row
 from punchline.data.prompts.settings import MessageTemplate, ParseSettings, PromptsSettings
-from punchline.data.prompts.templates import ChatTemplate, Template
+from punchline.data.prompts.templates import ChatTemplate, NullField, Template
 
 
 def _row(**fields: object) -> Row:
@@ -123,3 +123,13 @@ def test_config_checks_models_and_sampling() -> None:
     )
     compiled = CompiledPrompts(_settings(models=["a", "other:big"]))
     assert compiled.models == [("a", "sim", "a"), ("other:big", "other", "big")]
+
+
+def test_a_null_cell_is_refused_when_rendered_but_may_be_tested() -> None:
+    row = {"q": NullField("q"), "row": {"q": NullField("q")}}
+    for source in ("{{ q }}", "{{ row.q }}", "{{ q | upper }}", "x{{ q ~ '!' }}"):
+        with pytest.raises(InputError) as err:
+            Template(source, field="prompts.prompt").render(row, file="d.jsonl", record="line 3")
+        assert err.value.field == "q" and err.value.record == "line 3" and 'null = "empty"' in str(err.value)
+    tests = "{% if q %}set{% endif %}|{{ q or 'n/a' }}|{{ q is none }}|{{ row | tojson }}"
+    assert Template(tests, field="p").render(row, file=None, record="r") == '|n/a|True|{"q": null}'
