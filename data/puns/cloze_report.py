@@ -12,6 +12,7 @@ from pathlib import Path
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import atomic_write_bytes, write_upstream_json
+from punchline.data.puns.intervals import newcombe_difference, wilson_interval
 from punchline.data.puns.schemas import (
     ClozeReport,
     ClozeResponses,
@@ -111,6 +112,17 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
+def _ci(k: int, n: int) -> str:
+    lo, hi = wilson_interval(k, n)
+    return f"[{lo * 100:.1f}, {hi * 100:.1f}]"
+
+
+INTERVALS_NOTE = (
+    "Intervals: 95 % Wilson score intervals of each rate; the shift's is Newcombe's hybrid score interval "
+    "(a difference of two independent rates)."
+)
+
+
 def to_markdown(report: ClozeReport) -> str:
     lines = [
         "| Model | Context | n | Straight | Funny | Other | P(straight) | P(funny) | P(other) |",
@@ -123,14 +135,24 @@ def to_markdown(report: ClozeReport) -> str:
                 f"| {nick} | {ctx} | {c.n} | {c.straight} | {c.funny} | {c.other} | "
                 f"{_pct(c.p_straight)} | {_pct(c.p_funny)} | {_pct(c.p_other)} |"
             )
-    lines += ["", "| Model | P(funny \\| straight ctx) | P(funny \\| funny ctx) | Delta (pp) |",
-              "|-------|------------------------:|---------------------:|-----------:|"]  # fmt: skip
+    lines += [
+        "",
+        "| Model | P(funny \\| straight ctx) | 95% CI | P(funny \\| funny ctx) | 95% CI | Delta (pp) | 95% CI |",
+        "|-------|------------------------:|-------:|---------------------:|-------:|-----------:|-------:|",
+    ]
     for nick, m in report.models.items():
-        lines.append(f"| {nick} | {_pct(m.straight.p_funny)} | {_pct(m.funny.p_funny)} | {m.delta_funny_pp:+.1f} |")
-    return "\n".join(lines) + "\n"
+        s, f = m.straight, m.funny
+        lo, hi = newcombe_difference(f.funny, f.n, s.funny, s.n)
+        lines.append(
+            f"| {nick} | {_pct(s.p_funny)} | {_ci(s.funny, s.n)} | {_pct(f.p_funny)} | {_ci(f.funny, f.n)} | "
+            f"{m.delta_funny_pp:+.1f} | [{lo * 100:+.1f}, {hi * 100:+.1f}] |"
+        )
+    return "\n".join(lines) + "\n\n" + INTERVALS_NOTE + "\n"
 
 
-REPORT_FILES = ("report.json", "report.md", "context_effect.png", "funny_shift.png")
+FIGURES = ("context_effect", "funny_shift")
+FIGURE_FORMATS = ("png", "pdf", "svg")  # a PNG at 200 dpi to look at, PDF and SVG (vector) to print
+REPORT_FILES = ("report.json", "report.md", *(f"{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS))
 
 
 def build_report(
@@ -142,7 +164,7 @@ def build_report(
 
 def write_report(report: ClozeReport, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write every report file atomically into ``out_dir`` (created if needed)."""
-    from punchline.data.puns.plots import plot_context_effect, plot_funny_shift  # lazy: matplotlib
+    from punchline.data.puns.plots import figure_context_effect, figure_funny_shift, render_all  # lazy: matplotlib
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -151,6 +173,7 @@ def write_report(report: ClozeReport, out_dir: str | os.PathLike[str]) -> list[P
     paths = [out / name for name in REPORT_FILES]
     write_upstream_json(paths[0], report)
     atomic_write_bytes(paths[1], to_markdown(report).encode("utf-8"))
-    atomic_write_bytes(paths[2], plot_context_effect(report))
-    atomic_write_bytes(paths[3], plot_funny_shift(report))
+    for name, fig in zip(FIGURES, (figure_context_effect(report), figure_funny_shift(report)), strict=True):
+        for fmt, data in render_all(fig).items():
+            atomic_write_bytes(out / f"{name}.{fmt}", data)
     return paths

@@ -79,7 +79,8 @@ def test_cloze_report(capsys: pytest.CaptureFixture[str], shared_puns: Path, bui
         delta = (want["funny"]["funny"] - want["straight"]["funny"]) * 100 / 50
         assert report[nick]["delta_funny_pp"] == pytest.approx(delta, abs=0.01)
     assert report["follows"]["delta_funny_pp"] > 80 and report["contrary"]["delta_funny_pp"] < -80
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "context_effect.png", "funny_shift.png"}
+    figures = {f"{name}.{fmt}" for name in ("context_effect", "funny_shift") for fmt in ("png", "pdf", "svg")}
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", *figures}
 
 
 def _bad_puns(shared_puns: Path, tmp_path: Path) -> Path:

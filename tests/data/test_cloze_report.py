@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
+from matplotlib.transforms import Bbox
 
 from punchline.data.errors import InputError
 from punchline.data.puns.cloze_report import build_report, classify_word, score, to_markdown, write_report
 from punchline.data.puns.cloze_run import MAX_TOKENS, STOP, cloze_request, to_response
+from punchline.data.puns.intervals import newcombe_difference, wilson_interval
 from punchline.data.puns.schemas import ClozeModelResponses, ClozeResponse, ClozeTest, PunEntry
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_dpi(blob: bytes) -> float:
+    """The resolution a PNG declares (its pHYs chunk, pixels per metre)."""
+    at = blob.index(b"pHYs")
+    x_ppm, y_ppm, unit = struct.unpack(">IIB", blob[at + 4 : at + 13])
+    assert unit == 1 and x_ppm == y_ppm
+    return x_ppm * 0.0254
 
 
 def _test(pair: int, kind: str, c: int) -> ClozeTest:
@@ -70,7 +81,10 @@ def test_hand_computed_report() -> None:
     assert two.delta_funny_pp == -50.0
     md = to_markdown(report)
     assert "| m | straight | 3 | 2 | 0 | 1 | 66.7% | 0.0% | 33.3% |" in md
-    assert "| two | 50.0% | 0.0% | -50.0 |" in md
+    # Wilson intervals of 0/2 and 1/2, and Newcombe's interval of their difference
+    assert "| two | 50.0% | [9.5, 90.5] | 0.0% | [0.0, 100.0] | -50.0 | [-90.5, +57.9] |" in md
+    assert "| m | 0.0% | [0.0, 56.1] | 100.0% | [43.9, 100.0] | +100.0 | [+20.6, +100.0] |" in md
+    assert "95 % Wilson score intervals" in md
 
 
 def test_write_report_files(tmp_path: Path) -> None:
@@ -85,10 +99,16 @@ def test_write_report_files(tmp_path: Path) -> None:
         "n": 3, "straight": 0, "funny": 3, "other": 0}  # fmt: skip
     assert data["models"]["m"]["delta_funny_pp"] == pytest.approx(100 * (3 / 3 - 0 / 3))
     assert (out / "report.md").read_text().startswith("| Model | Context |")
-    for name in ("context_effect.png", "funny_shift.png"):
-        blob = (out / name).read_bytes()
+    for name in ("context_effect", "funny_shift"):
+        blob = (out / f"{name}.png").read_bytes()
         assert blob.startswith(PNG_MAGIC) and blob.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82")
-        assert len(blob) > 2000
+        assert round(_png_dpi(blob)) >= 200  # 7874 pixels per metre
+        pdf, svg = (out / f"{name}.pdf").read_bytes(), (out / f"{name}.svg").read_bytes()
+        assert pdf.startswith(b"%PDF-") and b"CreationDate" not in pdf
+        assert svg.startswith(b"<?xml") and b"<svg" in svg and b"<dc:date>" not in svg
+    again = write_report(report, tmp_path / "again")  # another rendering: the same bytes, every file
+    for first, second in zip(paths, again, strict=True):
+        assert first.read_bytes() == second.read_bytes(), first.name
 
 
 def test_mismatched_response_is_an_input_error() -> None:
@@ -109,3 +129,56 @@ def test_cloze_request_and_response() -> None:
     r = to_response(TESTS[3], "  Schooled!\n")
     assert (r.pair_id, r.type, r.raw_response, r.extracted_word) == (1, "funny", "Schooled!", "schooled")
     assert to_response(TESTS[0], None).extracted_word == ""
+
+
+def test_wilson_and_newcombe_intervals_match_published_values() -> None:
+    # Newcombe (1998), Stat. Med. 17:857-872: 0/10 -> (0, 0.2775), 5/10 -> (0.2366, 0.7634),
+    # 56/70 - 48/80 -> (0.0524, 0.3339)
+    assert wilson_interval(0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4))
+    assert wilson_interval(5, 10) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
+    lo, hi = newcombe_difference(56, 70, 48, 80)
+    assert (lo, hi) == (pytest.approx(0.0524, abs=1e-4), pytest.approx(0.3339, abs=1e-4))
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert wilson_interval(0, 15)[1] == pytest.approx(0.2039, abs=1e-4)  # what n = 15 says about a 0
+
+
+def _overlap(a: Bbox, b: Bbox) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_figures_show_zeros_intervals_and_the_tables_numbers_with_legends_clear_of_the_axes() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.collections import LineCollection
+
+    from punchline.data.puns.plots import OKABE_ITO, figure_context_effect, figure_funny_shift
+
+    # model m never puns in straight context (0 of 3): that series must still be drawn
+    report = build_report(_responses(["rest", "loafed", "xyz", "rose", "swam", "schooled"]), TESTS, PUNS)
+    md = to_markdown(report)
+    for make in (figure_context_effect, figure_funny_shift):
+        fig = make(report)
+        FigureCanvasAgg(fig).draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        axes = fig.axes
+        legends = [*fig.legends, *(ax.get_legend() for ax in axes if ax.get_legend() is not None)]
+        assert legends
+        for legend in legends:
+            assert not any(_overlap(legend.get_window_extent(renderer), ax.get_window_extent(renderer)) for ax in axes)
+        zero_markers = [
+            ln for ax in axes for ln in ax.lines if ln.get_marker() == "D" and list(ln.get_ydata()) == [0.0]
+        ]
+        assert zero_markers, make.__name__
+        whiskers = [c for ax in axes for c in ax.collections if isinstance(c, LineCollection)]
+        assert whiskers  # the interval of every bar, the zeros' included
+        faces = {p.get_facecolor()[:3] for ax in axes for p in ax.patches}
+        okabe = {tuple(int(h[i : i + 2], 16) / 255 for i in (1, 3, 5)) for h in OKABE_ITO.values()}
+        assert faces and all(
+            any(all(abs(a - b) < 1e-3 for a, b in zip(face, rgb, strict=True)) for rgb in okabe) for face in faces
+        )
+    shift = figure_funny_shift(report)
+    texts = [t.get_text() for t in shift.axes[0].texts]
+    m = report.models["m"]
+    assert f"{m.delta_funny_pp:+.1f} pp" in "\n".join(texts) and f"| {m.delta_funny_pp:+.1f} |" in md
+    for rate in (m.straight.p_funny, m.funny.p_funny):
+        label = f"{rate * 100:.1f}%"
+        assert label in texts and f"| {label} |" in md
