@@ -25,12 +25,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite runs as on a stranger's machine: HOME and the XDG folders point at a new, empty folder (removed
+# afterwards), so nothing of the developer's (a ~/.ray token, a cache, a config) can be what makes a test pass.
+define EMPTY_HOME
+tmp=$$(mktemp -d -t punchline-home.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	export HOME="$$tmp" XDG_CACHE_HOME="$$tmp/.cache" XDG_CONFIG_HOME="$$tmp/.config" XDG_DATA_HOME="$$tmp/.local/share" && \
+	unset RAY_AUTH_TOKEN RAY_AUTH_TOKEN_PATH RAY_AUTH_MODE RAY_ADDRESS
+endef
+
 # Two pytest workers, a whole test file each (the tests mostly wait on processes they start: about 0.6 of the
 # two cores in use): 19-20 min of pytest in a fresh clone instead of 32 with one. PYTEST_WORKERS=1 runs them serially.
 PYTEST_WORKERS ?= 2
 
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(EMPTY_HOME) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The quick check before a commit: lint, types and every test not marked `slow` (no multi-process
 # cluster, no local Ray, no whole-pipeline fault runs). `make test` stays the whole suite.
@@ -39,7 +47,7 @@ test: $(STAMP) lint typecheck
 FAST_WORKERS ?= 4
 
 test-fast: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -n $(FAST_WORKERS) --dist loadfile -m "not slow"
+	$(EMPTY_HOME) && $(BIN)/python -m pytest -q -n $(FAST_WORKERS) --dist loadfile -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_vs_loop.py

@@ -11,13 +11,15 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
 
 from punchline.cluster import commands
 from punchline.data.errors import PunchlineError
+from punchline.data.redaction import redact_text
 from punchline.data.settings import DEBUG
-from punchline.workers.logs import redact_text
 
-FIRST_COMMANDS = ("run", "jobs")  # the engine's own families lead `punchline --help`; then the rest by name
+FIRST_COMMANDS = ("run", "init", "jobs")  # the engine's own families lead `punchline --help`; then the rest by name
 
 
 def command_modules() -> list[str]:
@@ -26,22 +28,61 @@ def command_modules() -> list[str]:
     return [*FIRST_COMMANDS, *(n for n in found if n not in FIRST_COMMANDS)]
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(f"punchline {package_version()}")
+        parser.exit()
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("punchline")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+    """The parser of every command; with ``command`` (a name from the index) only its module is imported and
+    registered, and with ``lazy`` and no command none is: the others stand as entries of the index (enough for
+    ``--help`` and for a mistyped name)."""
     parser = argparse.ArgumentParser(
         prog="punchline",
         description="Fault-tolerant, resumable LLM data-collection and evaluation pipelines on Ray, Redis and S3.",
     )
+    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in command_modules():
+    if command is not None:
+        modules = [commands.INDEX[command].module]
+    else:
+        modules = [] if lazy else command_modules()
+    registered: set[str] = set()
+    for name in modules:
         module = importlib.import_module(f"punchline.cluster.commands.{name}")
         module.register(sub)
+        registered |= set(sub.choices)
+    order = {m: i for i, m in enumerate(command_modules())}
+    for name, entry in sorted(commands.INDEX.items(), key=lambda kv: order.get(kv[1].module, len(order))):
+        if name not in registered:
+            sub.add_parser(name, help=entry.help, add_help=False)
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first word that is not an option), if the index knows it."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in commands.INDEX else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(words), lazy=True)
+    args = parser.parse_args(words)
     try:
         code = args.func(args)
     except PunchlineError as exc:

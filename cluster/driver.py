@@ -51,6 +51,7 @@ from punchline.cluster.view.metrics import serve_driver_metrics
 from punchline.data import settings as env_registry
 from punchline.data.errors import BudgetExceeded, ConfigError, InputError, LedgerFailed
 from punchline.data.jsonio import atomic_write_bytes, decode_bytes, overwrite_in_place
+from punchline.data.redaction import redact_url, redact_urls
 from punchline.data.response_cache import ResponseCache
 from punchline.data.response_spool import ResponseSpool
 from punchline.data.store import Store
@@ -58,7 +59,7 @@ from punchline.data.stores import open_store
 from punchline.data.units import RunState, StageManifest
 from punchline.schedulers.budget import Budget, UsageRow, usage_rows
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently, with_store_totals
-from punchline.schedulers.redis_client import connect, credentials_in_userinfo, redact_url, redact_urls
+from punchline.schedulers.redis_client import connect, credentials_in_userinfo
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig
@@ -351,6 +352,9 @@ def run(
     request_resources: RequestResources | None = None,
 ) -> RunRecord:
     marks = {"driver_start": time.time()}  # start-up phases, logged as one `start_phases` event
+    # until the run's folder exists (below), log lines go where the run's will (stderr with --verbose), never to
+    # stdout: that is for what a command prints on purpose
+    configure_logging(None, console=opts.verbose)
     # the whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes
     check_options(opts)
     check_environment()

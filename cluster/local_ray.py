@@ -65,6 +65,9 @@ START_TIMEOUT_S = 300.0  # a loaded 2-core machine took 45 s; a driver that need
 DRAIN_MAX_S = 900.0  # a killed driver's workers past this are stuck, not draining: the head is stopped anyway
 WORKER_TITLE = "ray::ShardWorker"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's token auth: on for our heads unless the user set it
+TOKEN_ENV = "RAY_AUTH_TOKEN"  # a token the user gave Ray themselves (kept as it is)
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"  # where Ray reads the token from: our head's own file unless the user set one
+TOKEN_FILE = "auth_token"  # the head's token, 0600 in its folder: never the user's ~/.ray (see docs/architecture.md)
 # variables that differ between two shells (or a make and a shell) without changing what a worker sees
 VOLATILE_ENV = ("PWD", "OLDPWD", "SHLVL", "_", "PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "TERM", "PS1")
 VOLATILE_PREFIXES = ("MAKE", "MFLAGS", "SSH_", "TMUX", "TERM_", "WINDOWID", "DISPLAY")
@@ -189,6 +192,26 @@ class LocalRay:
         self._proc: subprocess.Popen[bytes] | None = None  # the head, when this driver started it
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._env_before: dict[str, str | None] = {}  # what auth_for_join changed in os.environ, restored on leave
+
+    @property
+    def token_path(self) -> Path:
+        return self.folder / TOKEN_FILE
+
+    def auth_env(self) -> dict[str, str]:
+        """The variables Ray needs to log in to this head: token auth on, and the token read from the head's own
+        0600 file (``runs/_ray/<env>/auth_token``), unless the user set the mode or a token themselves. So a
+        machine with nothing in ``~/.ray`` (``ray start`` makes no token; only ``ray.init`` does) starts it."""
+        env = {}
+        if not os.environ.get(AUTH_MODE_ENV):
+            env[AUTH_MODE_ENV] = "token"
+        if not os.environ.get(TOKEN_ENV) and not os.environ.get(TOKEN_PATH_ENV):
+            env[TOKEN_PATH_ENV] = str(self.token_path)
+        return env
+
+    def _write_token(self) -> None:
+        """A new random token for a head about to start (under ``join.lock``): 0600, never through a link."""
+        _write_private(self.token_path, secrets.token_hex(32))
 
     @property
     def address(self) -> str:
@@ -231,8 +254,10 @@ class LocalRay:
         argv = head_command(self.settings)
         env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's switch: bind the loopback, not every interface
-        env.setdefault(AUTH_MODE_ENV, "token")  # as ray.init does for a local Ray (a token made if none exists)
+        env.update(self.auth_env())  # token auth with the head's own token; the workers inherit both
         env.pop("RAY_ADDRESS", None)
+        if env.get(TOKEN_PATH_ENV) == str(self.token_path):
+            self._write_token()
         fd = open_private(self.folder / "head.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             self._proc = proc = subprocess.Popen(
@@ -255,16 +280,17 @@ class LocalRay:
         return head
 
     def auth_for_join(self) -> None:
-        """Make this process present the token the head asks for, as ``ray.init`` does for a local Ray it
-        starts (it sets the same variable in its own process, then refreshes the configuration Ray read at
-        import: a notebook may have imported Ray before); a mode the user chose stays."""
-        if os.environ.get(AUTH_MODE_ENV):
+        """Make this process present the head's token, as ``ray.init`` does for a local Ray it starts (it sets
+        the variables in its own process, then refreshes what Ray read at import: a notebook may have imported
+        Ray before); a mode or token the user chose stays. :meth:`leave` puts the variables back."""
+        env = self.auth_env()
+        if not env:
             return
-        os.environ[AUTH_MODE_ENV] = "token"
+        for key, value in env.items():
+            self._env_before.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
         if "ray" in sys.modules:
-            from ray._raylet import Config  # type: ignore[attr-defined]  # lazy: Ray, imported already
-
-            Config.initialize("")
+            refresh_ray_auth()
 
     def _log_tail(self, lines: int = 3) -> str:
         text = read_private(self.folder / "head.log") or ""
@@ -313,12 +339,26 @@ class LocalRay:
         if self._client_file is not None:
             self._client_file.unlink(missing_ok=True)
             self._client_file = None
+        for key, value in self._env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._env_before.clear()
 
     def __enter__(self) -> LocalRay:
         return self.join()
 
     def __exit__(self, *exc: object) -> None:
         self.leave()
+
+
+def refresh_ray_auth() -> None:
+    """Make an imported Ray read ``RAY_AUTH_*`` again (its configuration and its cached token)."""
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # lazy: Ray, imported already
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def spawn_keeper(folder: Path) -> None:

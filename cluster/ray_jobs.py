@@ -41,9 +41,8 @@ from punchline.cluster.config import RunConfig, load_config, resolve_path
 from punchline.cluster.ray_runtime import raise_if_auth
 from punchline.cluster.registry import FIELD, pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
+from punchline.data.redaction import redact_text, secret_parts
 from punchline.data.settings import BY_NAME, JOB_VARS, JOBS_ADDRESS, MAX_WORKERS
-from punchline.schedulers.redis_client import secret_parts
-from punchline.workers.logs import redact_text
 
 DEFAULT_ADDRESS = JOBS_ADDRESS.default
 RUN_ID_KEY = "punchline_run_id"  # job metadata: which run a job drives

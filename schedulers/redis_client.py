@@ -7,7 +7,6 @@ all a worker or a scheduler needs, so they never import the cluster layer.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -26,65 +25,13 @@ from punchline.data.errors import (
     causes,
     permanent_network_reason,
 )
+from punchline.data.redaction import (
+    redact_url,
+)
 from punchline.data.settings import REDIS_URL
 
 ENV_URL = REDIS_URL.name
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-
-
-_USERINFO = re.compile(r"(?P<head>^[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^@\s]*@")
-# A query parameter in free text (a URL, a command line): ``?name=value`` or ``&name=value``.
-_QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;#\s'\"]*)")
-# Words that make a query parameter's value a secret (redis-py reads ``?password=``; other clients take
-# tokens, keys, signatures the same way). Matched on the name's words, so ``ssl_keyfile`` (a path) is not one.
-_SECRET_WORDS = frozenset(
-    {"password", "passwd", "pass", "pwd", "token", "secret", "key", "apikey", "auth", "credential", "credentials",
-     "signature", "sig"}
-)  # fmt: skip
-REDACTED = "***"
-
-
-def is_secret_param(name: str) -> bool:
-    """Whether a URL query parameter of this name carries a secret (``password``, ``auth_token``, ``api-key``...)."""
-    lowered = name.lower()
-    words = [w for w in re.split(r"[^a-z0-9]+", lowered) if w]
-    return any(w in _SECRET_WORDS for w in words) or lowered.endswith(("password", "token", "secret", "apikey"))
-
-
-def secret_parts(url: str) -> list[str]:
-    """What in a URL is a secret, by name: ``password`` (the userinfo's) and every secret query parameter."""
-    found = ["password"] if _USERINFO.search(url) else []
-    return found + [m.group("name") for m in _QUERY_PARAM.finditer(url) if is_secret_param(m.group("name"))]
-
-
-def redact_query(text: str) -> str:
-    """``text`` with the value of every secret-named query parameter replaced by ``***`` (any free text)."""
-
-    def mask(m: re.Match[str]) -> str:
-        secret = is_secret_param(m.group("name")) and m.group("value")
-        return f"{m.group('head')}{REDACTED}" if secret else m.group(0)
-
-    return _QUERY_PARAM.sub(mask, text)
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password (``user:PASSWORD@`` or ``?password=``, ``?token=``...) replaced by ``***``
-    (safe for logs and reprs), even when the URL is too malformed to parse."""
-    url = redact_query(url)
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises on a bad port: fall back to the pattern)
-    except ValueError:
-        return _USERINFO.sub(lambda m: f"{m.group('head')}:{REDACTED}@", url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:{REDACTED}@{host}"))
 
 
 def credentials_in_userinfo(url: str) -> str:
@@ -103,14 +50,6 @@ def credentials_in_userinfo(url: str) -> str:
     host = parts.netloc.rsplit("@", 1)[-1]
     user = moved.get("username", parts.username or "")
     return urlunsplit(parts._replace(netloc=f"{user}:{moved['password']}@{host}", query=rest))
-
-
-_ANY_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,15}://[^:/@\s\"']*):[^@\s\"'/]*@")
-
-
-def redact_urls(text: str) -> str:
-    """``text`` (a config file, a message) with the password of every URL in it shown as ``***``."""
-    return _ANY_USERINFO.sub(lambda m: f"{m.group('head')}:***@", text)
 
 
 class RedisSettings(msgspec.Struct, frozen=True, kw_only=True):

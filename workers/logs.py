@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from punchline.schedulers.redis_client import redact_query
+from punchline.data.redaction import redact_text
 
 MAX_LINE_BYTES = 4000
 REDACTED = "***"
@@ -53,26 +53,6 @@ SAFE_KEY_NAMES = frozenset(
         "request_key",
     }
 )
-
-_SECRET_VALUE = re.compile(
-    r"sk-ant-[A-Za-z0-9_\-]{8,}"  # Anthropic
-    r"|sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{16,}"  # OpenAI and look-alikes
-    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids
-    r"|gh[pousr]_[A-Za-z0-9]{20,}"  # GitHub
-    r"|hf_[A-Za-z0-9]{20,}"  # Hugging Face
-    r"|AIza[0-9A-Za-z_\-]{30,}"  # Google
-    r"|xox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack
-)
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.\-]{0,15}://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@", re.I)
-
-
-def redact_text(text: str) -> str:
-    """Mask key-shaped substrings, bearer tokens and URL passwords (userinfo or query) in free text."""
-    text = _SECRET_VALUE.sub(REDACTED, text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    text = redact_query(text)  # ?password=, ?token=, ... in a URL
-    return _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:{REDACTED}@", text)
 
 
 def is_secret_name(name: str) -> bool:

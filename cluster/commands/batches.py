@@ -12,12 +12,13 @@ import msgspec
 from rich.console import Console
 
 from punchline.cluster.cli_shared import Subcommands, batch_table
+from punchline.cluster.commands import summary
 from punchline.cluster.run_batches import run_batches
 from punchline.data.settings import RUNS_DIR_HELP, runs_dir
 
 
 def register(sub: Subcommands) -> None:
-    p = sub.add_parser("batches", help="a run's provider batches: state, request counts, age; --cancel cancels them")
+    p = sub.add_parser("batches", help=summary("batches"))
     p.add_argument("run_id")
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument(

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.commands import summary
 from punchline.cluster.config import load_config
 from punchline.cluster.pipelines.humor import PIPELINE, submission_of_run
 from punchline.cluster.registry import pipeline_of
@@ -25,7 +26,7 @@ from punchline.data.settings import RUNS_DIR_HELP
 def register(sub: Subcommands) -> None:
     humor = sub.add_parser(
         "humor",
-        help="Humor benchmark (MERA): validate data, score answers, run a model",
+        help=summary("humor"),
         description="The MERA Humor task: classify a joke into one of 12 comic-effect classes and pick the "
         "additional text (А-Г) of the same class.",
     )

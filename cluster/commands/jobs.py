@@ -16,6 +16,7 @@ from rich.console import Console
 
 from punchline.cluster import ray_jobs
 from punchline.cluster.cli_shared import Subcommands
+from punchline.cluster.commands import summary
 from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import new_run_id
@@ -29,7 +30,7 @@ ADDRESS_HELP = (
 def register(sub: Subcommands) -> None:
     s = sub.add_parser(
         "submit",
-        help="run (or resume) a pipeline as a Ray job on a cluster",
+        help=summary("submit"),
         description="Submit `punchline run CONFIG` as a Ray job: the driver runs on the head node, managed by Ray, "
         "so it outlives this terminal. The job carries the config and the input files it names (nothing else from "
         "this folder, no environment, no secrets); the code is the punchline installed on the cluster. The store "
@@ -60,12 +61,12 @@ def register(sub: Subcommands) -> None:
     s.add_argument("--submission-id", help="the job id (default: punchline-<run id>-<random>)")
     s.set_defaults(func=cmd_submit)
 
-    j = sub.add_parser("jobs", help="punchline runs submitted to a cluster, with their state")
+    j = sub.add_parser("jobs", help=summary("jobs"))
     j.add_argument("--address", help=ADDRESS_HELP)
     j.add_argument("--all", action="store_true", help="every submitted Ray job, not only punchline runs")
     j.set_defaults(func=cmd_jobs)
 
-    lg = sub.add_parser("logs", help="the output of a submitted run (its driver's log lines)")
+    lg = sub.add_parser("logs", help=summary("logs"))
     lg.add_argument("job_id")
     lg.add_argument("--address", help=ADDRESS_HELP)
     lg.add_argument(
@@ -75,7 +76,7 @@ def register(sub: Subcommands) -> None:
 
     st = sub.add_parser(
         "stop",
-        help="stop a submitted run (resume it later with submit --run-id)",
+        help=summary("stop"),
         description="Stop a job: its driver gets SIGTERM, its workers end with it; everything committed is kept.",
     )
     st.add_argument("job_id")
@@ -85,7 +86,7 @@ def register(sub: Subcommands) -> None:
 
     d = sub.add_parser(
         "delete",
-        help="delete a finished job from the cluster's job list",
+        help=summary("delete"),
         description="Delete a job that has ended (SUCCEEDED, FAILED or STOPPED) and Ray's record of it; the run's "
         "store (artifacts, run.json, log.jsonl) is kept. A running job must be stopped first.",
     )

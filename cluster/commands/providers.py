@@ -7,6 +7,7 @@ import argparse
 import ipaddress
 
 from punchline.cluster.cli_shared import Subcommands
+from punchline.cluster.commands import summary
 from punchline.cluster.pipelines.puns_legacy import import_legacy_files
 from punchline.data.errors import ConfigError
 from punchline.workers.fake.checks import server_config
@@ -16,7 +17,7 @@ from punchline.workers.fake.server import FakeProviderServer
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "fake-provider",
-        help="serve the simulated LLM provider (OpenAI + Anthropic APIs) on 127.0.0.1",
+        help=summary("fake-provider"),
         description="Serve the fake provider until Ctrl-C: POST /v1/chat/completions (OpenAI) and "
         "/v1/messages (Anthropic), GET /stats, POST /reset, POST /configure (JSON knobs). Answers are "
         "deterministic; faults (429, 5xx, hangs, truncated or empty bodies) are injected per the knobs. "
@@ -36,7 +37,7 @@ def register(sub: Subcommands) -> None:
 
     i = sub.add_parser(
         "import-legacy",
-        help="load upstream checkpoints (completions, verdicts, cloze answers) into the response cache",
+        help=summary("import-legacy"),
         description="Store upstream's recorded answers in the response cache under the exact request keys a "
         "puns run computes, so that run re-pays for nothing and reproduces upstream's files: every completion "
         "of raw_completions.json, with --classified the judge verdicts of classified_completions.json, with "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.commands import summary
 from punchline.cluster.pipelines.puns_reproduce import (
     Reproduction,
     UpstreamFiles,
@@ -28,7 +29,7 @@ from punchline.data.puns.tiers import tier_counts
 def register(sub: Subcommands) -> None:
     puns = sub.add_parser(
         "puns",
-        help="Puns 205: validate, rank (tiers), build cloze tests, score cloze answers",
+        help=summary("puns"),
         description="Offline stages of the Puns 205 pipeline. Files use the upstream JSON shapes "
         "(puns_205.json, classified_completions.json, contextual_cloze_tests_100.json) and are written "
         "byte-compatible with them (json indent=2), atomically.",

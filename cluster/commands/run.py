@@ -21,6 +21,7 @@ from punchline.cluster.cli_shared import (
     run_and_report,
     run_options,
 )
+from punchline.cluster.commands import summary
 from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
@@ -35,7 +36,7 @@ from punchline.data.settings import RUNS_DIR_HELP, STORE, overlay, runs_dir
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "run",
-        help="run (or resume) a pipeline from a TOML config",
+        help=summary("run"),
         description="Run a pipeline. With no services configured, starts an embedded redis-server, a local Ray "
         "and stores checkpoints under runs/<run-id>/. An existing --run-id resumes that run: finished stages "
         "are skipped, committed shards kept, cached answers never paid twice.",
@@ -46,7 +47,7 @@ def register(sub: Subcommands) -> None:
 
     s = sub.add_parser(
         "status",
-        help="progress, cost and failures of a run",
+        help=summary("status"),
         description="Per stage: units total / done / leased / failed, provider requests, cache "
         "hits, tokens, cost, rate and ETA. Live while the run is going, from its record afterwards.",
     )
@@ -63,7 +64,7 @@ def register(sub: Subcommands) -> None:
 
     pl = sub.add_parser(
         "plan",
-        help="requests, tokens, cost and least wall time of a config, without calling",
+        help=summary("plan"),
         description="Expand the config's stages into provider requests and estimate input tokens "
         "(characters / 4), output tokens (max_tokens per choice, an upper bound), dollars from the "
         "configured prices, and the least wall time the configured rate limits allow.",
@@ -72,13 +73,13 @@ def register(sub: Subcommands) -> None:
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(func=cmd_plan)
 
-    r = sub.add_parser("runs", help="list runs under the runs folder")
+    r = sub.add_parser("runs", help=summary("runs"))
     r.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     r.set_defaults(func=cmd_runs)
 
     f = sub.add_parser(
         "retry-failed",
-        help="retry the failed units of a run",
+        help=summary("retry-failed"),
         description="Drop the shards that hold failed units and resume the run: only those units are called again.",
     )
     f.add_argument("run_id")

@@ -10,13 +10,14 @@ import argparse
 import sys
 
 from punchline.cluster.cli_shared import Subcommands
+from punchline.cluster.commands import summary
 from punchline.cluster.settings_doc import reference
 
 
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "settings",
-        help="every config key and environment variable: type, default, range, description (markdown)",
+        help=summary("settings"),
         description="Print the settings reference (docs/settings.md) generated from the code: every TOML table "
         "and key of a run config and every PUNCHLINE_* environment variable.",
     )

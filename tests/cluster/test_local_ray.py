@@ -278,3 +278,52 @@ def _title(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.slow
+def test_the_default_path_starts_the_folders_head_on_a_machine_with_nothing_in_home(
+    tmp_path: Path, fake: FakeProviderServer, linger: float
+) -> None:
+    """A stranger's machine: HOME empty (no ``~/.ray/auth_token``; ``ray start`` makes none). The run is big
+    enough for the folder's head, which starts with a token of its own (0600, in its folder), handed to the
+    head, its workers and the driver; nothing is written into HOME's ``.ray``; nothing is left running."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"))
+    cfg = prompts_config(tmp_path, fake, rows=ROWS, shard_size=4)
+    fake.configure(latency_ms_min=600, latency_ms_max=900)  # Ray's workers join before the run is over
+    folder = ray_dir(tmp_path / "runs")
+    seen: dict[str, object] = {}
+    proc = subprocess.Popen(
+        driver_argv(cfg, "empty-home", tmp_path), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+    def head_up() -> bool:
+        for sub in (f for f in folder.glob("*") if f.is_dir()):
+            head = read_head(sub)
+            if head is not None:
+                seen["head"], seen["folder"] = head, sub
+                environ = Path(f"/proc/{head.pid}/environ").read_bytes().split(b"\0")
+                seen["env"] = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
+                return True
+        return proc.poll() is not None
+
+    wait_for(head_up, timeout_s=300)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert "head" in seen, "the run never needed the folder's head: make it bigger"
+    token = seen["folder"] / "auth_token"  # type: ignore[operator]
+    assert token.is_file() and (token.stat().st_mode & 0o777) == 0o600
+    head_env = seen["env"]
+    assert isinstance(head_env, dict)
+    assert head_env["RAY_AUTH_MODE"] == "token" and head_env["RAY_AUTH_TOKEN_PATH"] == str(token)
+    assert not (home / ".ray").exists(), "the user's ~/.ray was written"
+    log = (tmp_path / "runs" / "empty-home" / "log.jsonl").read_text()
+    assert '"worker": "punchline:empty-home' in log, "no shard was done by a Ray worker of the head"
+    assert b"ledger_joined" not in out, "a log line went to stdout"
+    jsonl, _ = _outputs(tmp_path, "store", "empty-home")
+    _check_outputs(jsonl)
+    head = seen["head"]
+    assert isinstance(head, HeadRecord)
+    _head_gone(head.pid, timeout_s=linger + 180)

@@ -1,0 +1,84 @@
+"""The command line's index: ``punchline --help`` lists every command without importing one, and
+``punchline CMD`` imports only the module that registers CMD."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+
+from punchline.cluster import commands
+from punchline.cluster.cli import build_parser, command_modules, main, package_version
+
+
+def _registered(module: str) -> dict[str, str | None]:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    importlib.import_module(f"punchline.cluster.commands.{module}").register(sub)
+    return {a.dest: a.help for a in sub._choices_actions}
+
+
+def test_the_index_names_every_command_of_every_module_with_its_help() -> None:
+    seen: dict[str, str | None] = {}
+    for module in command_modules():
+        for name, help_text in _registered(module).items():
+            assert name in commands.INDEX, f"{module} registers {name!r}, which the index lacks"
+            assert commands.INDEX[name].module == module, f"the index puts {name!r} in {commands.INDEX[name].module}"
+            assert help_text == commands.INDEX[name].help, f"{module}'s {name!r} spells its own help line"
+            seen[name] = help_text
+    assert set(seen) == set(commands.INDEX), f"index entries no module registers: {set(commands.INDEX) - set(seen)}"
+
+
+def test_the_whole_parser_still_parses_every_command() -> None:
+    args = build_parser().parse_args(["status", "some-run", "--json"])
+    assert args.command == "status" and args.run_id == "some-run" and args.json
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    code = (
+        "import sys, json\nfrom punchline.cluster.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return set(json.loads(out.stderr.strip().splitlines()[-1]))
+
+
+def test_help_imports_no_command_module_and_no_heavy_library() -> None:
+    loaded = _modules_after(["--help"])
+    assert not {m for m in loaded if m.startswith("punchline.cluster.commands.")}
+    heavy = {"ray", "redis", "structlog", "rich", "openai", "anthropic", "boto3", "matplotlib", "pyarrow", "jinja2"}
+    assert not heavy & {m.partition(".")[0] for m in loaded}
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    loaded = _modules_after(["settings", "--help"])
+    ours = {m.rpartition(".")[2] for m in loaded if m.startswith("punchline.cluster.commands.")}
+    assert ours == {"settings"}
+
+
+def test_help_lists_every_command(capsys: object) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "punchline", "--help"], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    for name in commands.INDEX:
+        assert name in out
+
+
+def test_version_prints_the_installed_version() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "punchline", "--version"], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == f"punchline {package_version()}"
+    assert package_version()[0].isdigit()
+
+
+def test_a_mistyped_command_is_one_usage_error() -> None:
+    try:
+        main(["no-such-command"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("a mistyped command must exit 2")
