@@ -30,7 +30,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -325,10 +325,3 @@ class ProgressBar:
             completed=counters.units_done + counters.units_failed,
             cost=counters.cost_usd,
         )
-
-
-def columns_first(names: list[str], first: list[str]) -> Iterator[str]:
-    """``names`` with those in ``first`` at the front, in ``first``'s order."""
-    head = [n for n in first if n in names]
-    yield from head
-    yield from (n for n in names if n not in head)
