@@ -1,19 +1,28 @@
-"""The wheel, installed into a fresh virtual environment, is one package: ``punchline``.
+"""The wheel, installed into a fresh virtual environment outside the checkout, is one package, ``punchline``,
+that a stranger runs from an empty folder: ``punchline init``, the demo and the prompts demo, under an empty HOME.
 
 A Ray user's working folder (``ray job submit --working-dir .``) often holds its own ``data/`` or
 ``cluster/`` package; ours must never collide with it. The dependencies come from the test venv
-through a ``.pth`` line (no registry needed), the project itself only from the wheel.
+through a ``.pth`` line (no registry needed: the suite stays within its time), the project itself only from the
+wheel; ``pip check`` in the new venv then proves the wheel's declared requirements hold, and a walk of the
+package's imports proves each third-party import is declared.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
+import zipfile
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 import pytest
 
@@ -43,6 +52,12 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         timeout=300,
     )
     assert built.returncode == 0, built.stderr
+    sdist = _run(
+        [sys.executable, "-c", f"from setuptools import build_meta as b; b.build_sdist({str(tmp)!r})"],
+        cwd=src,
+        timeout=300,
+    )
+    assert sdist.returncode == 0, sdist.stderr
     (wheel,) = tmp.glob("punchline-*.whl")
     venv = tmp / "venv"
     made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=120)
@@ -108,3 +123,106 @@ def test_run_from_a_folder_with_its_own_data_package(wheel_venv: Path, tmp_path:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     (run_dir,) = (user / "runs").glob("demo-*")
     assert (run_dir / "artifacts" / "puns_ranked.json").is_file()
+
+
+def _stranger_env(home: Path) -> dict[str, str]:
+    """A machine with nothing configured: an empty HOME, no Ray or punchline settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PUNCHLINE_", "RAY_", "XDG_"))}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"))
+    return env
+
+
+def test_wheel_and_sdist_carry_license_types_and_the_starter_files(wheel_venv: Path) -> None:
+    tmp = wheel_venv.parent
+    (wheel,) = tmp.glob("punchline-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "punchline/py.typed" in names
+    for name in ("demo", "prompts_demo", "humor_demo", "curate_demo"):
+        assert f"punchline/configs/{name}.toml" in names
+    meta = metadata.Distribution.at(next(wheel_venv.glob("lib/python*/site-packages/punchline-*.dist-info")))
+    assert meta.metadata["License-Expression"] == "MIT"
+    assert any(c.startswith("Programming Language :: Python :: 3.11") for c in meta.metadata.get_all("Classifier"))
+    (sdist,) = tmp.glob("punchline-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        assert any(n.endswith("/LICENSE") for n in tar.getnames())
+
+
+def test_the_new_venv_satisfies_every_declared_requirement(wheel_venv: Path) -> None:
+    checked = _run([str(wheel_venv / "bin" / "python"), "-m", "pip", "check"], timeout=120)
+    if "No module named pip" in checked.stderr:  # the venv has no pip of its own: ask ours about it
+        checked = _run([sys.executable, "-m", "pip", "--python", str(wheel_venv / "bin" / "python"), "check"])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _third_party_imports() -> dict[str, str]:
+    """Every top-level module the package imports that is neither stdlib nor ours, with one file importing it
+    (imports under ``if TYPE_CHECKING:`` are for the type checker only, not the user's install)."""
+    found: dict[str, str] = {}
+    for root, _dirs, files in os.walk(REPO / "punchline", followlinks=True):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = Path(root) / name
+            tree = ast.parse(path.read_text())
+            typing_only = {
+                id(n)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for stmt in node.body
+                for n in ast.walk(stmt)
+            }
+            for node in ast.walk(tree):
+                if id(node) in typing_only:
+                    continue
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    mods = [node.module]
+                else:
+                    continue
+                for mod in mods:
+                    top = mod.partition(".")[0]
+                    if top not in sys.stdlib_module_names and top != "punchline":
+                        found.setdefault(top, str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    declared = {
+        Requirement(r).name.lower().replace("_", "-")
+        for r in metadata.requires("punchline") or []
+        if "extra ==" not in r  # the test extra is not the user's install
+    }
+    providers = metadata.packages_distributions()
+    undeclared = {
+        mod: where
+        for mod, where in _third_party_imports().items()
+        if not {d.lower().replace("_", "-") for d in providers.get(mod, [mod])} & declared
+    }
+    assert not undeclared, f"imported but not declared in pyproject.toml's dependencies: {undeclared}"
+
+
+def test_init_then_the_demo_and_the_prompts_demo_from_an_empty_folder_under_an_empty_home(
+    wheel_venv: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    folder = tmp_path / "work"
+    folder.mkdir()
+    env = _stranger_env(home)
+    bin_ = wheel_venv / "bin"
+    version = _run([str(bin_ / "punchline"), "--version"], cwd=folder, env=env, timeout=120)
+    assert version.returncode == 0 and version.stdout.startswith("punchline "), version.stderr
+    init = _run([str(bin_ / "punchline"), "init"], cwd=folder, env=env, timeout=120)
+    assert init.returncode == 0, init.stderr
+    assert "next: punchline run configs/demo.toml" in init.stdout
+    for config in ("configs/demo.toml", "configs/prompts_demo.toml"):
+        done = _run([str(bin_ / "punchline"), "run", config, "--no-progress"], cwd=folder, env=env, timeout=900)
+        assert done.returncode == 0, f"{config}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
+        assert "[info" not in done.stdout, f"{config}: a log line went to stdout: {done.stdout[:500]}"
+    assert list((folder / "runs").glob("demo-*/artifacts/puns_ranked.json"))
+    assert list((folder / "runs").glob("prompts-demo-*/artifacts/outputs.parquet"))
+    assert not (home / ".ray").exists()
+    again = _run([str(bin_ / "punchline"), "init"], cwd=folder, env=env, timeout=120)
+    assert again.returncode == 0 and "kept  configs/demo.toml" in again.stdout  # a second init overwrites nothing
