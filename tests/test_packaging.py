@@ -22,9 +22,8 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
-
 import pytest
+from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[1]
 
