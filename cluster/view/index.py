@@ -26,7 +26,18 @@ from punchline.data.units import ShardOutput, UnitSpec, plan_page_key, shard_key
 
 class _IdxReq(msgspec.Struct):
     model: str = ""
+
+
+class _PromptReq(msgspec.Struct):
     messages: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _PromptUnit(msgspec.Struct):
+    request: _PromptReq
+
+
+class _PromptPage(msgspec.Struct):
+    shards: list[list[_PromptUnit]] = []
 
 
 class _IdxUnit(msgspec.Struct):
@@ -47,6 +58,7 @@ class _RawPage(msgspec.Struct):
 
 
 _idx_page = msgspec.msgpack.Decoder(_IdxPage)
+_prompt_page = msgspec.msgpack.Decoder(_PromptPage)
 _raw_page = msgspec.msgpack.Decoder(_RawPage)
 _shard_units = msgspec.msgpack.Decoder(list[UnitSpec])
 _shard_output = msgspec.msgpack.Decoder(ShardOutput)
@@ -66,7 +78,7 @@ class StageIndex:
         self.shard_start = array("Q")  # position of each shard's first unit; one more entry: the total
         self.models: list[str] = []
         self.unit_model = array("H")
-        self.unit_hash = array("q")
+        self.unit_hash = array("q")  # filled on first use (comparing models): a second pass over the plan
         self.by_model: list[array[int]] = []
         self._sorted: dict[int, tuple[array[int], array[int]]] = {}
         self._lock = threading.Lock()
@@ -85,17 +97,25 @@ class StageIndex:
         for units in page.shards:
             if not units:
                 continue
+            base = len(self.unit_model)
             self.shard_first.append(units[0].unit_id)
-            self.shard_start.append(len(self.unit_model))
-            for unit in units:
-                m = model_of.get(unit.request.model)
-                if m is None:
-                    m = model_of[unit.request.model] = len(self.models)
-                    self.models.append(unit.request.model)
-                    self.by_model.append(array("I"))
-                self.by_model[m].append(len(self.unit_model))
-                self.unit_model.append(m)
-                self.unit_hash.append(hash(bytes(unit.request.messages)))
+            self.shard_start.append(base)
+            names = [u.request.model for u in units]
+            for name in set(names) - model_of.keys():
+                model_of[name] = len(self.models)
+                self.models.append(name)
+                self.by_model.append(array("I"))
+            ids = [model_of[n] for n in names]
+            self.unit_model.extend(ids)
+            if len(model_of) == 1:
+                self.by_model[ids[0]].extend(range(base, base + len(ids)))
+            else:
+                for m in set(ids):
+                    self.by_model[m].extend([base + i for i, x in enumerate(ids) if x == m])
+
+    def add_prompts(self, raw: bytes) -> None:
+        for units in _prompt_page.decode(_plain(raw)).shards:
+            self.unit_hash.extend([hash(bytes(u.request.messages)) for u in units])
 
     def close(self) -> None:
         self.shard_start.append(len(self.unit_model))
@@ -108,9 +128,15 @@ class StageIndex:
     def model_index(self, model: str) -> int | None:
         return self.models.index(model) if model in self.models else None
 
-    def same_prompt(self, position: int, model: int) -> int | None:
+    def same_prompt(self, position: int, model: int, read: Callable[[str], bytes | None]) -> int | None:
         """The position of the unit of ``model`` asked the same prompt as the unit at ``position`` (the first)."""
         with self._lock:
+            if len(self.unit_hash) < self.units_total:
+                self.unit_hash = array("q")
+                for key in self.page_keys:
+                    raw = read(key)
+                    if raw is not None:
+                        self.add_prompts(raw)
             found = self._sorted.get(model)
             if found is None:
                 order = array("I", sorted(self.by_model[model], key=self.unit_hash.__getitem__))

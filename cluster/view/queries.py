@@ -304,7 +304,7 @@ class Samples:
             self._scan(stage, index, positions, q, out)
         if other is not None:
             for row in out.rows:
-                match = index.same_prompt(row.position, other)
+                match = index.same_prompt(row.position, other, self.files.store.get)
                 out.partners.append(None if match is None else self.unit(stage, index, match))
         return out
 

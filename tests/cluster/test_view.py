@@ -1,0 +1,149 @@
+"""``punchline view`` over a run in the store's real format: pages, filters, comparison, metrics, and its safety.
+
+The run is written by ``bench/view.py``'s generator (plan pages cut by ``data.units.cut``, shard files as a worker
+writes them, run.json); the server is the real one on 127.0.0.1, asked over HTTP.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from bench.view import MODELS, generate
+from punchline.cluster.view.server import ViewServer, ViewSettings
+from punchline.data.units import shard_key
+
+RUN = "bench-view-test"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[ViewServer, Path]]:
+    runs = tmp_path / "runs"
+    generate(runs, RUN, 600, 20)
+    record = runs / RUN / "run.json"
+    raw = msgspec.json.decode(record.read_bytes())
+    raw["config_toml"] += '\n[providers.other]\nkind = "openai"\napi_key = "sk-proj-abcdefghijklmnopqrstuvwx"\n'
+    raw["config_toml"] += 'password = "hunter2-plain"\n'
+    record.write_bytes(msgspec.json.encode(raw))
+    (runs / RUN / "artifacts").mkdir()
+    (runs / RUN / "artifacts" / "table.json").write_text('[{"model": "8b", "em": 0.5}, {"model": "70b", "em": 0.75}]')
+    (tmp_path / "outside.txt").write_text("OUTSIDE-SECRET")
+    os.symlink(tmp_path / "outside.txt", runs / RUN / "artifacts" / "link.txt")
+    server = ViewServer(ViewSettings(runs_dir=str(runs))).start()
+    try:
+        yield server, runs
+    finally:
+        server.close()
+
+
+def get(server: ViewServer, path: str, host: str = "127.0.0.1") -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.putrequest("GET", path, skip_host=True)  # the path exactly as given: no client-side normalising
+    conn.putheader("Host", f"{host}:{server.port}")
+    conn.endheaders()
+    resp = conn.getresponse()
+    body = resp.read().decode("utf-8", "replace")
+    conn.close()
+    return resp.status, body
+
+
+def units_on(page: str) -> list[str]:
+    return re.findall(r"data-unit='([^']+)'", page)
+
+
+def test_runs_run_and_samples_pages(served: tuple[ViewServer, Path]) -> None:
+    server, _ = served
+    status, page = get(server, "/")
+    assert status == 200 and f"/run/{RUN}" in page
+    status, page = get(server, f"/run/{RUN}")
+    assert status == 200 and "generate" in page and "table.json" in page
+    status, page = get(server, f"/run/{RUN}/samples?stage=generate&size=10&page=2")
+    assert status == 200 and "21-30 of 600" in page
+    assert units_on(page)[0] == "generate/r000000010/m0000"  # units 20..29 in plan order: rows 10..14, both models
+    status, page = get(server, f"/run/{RUN}/samples?model={MODELS[1]}&size=10&page=1")
+    assert "11-20 of 300" in page
+    assert all(u.endswith("/m0001") for u in units_on(page)) and len(units_on(page)) == 10
+    status, page = get(server, f"/run/{RUN}/artifact/table.json")
+    assert status == 200 and "<td>0.75</td>" in page
+
+
+def test_compare_failed_and_search(served: tuple[ViewServer, Path]) -> None:
+    server, _ = served
+    _, page = get(server, f"/run/{RUN}/samples?model={MODELS[0]}&compare={MODELS[1]}&size=5&page=3")
+    pairs = re.findall(r"<div class='pair'><div><div class='unit' data-unit='([^']+)'.*?data-unit='([^']+)'", page)
+    assert len(pairs) == 5
+    for left, right in pairs:  # the same row (the same prompt) asked of the other model
+        assert left.endswith("/m0000") and right == left[: -len("m0000")] + "m0001"
+    _, page = get(server, f"/run/{RUN}/samples?failed=1&size=50")
+    failed = units_on(page)
+    assert failed and page.count("400 Bad Request") >= len(failed)
+    _, page = get(server, f"/run/{RUN}/samples?q=r000000123&size=50")
+    assert units_on(page) == ["generate/r000000123/m0000", "generate/r000000123/m0001"]
+
+
+def test_metrics_of_a_finished_run(served: tuple[ViewServer, Path]) -> None:
+    server, _ = served
+    status, text = get(server, f"/run/{RUN}/metrics")
+    assert status == 200
+    units_done = re.search(rf'punchline_stage_units_done{{run="{RUN}",stage="generate"}} (\d+)', text)
+    assert units_done and 550 < int(units_done.group(1)) < 600
+    calls = re.findall(rf'punchline_model_calls_total{{run="{RUN}",stage="generate",model="([^"]+)"}} (\d+)', text)
+    assert {m for m, _ in calls} == set(MODELS)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/run/../run.json",
+        f"/run/{RUN}/../../etc/passwd",
+        f"/run/{RUN}/artifact/../run.json",
+        f"/run/{RUN}/raw/..%2F..%2F_ledger%2Fpassword",
+        f"/run/{RUN}/raw/%2e%2e/run.json",
+        "/run/..",
+        f"/run/{RUN}/raw/link.txt",  # a link out of the store
+        "/etc/passwd",
+    ],
+)
+def test_nothing_outside_the_store(served: tuple[ViewServer, Path], path: str) -> None:
+    server, _ = served
+    status, body = get(server, path)
+    assert status == 404 and "OUTSIDE-SECRET" not in body and "root:" not in body
+
+
+def test_secrets_are_not_shown_and_hosts_checked(served: tuple[ViewServer, Path]) -> None:
+    server, _ = served
+    _, page = get(server, f"/run/{RUN}")
+    assert "sk-proj-abcdefghijklmnopqrstuvwx" not in page and "hunter2-plain" not in page
+    assert "api_key" in page  # the key's name is shown, its value masked
+    status, _ = get(server, "/", host="evil.example")  # DNS rebinding: another name pointing at 127.0.0.1
+    assert status == 403
+
+
+def test_remote_binding_needs_a_token(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="token"):
+        ViewServer(ViewSettings(runs_dir=str(tmp_path), host="0.0.0.0"))
+    server = ViewServer(ViewSettings(runs_dir=str(tmp_path), host="0.0.0.0", token="t0ken")).start()
+    try:
+        assert get(server, "/")[0] == 403
+        assert get(server, "/?token=wrong")[0] == 403
+        assert get(server, "/?token=t0ken")[0] == 200
+        assert "token=t0ken" in server.url
+    finally:
+        server.close()
+
+
+def test_a_corrupt_shard_is_named_and_the_server_goes_on(served: tuple[ViewServer, Path]) -> None:
+    server, runs = served
+    (runs / shard_key(RUN, "generate", 1)).write_bytes(b"\x93not a shard at all")
+    status, page = get(server, f"/run/{RUN}/samples?size=10&page=2")  # units 20..29: shard 1
+    assert status == 200 and "not a readable shard file" in page and "000001.msgpack" in page
+    (runs / RUN / "run.json").write_bytes(b'{"run_id": "trunc')
+    status, page = get(server, f"/run/{RUN}")
+    assert status in (404, 500) and "run.json" in page
+    assert get(server, "/")[0] == 200  # still serving, and the list names the unreadable record

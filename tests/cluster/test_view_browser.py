@@ -1,0 +1,127 @@
+"""``punchline view`` in a real browser: headless Chromium (Debian's package) driven by Playwright.
+
+A Humor demo run (two models, a judge stage, plots) is started as a user starts it, with ``--metrics-port``; the
+viewer is started on its runs folder; the browser opens the run while it runs and follows it to the end (the page
+refreshes itself), opens a plot, then browses the units: filters, pages, compares the two models. The last page
+is saved as docs/view.png (the README shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from punchline.cluster.view.server import ViewServer, ViewSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_view_in_a_browser(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    metrics_port = free_port()
+    env = {**os.environ, "HOME": str(tmp_path)}
+    log = open(tmp_path / "run.out", "w")  # noqa: SIM115
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "punchline.cluster.cli", "run", str(ROOT / "configs/humor_demo.toml"),
+         "--runs-dir", str(runs), "--run-id", "humor-live", "--no-progress", "--metrics-port", str(metrics_port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    server = ViewServer(ViewSettings(runs_dir=str(runs))).start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not (runs / "humor-live" / "run.json").exists():
+            assert driver.poll() is None, (tmp_path / "run.out").read_text()
+            assert time.monotonic() < deadline, "the run wrote no record"
+            time.sleep(0.2)
+        scraped = ""
+        while driver.poll() is None and "punchline_stage_calls_total" not in scraped:
+            try:
+                scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+            except OSError:
+                time.sleep(0.2)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{base}/run/humor-live")
+            seen_running = page.inner_text("#state") == "running"
+            # the page follows the run by itself until it ends, then reloads with its artifacts
+            page.wait_for_function("document.getElementById('state').textContent === 'finished'", timeout=300_000)
+            page.wait_for_selector("#artifacts a", timeout=30_000)
+            assert driver.wait(timeout=60) == 0
+            assert "punchline_stage_calls_total" in scraped or not seen_running  # the driver served while running
+            done = page.inner_text("#stage-table")
+            assert re.search(r"generate\s+100%\s+48/48", done), done
+            # a plot
+            page.click("#artifacts a[href$='confusion.png']")
+            img = page.wait_for_selector("img.plot")
+            assert img is not None and page.evaluate("document.querySelector('img.plot').naturalWidth") > 100
+            # Humor's report: scores with CIs and the items where the two judges disagree
+            page.goto(f"{base}/run/humor-live/artifact/report/8b/report.json")
+            assert "95% CI" in page.inner_text("#humor-ci") and page.is_visible("#disagreements")
+            # the units: pages, a model filter, the judge's verdict beside each answer
+            page.goto(f"{base}/run/humor-live/samples?stage=generate&size=10")
+            assert page.inner_text("#shown").startswith("1-10 of 48")
+            first = page.get_attribute(".unit", "data-unit")
+            page.click("#next")
+            page.wait_for_url(re.compile(r"page=1"))
+            assert page.inner_text("#shown").startswith("11-20") and page.get_attribute(".unit", "data-unit") != first
+            models = page.eval_on_selector_all("#f-model option", "os => os.map(o => o.value).filter(Boolean)")
+            assert len(models) == 2
+            page.select_option("#f-model", models[1])
+            page.click("#f-go")
+            page.wait_for_url(re.compile(r"model="))
+            assert page.inner_text("#shown").endswith("of 24")
+            assert "judged by" in page.inner_text("#rows")
+            # a search that scans the answers
+            page.fill("#f-q", "ОТВЕТ")
+            page.click("#f-go")
+            page.wait_for_url(re.compile(r"q="))
+            assert page.locator(".unit").count() > 0
+            # the two models side by side on the same items
+            page.goto(f"{base}/run/humor-live/samples?stage=generate&size=4")
+            page.select_option("#f-model", models[0])
+            page.select_option("#f-compare", models[1])
+            page.click("#f-go")
+            page.wait_for_selector("#compare")
+            pairs = page.eval_on_selector_all(
+                "#compare .pair", "ps => ps.map(p => [...p.querySelectorAll('.unit')].map(u => u.dataset.unit))"
+            )
+            pairs = [pair for pair in pairs if len(pair) == 2]
+            assert len(pairs) == 24  # every item of the first model, each beside the second's answer
+            for left, right in pairs:  # generate/<model>/<item>: the same item
+                assert left.rsplit("/", 1)[1] == right.rsplit("/", 1)[1] and left != right
+            page.screenshot(path=str(ROOT / "docs" / "view.png"), full_page=False)
+            browser.close()
+    finally:
+        server.close()
+        if driver.poll() is None:
+            driver.terminate()
+            driver.wait(timeout=60)
+        log.close()
