@@ -10,7 +10,8 @@ import pydantic
 import pytest
 
 from punchline.data.errors import ConfigError, InputError
-from punchline.notebook import content_id, data_file, judge_table, parse_table, register, toml_text
+from punchline.notebook import ProgressBar, content_id, data_file, judge_table, parse_table, register, toml_text
+from punchline.schedulers.ledger import StageCounters
 
 
 def test_the_config_text_reads_back_as_written() -> None:
@@ -70,3 +71,23 @@ def test_bad_data_is_one_line(tmp_path: Path) -> None:
         data_file(tmp_path / "missing.jsonl", tmp_path)
     with pytest.raises(ConfigError, match="no str `name`"):
         register(object())
+
+
+def test_a_path_is_read_where_it_is_and_named_by_its_content(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": 1, "q": "a"}\n')
+    path, digest, _ = data_file(rows, tmp_path / "nb")
+    assert path == rows and not (tmp_path / "nb").exists()
+    rows.write_text('{"id": 1, "q": "b"}\n')
+    assert data_file(rows, tmp_path / "nb")[1] != digest  # edited in place: another run
+
+
+def test_the_progress_bar_follows_each_stage() -> None:
+    bar = ProgressBar()
+    with bar as update:
+        update("generate", StageCounters(units_total=10, units_done=3, units_failed=1, cost_usd=0.5))
+        update("generate", StageCounters(units_total=10, units_done=9, units_failed=1, cost_usd=0.75))
+        update("judge", StageCounters(units_total=0))
+    tasks = {t.description: t for t in bar._progress.tasks}
+    assert (tasks["generate"].completed, tasks["generate"].total) == (10, 10)
+    assert tasks["generate"].fields["cost"] == 0.75 and tasks["judge"].total is None
