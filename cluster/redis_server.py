@@ -8,9 +8,10 @@ replays the AOF. That is the property resumable runs rely on.
 
 It is locked down like a server on a shared machine should be: it listens on 127.0.0.1 only, asks
 for a random password kept in ``<folder>/password`` (0600; the server's own config file holds only
-its SHA-256), refuses every ``@admin`` command (``CONFIG``, ``DEBUG``, ``MODULE``, ``ACL``,
-``REPLICAOF``, ``SHUTDOWN``...: ``CONFIG SET dir`` is a known way to write files as the server's
-user), and writes its AOF, log and config with mode 0600 in a 0700 folder. We stop it with SIGTERM
+its SHA-256), allows only the commands the engine uses (``LEDGER_COMMANDS``: every ``@admin`` command
+such as ``CONFIG SET dir``, a known way to write files as the server's user, and every command that wipes,
+swaps or moves data, ``SWAPDB`` or ``FUNCTION FLUSH`` included, is refused), and writes its AOF, log and
+config with mode 0600 in a 0700 folder. We stop it with SIGTERM
 (a clean shutdown), after checking that the pid still belongs to the server we started.
 
 Binary: a ``valkey-server`` or ``redis-server`` on PATH when its version is at least 7.2, else the
@@ -48,8 +49,39 @@ from punchline.data.errors import ConfigError, LedgerUnavailable
 from punchline.schedulers.redis_client import connect, redact_url
 
 MIN_VERSION = (7, 2, 0)
-# refused on top of @admin: a client with the password must not be able to wipe the ledger's leases
-REFUSED_COMMANDS = "-flushall -flushdb -script|flush -migrate -keys"
+# The only commands a ledger client may send: those the engine issues (grep the engine and its Lua scripts,
+# and run it against a server's INFO commandstats), by redis-py's handshake and by its Script and pipeline
+# objects. An allow-list, not a deny-list: SWAPDB, FUNCTION FLUSH/DELETE/RESTORE, MOVE, COPY, RENAME,
+# RESTORE, FLUSHALL, KEYS, MIGRATE and every command a later server version adds are refused without being
+# named. A command the engine starts to use must be added here (tests/cluster/test_redis_server.py runs
+# the engine's Lua against an allow-listed server).
+LEDGER_COMMANDS = (
+    # connection: redis-py's handshake (AUTH or HELLO, CLIENT SETINFO/SETNAME, SELECT for /n) and health checks
+    "auth", "hello", "ping", "echo", "select", "client|setname", "client|setinfo", "quit", "reset",
+    # server: the clock (in the Lua scripts too) and INFO (preflight's server checks, serves_dir's identity)
+    "time", "info",
+    # the Lua scripts (redis-py's Script: EVALSHA, then SCRIPT LOAD on a miss; SCRIPT EXISTS in pipelines)
+    "eval", "evalsha", "script|load", "script|exists",
+    # pipelines as transactions
+    "multi", "exec", "discard", "watch", "unwatch",
+    # keys (SCAN, not KEYS, is how a key pattern is read)
+    "del", "unlink", "exists", "expire", "pexpire", "ttl", "pttl", "type", "scan",
+    # strings, hashes, sorted sets: the types the ledger keeps
+    "get", "mget", "set", "incr", "incrby", "incrbyfloat",
+    "hget", "hmget", "hset", "hsetnx", "hdel", "hexists", "hgetall", "hkeys", "hvals", "hlen",
+    "hincrby", "hincrbyfloat",
+    "zadd", "zrem", "zrange", "zrangebyscore", "zpopmin", "zcard", "zcount", "zscore",
+)  # fmt: skip
+# a server that guards nothing (a test suite's, a benchmark's) also lets its tests wipe it and look around
+WIPE_COMMANDS = ("flushall", "flushdb", "script|flush", "keys", "dbsize", "lpush", "migrate")
+
+
+def acl_rule(wipe_commands: bool = False) -> str:
+    """The default user's command rule: nothing (``-@all``) but the allow-list."""
+    allowed = LEDGER_COMMANDS + (WIPE_COMMANDS if wipe_commands else ())
+    return "-@all " + " ".join(f"+{c}" for c in allowed)
+
+
 _VERSION = re.compile(r"v=(\d+)\.(\d+)\.(\d+)")
 
 # --- which binary -------------------------------------------------------------------------------
@@ -167,7 +199,7 @@ class EmbeddedRedis:
     the password (``data_dir/password``, made on the first start). With ``unix_socket=True`` it
     listens only on ``data_dir/redis.sock`` (no TCP port at all). ``wipe_commands=True`` allows
     FLUSHALL, FLUSHDB, SCRIPT FLUSH, MIGRATE and KEYS, for a server that guards nothing (a test
-    suite's shared server, a benchmark's); a ledger never allows them.
+    suite's shared server, a benchmark's; ``WIPE_COMMANDS``); a ledger never allows them.
 
     ``url`` carries the password (for this process's own clients); ``public_url`` shows it as
     ``***`` and is what may be logged, recorded or handed to other processes.
@@ -268,11 +300,10 @@ class EmbeddedRedis:
             "daemonize no",
             f'logfile "{self.log_path}"',
             "protected-mode yes",
-            # the password and the commands a ledger client may use: everything but @admin
-            # (CONFIG, DEBUG, MODULE, ACL, REPLICAOF, SHUTDOWN, MONITOR, BGSAVE...)
-            # and none that wipe or move the ledger, or walk all of it: FLUSHALL, FLUSHDB, SCRIPT FLUSH,
-            # MIGRATE, KEYS (the engine uses SCAN)
-            f"user default on #{digest} ~* &* +@all -@admin {'' if self.wipe_commands else REFUSED_COMMANDS}".rstrip(),
+            # the password and the commands a ledger client may use: the engine's, nothing else (no @admin:
+            # CONFIG, DEBUG, MODULE, ACL, SHUTDOWN...; none that wipe, swap or move data: SWAPDB, FUNCTION
+            # FLUSH, FLUSHALL, MOVE, RENAME...; none that walk all of it: KEYS)
+            f"user default on #{digest} ~* &* {acl_rule(self.wipe_commands)}",
             "enable-debug-command no",
             "enable-module-command no",
             "enable-protected-configs no",

@@ -67,8 +67,8 @@ def test_a_killed_server_is_restarted_from_its_aof_on_the_same_url(tmp_path: Pat
 def test_the_ledger_refuses_commands_that_wipe_or_walk_it(ledger: LocalLedger) -> None:
     client = redis.Redis.from_url(ledger.url)
     client.set("pl:x", "1")
-    for command in (("FLUSHALL",), ("FLUSHDB",), ("SCRIPT", "FLUSH"), ("KEYS", "*"),
-                    ("MIGRATE", "127.0.0.1", "1", "pl:x", "0", "100")):  # fmt: skip
+    for command in (("FLUSHALL",), ("FLUSHDB",), ("SCRIPT", "FLUSH"), ("KEYS", "*"), ("SWAPDB", "0", "1"),
+                    ("FUNCTION", "FLUSH"), ("MIGRATE", "127.0.0.1", "1", "pl:x", "0", "100")):  # fmt: skip
         with pytest.raises(redis.exceptions.NoPermissionError):
             client.execute_command(*command)
     assert client.get("pl:x") == b"1"

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from punchline.cluster.redis_server import MIN_VERSION, EmbeddedRedis, find_redis_server, server_version, serves_dir
+from punchline.cluster.redis_server import (
+    LEDGER_COMMANDS,
+    MIN_VERSION,
+    EmbeddedRedis,
+    find_redis_server,
+    server_version,
+    serves_dir,
+)
 from punchline.data.errors import ConfigError, LedgerUnavailable
 from punchline.schedulers.redis_client import RedisSettings, connect, redact_url, redis_errors
 
@@ -167,3 +175,79 @@ def test_one_server_per_folder_and_find_running(tmp_path: Path) -> None:
     assert EmbeddedRedis.find_running(tmp_path) is None
     with EmbeddedRedis(tmp_path) as again:
         assert again.client().get("x") == b"1"
+
+
+# What a client with the ledger's password must never do (issue 34): wipe, swap, move or rename data, replace
+# the server's functions or scripts, walk every key, or reach the server's files and replication.
+REFUSED = [
+    ("SWAPDB", "0", "1"),
+    ("FUNCTION", "FLUSH"),
+    ("FUNCTION", "DELETE", "lib"),
+    ("FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('f', function() return 1 end)"),
+    ("FUNCTION", "RESTORE", "x"),
+    ("FCALL", "f", "0"),
+    ("FLUSHALL",),
+    ("FLUSHDB",),
+    ("SCRIPT", "FLUSH"),
+    ("KEYS", "*"),
+    ("MOVE", "pl:x", "1"),
+    ("COPY", "pl:x", "pl:y", "DB", "1"),
+    ("RENAME", "pl:x", "pl:y"),
+    ("RENAMENX", "pl:x", "pl:y"),
+    ("RESTORE", "pl:z", "0", "x"),
+    ("DUMP", "pl:x"),
+    ("MIGRATE", "127.0.0.1", "1", "pl:x", "0", "100"),
+    ("OBJECT", "ENCODING", "pl:x"),
+    ("EXPIREAT", "pl:x", "1"),
+    ("GETDEL", "pl:x"),
+    ("LPUSH", "pl:l", "1"),
+    ("SADD", "pl:s", "1"),
+    ("CLIENT", "KILL", "ID", "1"),
+    ("CLIENT", "LIST"),
+    ("CONFIG", "SET", "dir", "/tmp"),
+    ("BGREWRITEAOF",),
+    ("SAVE",),
+    ("SHUTDOWN",),
+    ("MONITOR",),
+    ("SUBSCRIBE", "x"),
+    ("PUBLISH", "x", "1"),
+    ("WAIT", "0", "0"),
+]
+
+
+@pytest.fixture(scope="module")
+def ledger_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """A ledger's server (no wipe commands), started once for the commands below."""
+    with EmbeddedRedis(tmp_path_factory.mktemp("ledger")) as server:
+        yield server
+
+
+@pytest.mark.parametrize("command", REFUSED, ids=lambda c: " ".join(c[:2]))
+def test_the_ledger_refuses_every_command_the_engine_does_not_use(
+    ledger_server: EmbeddedRedis, command: tuple[str, ...]
+) -> None:
+    client = ledger_server.client()
+    try:
+        client.set("pl:x", "1")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.execute_command(*command)
+        assert client.get("pl:x") == b"1" and client.exists("pl:y", "pl:z") == 0  # nothing wiped, moved or made
+    finally:
+        client.close()
+
+
+def test_the_engine_s_own_commands_pass_the_allow_list(ledger_server: EmbeddedRedis) -> None:
+    """redis-py's handshake (HELLO, CLIENT SETINFO, SELECT for another database), a Script (EVALSHA after
+    SCRIPT LOAD), a transaction and the ledger's data types all work: the allow-list is the engine's."""
+    assert {"evalsha", "script|load", "client|setinfo", "select", "multi", "exec"} <= set(LEDGER_COMMANDS)
+    client = redis.Redis.from_url(ledger_server.url.replace("/0", "/3"), protocol=3)  # HELLO 3, SELECT 3
+    try:
+        assert client.ping()
+        script = client.register_script("return redis.call('INCR', KEYS[1])")
+        assert script(keys=["pl:n"]) == 1 and script(keys=["pl:n"]) == 2
+        pipe = client.pipeline(transaction=True)
+        pipe.hset("pl:h", "a", 1).hincrbyfloat("pl:h", "a", 0.5).zadd("pl:z", {"m": 1}).zpopmin("pl:z")
+        assert pipe.execute()[1] == 1.5
+        assert list(client.scan_iter("pl:*")) and client.info("server")["process_id"] == ledger_server.pid
+    finally:
+        client.close()
