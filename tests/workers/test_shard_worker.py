@@ -155,15 +155,22 @@ def test_units_take_their_leases_while_the_calls_are_in_flight(
     tag = uuid.uuid4().hex[:8]
     units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "slow", f"{tag} {i} ___")) for i in range(12)]
     keys = {request_key("pl", u.request.key()) for u in units}
-    held: list[tuple[float, int, int]] = []
+    held: list[tuple[int, int, int]] = []
 
     def count() -> None:
-        held.append((time.monotonic(), fake.stats().total_calls, sum(redis_client.exists(k) for k in keys)))
+        leased = sum(redis_client.exists(k) for k in keys)  # first, then the provider's counts: see below
+        stats = fake.stats()
+        held.append((stats.total_calls, stats.ok, leased))
 
     _run(tmp_path, redis_client, fake, units, window=3, on_tick=count, provider_concurrency=16)
     assert fake.stats().peak_in_flight == 3
-    in_first_wave = [h for _, calls, h in held if 0 < calls <= 3]
-    assert max(in_first_wave) == 3 + lease_ahead(3), held
+    # The first wave: calls at the provider and no answer back yet (read after the leases, so none was back when
+    # they were counted). Then only the window's units and the ones leasing ahead can hold a lease. Once answers
+    # come back, an answer waiting for the group commit keeps its lease while its slot already serves the next
+    # unit: a sixth lease then is that, not a broken bound (the fresh-clone failure of issue 28 sampled it while
+    # the fourth call was on its way to the provider).
+    in_first_wave = [leased for calls, ok, leased in held if calls > 0 and ok == 0]
+    assert in_first_wave and max(in_first_wave) == 3 + lease_ahead(3), held
 
 
 class _RacingLeases(Leases):
