@@ -77,6 +77,7 @@ class Viewer:
         self._samples: OrderedDict[str, Samples] = OrderedDict()
         self._events: dict[str, LogEvents] = {}
         self._shard_usage: dict[str, dict[str, ShardUsage]] = {}  # run -> shard key -> usage (files never change)
+        self._indexing: set[str] = set()
         self._lock = threading.Lock()
 
     # --- reading a run ----------------------------------------------------------------------------------
@@ -217,7 +218,29 @@ class Viewer:
         body = pages.run_page(
             view, stage_rows(view), record.created_at, record.finished_at, found, redacted_config(record.config_toml)
         )
+        self.prepare(run_id, record.stages)
         return Response(body=body.encode())
+
+    def prepare(self, run_id: str, stages: list[str]) -> None:
+        """Build the run's stage indexes in the background, so that its units page, the next click, finds
+        them ready (a million units: a pass over the plan of a few seconds on a busy machine)."""
+        with self._lock:
+            if run_id in self._indexing:
+                return
+            self._indexing.add(run_id)
+
+        def build() -> None:
+            try:
+                files = self.samples(run_id).files
+                for stage in stages:
+                    files.index(stage)
+            except Exception as exc:  # the page that needs it says why
+                log.info("view_index_failed", run_id=run_id, error=str(exc)[:200])
+            finally:
+                with self._lock:
+                    self._indexing.discard(run_id)
+
+        threading.Thread(target=build, name=f"punchline-view-index-{run_id}", daemon=True).start()
 
     def samples_page(self, run_id: str, query: dict[str, str]) -> Response:
         def num(name: str) -> int:

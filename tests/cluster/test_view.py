@@ -17,6 +17,7 @@ import pytest
 
 from bench.view import MODELS, generate
 from punchline.cluster.view.server import ViewServer, ViewSettings
+from punchline.data.stores import open_store
 from punchline.data.units import shard_key
 
 RUN = "bench-view-test"
@@ -147,3 +148,27 @@ def test_a_corrupt_shard_is_named_and_the_server_goes_on(served: tuple[ViewServe
     status, page = get(server, f"/run/{RUN}")
     assert status in (404, 500) and "run.json" in page
     assert get(server, "/")[0] == 200  # still serving, and the list names the unreadable record
+
+
+def test_a_run_only_the_s3_store_has(tmp_path: Path, s3_url: str) -> None:
+    """``view RUN --store s3://...`` with an empty runs folder: the record, pages and artifacts come from S3."""
+    local = tmp_path / "made"
+    generate(local, RUN, 120, 10)
+    (local / RUN / "artifacts").mkdir()
+    (local / RUN / "artifacts" / "rows.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    store = open_store(s3_url)
+    for path in (local / RUN).rglob("*"):
+        if path.is_file():
+            store.put(path.relative_to(local).as_posix(), path.read_bytes())
+    server = ViewServer(ViewSettings(runs_dir=str(tmp_path / "empty"), store=s3_url, run_id=RUN)).start()
+    try:
+        status, page = get(server, f"/run/{RUN}")
+        assert status == 200 and "rows.jsonl" in page
+        _, page = get(server, f"/run/{RUN}/samples?size=10&page=11")
+        assert "111-120 of 120" in page and units_on(page)[-1] == "generate/r000000059/m0001"
+        _, page = get(server, f"/run/{RUN}/artifact/rows.jsonl")
+        assert "<td>2</td>" in page
+        status, _ = get(server, f"/run/{RUN}/raw/%2e%2e/%2e%2e/x")
+        assert status == 404
+    finally:
+        server.close()

@@ -75,7 +75,9 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             page.wait_for_function("document.getElementById('state').textContent === 'finished'", timeout=300_000)
             page.wait_for_selector("#artifacts a", timeout=30_000)
             assert driver.wait(timeout=60) == 0
-            assert "punchline_stage_calls_total" in scraped or not seen_running  # the driver served while running
+            # the driver served its metrics while it ran
+            assert 'state="running",live="true"' in scraped and "punchline_stage_calls_total" in scraped, scraped
+            assert seen_running or "finished" in page.inner_text("#state")
             done = page.inner_text("#stage-table")
             assert re.search(r"generate\s+100%\s+48/48", done), done
             # a plot
