@@ -186,6 +186,38 @@ def _private_dir(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
+# the folders of a ledger's folder the server or the drivers write in (the AOF's, the drivers' registrations)
+_SUBFOLDERS = ("appendonlydir", "clients")
+
+
+def check_folder_files(folder: Path) -> None:
+    """Refuse (LedgerUnavailable, naming the entry) a symbolic link, another user's entry or a special file
+    (a pipe, a device) anywhere in a ledger's folder: its files, its ``appendonlydir`` (the AOF) and
+    ``clients``. A dangling link counts: the server would create its target."""
+    for path in _entries(folder):
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            raise LedgerUnavailable(f"{path} is a symbolic link; remove it (the ledger never follows links)")
+        if st.st_uid != os.getuid():
+            raise LedgerUnavailable(f"{path} is owned by uid {st.st_uid}, not by us; remove it")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            raise LedgerUnavailable(f"{path} is a special file (a pipe or a device); remove it")
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The entries of a ledger's folder and of its subfolders (one level: the server makes no deeper ones)."""
+    try:
+        top = sorted(folder.iterdir())
+    except FileNotFoundError:
+        return []
+    out = list(top)
+    for sub in _SUBFOLDERS:
+        path = folder / sub
+        if path in top and not path.is_symlink() and path.is_dir():
+            out += sorted(path.iterdir())
+    return out
+
+
 def read_password(path: str | os.PathLike[str]) -> str | None:
     text = read_private(Path(path))
     return (text.strip() or None) if text is not None else None
@@ -357,15 +389,15 @@ class EmbeddedRedis:
         raise LedgerUnavailable(f"redis-server in {self.data_dir} did not start: {last_error}")
 
     def _check_own_files(self) -> None:
-        """The server itself opens its log and AOF folder by name (following links): refuse to start
-        when one of them is a symbolic link or belongs to someone else."""
-        for path in (self.log_path, self.data_dir / "appendonlydir"):
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
-                raise LedgerUnavailable(f"{path} is a symbolic link or another user's file; remove it")
+        """The server opens its files by name, following links: its log, its config, and its multi-part AOF
+        (``appendonlydir/``: the manifest, ``*.base.rdb``, ``*.incr.aof``, and the temp files of a rewrite).
+        So before it starts, every entry of the folder and of ``appendonlydir`` must be ours and not a link:
+        a link in place of the AOF would have the server append the ledger to a file anywhere."""
+        check_folder_files(self.data_dir)
+
+    def check_files(self) -> None:
+        """The same check while the server runs (a watcher's: the server opens new AOF files at a rewrite)."""
+        check_folder_files(self.data_dir)
 
     def _lock(self) -> int:
         """An fd holding an exclusive ``flock`` on the folder, or LedgerUnavailable if a live server

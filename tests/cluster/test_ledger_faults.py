@@ -75,12 +75,21 @@ def test_the_ledger_refuses_commands_that_wipe_or_walk_it(ledger: LocalLedger) -
     assert list(client.scan_iter("pl:*")) == [b"pl:x"]  # what the engine uses instead of KEYS
 
 
-@pytest.mark.parametrize("name", ["server.conf", "redis.lock", "password", "join.lock", "redis.log"])
+# every file the ledger's folder holds: the drivers' and keeper's, the server's config and log, its multi-part AOF
+# (Valkey 7+: appendonlydir/ with a manifest, a base and an incr file, and a rewrite's temp files)
+LEDGER_FILES = ["server.conf", "redis.lock", "password", "join.lock", "keeper.lock", "redis.log", "appendonlydir",
+                "appendonlydir/appendonly.aof.manifest", "appendonlydir/appendonly.aof.1.base.rdb",
+                "appendonlydir/appendonly.aof.1.incr.aof", "appendonlydir/temp-rewriteaof-bg-1.aof",
+                "clients/planted"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", LEDGER_FILES)
 def test_a_symlink_planted_in_the_ledger_folder_is_refused(tmp_path: Path, name: str) -> None:
     target = tmp_path / "victim.txt"
     target.write_text("precious\n")
     folder = ledger_dir(tmp_path / "runs")
     folder.mkdir(parents=True, mode=0o700)
+    (folder / name).parent.mkdir(mode=0o700, exist_ok=True)
     (folder / name).symlink_to(target)
     with pytest.raises(LedgerUnavailable, match="symbolic link"):
         LocalLedger(tmp_path / "runs").join()

@@ -251,3 +251,30 @@ def test_the_engine_s_own_commands_pass_the_allow_list(ledger_server: EmbeddedRe
         assert list(client.scan_iter("pl:*")) and client.info("server")["process_id"] == ledger_server.pid
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("part", ["appendonly.aof.1.incr.aof", "appendonly.aof.1.base.rdb", "appendonly.aof.manifest"])
+def test_a_link_in_place_of_an_aof_file_is_refused_and_never_written(tmp_path: Path, part: str) -> None:
+    """Issue 34: a link in place of the AOF's incr file had the server append the ledger to a file outside the
+    runs folder. Each part of the multi-part AOF is checked before the server starts (it opens them by name)."""
+    server = EmbeddedRedis(tmp_path / "ledger")
+    server.start()
+    server.client().set("pl:kept", "1")
+    server.stop()
+    aof = tmp_path / "ledger" / "appendonlydir" / part
+    assert aof.is_file()  # what Valkey 7+ writes (a multi-part AOF), so the names tested are the real ones
+    victim = tmp_path / "victim"
+    victim.write_bytes(aof.read_bytes())
+    before = victim.read_bytes()
+    aof.unlink()
+    aof.symlink_to(victim)
+    with pytest.raises(LedgerUnavailable, match=f"{part} is a symbolic link"):
+        server.start()
+    assert not server.running() and victim.read_bytes() == before
+    with pytest.raises(LedgerUnavailable, match="symbolic link"):
+        server.check_files()
+    aof.unlink()
+    victim.rename(aof)  # put back: the server starts and has what it acknowledged
+    with server:
+        assert server.client().get("pl:kept") == b"1"
+        server.check_files()
