@@ -38,6 +38,14 @@ Rules (documented here and in the README because the metrics depend on them):
   ``/`` between two words, a ``?``, another letter or class in brackets, another class named in any inflected
   form such as "иронию") is None and ``ambiguous``, even when the alternative is no class at all ("ирония или
   сарказм"); so is a part hedged on a line of its own after the answer ("Хотя, возможно, и В.").
+* Nothing after the answer takes it back (issue 33): once the answer has begun (its first trusted marker), a later
+  line — or the rest of a marker's line after its first sentence — that names another class (in any form) or
+  another letter (a capital А/В before "тоже", "подходит"... counts) leaves that part None and ``ambiguous``,
+  with or without a hedge word ("Нет, скорее ирония.", "P.S. В тоже подходит.", "Поправка: эллипсис, Г.",
+  "50/50 с В."); a line that doubts or corrects the answer without naming anything ("Хотя не уверен.",
+  "Ответ под вопросом.", "Нет — ...", "UPD", "Верно?") leaves both parts None. A value named only to be ruled
+  out ("Вариант В не подходит", "эллипсис тут ни при чём", "текст А — это не ирония") is no alternative, and
+  reasoning *before* the answer may weigh classes freely.
 * Read through: zero-width characters (dropped), no-break and thin spaces (spaces), ``…`` (``...``), a JSON
   object (``{"ОТВЕТ": ..., "РЕШЕНИЕ": ...}``, also ``answer``/``solution``, ``класс``/``буква``; a list value
   is a hedge) and markdown tables (a header row naming the markers, or marker | value rows).
@@ -536,22 +544,101 @@ def _class_hedged(segment: str, named: set[str]) -> bool:
     return hedged(segment) or bool(classes_mentioned(segment) - named)
 
 
-def _hedge_lines(text: str, first_marker: int | None) -> tuple[bool, bool]:
-    """(class hedged, letter hedged) by a line of its own after the answer began ("Хотя, возможно, и В.")."""
+# --- what follows the answer: retractions, alternatives, doubts --------------------------------------------------
+
+# A line after the answer that takes it back or doubts it, with or without an alternative named on it
+_RETRACT = re.compile(
+    r"(?<!\w)(?:скорее|точнее|вернее|поправ\w*|исправ\w*|ошиб\w*|передума\w*|переформулир\w*|отставить|upd|"
+    r"no wait|wait|actually|correction|instead|второй вариант|запасн\w*|в крайнем случае|не исключ\w*|шанс\w*|"
+    r"не уверен\w*|сомневаюсь|сомнева\w*|затрудня\w*|могу ошибаться|не точно|под вопросом|трудно сказать|"
+    r"сложно сказать|50\s*/\s*50|\d+\s*%|если не)(?!\w)",
+    re.IGNORECASE,
+)
+_NO = re.compile(r"^[\W_]*(?:нет|no|неа)\s*(?:[,.!:;—–-]|$)", re.IGNORECASE)  # "Нет, скорее В." (not "Нет сомнений")
+# a capital А/В before these words is the option named, not a conjunction or preposition ("P.S. В тоже подходит")
+_LETTER_BEFORE = re.compile(
+    r"(?<![\w.])([АВ])\s+(?=(?:тоже|также|тож|подход\w*|подойд\w*|годит\w*|верн\w*|правильн\w*|возмож\w*|"
+    r"вероятн\w*|лучше|ближе|точнее|скорее|может|был\w*|ведь|же)(?!\w))"
+)
+# named only to be ruled out: "Вариант В не подходит", "эллипсис тут ни при чём", "Г отпадает"
+_RULED_OUT_AFTER = re.compile(
+    r"^[\s—–:-]*(?:это\s+)?(?:(?:тут|здесь|вообще|явно|точно|уж|совсем)\s+)*(?:не\s|ни\s+при\s+ч|отпада|исключа|"
+    r"неверн|неправильн|мимо|лишн)",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.;!?])\s+")
+
+
+def _afterword_letters(line: str) -> set[str]:
+    """Every option letter a line after the answer names, loosely: a capital А/В before "тоже", "подходит"...
+    counts too; one named only to be ruled out does not; a list of all four is the format echoed back."""
+    glyphs = letter_glyphs(line) + _LETTER_BEFORE.findall(line)
+    letters = _read_letters(glyphs)
+    for m in re.finditer(r"(?<!\w)([АБВГ])(?!\w)", line):
+        if _RULED_OUT_AFTER.match(line[m.end() :]):
+            letters.discard(m.group(1))
+    return set() if len(letters) == len(LETTERS) else letters
+
+
+def _afterword_classes(line: str) -> set[str]:
+    """Every class a line after the answer mentions, in any form, except those it rules out."""
+    found = classes_mentioned(line)
+    norm = normalize_class_text(_cyrillic_words(line))
+    for cls in list(found):
+        m = _CLASS_STEMS[cls].search(norm)
+        if m is not None and _RULED_OUT_AFTER.match(norm[m.end() :]):
+            found.discard(cls)
+    return found
+
+
+# doubt words that say so wherever they stand; a bare "может" or "или" in an explanation ("слово может означать
+# и то, и другое") is no doubt about the answer (an alternative beside it is caught as an alternative)
+_DOUBT_WORD = re.compile(
+    r"(?<!\w)(?:возможно|вероятно|наверное|наверно|пожалуй|впрочем|либо)(?!\w)|(?:^|[.!?;,]\s*)[\W_]*(?:(?:хотя|а|но|и)[\W_]+)?может(?:\s+быть)?\s*[,.!—–]",
+    re.IGNORECASE,
+)
+
+
+def _doubts(line: str) -> bool:
+    """A line that takes the answer back or doubts it, whether or not it names another value."""
+    return bool(
+        _DOUBT_WORD.search(line) or _ALSO_FITS.search(line) or _RETRACT.search(line) or _NO.match(line)
+    ) or line.rstrip(" .)*_").endswith("?")
+
+
+def _afterwords(text: str, first_marker: int | None) -> list[tuple[str, bool]]:
+    """The text after the answer began, as ``(text, alternatives count)``: every later line that is not a
+    marker's own line (alternatives and doubts count), on a marker's line whatever follows its first sentence
+    ("РЕШЕНИЕ А. Нет, В.") likewise, and a marker's line that gives no value for its doubts only ("Ответ под
+    вопросом."; a value is checked by its part's own hedge rules)."""
+    if first_marker is None:
+        return []
+    out = []
+    begin = text.rfind("\n", 0, first_marker) + 1
+    for n, line in enumerate(text[begin:].split("\n")):
+        if not line.strip(_LEAD_CHARS):
+            continue
+        if n == 0 or _STARTS_WITH_MARKER.match(line.strip(_LEAD_CHARS)):
+            own = line[first_marker - begin :] if n == 0 else line
+            if not classes_mentioned(own) and not _read_letters(letter_glyphs(own)):  # a value is hedge-checked
+                out.append((own, False))
+            rest = _SENTENCE_END.split(own.strip(), maxsplit=1)
+            if len(rest) == 2 and rest[1].strip(_LEAD_CHARS):
+                out.append((rest[1], True))
+            continue
+        out.append((line, True))
+    return out
+
+
+def _hedge_lines(text: str, first_marker: int | None, cls: str | None, letter: str | None) -> tuple[bool, bool]:
+    """(class hedged, letter hedged) by what follows the answer: a line naming another class (any form) or
+    another letter, with or without a hedge word ("Нет, скорее ирония.", "P.S. В тоже подходит.", "50/50 с
+    В."), takes that part back; a line that doubts or corrects ("Хотя не уверен.", "Поправка: ...") both."""
     cls_hedge = letter_hedge = False
-    start = 0 if first_marker is None else text.find("\n", first_marker)
-    if start < 0:
-        return False, False
-    for line in text[start:].split("\n"):
-        if not line.strip() or _STARTS_WITH_MARKER.match(line.strip(_LEAD_CHARS)):
-            continue
-        if not (_HEDGE_WORD.search(line) or _ALSO_FITS.search(line)):
-            continue
-        letters = _read_letters(letter_glyphs(line))
-        if len(letters) == len(LETTERS):
-            continue  # the format's list echoed back
-        letter_hedge |= bool(letters)
-        cls_hedge |= bool(classes_mentioned(line))
+    for line, alternatives in _afterwords(text, first_marker):
+        doubt = _doubts(line)
+        cls_hedge |= doubt or (alternatives and bool(_afterword_classes(line) - {cls}))
+        letter_hedge |= doubt or (alternatives and bool(_afterword_letters(line) - {letter}))
     return cls_hedge, letter_hedge
 
 
@@ -569,8 +656,11 @@ def parse_answer(text: str) -> ParsedAnswer:
         bare = _bare(text)
         if bare is not None:
             return bare
-    starts = [seg.start for tier in (cls_tiers[-1], letter_tiers[-1]) for seg in tier]
-    cls_hedge, letter_hedge = _hedge_lines(text, min(starts) if starts else None)
+    # the answer begins at its first trusted marker (reasoning before it may weigh classes freely)
+    starts = [seg.start for tier in (cls_tiers[0], letter_tiers[0]) for seg in tier] or [
+        seg.start for tier in (cls_tiers[-1], letter_tiers[-1]) for seg in tier
+    ]
+    cls_hedge, letter_hedge = _hedge_lines(text, min(starts) if starts else None, cls.value, letter.value)
     if cls_hedge and cls.value is not None:
         cls = _Part(None, True)
     if letter_hedge and letter.value is not None:
