@@ -370,7 +370,7 @@ def run(
     run_id = opts.run_id or new_run_id(cfg)
     run_dir = Path(opts.runs_dir) / run_id
     store_url = opts.store or config_store(cfg) or opts.runs_dir
-    check_outputs(store_url, opts.runs_dir)  # an unwritable store stops here, before runs/_ledger exists
+    check_outputs(store_url, opts.runs_dir, opts.run_id)  # an unwritable store or a planted link stops here
     store = open_store(store_url)
     existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
     config_toml = redact_urls(Path(config_path).read_text())  # a password in [run] redis_url stays in the file

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from punchline.cluster.config import SIMULATED, RunConfig, check_run_id, check_service_url
 from punchline.cluster.planner import StageEstimate, plan_run
+from punchline.cluster.redis_server import check_folder_files
 from punchline.cluster.registry import pipeline_of
 from punchline.data import settings as env_registry
-from punchline.data.errors import ConfigError
+from punchline.data.errors import ConfigError, LedgerUnavailable
 
 if TYPE_CHECKING:
     from punchline.cluster.driver import RunOptions
@@ -61,9 +63,10 @@ def check_options(opts: RunOptions) -> None:
         raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
 
 
-def check_outputs(store_url: str, runs_dir: str) -> None:
+def check_outputs(store_url: str, runs_dir: str, run_id: str | None = None) -> None:
     """Every folder the run will write (the runs folder, where ``_ledger`` and the run's folder go, and a
-    local store) is a folder it can create or write in, before any of them is created."""
+    local store) is a folder it can create or write in, before any of them is created; and nothing the run
+    writes or reads back in the runs folder is a link (:func:`check_run_files`)."""
     places = [(runs_dir, "--runs-dir / PUNCHLINE_RUNS_DIR")]
     if "://" not in store_url:
         places.append((store_url, "--store / PUNCHLINE_STORE / [run] store"))
@@ -71,6 +74,54 @@ def check_outputs(store_url: str, runs_dir: str) -> None:
         problem = _unwritable(Path(place).expanduser())
         if problem is not None:
             raise ConfigError(problem, file=place, field=field)
+    check_run_files(Path(runs_dir).expanduser(), run_id)
+
+
+# what the runs folder holds for a run: its record, its log (appended to by every worker on this machine),
+# and its spool of paid answers the store could not take (read back into the store on resume)
+RUN_FILES = ("run.json", "log.jsonl")
+RUN_FOLDERS = ("spool",)
+
+
+def check_run_files(runs: Path, run_id: str | None) -> None:
+    """The runs folder's own entries are ours and none is a link (a link would have the run append its log,
+    or read "paid answers", through it): ``_ledger`` and everything in it (the server's files, its AOF),
+    ``_ray``, and the run's folder, ``run.json``, ``log.jsonl``, ``spool/`` and its files. One line naming
+    the entry (exit 2), before anything is created or started."""
+    for name in ("_ledger", "_ray"):
+        _own(runs / name, folder=True)
+    try:
+        check_folder_files(runs / "_ledger")
+    except LedgerUnavailable as exc:
+        raise ConfigError(str(exc), file=str(runs / "_ledger"), field="--runs-dir") from None
+    if run_id is None:
+        return
+    run_dir = runs / run_id
+    _own(run_dir, folder=True)
+    for name in RUN_FILES:
+        _own(run_dir / name, folder=False)
+    for name in RUN_FOLDERS:
+        if _own(run_dir / name, folder=True):
+            for entry in sorted((run_dir / name).iterdir()):
+                _own(entry, folder=False)
+
+
+def _own(path: Path, *, folder: bool) -> bool:
+    """Whether ``path`` exists; refuses it (ConfigError) when it is a link, not of its kind, or not ours."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    kind = "folder" if folder else "file"
+    if stat.S_ISLNK(st.st_mode):
+        problem = f"is a symbolic link; the run never writes or reads through links: remove it (a real {kind})"
+    elif not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
+        problem = f"is not a {kind}: remove it"
+    elif st.st_uid != os.getuid():
+        problem = f"is owned by uid {st.st_uid}, not by this user: remove it"
+    else:
+        return True
+    raise ConfigError(problem, file=str(path), field="--runs-dir")
 
 
 def _unwritable(path: Path) -> str | None:

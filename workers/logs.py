@@ -130,7 +130,8 @@ class _Sinks:
         self.json_path = json_path
         if json_path is not None:
             json_path.parent.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(json_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # never through a link (a run's log is checked before the run starts; this is the last line of defence)
+            self.fd = os.open(json_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         self.console = console
         self.console_renderer = structlog.dev.ConsoleRenderer(colors=colors) if console is not None else None
         self.format_exc = structlog.processors.format_exc_info

@@ -16,13 +16,13 @@ import math
 import os
 import re
 import shutil
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 
 from punchline.cluster.cli import main
 
@@ -351,6 +351,23 @@ def _(ws: Workspace) -> list[str]:
 @case("run --store is a file", ("--store", "afile"))
 def _(ws: Workspace) -> list[str]:
     return ["run", str(ws.config("puns")), "--runs-dir", str(ws.runs), "--store", str(ws.write("afile", "x")), *RUN]
+
+
+# issue 34: nothing the run writes or reads back in the runs folder is a link (each is refused before anything
+# starts, the file it points at untouched: the workspace snapshot says so)
+for planted in ["good/log.jsonl", "good/run.json", "good/spool", "good/spool/0123.msgpack", "_ledger", "_ray",
+                "_ledger/redis.log", "_ledger/appendonlydir/appendonly.aof.1.incr.aof",
+                "_ledger/appendonlydir/appendonly.aof.manifest"]:  # fmt: skip
+
+    def _linked(ws: Workspace, planted: str = planted) -> list[str]:
+        link = ws.runs / planted
+        victim = ws.write("victim.txt", link.read_text() if link.is_file() else "precious\n")
+        link.unlink(missing_ok=True)  # the run's own record, moved away and linked to
+        link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        link.symlink_to(victim if "." in link.name else victim.parent)
+        return ["run", str(ws.config("puns")), "--runs-dir", str(ws.runs), "--run-id", "good", *RUN]
+
+    case(f"run with a link planted at runs/{planted}", (planted.split("/")[-1], "symbolic link"))(_linked)
 
 
 @case("run empty api_key_file", ("providers.together", "api_key_file", "empty"))
