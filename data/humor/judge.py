@@ -3,7 +3,7 @@
 **MERA's judge** (``judge_mera``, pinned to MERA-Evaluation/MERA ``benchmark_tasks/mera_judge.py`` at
 4310d9836d03a1e70128fd65095cf6d04f96942b): one fixed Russian prompt (task text, reference, the answer, the
 criterion "Правильность ответа" with a 0/1/2 rubric) as a single user message, temperature 0, 256 tokens; the
-first standalone 0, 1 or 2 in the reply, divided by 2; the best over MERA's readings of the answer
+last number in the reply, divided by 2 and clamped into [0, 1]; the best over MERA's readings of the answer
 (:func:`punchline.data.humor.mera.mera_readings`, one call each); a failed call or an unreadable reply scores 0,
 never retried for its content (MERA does not retry either).
 
@@ -95,7 +95,7 @@ MERA_JUDGE_TEMPLATE = f"""### Задание для оценки:
 MERA_JUDGE_MAX_SCORE = 2.0
 MERA_JUDGE_MAX_TOKENS = 256  # lm-eval's compute_llm_judge default
 _MERA_FIELD = re.compile(r"\{(instruction|reference_answer|answer|criteria_name|criteria_rubrics)\}")
-_MERA_SCORE = re.compile(r"\b([0-2])\b", re.IGNORECASE | re.DOTALL)
+_MERA_NUMBER = re.compile(r"(\d+(?:\.\d+)?)")  # compute_llm_judge: every number; the last is the score
 
 
 def mera_judge_prompt(item: HumorItem, answer: str) -> str:
@@ -122,11 +122,15 @@ def mera_judge_request(provider: str, model_id: str, item: HumorItem, answer: st
 
 
 def mera_judge_score(reply: str | None) -> float:
-    """A MERA judge reply on the [0, 1] scale: the first standalone 0/1/2 over 2; 0 when absent or failed."""
-    m = _MERA_SCORE.search(reply) if reply is not None else None
-    if m is None:
+    """A MERA judge reply on the [0, 1] scale, read as MERA reads it: lm-eval's ``compute_llm_judge``
+    (``lm_eval/api/metrics_generative.py`` of the harness fork at 1a8000e7526d4b2c60f6d4410eeecac2d30714b5, the
+    version whose ``judge_prompt`` argument ``mera_judge.py`` calls) takes the *last* number in the reply, and
+    ``normalize_score`` divides it by 2 and clamps it into [0, 1] ("2 из 2" -> 1, "1 (шкала 0-2)" -> 1, "12" -> 1);
+    a reply without a number, or a failed call, scores 0."""
+    numbers = _MERA_NUMBER.findall(reply) if reply is not None else []
+    if not numbers:
         return 0.0
-    return min(max(float(m.group(1)) / MERA_JUDGE_MAX_SCORE, 0.0), 1.0)
+    return min(max(float(numbers[-1]) / MERA_JUDGE_MAX_SCORE, 0.0), 1.0)
 
 
 class JudgeParseError(RetryableProviderError):

@@ -100,6 +100,37 @@ def test_scores_on_the_rubric_scale() -> None:
     assert mera_judge_score("Оценка: 1 — ответ неполный") == 0.5
     assert mera_judge_score("0") == 0.0
     assert mera_judge_score("Оценка 2 из 2") == 1.0
-    assert mera_judge_score("12 баллов") == 0.0  # no standalone 0-2: unreadable, scored 0
+    assert mera_judge_score("12 баллов") == 1.0  # the last number, over 2, clamped: as MERA reads it
+    assert mera_judge_score("Оценка: 1 (шкала 0-2)") == 1.0  # the last number is the scale's 2
+    assert mera_judge_score("Оценка: 0.5") == 0.25
     assert mera_judge_score("не знаю") == 0.0
     assert mera_judge_score(None) == 0.0  # the call failed
+
+
+def official_compute_llm_judge_reading(content: str) -> float:
+    """``compute_llm_judge``'s reading of the judge's reply (no ``score_regex``), transcribed from
+    ``lm_eval/api/metrics_generative.py`` of artemorloff/lm-evaluation-harness at
+    1a8000e7526d4b2c60f6d4410eeecac2d30714b5, then ``mera_judge.normalize_score`` and the ``except`` that scores a
+    failure 0 (``mera_judge.compute_judge_score`` at 4310d9836d03a1e70128fd65095cf6d04f96942b)."""
+    import re
+
+    try:
+        floats = re.findall(r"(\d+(?:\.\d+)?)", content)
+        if floats:
+            raw = float(floats[-1])
+        else:
+            raise ValueError(f"llm_judge could not parse a numeric score from: {content[:500]!r}")
+        return min(max(float(raw) / 2.0, 0.0), 1.0)
+    except Exception:
+        return 0.0
+
+
+def test_the_reply_is_read_as_meras_compute_llm_judge_reads_it() -> None:
+    import random
+
+    rng = random.Random(33)
+    pieces = ["Оценка:", "2", "1", "0", " ", "\n", "из", "баллов", "0-2", "1.5", "10", "**", "Итог", ".", "—", "3"]
+    replies = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(3000)]
+    replies += ["2", "Оценка: 1 — ответ неполный", "Оценка 2 из 2", "", "0.75", "Score: 2/2", "1\n\nПояснение: 0"]
+    differ = [r for r in replies if mera_judge_score(r) != official_compute_llm_judge_reading(r)]
+    assert not differ, differ[:5]
