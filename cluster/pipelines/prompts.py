@@ -59,6 +59,8 @@ class Job:
         self.data_file = str(resolve_path(cfg, self.settings.data))
         self._rows: list[Row] | None = None
         self._modes: dict[tuple[str, str], Mode] = {}
+        self._schema = _schema_text(self.settings.parse)  # once, not per request
+        self._judge_schema = _schema_text(self.settings.judge.parse if self.settings.judge is not None else None)
 
     @property
     def rows(self) -> list[Row]:
@@ -85,7 +87,7 @@ class Job:
             n=self.settings.n,
             stop=s.stop,
             seed=s.seed,
-            response_schema=_schema_text(self.settings.parse),
+            response_schema=self._schema,
         )
 
     def judge_request(self, row: Row, out: OutputRow) -> ProviderRequest:
@@ -101,7 +103,7 @@ class Job:
             temperature=judge.temperature,
             max_tokens=judge.max_tokens,
             seed=judge.seed,
-            response_schema=_schema_text(judge.parse),
+            response_schema=self._judge_schema,
         )
 
     def mode(self, stage: str, provider: str) -> Mode:
