@@ -107,6 +107,43 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def start_ticks(pid: int) -> int:
+    """When ``pid`` started (clock ticks after boot: ``/proc/<pid>/stat`` field 22), 0 if no such process. With
+    the pid it names one process for the machine's uptime; a pid alone is reused within minutes on a busy
+    machine, and a path (a working folder) changes when the runs folder is moved."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces; fields[0] is field 3
+    return int(fields[19]) if len(fields) > 19 and fields[0] != "Z" else 0
+
+
+def same_process(pid: int, ticks: int) -> bool:
+    """Whether ``pid`` is still the process that started at ``ticks`` (never one that reused the pid)."""
+    return pid > 0 and ticks > 0 and start_ticks(pid) == ticks
+
+
+class FolderHold:
+    """A keeper's hold on its folder: an open directory, so the keeper finds the folder where it is now (moved or
+    renamed under it: ``path`` follows it) and sees it deleted (``deleted``), whatever path it was started with."""
+
+    def __init__(self, folder: Path) -> None:
+        self.fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    @property
+    def path(self) -> Path:
+        return Path(f"/proc/self/fd/{self.fd}")  # the kernel resolves it to the directory itself, wherever it is
+
+    @property
+    def deleted(self) -> bool:
+        return os.fstat(self.fd).st_nlink == 0
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
 def live_clients(folder: Path, *, prune: bool = True) -> list[Path]:
     """Registrations of drivers that are still alive; stale ones are removed when ``prune``."""
     host = socket.gethostname()
@@ -308,8 +345,9 @@ def spawn_keeper(folder: Path) -> None:
     with _flock(folder / "keeper.lock", blocking=False) as free:
         if not free:
             return
+    pid = _server_pid(folder)
     subprocess.Popen(
-        [sys.executable, "-m", "punchline.cluster.local_ledger", str(folder), str(_server_pid(folder))],
+        [sys.executable, "-m", "punchline.cluster.local_ledger", str(folder), str(pid), str(start_ticks(pid))],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -318,15 +356,22 @@ def spawn_keeper(folder: Path) -> None:
     )
 
 
-def keep(folder: Path, server_pid: int = 0) -> int:
+def keep(folder: Path, server_pid: int = 0, server_ticks: int = 0) -> int:
     """The keeper's loop: stop the server once no live driver has been registered for a few polls
-    (the last driver was killed before it could leave); exit when the server is gone. ``server_pid``
-    is the server the spawning driver saw, stopped if its folder is deleted under it."""
+    (the last driver was killed before it could leave); exit when the server is gone. ``server_pid`` and
+    ``server_ticks`` name the server the spawning driver saw (:func:`same_process`): it is stopped if its folder
+    is deleted under it. The folder is held open (:class:`FolderHold`), so a moved runs folder is still kept."""
     try:
-        fd = open_private(folder / "keeper.lock", os.O_RDWR | os.O_CREAT)
-    except (OSError, LedgerUnavailable):  # the folder is already gone (or not ours)
-        if server_pid:
-            _stop_orphan(server_pid, folder)
+        hold = FolderHold(folder)
+    except OSError:  # the folder is already gone (or not a folder of ours)
+        _stop_orphan(server_pid, server_ticks)
+        return 0
+    here = hold.path
+    try:
+        fd = open_private(here / "keeper.lock", os.O_RDWR | os.O_CREAT)
+    except (OSError, LedgerUnavailable):
+        hold.close()
+        _stop_orphan(server_pid, server_ticks)
         return 0
     try:
         try:
@@ -334,14 +379,16 @@ def keep(folder: Path, server_pid: int = 0) -> int:
         except BlockingIOError:
             return 0  # another keeper watches this folder
         idle = 0
-        server_pid = server_pid or _server_pid(folder)
-        while folder.exists() and EmbeddedRedis.find_running(folder) is not None:
+        if not server_pid:
+            server_pid = _server_pid(here)
+            server_ticks = start_ticks(server_pid)
+        while not hold.deleted and EmbeddedRedis.find_running(here) is not None:
             try:
-                with _flock(folder / "join.lock", blocking=False) as free:
+                with _flock(here / "join.lock", blocking=False) as free:
                     if free:
-                        idle = 0 if live_clients(folder) else idle + 1
+                        idle = 0 if live_clients(here) else idle + 1
                         if idle >= KEEPER_GRACE_POLLS:
-                            EmbeddedRedis.stop_running(folder)
+                            EmbeddedRedis.stop_running(here)
                             # let go of keeper.lock before join.lock: the next driver to join starts a
                             # new server and must find no keeper, so that it starts one
                             os.close(fd)
@@ -350,12 +397,13 @@ def keep(folder: Path, server_pid: int = 0) -> int:
             except OSError:  # the folder is being removed under us
                 break
             time.sleep(KEEPER_POLL_S)
-        if server_pid and not folder.exists():  # the folder was deleted under the server: stop it too
-            _stop_orphan(server_pid, folder)
+        if hold.deleted:  # the folder was deleted under the server: stop it too
+            _stop_orphan(server_pid, server_ticks)
         return 0
     finally:
         if fd >= 0:
             os.close(fd)
+        hold.close()
 
 
 def _server_pid(folder: Path) -> int:
@@ -365,18 +413,13 @@ def _server_pid(folder: Path) -> int:
         return 0
 
 
-def _stop_orphan(pid: int, folder: Path) -> None:
-    """SIGTERM the server whose folder is gone, if ``pid`` is still that server (it runs in that
-    folder: the server rewrites its command line, its working directory stays), never a process
-    that reused the pid."""
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return
-    if cwd.removesuffix(" (deleted)") == str(folder):
+def _stop_orphan(pid: int, ticks: int) -> None:
+    """SIGTERM the server whose folder is gone, if ``pid`` is still that server (same start time), never a
+    process that reused the pid."""
+    if same_process(pid, ticks):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
 
 
 if __name__ == "__main__":
-    sys.exit(keep(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0))
+    sys.exit(keep(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:4])))

@@ -48,7 +48,7 @@ from pathlib import Path
 import msgspec
 import structlog
 
-from punchline.cluster.local_ledger import _flock, _pid_alive, live_clients
+from punchline.cluster.local_ledger import FolderHold, _flock, _pid_alive, live_clients, same_process, start_ticks
 from punchline.cluster.ray_runtime import RaySettings
 from punchline.cluster.redis_server import _private_dir, _write_private, open_private, read_private
 from punchline.data.errors import InfraError, LedgerUnavailable
@@ -136,16 +136,6 @@ def read_head(folder: Path) -> HeadRecord | None:
 def _is_head(head: HeadRecord) -> bool:
     cmdline = _cmdline(head.pid)
     return "--head" in cmdline and f"--port={head.address.rsplit(':', 1)[1]}" in cmdline
-
-
-def _runs_in(pid: int, folder: Path) -> bool:
-    """Whether ``pid`` works in ``folder`` (a head's cwd is its folder, kept after the folder is deleted):
-    pids are reused within minutes on a busy machine, so a pid alone never names a head."""
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return False
-    return cwd.removesuffix(" (deleted)") == str(folder)
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -367,7 +357,8 @@ def spawn_keeper(folder: Path) -> None:
         if not free:
             return
     head = read_head(folder)
-    argv = [str(folder), str(LOCAL_RAY_LINGER_S.get()), str(head.pid if head is not None else 0)]
+    pid = head.pid if head is not None else 0
+    argv = [str(folder), str(LOCAL_RAY_LINGER_S.get()), str(pid), str(start_ticks(pid) if pid else 0)]
     subprocess.Popen(
         [sys.executable, "-m", "punchline.cluster.local_ray", *argv],
         stdin=subprocess.DEVNULL,
@@ -390,14 +381,23 @@ def stop_head(sid: int, wait_s: float = STOP_WAIT_S) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
+def keep(folder: Path, linger_s: float, head_pid: int = 0, head_ticks: int = 0) -> int:
     """The keeper's loop: stop the head once no live driver and no shard worker has been there for
-    ``linger_s``; exit when the head is gone. ``head_pid``: the head the spawning driver saw, stopped
-    if the folder is deleted under it (``rm -rf runs``)."""
+    ``linger_s``; exit when the head is gone. ``head_pid`` and ``head_ticks``: the head the spawning driver saw
+    (its pid and start time, :func:`same_process`), stopped if the folder is deleted under it (``rm -rf runs``).
+    The folder is held open (:class:`FolderHold`): a runs folder moved or renamed during the linger is still kept,
+    and its head stopped after the linger as if it had not moved."""
     try:
-        fd = open_private(folder / "keeper.lock", os.O_RDWR | os.O_CREAT)
+        hold = FolderHold(folder)
+    except OSError:
+        _stop_orphan(head_pid, head_ticks)
+        return 0
+    here = hold.path
+    try:
+        fd = open_private(here / "keeper.lock", os.O_RDWR | os.O_CREAT)
     except (OSError, LedgerUnavailable):
-        _stop_orphan(head_pid, folder)
+        hold.close()
+        _stop_orphan(head_pid, head_ticks)
         return 0
     try:
         try:
@@ -407,25 +407,27 @@ def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
         idle_since: float | None = None
         alone_since: float | None = None  # no driver left (workers may still drain)
         while True:
-            head = read_head(folder)
+            head = None if hold.deleted else read_head(here)
             if head is None:
-                _stop_leftovers(folder)
-                if not folder.exists():
-                    _stop_orphan(head_pid, folder)
+                if hold.deleted:
+                    _stop_orphan(head_pid, head_ticks)
+                else:
+                    _stop_leftovers(here)
                 return 0
-            head_pid = head.pid
+            if head.pid != head_pid:
+                head_pid, head_ticks = head.pid, start_ticks(head.pid)
             stop = False
-            with contextlib.suppress(OSError), _flock(folder / "join.lock", blocking=False) as free:  # OSError: rm -rf
+            with contextlib.suppress(OSError), _flock(here / "join.lock", blocking=False) as free:  # OSError: rm -rf
                 if free:
                     now = time.monotonic()
-                    drivers = bool(live_clients(folder))
+                    drivers = bool(live_clients(here))
                     alone_since = None if drivers else (alone_since or now)
                     draining = not drivers and bool(shard_workers(head.pid))
                     stuck = alone_since is not None and now - alone_since > DRAIN_MAX_S
                     busy = drivers or (draining and not stuck)
                     idle_since = None if busy else (idle_since or now)
                     if idle_since is not None and now - idle_since >= linger_s:
-                        (folder / "head.json").unlink(missing_ok=True)  # a driver joining now starts a new head
+                        (here / "head.json").unlink(missing_ok=True)  # a driver joining now starts a new head
                         stop = True
             if stop:
                 os.close(fd)  # the next head's keeper must be able to start while this one cleans up
@@ -436,13 +438,14 @@ def keep(folder: Path, linger_s: float, head_pid: int = 0) -> int:
     finally:
         if fd >= 0:
             os.close(fd)
+        hold.close()
 
 
-def _stop_orphan(pid: int, folder: Path) -> None:
-    """Stop the head whose folder is gone, if ``pid`` is still that head (a ``ray start --head`` working in
-    that folder, in a session of its own), never a process that reused the pid."""
+def _stop_orphan(pid: int, ticks: int) -> None:
+    """Stop the head whose folder is gone, if ``pid`` is still that head (the same process: pid and start time,
+    a ``ray start --head --block`` in a session of its own), never a process that reused the pid."""
     cmdline = _cmdline(pid) if pid else []
-    if "--head" in cmdline and "--block" in cmdline and _runs_in(pid, folder) and session_processes(pid):
+    if same_process(pid, ticks) and "--head" in cmdline and "--block" in cmdline and session_processes(pid):
         stop_head(pid)
 
 
@@ -459,4 +462,4 @@ def _stop_leftovers(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(keep(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0))
+    sys.exit(keep(Path(sys.argv[1]), float(sys.argv[2]), *(int(a) for a in sys.argv[3:5])))

@@ -20,6 +20,7 @@ import msgspec
 import pytest
 
 from punchline.cluster.coordinator import LOCAL_ALONE_S, _time_left
+from punchline.cluster.local_ledger import start_ticks
 from punchline.cluster.local_ray import (
     HeadRecord,
     LocalRay,
@@ -146,14 +147,44 @@ def test_a_head_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
     try:
         wait_for(lambda: session_processes(head.pid) == [head.pid], timeout_s=30)
         folder.rmdir()  # `rm -rf runs` under a running head
-        assert keep(other / "x", linger_s=0.2, head_pid=elsewhere.pid) == 0
-        assert elsewhere.poll() is None, "the keeper stopped a head that works in another folder"
-        assert keep(folder, linger_s=0.2, head_pid=head.pid) == 0
+        # the pid the keeper was given now names another process (another start time): left alone
+        assert keep(folder, linger_s=0.2, head_pid=elsewhere.pid, head_ticks=start_ticks(elsewhere.pid) + 1) == 0
+        assert elsewhere.poll() is None, "the keeper stopped a process that reused its head's pid"
+        assert keep(folder, linger_s=0.2, head_pid=head.pid, head_ticks=start_ticks(head.pid)) == 0
         assert head.wait(timeout=60) == -signal.SIGTERM
     finally:
         for proc in (head, elsewhere):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted"])
+def test_a_runs_folder_moved_or_deleted_during_the_linger_leaves_nothing_running(tmp_path: Path, how: str) -> None:
+    """The keeper finds its head by identity (pid and start time) and holds its folder open: a runs folder
+    renamed (or removed) while the head lingers still has its head stopped, every process of it."""
+    runs = tmp_path / "runs"
+    folder = runs / "_ray" / "env"
+    (folder / "clients").mkdir(parents=True, mode=0o700)
+    argv = [sys.executable, "-c", STAND_IN_HEAD, "--head", "--block", "--port=1"]
+    head = subprocess.Popen(argv, start_new_session=True)
+    try:
+        wait_for(lambda: len(session_processes(head.pid)) == 2, timeout_s=30)
+        record = HeadRecord(pid=head.pid, address="127.0.0.1:1", host=os.uname().nodename, started_at=time.time())
+        (folder / "head.json").write_bytes(msgspec.json.encode(record))
+        os.chmod(folder / "head.json", 0o600)
+        argv = [str(folder), "3", str(head.pid), str(start_ticks(head.pid))]
+        keeper = subprocess.Popen([sys.executable, "-m", "punchline.cluster.local_ray", *argv], cwd=ROOT)
+        time.sleep(1.0)  # the keeper holds the folder, within its linger
+        if how == "moved":
+            runs.rename(tmp_path / "runs-renamed")
+        else:
+            subprocess.run(["rm", "-rf", str(runs)], check=True)
+        assert keeper.wait(timeout=120) == 0
+        assert head.wait(timeout=60) == -signal.SIGTERM
+        wait_for(lambda: not session_processes(head.pid), timeout_s=60)
+    finally:
+        head.kill()
+        head.wait()
 
 
 @pytest.mark.slow

@@ -107,17 +107,23 @@ def test_a_killed_driver_does_not_stop_the_server_under_another(tmp_path: Path) 
 
 
 @pytest.mark.slow  # Ray or several processes: not in `make test-fast`
-def test_a_server_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
-    """A runs folder removed under a running ledger (a test's tmp folder, a user's rm -rf) leaves no
-    server behind once its drivers are gone."""
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+def test_a_server_whose_folder_was_deleted_or_moved_is_stopped(tmp_path: Path, how: str) -> None:
+    """A runs folder removed (a test's tmp folder, a user's rm -rf) or renamed under a running ledger leaves no
+    server behind once its drivers are gone: the keeper holds the folder open and knows its server by identity."""
     import shutil
 
-    driver = _joiner(tmp_path)
-    pid = json.loads((ledger_dir(tmp_path) / "redis.lock").read_text())["pid"]
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    driver = _joiner(runs)
+    pid = json.loads((ledger_dir(runs) / "redis.lock").read_text())["pid"]
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    shutil.rmtree(tmp_path / "_ledger")
-    wait_for(lambda: not _is_server(pid), timeout_s=30)
+    if how == "deleted":
+        shutil.rmtree(runs / "_ledger")
+    else:
+        runs.rename(tmp_path / "runs-renamed")
+    wait_for(lambda: not _is_server(pid), timeout_s=60)
 
 
 def _is_server(pid: int) -> bool:
