@@ -21,8 +21,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import jinja2
-
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.prompts.parse import Parser
 from punchline.data.prompts.rows import Row
@@ -61,11 +59,10 @@ class CompiledPrompts:
             )
             if judge.parse is not None:
                 self.judge_parser = Parser(judge.parse, field="prompts.judge.parse", file=file)
-        self.where = (
-            expression(judge.where, field="prompts.judge.where", file=file)
-            if judge is not None and judge.where is not None
-            else None
-        )
+        self.where: Any = None
+        self.where_names: frozenset[str] = frozenset()
+        if judge is not None and judge.where is not None:
+            self.where, self.where_names = expression(judge.where, field="prompts.judge.where", file=file)
         judge_parse = judge.parse if judge is not None else None
         for key, parse in (("prompts.parse", settings.parse), ("prompts.judge.parse", judge_parse)):
             if parse is not None and parse.structured and parse.json_schema is None:
@@ -146,16 +143,13 @@ class CompiledPrompts:
             return f"[prompts.judge] where: {type(exc).__name__}: {exc}"[:300]
 
     def check_where(self, row: Row, data_file: str) -> None:
-        """``where`` names only what the judge sees (an undefined name is one line, before any call)."""
-        if self.where is None:
-            return
+        """``where`` reads only names the judge sees (an undefined one is one line, before any call). It is
+        not evaluated here: over a stand-in answer, a comparison with a null field could fail where no real
+        answer would."""
         context = self.judge_context(row, response="", parsed=None, model="", sample=0)
-        try:
-            self.where(**context)
-        except jinja2.UndefinedError as exc:
-            raise InputError(f"[prompts.judge] where: {exc.message}", file=data_file, record=row.where) from None
-        except Exception:  # a stand-in answer's null fields may not compare: the real answers decide
-            pass
+        missing = sorted(self.where_names - set(context))
+        if missing:
+            raise InputError(f"[prompts.judge] where: {missing[0]!r} is undefined", file=data_file, record=row.where)
 
     def judge_messages(
         self, row: Row, data_file: str, *, response: str, parsed: Mapping[str, Any] | None, model: str, sample: int

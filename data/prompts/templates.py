@@ -71,12 +71,15 @@ _ENV.tests["none"] = lambda value: value is None or isinstance(value, NullField)
 _ENV.policies["json.dumps_kwargs"] = {"sort_keys": True, "default": _json_default}
 
 
-def expression(source: str, *, field: str, file: str | None = None) -> Any:
-    """A compiled Jinja2 expression (``[prompts.judge] where``): call it with a context, get a value."""
+def expression(source: str, *, field: str, file: str | None = None) -> tuple[Any, frozenset[str]]:
+    """A compiled Jinja2 expression (``[prompts.judge] where``: call it with a context, get a value) and
+    the names it reads (checked against the context before any call)."""
     try:
-        return _ENV.compile_expression(source, undefined_to_none=False)
+        compiled = _ENV.compile_expression(source, undefined_to_none=False)
+        names = frozenset(jinja2.meta.find_undeclared_variables(_ENV.parse("{{ (" + source + ") }}")))
     except jinja2.TemplateSyntaxError as exc:
         raise ConfigError(f"expression syntax error: {exc.message}", file=file, field=field) from None
+    return compiled, names
 
 
 class Template:

@@ -514,6 +514,17 @@ def test_the_judge_reads_only_the_answers_where_and_fraction_choose(tmp_path: Pa
     assert estimate.requests < 36 * 2 * 3 * 0.7  # plan prices the draw, not every answer
 
 
+def test_an_answer_where_cannot_be_evaluated_for_is_not_judged_and_says_why(tmp_path: Path) -> None:
+    cfg = _demo(tmp_path, judge='where = "parsed.confidence < 0.9"')
+    prompts.check_inputs(cfg)  # a stand-in answer's null confidence does not stop the run
+    ctx, units = _judge_units(cfg, LocalStore(str(tmp_path / "w")))
+    prompts.stages(cfg)[1].reduce(ctx, {})
+    out = [r for r in read_jsonl(ctx.read_artifact("outputs.jsonl")) if r.text is not None]
+    unparsed = [r for r in out if r.parsed is None]
+    assert unparsed and all("where: TypeError" in str(r.judge_parse_error) for r in unparsed)
+    assert len(units) == sum(r.parsed is not None and r.parsed["confidence"] < 0.9 for r in out) > 0
+
+
 def test_a_where_naming_nothing_the_judge_sees_is_one_line(tmp_path: Path) -> None:
     cfg = _demo(tmp_path, judge='where = "nowhere > 1"')
     with pytest.raises(InputError, match="where: 'nowhere' is undefined"):
