@@ -11,15 +11,19 @@ time, each kept in a small LRU: shard files and plan pages are written once and 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 import zlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 
+from punchline.data.errors import PunchlineError
+from punchline.data.jsonio import atomic_write_bytes
 from punchline.data.store import Store
 from punchline.data.units import ShardOutput, UnitSpec, plan_page_key, shard_key, stage_prefix
 
@@ -150,6 +154,56 @@ class StageIndex:
         return max(0, bisect.bisect_right(self.shard_first, unit_id) - 1)
 
 
+class _Saved(msgspec.Struct, kw_only=True):
+    """A stage's index as the viewer keeps it on disk (``<runs>/_view/<run>/<stage>.idx``), for the plan whose
+    digest it names: a finished plan never changes, so a viewer started again reads it in milliseconds."""
+
+    digest: str
+    page_keys: list[str]
+    shard_first: list[str]
+    shard_start: bytes
+    models: list[str]
+    unit_model: bytes
+    by_model: list[bytes]
+
+
+_saved = msgspec.msgpack.Decoder(_Saved)
+
+
+def save_index(index: StageIndex, digest: str) -> bytes:
+    return msgspec.msgpack.encode(
+        _Saved(
+            digest=digest,
+            page_keys=index.page_keys,
+            shard_first=index.shard_first,
+            shard_start=index.shard_start.tobytes(),
+            models=index.models,
+            unit_model=index.unit_model.tobytes(),
+            by_model=[a.tobytes() for a in index.by_model],
+        )
+    )
+
+
+def load_index(stage: str, raw: bytes, digest: str, page_keys: list[str]) -> StageIndex | None:
+    """The saved index if it is of this plan (same digest and pages), else None."""
+    try:
+        saved = _saved.decode(raw)
+    except (msgspec.DecodeError, ValueError):
+        return None
+    if saved.digest != digest or saved.page_keys != page_keys:
+        return None
+    index = StageIndex(stage, page_keys)
+    index.shard_first = saved.shard_first
+    index.shard_start.frombytes(saved.shard_start)
+    index.models = saved.models
+    index.unit_model.frombytes(saved.unit_model)
+    for raw_positions in saved.by_model:
+        positions = array("I")
+        positions.frombytes(raw_positions)
+        index.by_model.append(positions)
+    return index
+
+
 class ShardRead(msgspec.Struct, kw_only=True):
     """A shard file as read: ``output`` None and no ``error``: not written yet (its units are pending)."""
 
@@ -183,9 +237,12 @@ class _Lru(OrderedDict[K, V]):
 class RunFiles:
     """One run's stage files in the store, read on demand. Thread-safe (the server answers in threads)."""
 
-    def __init__(self, store: Store, run_id: str, *, keep_pages: int = 4, keep_shards: int = 64) -> None:
+    def __init__(
+        self, store: Store, run_id: str, *, cache_dir: Path | None = None, keep_pages: int = 4, keep_shards: int = 64
+    ) -> None:
         self.store = store
         self.run_id = run_id
+        self.cache_dir = cache_dir  # where built indexes are kept (None: not kept)
         self._indexes: dict[str, StageIndex] = {}
         self._index_lock = threading.Lock()
         self._pages: _Lru[tuple[str, int], _RawPage] = _Lru(keep_pages)
@@ -206,12 +263,23 @@ class RunFiles:
             have = self._indexes.get(stage)
             if have is not None and have.page_keys == keys:
                 return have
-            index = StageIndex(stage, keys)
-            for key in keys:
-                raw = self.store.get(key)
-                if raw is not None:
-                    index.add_page(raw)
-            index.close()
+            digest_raw = self.store.get(f"{stage_prefix(self.run_id, stage)}/plan.sha256")
+            digest = digest_raw.decode(errors="replace").strip() if digest_raw else ""
+            saved = self.cache_dir / f"{stage}.idx" if self.cache_dir is not None and digest else None
+            index = None
+            if saved is not None and saved.is_file():
+                with contextlib.suppress(OSError):
+                    index = load_index(stage, saved.read_bytes(), digest, keys)
+            if index is None:
+                index = StageIndex(stage, keys)
+                for key in keys:
+                    raw = self.store.get(key)
+                    if raw is not None:
+                        index.add_page(raw)
+                index.close()
+                if saved is not None:
+                    with contextlib.suppress(OSError, PunchlineError):  # a read-only runs folder: not kept
+                        atomic_write_bytes(saved, save_index(index, digest))
             self._indexes[stage] = index
             return index
 

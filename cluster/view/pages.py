@@ -30,6 +30,7 @@ form.filters label{margin-right:10px}.pair{display:flex;gap:12px}.pair>div{flex:
 LIVE_JS = """
 (function(){const box=document.getElementById('stages');const url=box.dataset.live;
 const tick=async()=>{try{const r=await fetch(url);const j=await r.json();box.innerHTML=j.html;
+document.getElementById('log').innerHTML=j.log;
 document.getElementById('state').textContent=j.state;if(j.state==='running'){setTimeout(tick,1000)}else{location.reload()}}
 catch(e){setTimeout(tick,2000)}};setTimeout(tick,1000)})();
 """
@@ -94,6 +95,7 @@ def run_page(
     finished: float | None,
     artifacts: list[str],
     config: str,
+    recent: list[dict[str, str]],
 ) -> str:
     rid = quote(view.run_id)
     body = (
@@ -128,8 +130,22 @@ def run_page(
     for a in artifacts:
         body += f"<li><a href='/run/{rid}/artifact/{quote(a)}'>{esc(a)}</a></li>"
     body += "</ul>" + ("" if artifacts else "<p class='muted'>none yet</p>")
+    body += f"<h2>What it did last</h2><div id='log'>{log_table(recent)}</div>"
     body += f"<details><summary>config (secrets masked)</summary><pre id='config'>{esc(config)}</pre></details>"
     return layout(view.run_id, body, LIVE_JS if view.state == "running" else "")
+
+
+def log_table(recent: list[dict[str, str]]) -> str:
+    """The run log's last lines: time, level, event and the rest of the line (already redacted)."""
+    if not recent:
+        return "<p class='muted'>no log here</p>"
+    rows = ""
+    for line in recent:
+        rest = " ".join(f"{k}={v}" for k, v in line.items() if k not in ("timestamp", "level", "event"))
+        cls = "bad" if line.get("level") in ("warning", "error") else ""
+        rows += f"<tr class='{cls}'><td>{esc(line.get('timestamp', ''))}</td><td>{esc(line.get('level', ''))}</td>"
+        rows += f"<td>{esc(line.get('event', ''))}</td><td>{esc(rest[:300])}</td></tr>"
+    return f"<table class='log'>{rows}</table>"
 
 
 def artifact_page(run_id: str, rel: str, fragment: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -149,8 +150,10 @@ def _score_of(text: str) -> str | None:
 class Samples:
     """Pages of one run's units. One per run in the server, shared by its threads."""
 
-    def __init__(self, store: Store, run_id: str, stages: list[str], meta: RunMeta) -> None:
-        self.files = RunFiles(store, run_id)
+    def __init__(
+        self, store: Store, run_id: str, stages: list[str], meta: RunMeta, cache_dir: Path | None = None
+    ) -> None:
+        self.files = RunFiles(store, run_id, cache_dir=cache_dir)
         self.run_id = run_id
         self.stages = stages
         self.meta = meta

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import os
 import secrets
 import threading
 import time
@@ -32,13 +33,15 @@ from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, redac
 from punchline.data.errors import InputError, PunchlineError
 from punchline.data.store import Store
 from punchline.data.stores import open_store
-from punchline.data.stores.local import validate_key
+from punchline.data.stores.local import LocalStore, validate_key
 from punchline.data.units import ModelUsage, ShardUsage, stage_prefix
+from punchline.workers.logs import redact_text
 
 log = structlog.get_logger("punchline.view")
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MAX_RAW_BYTES = 256 << 20
+VIEW_CACHE = "_view"  # under the runs folder, beside _ledger/ and _ray/
 
 
 class ViewSettings(msgspec.Struct, kw_only=True):
@@ -108,7 +111,9 @@ class Viewer:
                 self._samples.move_to_end(run_id)
                 return have
         record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
-        made = Samples(self.run_store(run_id), run_id, record.stages, RunMeta(record.pipeline, record.config_toml))
+        meta = RunMeta(record.pipeline, record.config_toml)
+        cache = Path(self.settings.runs_dir) / VIEW_CACHE / run_id  # the stage indexes, kept for the next start
+        made = Samples(self.run_store(run_id), run_id, record.stages, meta, cache_dir=cache)
         with self._lock:
             self._samples[run_id] = made
             while len(self._samples) > 8:
@@ -179,7 +184,11 @@ class Viewer:
                 return self.run_page(run_id)
             if rest == ["live"]:
                 view = self.status(run_id)
-                body = {"state": view.state, "html": pages.stages_table(run_id, stage_rows(view))}
+                body = {
+                    "state": view.state,
+                    "html": pages.stages_table(run_id, stage_rows(view)),
+                    "log": pages.log_table(self.recent_log(run_id)),
+                }
                 return Response(content_type="application/json", body=msgspec.json.encode(body))
             if rest == ["metrics"]:
                 return Response(content_type=CONTENT_TYPE, body=self.metrics([run_id], per_model_calls=True).encode())
@@ -215,11 +224,39 @@ class Viewer:
         store = self.run_store(run_id)
         prefix = f"{run_id}/artifacts/"
         found = [k.removeprefix(prefix) for k in store.list(prefix)]
-        body = pages.run_page(
-            view, stage_rows(view), record.created_at, record.finished_at, found, redacted_config(record.config_toml)
-        )
+        config = redacted_config(record.config_toml)
+        recent = self.recent_log(run_id)
+        body = pages.run_page(view, stage_rows(view), record.created_at, record.finished_at, found, config, recent)
         self.prepare(run_id, record.stages)
         return Response(body=body.encode())
+
+    def recent_log(self, run_id: str, lines: int = 12) -> list[dict[str, str]]:
+        """The last lines of the run's log (this machine's runs folder, else a local store's copy), redacted;
+        only its tail is read, however long the log."""
+        out: list[dict[str, str]] = []
+        for path in (Path(self.settings.runs_dir) / run_id / "log.jsonl", self._store_log(run_id)):
+            if path is None or not path.is_file():
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    start = max(0, fh.seek(0, os.SEEK_END) - 32_768)
+                    fh.seek(start)
+                    tail = fh.read().splitlines()[1 if start else 0 :]  # from a line's start
+            except OSError:
+                continue
+            for raw in tail[-lines:]:
+                try:
+                    value = msgspec.json.decode(raw)
+                except msgspec.DecodeError:
+                    continue
+                if isinstance(value, dict):
+                    out.append({str(k): redact_text(str(v)) for k, v in value.items() if k not in ("pid", "host")})
+            return out
+        return out
+
+    def _store_log(self, run_id: str) -> Path | None:
+        store = self.store(self.settings.store) if self.settings.store else None
+        return store.root / run_id / "log.jsonl" if isinstance(store, LocalStore) else None
 
     def prepare(self, run_id: str, stages: list[str]) -> None:
         """Build the run's stage indexes in the background, so that its units page, the next click, finds

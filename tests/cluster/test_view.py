@@ -35,6 +35,8 @@ def served(tmp_path: Path) -> Iterator[tuple[ViewServer, Path]]:
     (runs / RUN / "artifacts").mkdir()
     (runs / RUN / "artifacts" / "table.json").write_text('[{"model": "8b", "em": 0.5}, {"model": "70b", "em": 0.75}]')
     (tmp_path / "outside.txt").write_text("OUTSIDE-SECRET")
+    line = '{"event": "provider_error", "level": "warning", "error": "401 for key sk-ant-abcdefghijklmnopqrstuv"}\n'
+    (runs / RUN / "log.jsonl").write_text(line * 3)
     os.symlink(tmp_path / "outside.txt", runs / RUN / "artifacts" / "link.txt")
     server = ViewServer(ViewSettings(runs_dir=str(runs))).start()
     try:
@@ -122,6 +124,7 @@ def test_secrets_are_not_shown_and_hosts_checked(served: tuple[ViewServer, Path]
     _, page = get(server, f"/run/{RUN}")
     assert "sk-proj-abcdefghijklmnopqrstuvwx" not in page and "hunter2-plain" not in page
     assert "api_key" in page  # the key's name is shown, its value masked
+    assert "provider_error" in page and "sk-ant-abcdefghijklmnopqrstuv" not in page  # the log's tail, redacted
     status, _ = get(server, "/", host="evil.example")  # DNS rebinding: another name pointing at 127.0.0.1
     assert status == 403
 
@@ -172,3 +175,23 @@ def test_a_run_only_the_s3_store_has(tmp_path: Path, s3_url: str) -> None:
         assert status == 404
     finally:
         server.close()
+
+
+def test_the_stage_index_is_kept_for_the_next_start(served: tuple[ViewServer, Path]) -> None:
+    server, runs = served
+    _, first = get(server, f"/run/{RUN}/samples?model={MODELS[1]}&size=10&page=3")
+    kept = runs / "_view" / RUN / "generate.idx"
+    assert kept.is_file()
+    again = ViewServer(ViewSettings(runs_dir=str(runs))).start()
+    try:
+        _, second = get(again, f"/run/{RUN}/samples?model={MODELS[1]}&size=10&page=3")
+        assert units_on(second) == units_on(first) and len(units_on(first)) == 10
+        kept.write_bytes(b"garbage")  # a kept index that is not one is built again
+        third = ViewServer(ViewSettings(runs_dir=str(runs))).start()
+        try:
+            assert units_on(get(third, f"/run/{RUN}/samples?model={MODELS[1]}&size=10&page=3")[1]) == units_on(first)
+        finally:
+            third.close()
+    finally:
+        again.close()
+    assert get(server, "/")[1].count(f"/run/{RUN}'") == 1  # the kept indexes are not a run

@@ -79,6 +79,7 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             assert 'state="running",live="true"' in scraped and "punchline_stage_calls_total" in scraped, scraped
             assert seen_running or "finished" in page.inner_text("#state")
             done = page.inner_text("#stage-table")
+            assert "shard_done" in page.inner_text("#log")  # the run log's last lines
             assert re.search(r"generate\s+100%\s+48/48", done), done
             # a plot
             page.click("#artifacts a[href$='confusion.png']")
