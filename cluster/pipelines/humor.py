@@ -453,7 +453,15 @@ class HumorPipeline:
     settings_type = HumorSettings
 
     def check_settings(self, settings: HumorSettings, source: str) -> None:
-        """Every constraint is a msgspec.Meta range: nothing across fields to check."""
+        """A ``shots`` file the ``mera`` preset would not read (it draws from the data, as humor.yaml says) is an
+        error rather than silently ignored."""
+        if settings.preset == "mera" and settings.fewshot_split == "test" and settings.shots and settings.k_shot:
+            raise ConfigError(
+                'is not read under preset = "mera": its shots are drawn from the data itself (fewshot_split = '
+                '"test", as MERA\'s humor.yaml); set fewshot_split = "shots" to draw them from this file',
+                file=source,
+                field="humor.shots",
+            )
 
     def provider_refs(self, settings: HumorSettings) -> list[tuple[str, str]]:
         refs = [("humor.provider", settings.provider)]

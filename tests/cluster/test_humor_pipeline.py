@@ -372,6 +372,17 @@ def test_mera_preset_draws_each_items_shots_as_lm_eval_does(tmp_path: Path) -> N
     )  # type: ignore[arg-type]
     other = GenerateStage().plan(StageContext(seeded, "seed", open_store(str(tmp_path / "store"))))
     assert [u.request for u in other] != [u.request for u in units]
+    unread = humor_config(tmp_path / "u.toml", extra=f'k_shot = 5\npreset = "mera"\nshots = "{SAMPLE}"', **base)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match='is not read under preset = "mera"') as info:
+        load_config(unread)
+    assert info.value.field == "humor.shots"
+    split = f'k_shot = 5\npreset = "mera"\nshots = "{SAMPLE}"\nfewshot_split = "shots"'
+    from_file = load_config(humor_config(tmp_path / "f.toml", extra=split, **base))  # type: ignore[arg-type]
+    units = GenerateStage().plan(StageContext(from_file, "file", open_store(str(tmp_path / "store"))))
+    assert [u.request for u in units] == [
+        mera_answer_request("sim", "x/a", it, s)
+        for it, s in zip(items, lm_eval_shots(items, items, 5, same_split=False), strict=True)
+    ]
     too_many = load_config(humor_config(tmp_path / "t.toml", extra=f'k_shot = {N_ITEMS}\npreset = "mera"', **base))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=f"draws {N_ITEMS + 1} items per question"):
         GenerateStage().plan(StageContext(too_many, "many", open_store(str(tmp_path / "store"))))
