@@ -78,8 +78,8 @@ def register(sub: Subcommands) -> None:
         help="score cloze answers: straight/funny/other rates per model and priming context",
         description="Classify each answer against the target joke's straight/punny lists (equal to an "
         "entry or its first word, lowercased; straight first) and report the funny-rate shift "
-        "(funny-primed minus straight-primed, in percentage points). Writes report.json, report.md, "
-        "context_effect.png and funny_shift.png into --out.",
+        "(funny-primed minus straight-primed, in percentage points), with 95 % Wilson intervals. Writes "
+        "report.json, report.md and the figures context_effect and funny_shift (PNG at 200 dpi, PDF, SVG) into --out.",
     )
     s.add_argument(
         "--responses",
