@@ -21,7 +21,7 @@ import json
 import os
 import zipfile
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -42,7 +42,7 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same inputs give th
 
 def run_stamp(ts: float) -> str:
     """The stamp lm-eval puts in its log names, for a POSIX time."""
-    return datetime.fromtimestamp(ts, timezone.utc).strftime(STAMP_FORMAT)
+    return datetime.fromtimestamp(ts, UTC).strftime(STAMP_FORMAT)
 
 
 def answers_stamp(answers: dict[int, str]) -> str:
