@@ -16,10 +16,12 @@ import msgspec
 
 from punchline.cluster.pipeline import Pipeline
 from punchline.cluster.registry import available, resolve
+from punchline.cluster.run_record import RUN_ID as RUN_ID
+from punchline.cluster.run_record import check_run_id as check_run_id
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import Mode, ModelSettings, ProviderSettings
-from punchline.schedulers.redis_client import check_url, redact_url
+from punchline.schedulers.redis_client import check_url, control_characters, redact_url
 from punchline.workers.fake.checks import check_simulator
 from punchline.workers.fake.server import FakeConfig
 
@@ -203,20 +205,7 @@ def resolve_path(cfg: RunConfig, value: str) -> Path:
     return p
 
 
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_run_id(run_id: str, *, field: str = "--run-id") -> str:
-    """A run id names folders and keys: letters, digits, ``.``, ``_`` and ``-``, at most 128, no
-    leading dot (so it can never climb out of the runs folder or hide there)."""
-    if not RUN_ID.fullmatch(run_id):
-        shown = run_id if len(run_id) <= 60 else run_id[:57] + "..."
-        raise ConfigError(
-            f"{shown!r} is not a run id: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
-            field=field,
-        )
-    return run_id
 
 
 def check_http_url(value: str, *, file: str | None, record: str | None, field: str) -> None:
@@ -226,7 +215,7 @@ def check_http_url(value: str, *, file: str | None, record: str | None, field: s
         host_ok = bool(parts.hostname)
     except ValueError:
         parts, port_ok, host_ok = urlsplit(""), False, False
-    if parts.scheme not in ("http", "https") or not host_ok or not port_ok or " " in value:
+    if parts.scheme not in ("http", "https") or not host_ok or not port_ok or " " in value or control_characters(value):
         raise ConfigError(
             f"not an http(s) URL: {value!r} (want e.g. https://api.example.com/v1, or {SIMULATED!r})",
             file=file,
@@ -239,6 +228,10 @@ def check_service_url(value: str, field: str, file: str | None = None) -> None:
     """The form of a store or Redis URL given in a config, flag or environment (never echoes a password)."""
     if not value.strip():
         raise ConfigError("is empty", file=file, field=field)
+    if control_characters(value):
+        raise ConfigError(
+            f"{redact_url(value)!r} contains a control character (a newline, a tab...)", file=file, field=field
+        )
     if "redis" in field.lower():
         try:
             check_url(value)

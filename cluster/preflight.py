@@ -15,13 +15,18 @@ before the first call), and several providers are checked at once.
 At the start of a run nothing is known to have worked yet, so "nothing answers" is waited out only
 for ``PUNCHLINE_START_WAIT_S`` (60 s by default), then it is a mistake to fix (exit 2), not an
 outage; so is a server that accepts the connection but never answers as Redis (an HTTP server, a
-``rediss://`` URL for a server without TLS).
+``rediss://`` URL for a server without TLS). A Redis address on this machine where nothing listens (refused on
+the loopback or an address of its own, a unix socket missing or dead) is a wrong port or path, not a server
+starting: it is final after ``LOCAL_GRACE_S`` (:func:`nothing_here`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,6 +56,8 @@ log = structlog.get_logger("punchline.preflight")
 PATIENCE_S = 600.0  # how long an outage (refused, timed out) is waited out before giving up
 SERVICE_BACKOFF = Backoff(initial_s=0.5, max_s=10.0)
 START_WAIT_ENV = START_WAIT.name
+# a server on this machine that is starting accepts connections within this; refused after it, nothing is there
+LOCAL_GRACE_S = 2.0
 
 
 def start_wait_s(env: Mapping[str, str] | None = None) -> float:
@@ -88,6 +95,7 @@ def check_redis(url: str, *, patience_s: float | None = None) -> None:
     where = f"Redis at {redact_url(url)}"
     # one try per attempt (no client-side retries): a TLS handshake nobody answers costs one timeout, not four
     client = connect(RedisSettings(url=url, retries=0, socket_timeout_s=3.0, connect_timeout_s=3.0))
+    started = time.monotonic()
 
     def ping() -> None:
         try:
@@ -100,6 +108,11 @@ def check_redis(url: str, *, patience_s: float | None = None) -> None:
                     f"{' over TLS (is the server without TLS? use redis://)' if url.startswith('rediss:') else ''}; "
                     "fix --redis-url",
                     field=ENV_URL,
+                ) from None
+            nothing = nothing_here(url)  # a wrong port or socket on this machine: final, not an outage
+            if nothing is not None and time.monotonic() - started >= LOCAL_GRACE_S:
+                raise ServiceRejected(
+                    f"{where}: {nothing}; start the server or fix --redis-url", field=ENV_URL
                 ) from None
             raise
         except (redis.exceptions.InvalidResponse, redis.exceptions.ResponseError) as exc:
@@ -120,6 +133,57 @@ def check_redis(url: str, *, patience_s: float | None = None) -> None:
         ) from None
     finally:
         client.close()
+
+
+def nothing_here(url: str, timeout_s: float = 2.0) -> str | None:
+    """Why nothing can be answering at a Redis URL's address, when that address is on this machine: its unix
+    socket is missing (or nobody listens on it), or its host is this machine's (the loopback, one of its own
+    addresses) and the connection is refused. None otherwise: a remote server that refuses or times out may be
+    restarting or unreachable for a while, and is waited for (``PUNCHLINE_START_WAIT_S``)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        if not parts.path or not os.path.exists(parts.path):
+            return f"no unix socket at {parts.path}"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(parts.path)
+            except ConnectionRefusedError:
+                return f"nothing listens on the unix socket {parts.path}"
+            except OSError:
+                return None
+        return None
+    if not parts.hostname or not _on_this_machine(parts.hostname):
+        return None
+    try:
+        port = parts.port or 6379
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return None
+    except ConnectionRefusedError:
+        return f"connection refused at {parts.hostname}:{port} (this machine: nothing listens on that port)"
+    except (OSError, ValueError):
+        return None
+
+
+def _on_this_machine(host: str) -> bool:
+    """Whether ``host`` names this machine: a loopback address, or an address one of its interfaces has (a
+    socket binds to it)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    for family, _, _, _, address in infos:
+        ip = str(address[0])
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(ip.split("%")[0]).is_loopback:
+                return True
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                sock.bind((ip, 0))
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _listens(url: str, timeout_s: float = 2.0) -> bool:

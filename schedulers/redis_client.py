@@ -162,8 +162,20 @@ def permanent_reason(exc: BaseException) -> str | None:
     return reason
 
 
+def control_characters(text: str) -> bool:
+    """Whether ``text`` holds a control character (a newline, a tab, NUL, DEL...). Python's ``urlsplit`` drops
+    newlines and tabs silently (as browsers do), so a URL with one would be used as another URL: refuse it."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
 def check_url(url: str) -> None:
-    """Refuse a malformed Redis URL (bad scheme, port, IPv6 literal) with one line; never shows the password."""
+    """Refuse a malformed Redis URL (bad scheme, port, IPv6 literal, a control character) with one line;
+    never shows the password."""
+    if control_characters(url):
+        raise ConfigError(
+            f"malformed Redis URL {redact_url(url)!r}: it contains a control character (a newline, a tab...)",
+            field=ENV_URL,
+        )
     try:
         RedisSettings.from_dsn(url)
         redis.Redis.from_url(url)

@@ -341,6 +341,11 @@ _run_flag_case("PUNCHLINE_MAX_WORKERS=many", [], "PUNCHLINE_MAX_WORKERS", {"PUNC
 _run_flag_case("PUNCHLINE_MAX_WORKERS=-3", [], "PUNCHLINE_MAX_WORKERS", {"PUNCHLINE_MAX_WORKERS": "-3"})
 _run_flag_case("--ray-address where nothing listens", ["--ray-address", "127.0.0.1:9"], "--ray-address")
 _run_flag_case("--ray-address not HOST:PORT", ["--ray-address", "somewhere"], "--ray-address")
+_run_flag_case(
+    "PUNCHLINE_REDIS_URL with a newline", [], "PUNCHLINE_REDIS_URL", {"PUNCHLINE_REDIS_URL": "redis://127.0.0.1/0\n"}
+)
+for url in ["http://127.0.0.1:1/v1\n", "https://api.example.com/v1\t", "https://api.example.com/\x00v1"]:
+    config_cases("puns", "providers/together/base_url", url, ("providers.together", "base_url", "not an http(s) URL"))
 
 
 @case("run empty --runs-dir", "--runs-dir")
@@ -501,6 +506,11 @@ for flag, value, expect in [
     ("--redis-url", "redis://:hunter2@[::1/0", "--redis-url"),
     ("--store", "ftp://host/x", "--store"),
     ("--store", "s3://BAD_bucket/x", "--store"),
+    # issue 34: a control character in a URL (urlsplit would drop a newline or a tab and use another URL)
+    ("--redis-url", "redis://127.0.0.1:6379/0\n", "--redis-url"),
+    ("--redis-url", "redis://:hunter2@127.0.0.1\t:6379/0", "--redis-url"),
+    ("--redis-url", "unix:///tmp/x.sock\r", "--redis-url"),
+    ("--store", "s3://bucket/x\n", "--store"),
 ]:
 
     def _flag(ws: Workspace, flag: str = flag, value: str = value) -> list[str]:

@@ -184,6 +184,36 @@ def test_a_redis_url_that_cannot_work_exits_2(
     _nothing_started(tmp_path)
 
 
+@pytest.mark.parametrize("case", ["loopback port", "localhost port", "missing unix socket", "stale unix socket"])
+def test_nothing_listening_on_this_machine_is_final_in_seconds(
+    tmp_path: Path, make_config, fake: FakeProviderServer, monkeypatch, capsys, case: str
+) -> None:
+    """Issue 34: a wrong port or socket on this machine is a mistake, not a service starting: with the default
+    start wait (60 s) it is refused after a short grace, in one line that says why, not after the wait."""
+    monkeypatch.delenv("PUNCHLINE_START_WAIT_S", raising=False)
+    stale = tmp_path / "stale.sock"
+    if case == "stale unix socket":  # a socket file left by a server that died: nobody listens on it
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(stale))
+        sock.close()
+    url = {
+        "loopback port": f"redis://:pw-secret-123@127.0.0.1:{free_port()}/0",
+        "localhost port": f"redis://localhost:{free_port()}/0",
+        "missing unix socket": f"unix://{tmp_path}/no-such.sock",
+        "stale unix socket": f"unix://{stale}",
+    }[case]
+    line = _one_line(capsys, main(_run(make_config(), tmp_path, "--redis-url", url)))
+    expect = {
+        "loopback port": "connection refused at 127.0.0.1",
+        "localhost port": "connection refused at localhost",
+        "missing unix socket": "no unix socket at",
+        "stale unix socket": "nothing listens on the unix socket",
+    }
+    assert expect[case] in line and "--redis-url" in line and "waited" not in line, line
+    assert "pw-secret-123" not in line
+    _nothing_started(tmp_path)
+
+
 def test_a_provider_that_rejects_the_key_exits_2_before_any_call(
     tmp_path: Path, make_config, fake: FakeProviderServer, monkeypatch, capsys
 ) -> None:
