@@ -34,6 +34,7 @@ from punchline.cluster.redis_server import check_folder_files
 from punchline.cluster.registry import pipeline_of
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, LedgerUnavailable
+from punchline.schedulers.redis_client import control_characters
 
 if TYPE_CHECKING:
     from punchline.cluster.driver import RunOptions
@@ -142,6 +143,11 @@ def check_environment() -> None:
     """The ``PUNCHLINE_*`` variables the driver and its workers read, decoded now rather than mid-run
     (every variable of :mod:`punchline.data.settings` that is set)."""
     env_registry.check_environment()
+    for var in env_registry.ENV_VARS:  # URLs, addresses and paths: a newline or a tab in one is always a mistake
+        text = os.environ.get(var.name) if var.kind == "str" else None
+        if text and control_characters(text):
+            shown = "the value" if var.secret else repr(text)
+            raise ConfigError(f"{shown} contains a control character (a newline, a tab...)", field=var.name)
 
 
 def check_keys(cfg: RunConfig) -> None:

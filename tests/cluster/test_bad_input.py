@@ -344,6 +344,12 @@ _run_flag_case("--ray-address not HOST:PORT", ["--ray-address", "somewhere"], "-
 _run_flag_case(
     "PUNCHLINE_REDIS_URL with a newline", [], "PUNCHLINE_REDIS_URL", {"PUNCHLINE_REDIS_URL": "redis://127.0.0.1/0\n"}
 )
+for var, value in [("PUNCHLINE_REDIS_URL", "redis://:hunter2@127.0.0.1/0\n"), ("PUNCHLINE_STORE", "s3://b/x\t")]:
+
+    def _plan_env(ws: Workspace) -> list[str]:
+        return ["plan", str(ws.config("puns"))]
+
+    case(f"plan {var} with a control character", (var, "control character"), {var: value})(_plan_env)
 for url in ["http://127.0.0.1:1/v1\n", "https://api.example.com/v1\t", "https://api.example.com/\x00v1"]:
     config_cases("puns", "providers/together/base_url", url, ("providers.together", "base_url", "not an http(s) URL"))
 
