@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import time
 from collections.abc import Sequence
-from typing import TypeAlias
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -25,8 +23,9 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
+from punchline.cluster.commands import Subcommands as Subcommands
+from punchline.cluster.commands._tables import counters_table
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.cluster.planner import StageEstimate
@@ -34,12 +33,8 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.runs import with_batch_records
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.stores import open_store
-from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.ledger import StageCounters
 from punchline.schedulers.redis_client import redact_url
-
-#: what ``build_parser`` hands each command family's ``register``: ``add_parser`` makes one sub-command
-Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -164,85 +159,6 @@ def resume_command(config: str, opts: RunOptions, run_id: str) -> str:
 def exit_status(record: RunRecord) -> int:
     """1 when units failed (they can be retried), else 0."""
     return 1 if record.failures else 0
-
-
-def counters_table(counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> Table:
-    table = Table(
-        "stage",
-        "units",
-        "done",
-        "leased",
-        "failed",
-        "calls",
-        "cached",
-        "tokens in/out",
-        "cost $",
-        "rate/s",
-        "ETA",
-    )
-    now = time.time()
-    for stage, c in counters.items():
-        elapsed = max((c.updated_at or now) - (c.started_at or now), 1e-9)
-        rate = c.units_done / elapsed if c.units_done else 0.0
-        left = c.units_total - c.units_done - c.units_failed
-        eta = f"{left / rate:.0f}s" if rate and left > 0 else "-"
-        table.add_row(
-            stage,
-            str(c.units_total),
-            str(c.units_done),
-            str((leased or {}).get(stage, "-")),
-            str(c.units_failed),
-            str(c.provider_requests),
-            str(c.cache_hits),
-            f"{c.input_tokens}/{c.output_tokens}",
-            f"{c.cost_usd:.4f}",
-            f"{rate:.1f}",
-            eta,
-        )
-    return table
-
-
-def _age(rec: BatchRecord) -> str:
-    seconds = int((rec.collected_at or time.time()) - (rec.submitted_at or rec.intent_at))
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-    )
-
-
-def _note(r: BatchRecord) -> str:
-    notes = []
-    if r.error:
-        notes.append(r.error)
-    if r.fallback == "online":
-        notes.append(f"{r.online_requests} requests went online (batch_fallback)")
-    if r.cancelled_at:
-        notes.append(f"cancelled {time.strftime('%H:%M:%S', time.gmtime(r.cancelled_at))} UTC")
-    return "; ".join(notes)
-
-
-def batch_table(records: list[BatchRecord]) -> Table:
-    """One row per batch: what ``batches`` and ``status`` show (a note column only where there is a note)."""
-    notes = [_note(r) for r in records]
-    columns = ["batch", "stage", "provider/model", "state", "provider id", "requests", "ok", "failed", "age", "cost $"]
-    table = Table(*columns, *(["note"] if any(notes) else []))
-    table.columns[0].no_wrap, table.columns[0].min_width = True, 12  # the key a reader greps the log for
-    for r, note in zip(records, notes, strict=True):
-        state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
-        model = r.model.rsplit("/", 1)[-1]
-        table.add_row(
-            r.batch_key[:12],
-            r.stage,
-            f"{r.provider}/{model}" if model else r.provider,
-            state,
-            r.batch_id or "-",
-            str(r.requests),
-            str(r.succeeded),
-            str(r.failed),
-            _age(r),
-            f"{r.cost_usd:.4f}",
-            *([note] if any(notes) else []),
-        )
-    return table
 
 
 def plan_cost_title(estimates: Sequence[StageEstimate]) -> str:

@@ -45,66 +45,27 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_outputs, check_run
 from punchline.cluster.run_claim import RunClaim
 from punchline.cluster.run_log import LOG_NAME, LogShipper
+from punchline.cluster.run_record import RunRecord, Services, load_record
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.cluster.store_guard import StoreGuard, redis_identity
 from punchline.cluster.view.metrics import serve_driver_metrics
 from punchline.data import settings as env_registry
-from punchline.data.errors import BudgetExceeded, ConfigError, InputError, LedgerFailed
-from punchline.data.jsonio import atomic_write_bytes, decode_bytes, overwrite_in_place
+from punchline.data.errors import BudgetExceeded, ConfigError, LedgerFailed
+from punchline.data.jsonio import atomic_write_bytes, overwrite_in_place
 from punchline.data.redaction import redact_url, redact_urls
 from punchline.data.response_cache import ResponseCache
 from punchline.data.response_spool import ResponseSpool
 from punchline.data.store import Store
 from punchline.data.stores import open_store
-from punchline.data.units import RunState, StageManifest
-from punchline.schedulers.budget import Budget, UsageRow, usage_rows
-from punchline.schedulers.ledger import Ledger, StageCounters, patiently, with_store_totals
+from punchline.data.units import StageManifest
+from punchline.schedulers.budget import Budget, usage_rows
+from punchline.schedulers.ledger import Ledger, patiently, with_store_totals
 from punchline.schedulers.redis_client import connect, credentials_in_userinfo
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
-
-
-class Services(msgspec.Struct, kw_only=True):
-    """Where a run's services are; recorded in ``runs/<id>/run.json`` so ``status`` can find them."""
-
-    redis_url: str  # with the password shown as *** (credentials never leave their process)
-    store_url: str
-    ray_address: str | None = None
-    simulator_url: str | None = None
-    redis_password_file: str | None = None  # where this machine keeps the ledger's password (0600)
-
-
-class RunRecord(msgspec.Struct, kw_only=True):
-    run_id: str
-    pipeline: str
-    config_path: str
-    config_toml: str
-    created_at: float
-    services: Services
-    stages: list[str]
-    state: RunState = "running"
-    finished_at: float | None = None
-    counters: dict[str, StageCounters] = {}
-    artifacts: list[str] = []
-    failures: dict[str, dict[str, str]] = {}
-    usage: list[UsageRow] = []  # tokens and dollars per (stage, model)
-    driver_host: str = ""
-    driver_pid: int = 0
-
-    def driver_gone(self) -> bool:
-        """A run still marked running whose driver process on this host no longer exists (killed)."""
-        if self.state != "running" or self.driver_host != socket.gethostname() or not self.driver_pid:
-            return False
-        try:
-            os.kill(self.driver_pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
 
 
 class RunOptions(msgspec.Struct, kw_only=True):
@@ -254,14 +215,6 @@ def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
     spool = ResponseSpool(run_dir / "spool")
     if spool.pending():
         slog.info("spooled_answers_committed", answers=spool.commit(ResponseCache(store)))
-
-
-def load_record(raw: bytes, where: str) -> RunRecord:
-    """A run record, or one line naming the file when it is not one (truncated, edited, corrupt)."""
-    try:
-        return decode_bytes(raw, RunRecord, source=where)
-    except InputError as exc:
-        raise InputError(f"not a readable run record ({exc.detail})", file=where, field=exc.field) from None
 
 
 @contextlib.contextmanager

@@ -14,8 +14,7 @@ from pathlib import Path
 import msgspec
 import redis
 
-from punchline.cluster.config import check_run_id
-from punchline.cluster.driver import RunRecord, load_record
+from punchline.cluster.run_record import RunRecord, check_run_id, load_record
 from punchline.data.errors import InputError, PunchlineError
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records, with_batch_costs

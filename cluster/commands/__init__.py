@@ -8,7 +8,11 @@ line is spelled once; ``tests/cluster/test_cli.py`` checks that every module reg
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import argparse
+from typing import NamedTuple, TypeAlias
+
+#: what ``build_parser`` hands each command family's ``register``: ``add_parser`` makes one sub-command
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class Command(NamedTuple):
@@ -18,9 +22,9 @@ class Command(NamedTuple):
 
 INDEX: dict[str, Command] = {
     "run": Command("run", "run (or resume) a pipeline from a TOML config"),
-    "status": Command("run", "progress, cost and failures of a run"),
+    "status": Command("runs", "progress, cost and failures of a run"),
     "plan": Command("run", "requests, tokens, cost and least wall time of a config, without calling"),
-    "runs": Command("run", "list runs under the runs folder"),
+    "runs": Command("runs", "list runs under the runs folder"),
     "retry-failed": Command("run", "retry the failed units of a run"),
     "init": Command("init", "write runnable example configs and their sample data into a folder"),
     "submit": Command("jobs", "run (or resume) a pipeline as a Ray job on a cluster"),

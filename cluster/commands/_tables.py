@@ -4,13 +4,20 @@
 A run id or a job id that rich folds at 80 columns cannot be copied; a row that spans lines cannot be
 read by ``grep``. So a table is printed at its natural width (the terminal wraps a long line, the
 text stays whole), and long free text (a job's failure message) is shortened before it is added.
+The stage counters and batch tables that ``run``, ``status`` and ``batches`` print live here too, so the
+read-only commands need not import the engine.
 """
 
 from __future__ import annotations
 
+import time
+
 from rich.box import HEAVY_HEAD, Box
 from rich.console import Console
 from rich.table import Table
+
+from punchline.schedulers.batches import BatchRecord
+from punchline.schedulers.ledger import StageCounters
 
 
 def whole_table(*headers: str, box: Box | None = HEAVY_HEAD) -> Table:
@@ -26,3 +33,82 @@ def print_whole(table: Table, *, stderr: bool = False) -> None:
     console = Console(stderr=stderr)
     needed = console.measure(table, options=console.options.update_width(100_000)).maximum
     Console(stderr=stderr, width=max(console.width, needed)).print(table)
+
+
+def counters_table(counters: dict[str, StageCounters], leased: dict[str, int] | None = None) -> Table:
+    table = Table(
+        "stage",
+        "units",
+        "done",
+        "leased",
+        "failed",
+        "calls",
+        "cached",
+        "tokens in/out",
+        "cost $",
+        "rate/s",
+        "ETA",
+    )
+    now = time.time()
+    for stage, c in counters.items():
+        elapsed = max((c.updated_at or now) - (c.started_at or now), 1e-9)
+        rate = c.units_done / elapsed if c.units_done else 0.0
+        left = c.units_total - c.units_done - c.units_failed
+        eta = f"{left / rate:.0f}s" if rate and left > 0 else "-"
+        table.add_row(
+            stage,
+            str(c.units_total),
+            str(c.units_done),
+            str((leased or {}).get(stage, "-")),
+            str(c.units_failed),
+            str(c.provider_requests),
+            str(c.cache_hits),
+            f"{c.input_tokens}/{c.output_tokens}",
+            f"{c.cost_usd:.4f}",
+            f"{rate:.1f}",
+            eta,
+        )
+    return table
+
+
+def _age(rec: BatchRecord) -> str:
+    seconds = int((rec.collected_at or time.time()) - (rec.submitted_at or rec.intent_at))
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+def _note(r: BatchRecord) -> str:
+    notes = []
+    if r.error:
+        notes.append(r.error)
+    if r.fallback == "online":
+        notes.append(f"{r.online_requests} requests went online (batch_fallback)")
+    if r.cancelled_at:
+        notes.append(f"cancelled {time.strftime('%H:%M:%S', time.gmtime(r.cancelled_at))} UTC")
+    return "; ".join(notes)
+
+
+def batch_table(records: list[BatchRecord]) -> Table:
+    """One row per batch: what ``batches`` and ``status`` show (a note column only where there is a note)."""
+    notes = [_note(r) for r in records]
+    columns = ["batch", "stage", "provider/model", "state", "provider id", "requests", "ok", "failed", "age", "cost $"]
+    table = Table(*columns, *(["note"] if any(notes) else []))
+    table.columns[0].no_wrap, table.columns[0].min_width = True, 12  # the key a reader greps the log for
+    for r, note in zip(records, notes, strict=True):
+        state = r.state if not r.provider_status else f"{r.state} ({r.provider_status})"
+        model = r.model.rsplit("/", 1)[-1]
+        table.add_row(
+            r.batch_key[:12],
+            r.stage,
+            f"{r.provider}/{model}" if model else r.provider,
+            state,
+            r.batch_id or "-",
+            str(r.requests),
+            str(r.succeeded),
+            str(r.failed),
+            _age(r),
+            f"{r.cost_usd:.4f}",
+            *([note] if any(notes) else []),
+        )
+    return table

@@ -11,8 +11,9 @@ import argparse
 import msgspec
 from rich.console import Console
 
-from punchline.cluster.cli_shared import Subcommands, batch_table
+from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.commands import summary
+from punchline.cluster.commands._tables import batch_table
 from punchline.cluster.run_batches import run_batches
 from punchline.data.settings import RUNS_DIR_HELP, runs_dir
 

@@ -56,7 +56,15 @@ def test_help_imports_no_command_module_and_no_heavy_library() -> None:
 def test_a_command_imports_only_its_own_module() -> None:
     loaded = _modules_after(["settings", "--help"])
     ours = {m.rpartition(".")[2] for m in loaded if m.startswith("punchline.cluster.commands.")}
-    assert ours == {"settings"}
+    assert {m for m in ours if not m.startswith("_")} == {"settings"}  # `_tables` is a helper, not a command
+
+
+def test_the_read_only_commands_import_none_of_the_engine_that_writes_runs() -> None:
+    for command in ("status", "runs"):
+        loaded = _modules_after([command, "--help"])
+        engine = {"punchline.cluster.driver", "punchline.cluster.coordinator", "punchline.cluster.registry"}
+        assert not engine & loaded, f"{command}: {sorted(engine & loaded)}"
+        assert not {"ray", "openai", "anthropic", "matplotlib"} & {m.partition(".")[0] for m in loaded}, command
 
 
 def test_help_lists_every_command(capsys: object) -> None:
