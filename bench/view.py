@@ -175,9 +175,16 @@ def main() -> None:
         took, _ = fetch(base)
         print(f"open the run page:            {took * 1000:7.0f} ms")
         took, _ = fetch(f"{base}/samples")
-        print(f"first samples page (index):   {took * 1000:7.0f} ms")
+        print(f"first samples page:           {took * 1000:7.0f} ms")
         rng = random.Random(1)
         pages = args.units // 25
+        times = [fetch(f"{base}/samples?page={rng.randrange(pages)}")[0] for _ in range(10)]
+        print(
+            f"{'random pages, index building:':30s}{statistics.median(times) * 1000:7.0f} ms median, "
+            f"{max(times) * 1000:.0f} ms max (10 pages, while the run page's background build runs)"
+        )
+        took, _ = fetch(f"{base}/samples?model={MODELS[1]}")
+        print(f"first page of one model:      {took * 1000:7.0f} ms (waits for the index if not built yet)")
         cases = {
             "a random page": lambda: f"{base}/samples?page={rng.randrange(pages)}",
             "a page of one model": lambda: f"{base}/samples?model={MODELS[1]}&page={rng.randrange(pages // 2)}",
@@ -205,7 +212,7 @@ def main() -> None:
     try:
         took, _ = fetch(base)
         print(f"started again, run page:       {took * 1000:6.0f} ms")
-        took, _ = fetch(f"{base}/samples?model={MODELS[1]}&page=777")
+        took, _ = fetch(f"{base}/samples?model={MODELS[0]}&page=777")
         print(f"started again, a model's page: {took * 1000:6.0f} ms (the kept index)")
         print(f"server RSS then:               {rss_mb(proc.pid):6.0f} MB")
     finally:

@@ -65,6 +65,7 @@ _idx_page = msgspec.msgpack.Decoder(_IdxPage)
 _prompt_page = msgspec.msgpack.Decoder(_PromptPage)
 _raw_page = msgspec.msgpack.Decoder(_RawPage)
 _shard_units = msgspec.msgpack.Decoder(list[UnitSpec])
+_raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _shard_output = msgspec.msgpack.Decoder(ShardOutput)
 
 
@@ -204,6 +205,20 @@ def load_index(stage: str, raw: bytes, digest: str, page_keys: list[str]) -> Sta
     return index
 
 
+class Layout(msgspec.Struct, frozen=True, kw_only=True):
+    """How a stage's units lie in its shards, from its first and last plan pages alone: every shard but the
+    last holds ``shard_size`` units (``data.units.cut``), so a unit's shard is a division."""
+
+    page_keys: tuple[str, ...]
+    shard_size: int
+    shards_total: int
+    units_total: int
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(shard, offset in it) of a unit position."""
+        return divmod(position, self.shard_size)
+
+
 class ShardRead(msgspec.Struct, kw_only=True):
     """A shard file as read: ``output`` None and no ``error``: not written yet (its units are pending)."""
 
@@ -249,9 +264,83 @@ class RunFiles:
         self._shards: _Lru[tuple[str, int], ShardRead] = _Lru(keep_shards)
         self._units: _Lru[tuple[str, int], list[UnitSpec]] = _Lru(keep_shards)
         self._per_page: dict[str, int] = {}
+        self._layouts: dict[str, Layout] = {}
+        self._first_ids: dict[tuple[str, int], str] = {}
+        self._building: set[str] = set()
+        self._lock = threading.Lock()
 
     def page_keys(self, stage: str) -> list[str]:
         return sorted(self.store.list(f"{stage_prefix(self.run_id, stage)}/plan/"))
+
+    def layout(self, stage: str) -> Layout | None:
+        """The stage's layout (None: not planned yet), from two plan pages: what paging needs, at once."""
+        keys = tuple(self.page_keys(stage))
+        if not keys:
+            return None
+        with self._lock:
+            have = self._layouts.get(stage)
+        if have is not None and have.page_keys == keys:
+            return have
+        first, last = self._page(stage, 0, fresh=True), self._page(stage, len(keys) - 1, fresh=True)
+        if not first.shards or not last.shards:
+            return None
+        with self._lock:
+            self._per_page[stage] = len(first.shards)
+        size = len(_raw_list.decode(first.shards[0]))
+        shards = (len(keys) - 1) * len(first.shards) + len(last.shards)
+        made = Layout(
+            page_keys=keys,
+            shard_size=size,
+            shards_total=shards,
+            units_total=(shards - 1) * size + len(_raw_list.decode(last.shards[-1])),
+        )
+        with self._lock:
+            self._layouts[stage] = made
+        return made
+
+    def first_id(self, stage: str, shard: int) -> str:
+        """The first unit id of a shard (kept: a binary search over shards asks for the same few)."""
+        with self._lock:
+            found = self._first_ids.get((stage, shard))
+        if found is None:
+            units = self.plan_shard(stage, shard)
+            found = units[0].unit_id if units else "\uffff"
+            with self._lock:
+                self._first_ids[(stage, shard)] = found
+        return found
+
+    def shard_at_or_before(self, stage: str, layout: Layout, unit_id: str) -> int:
+        """The shard where ``unit_id`` is or would be (ids are sorted): a binary search over first ids."""
+        lo, hi = 0, layout.shards_total
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.first_id(stage, mid) <= unit_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        return max(0, lo - 1)
+
+    def ready_index(self, stage: str, layout: Layout) -> StageIndex | None:
+        """The stage's index if it is built; if not, None at once and it is built in the background."""
+        have = self._indexes.get(stage)
+        if have is not None and tuple(have.page_keys) == layout.page_keys:
+            return have
+        with self._lock:
+            if stage in self._building:
+                return None
+            self._building.add(stage)
+
+        def build() -> None:
+            try:
+                self.index(stage)
+            except Exception:  # a page that needs it builds it itself and says why
+                pass
+            finally:
+                with self._lock:
+                    self._building.discard(stage)
+
+        threading.Thread(target=build, name=f"punchline-view-index-{stage}", daemon=True).start()
+        return None
 
     def index(self, stage: str) -> StageIndex | None:
         """The stage's index (None: not planned yet). Rebuilt when its plan has more pages than when built
@@ -283,7 +372,7 @@ class RunFiles:
             self._indexes[stage] = index
             return index
 
-    def plan_shard(self, stage: str, index: StageIndex, shard: int) -> list[UnitSpec]:
+    def plan_shard(self, stage: str, shard: int) -> list[UnitSpec]:
         def load() -> list[UnitSpec]:
             per_page = self._per_page.get(stage)
             if per_page is None:  # every page but the last holds the same number of shards
@@ -294,11 +383,14 @@ class RunFiles:
 
         return self._units.fetch((stage, shard), load)
 
-    def _page(self, stage: str, page: int) -> _RawPage:
+    def _page(self, stage: str, page: int, *, fresh: bool = False) -> _RawPage:
         def load() -> _RawPage:
             raw = self.store.get(plan_page_key(self.run_id, stage, page))
             return _RawPage() if raw is None else _raw_page.decode(_plain(raw))
 
+        if fresh:  # a stage still being planned: its last page may grow
+            with self._pages.lock:
+                self._pages.pop((stage, page), None)
         return self._pages.fetch((stage, page), load)
 
     def shard(self, stage: str, shard: int) -> ShardRead:

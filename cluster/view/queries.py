@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from punchline.cluster.status import StatusView
-from punchline.cluster.view.index import RunFiles, StageIndex
+from punchline.cluster.view.index import Layout, RunFiles
 from punchline.data.prompts.parse import Parser
 from punchline.data.prompts.settings import PromptsSettings
 from punchline.data.store import Store
@@ -158,13 +158,14 @@ class Samples:
         self.stages = stages
         self.meta = meta
         self._lock = threading.Lock()
-        self._heads: dict[str, tuple[StageIndex, set[str]]] = {}
+        self._heads: dict[str, tuple[Layout, set[str]]] = {}
+        self._models: dict[str, tuple[Layout, list[str]]] = {}
 
     # --- one unit -------------------------------------------------------------------------------------
 
-    def unit(self, stage: str, index: StageIndex, position: int, *, judges: bool = True) -> UnitView:
-        shard, offset = index.locate(position)
-        units = self.files.plan_shard(stage, index, shard)
+    def unit(self, stage: str, layout: Layout, position: int, *, judges: bool = True) -> UnitView:
+        shard, offset = layout.locate(position)
+        units = self.files.plan_shard(stage, shard)
         spec = units[offset] if offset < len(units) else None
         view = UnitView(position=position, unit_id=spec.unit_id if spec else "?", shard=shard)
         if spec is not None:
@@ -221,27 +222,33 @@ class Samples:
         found: list[JudgeView] = []
         later = self.stages[self.stages.index(stage) + 1 :] if stage in self.stages else []
         for other in later:
-            index = self.files.index(other)
-            if index is None:
+            layout = self.files.layout(other)
+            if layout is None:
                 continue
-            prefixes = {f"{other}/{suffix}", *(f"{p}/{suffix}" for p in self._id_heads(other, index))}
+            prefixes = {f"{other}/{suffix}", *(f"{p}/{suffix}" for p in self._id_heads(other, layout))}
             for prefix in sorted(prefixes):
-                found += self._units_with_prefix(other, index, prefix, limit - len(found))
+                found += self._units_with_prefix(other, layout, prefix, limit - len(found))
         return found
 
-    def _id_heads(self, stage: str, index: StageIndex) -> set[str]:
-        """The first segments of a stage's unit ids (Humor's judge stage has ``judge/`` and ``judge_mera/``)."""
+    def _id_heads(self, stage: str, layout: Layout, samples: int = 64) -> set[str]:
+        """The first segments of a stage's unit ids (Humor's judge stage has ``judge/`` and ``judge_mera/``), from
+        the first unit of up to ``samples`` shards spread over the stage."""
         with self._lock:
             have = self._heads.get(stage)
-            if have is None or have[0] is not index:
-                have = self._heads[stage] = (index, {first.split("/", 1)[0] for first in index.shard_first})
-            return have[1]
+        if have is None or have[0] is not layout:
+            step = max(1, layout.shards_total // samples)
+            shards = {*range(0, layout.shards_total, step), layout.shards_total - 1}
+            heads = {self.files.first_id(stage, s).split("/", 1)[0] for s in shards}
+            have = (layout, heads)
+            with self._lock:
+                self._heads[stage] = have
+        return have[1]
 
-    def _units_with_prefix(self, stage: str, index: StageIndex, prefix: str, limit: int) -> list[JudgeView]:
+    def _units_with_prefix(self, stage: str, layout: Layout, prefix: str, limit: int) -> list[JudgeView]:
         out: list[JudgeView] = []
-        shard = index.shard_at_or_before(prefix)
-        while shard < index.shards_total and len(out) < limit:
-            units = self.files.plan_shard(stage, index, shard)
+        shard = self.files.shard_at_or_before(stage, layout, prefix)
+        while shard < layout.shards_total and len(out) < limit:
+            units = self.files.plan_shard(stage, shard)
             read = self.files.shard(stage, shard)
             results = {r.unit_id: r for r in read.output.results} if read.output else {}
             past = False
@@ -282,43 +289,65 @@ class Samples:
         if stage not in self.stages:
             out.notes.append(f"no stage {stage!r} in this run")
             return out
-        index = self.files.index(stage)
-        if index is None:
+        layout = self.files.layout(stage)
+        if layout is None:
             out.notes.append(f"stage {stage} is not planned yet")
             return out
-        out.models = list(index.models)
-        model = index.model_index(q.model) if q.model else None
+        # paging needs only the layout; a model filter or a comparison needs the index (built once, in the
+        # background as soon as the stage is first shown)
+        index = self.files.index(stage) if q.model or q.compare else self.files.ready_index(stage, layout)
+        if index is not None:
+            out.models = list(index.models)
+        else:
+            out.models = self._some_models(stage, layout)
+            out.notes.append("indexing the stage's models: the list may grow")
+        model = index.model_index(q.model) if index is not None and q.model else None
         if q.model and model is None:
             out.notes.append(f"no unit of stage {stage} asks model {q.model!r}")
             return out
-        other = index.model_index(q.compare) if q.compare else None
+        other = index.model_index(q.compare) if index is not None and q.compare else None
         if q.compare and (other is None or model is None):
             out.notes.append("compare: pick two models of this stage")
             return out
-        positions: Any = index.by_model[model] if model is not None else range(index.units_total)
+        positions: Any = range(layout.units_total)
+        if index is not None and model is not None:
+            positions = index.by_model[model]
         scanning = q.failed or bool(q.score) or bool(q.q)
         if not scanning:
             out.total = len(positions)
             chosen = positions[q.page * q.size : (q.page + 1) * q.size]
-            out.rows = [self.unit(stage, index, p) for p in chosen]
+            out.rows = [self.unit(stage, layout, p) for p in chosen]
             if (q.page + 1) * q.size < len(positions):
                 out.next_after = q.page + 1
         else:
-            self._scan(stage, index, positions, q, out)
-        if other is not None:
+            self._scan(stage, layout, positions, q, out)
+        if index is not None and other is not None:
             for row in out.rows:
                 match = index.same_prompt(row.position, other, self.files.store.get)
-                out.partners.append(None if match is None else self.unit(stage, index, match))
+                out.partners.append(None if match is None else self.unit(stage, layout, match))
         return out
 
-    def _scan(self, stage: str, index: StageIndex, positions: Any, q: SamplesQuery, out: SamplesPage) -> None:
+    def _some_models(self, stage: str, layout: Layout) -> list[str]:
+        """The models of the stage's first and last shards, while its index is being built."""
+        with self._lock:
+            have = self._models.get(stage)
+        if have is None or have[0] is not layout:
+            seen: dict[str, None] = {}
+            for shard in (0, layout.shards_total - 1):
+                seen.update((u.request.model, None) for u in self.files.plan_shard(stage, shard))
+            have = (layout, list(seen))
+            with self._lock:
+                self._models[stage] = have
+        return have[1]
+
+    def _scan(self, stage: str, layout: Layout, positions: Any, q: SamplesQuery, out: SamplesPage) -> None:
         needle = q.q.lower()
         started = time.monotonic()
         at = max(0, q.after)
         while at < len(positions) and len(out.rows) < q.size:
             if out.scanned >= SCAN_UNITS or time.monotonic() - started > SCAN_S:
                 break
-            view = self.unit(stage, index, positions[at], judges=bool(q.score))
+            view = self.unit(stage, layout, positions[at], judges=bool(q.score))
             at += 1
             out.scanned += 1
             if q.failed and not view.parse_failed and view.state != "unreadable":
