@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import secrets
@@ -51,7 +52,7 @@ import structlog
 from punchline.cluster.local_ledger import FolderHold, _flock, _pid_alive, live_clients, same_process, start_ticks
 from punchline.cluster.ray_runtime import RaySettings
 from punchline.cluster.redis_server import _private_dir, _write_private, open_private, read_private
-from punchline.data.errors import InfraError, LedgerUnavailable
+from punchline.data.errors import ConfigError, InfraError, LedgerUnavailable
 from punchline.data.settings import LOCAL_RAY_LINGER_S
 
 log = structlog.get_logger("punchline.local_ray")
@@ -199,6 +200,26 @@ class LocalRay:
             env[TOKEN_PATH_ENV] = str(self.token_path)
         return env
 
+    def check_startable(self) -> None:
+        """What the head will need, proven before the run's first paid call (the head itself starts only when a
+        stage needs it, maybe after batches were paid for): Ray and its ``ray start`` in this Python, Ray's auth
+        settings usable, and the head's token writable in its folder (written now; a starting head writes a new
+        one). A failure is one line, exit 2, before anything is paid."""
+        if importlib.util.find_spec("ray") is None:
+            raise InfraError(
+                f"Ray is not installed for {sys.executable}: the local Ray head cannot start; reinstall punchline"
+            )
+        mode = os.environ.get(AUTH_MODE_ENV, "")
+        if mode and mode.lower() not in ("token", "disabled"):
+            raise ConfigError(f"must be token or disabled, got {mode!r}", field=AUTH_MODE_ENV)
+        path = os.environ.get(TOKEN_PATH_ENV)
+        if path and not os.environ.get(TOKEN_ENV) and not Path(path).is_file():
+            raise ConfigError(
+                f"names {path}, which is not a file: the local Ray head would find no token", field=TOKEN_PATH_ENV
+            )
+        if self.auth_env().get(TOKEN_PATH_ENV) == str(self.token_path):
+            self._write_token()
+
     def _write_token(self) -> None:
         """A new random token for a head about to start (under ``join.lock``): 0600, never through a link."""
         _write_private(self.token_path, secrets.token_hex(32))
@@ -222,6 +243,8 @@ class LocalRay:
         with _flock(self.folder / "join.lock"):
             self._register()
             self.head = read_head(self.folder)
+            if self.head is None:
+                self.check_startable()
         if self.head is not None:
             spawn_keeper(self.folder)
             log.info("local_ray_joined", address=self.head.address, folder=str(self.folder))

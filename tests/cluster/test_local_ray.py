@@ -30,6 +30,7 @@ from punchline.cluster.local_ray import (
     session_processes,
 )
 from punchline.cluster.ray_runtime import RaySettings
+from punchline.data.errors import ConfigError
 from punchline.schedulers.ledger import StageCounters
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
@@ -358,3 +359,38 @@ def test_the_default_path_starts_the_folders_head_on_a_machine_with_nothing_in_h
     head = seen["head"]
     assert isinstance(head, HeadRecord)
     _head_gone(head.pid, timeout_s=linger + 180)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "field"),
+    [("RAY_AUTH_TOKEN_PATH", "/no/such/token", "RAY_AUTH_TOKEN_PATH"), ("RAY_AUTH_MODE", "tokn", "RAY_AUTH_MODE")],
+)
+def test_a_head_that_could_not_start_is_refused_when_the_run_joins_before_any_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str, field: str
+) -> None:
+    """The head starts only when a stage needs it (maybe after batches were paid for), so what it needs is
+    proven when the driver joins the folder: a user's Ray auth setting that would stop it is one line then."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as raised:
+        LocalRay(tmp_path / "runs", SETTINGS).join()
+    assert raised.value.field == field
+
+
+def test_joining_writes_the_heads_token_privately_and_never_into_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    head = LocalRay(tmp_path / "runs", SETTINGS).join()
+    try:
+        assert (head.token_path.stat().st_mode & 0o777) == 0o600 and len(head.token_path.read_text()) == 64
+        assert head.auth_env() == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(head.token_path)}
+        head.auth_for_join()  # as the driver does before ray.init (Ray not imported here: nothing to refresh)
+        assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(head.token_path)
+    finally:
+        head.leave()
+    assert "RAY_AUTH_TOKEN_PATH" not in os.environ and "RAY_AUTH_MODE" not in os.environ  # put back on leave
+    assert not (tmp_path / "home").exists()
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "the-users-own")  # a user's own token is used as it is
+    assert "RAY_AUTH_TOKEN_PATH" not in LocalRay(tmp_path / "runs2", SETTINGS).auth_env()
