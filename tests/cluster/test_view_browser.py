@@ -102,6 +102,15 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             page.wait_for_url(re.compile(r"model="))
             assert page.inner_text("#shown").endswith("of 24")
             assert "judged by" in page.inner_text("#rows")
+            # a judge score: the units whose judge said 1
+            page.fill("#f-score", "1")
+            page.click("#f-go")
+            page.wait_for_url(re.compile(r"score=1"))
+            judged = page.eval_on_selector_all(
+                ".unit", "us => us.map(u => [...u.querySelectorAll('td.score')].map(t => t.textContent))"
+            )
+            assert judged and all("1" in scores for scores in judged), judged
+            page.fill("#f-score", "")
             # a search that scans the answers
             page.fill("#f-q", "ОТВЕТ")
             page.click("#f-go")
