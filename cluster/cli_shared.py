@@ -31,10 +31,22 @@ from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.cluster.planner import StageEstimate
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.runs import with_batch_records
+from punchline.data.errors import PluginError
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.stores import open_store
 from punchline.schedulers.ledger import StageCounters
 from punchline.schedulers.redis_client import redact_url
+
+
+def port(text: str) -> int:
+    """A TCP port for a flag (0: a free one), checked before anything starts."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0-65535)")
+    return value
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -53,7 +65,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true", default=None, help="never call a provider: cache misses fail")
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
-    p.add_argument("--metrics-port", type=int, help="serve the run's Prometheus metrics on 127.0.0.1:PORT/metrics")
+    p.add_argument("--metrics-port", type=port, help="serve the run's Prometheus metrics on 127.0.0.1:PORT/metrics")
     p.add_argument("-v", "--verbose", action="store_true", help="readable log lines on stderr instead of progress bars")
 
 
@@ -108,10 +120,10 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
         bars.progress.start()
     try:
         record = run(config, opts, progress=bars)
-    except KeyboardInterrupt as exc:  # Ctrl-C: the CLI prints how to resume exactly this run
+    except (KeyboardInterrupt, PluginError) as exc:  # Ctrl-C, the pipeline's own bug: how to resume exactly this run
         run_id = getattr(exc, "run_id", None) or opts.run_id
         if run_id:
-            exc.resume_command = resume_command(config, opts, run_id)  # type: ignore[attr-defined]
+            exc.resume_command = resume_command(config, opts, run_id)  # type: ignore[union-attr]
         raise
     finally:
         if bars:

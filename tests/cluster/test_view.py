@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -195,3 +197,31 @@ def test_the_stage_index_is_kept_for_the_next_start(served: tuple[ViewServer, Pa
     finally:
         again.close()
     assert get(server, "/")[1].count(f"/run/{RUN}'") == 1  # the kept indexes are not a run
+
+
+def test_the_command_prints_its_url_and_refuses_bad_flags(served: tuple[ViewServer, Path], tmp_path: Path) -> None:
+    _, runs = served
+    cli = [sys.executable, "-m", "punchline.cluster.cli"]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = subprocess.Popen([*cli, "view", RUN, "--runs-dir", str(runs)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(rf"http://127\.0\.0\.1:(\d+)/run/{RUN}", line)
+        assert found, line
+        conn = http.client.HTTPConnection("127.0.0.1", int(found.group(1)), timeout=60)
+        conn.request("GET", f"/run/{RUN}")
+        assert conn.getresponse().status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for argv in (
+        ["view", "--host", "0.0.0.0", "--runs-dir", str(runs)],  # beyond loopback without --allow-remote
+        ["view", "--port", "70000"],
+        ["view", "../x"],
+        ["run", "configs/demo.toml", "--metrics-port", "70000"],
+    ):
+        done = subprocess.run([*cli, *argv], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2 and done.stdout == "", (argv, done.stdout, done.stderr)
+        last = done.stderr.strip().splitlines()[-1]  # argparse prints its usage above its one line
+        assert last.startswith("punchline") and "error" in last and "Traceback" not in done.stderr
