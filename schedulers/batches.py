@@ -93,6 +93,9 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     output_tokens: int = 0
     cost_usd: float = 0.0  # at the batch price
     online_cost_usd: float = 0.0  # what the same answers would have cost online
+    # what the batch may cost at most (at the batch price), priced at the intent: held in the run's budget
+    # (``max_cost_usd``) from before the create call until its answers are collected, then settled at cost_usd
+    estimate_usd: float = 0.0
 
 
 def batch_key(keys: Iterable[str], generation: int = 0) -> str:

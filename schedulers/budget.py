@@ -71,6 +71,22 @@ return budget_reserve(0, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber
 """
 )
 
+# A batch's hold (its holder is the batch): once per holder, so a resumed driver holding the same batch again
+# does not reserve it twice; ``force`` (a batch created already: paid whatever the cap) reserves past the cap.
+# ARGV: holder, estimate_usd, max_usd (negative = no cap), ttl_ms, force (0/1) -> 1 held, 0 over the cap
+_HOLD_ONCE = (
+    BUDGET_LUA
+    + """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[3], budget_now() + tonumber(ARGV[4]), ARGV[1])
+  return 1
+end
+local cap = tonumber(ARGV[3])
+if ARGV[5] == '1' then cap = -1 end
+return budget_reserve(0, ARGV[1], tonumber(ARGV[2]), cap, tonumber(ARGV[4]))
+"""
+)
+
 # ARGV: holder, reserved_usd, actual_usd, ttl_ms
 _SETTLE = (
     BUDGET_LUA
@@ -115,23 +131,36 @@ class Budget:
         *,
         namespace: str = "pl",
         reservation_ttl_s: float = 900.0,
+        holder: str | None = None,
     ) -> None:
         self.r = client
         self.run_id = run_id
         self.max_cost_usd = max_cost_usd
-        self.holder = uuid.uuid4().hex
+        self.holder = holder or uuid.uuid4().hex
         self.ttl_ms = int(reservation_ttl_s * 1000)
         self.namespace = namespace
         self._keys = budget_keys(run_id, namespace)
         self._usage_key = usage_key(run_id, namespace)
         self._reserve = client.register_script(_RESERVE)
         self._settle = client.register_script(_SETTLE)
+        self._hold_once = client.register_script(_HOLD_ONCE)
 
     def reserve(self, estimate_usd: float) -> bool:
         """Hold ``estimate_usd`` for a unit about to run; False if it would break the cap."""
         cap = -1.0 if self.max_cost_usd is None else self.max_cost_usd
         with redis_errors("budget"):
             ok = self._reserve(keys=self._keys, args=[self.holder, repr(float(estimate_usd)), repr(cap), self.ttl_ms])
+        return bool(int(ok))
+
+    def hold_once(self, estimate_usd: float, *, force: bool = False) -> bool:
+        """Reserve ``estimate_usd`` under this holder unless it holds a reservation already (then it is only
+        kept alive); False if it would break the cap. ``force``: reserve past the cap (a batch that exists)."""
+        cap = -1.0 if self.max_cost_usd is None else self.max_cost_usd
+        with redis_errors("budget"):
+            ok = self._hold_once(
+                keys=self._keys,
+                args=[self.holder, repr(float(estimate_usd)), repr(cap), self.ttl_ms, "1" if force else "0"],
+            )
         return bool(int(ok))
 
     def settle(self, reserved_usd: float, actual_usd: float) -> None:

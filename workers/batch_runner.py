@@ -44,7 +44,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from punchline.data.errors import FatalProviderError, LedgerUnavailable, ProviderError, PunchlineError
+from punchline.data.errors import BudgetExceeded, FatalProviderError, LedgerUnavailable, ProviderError, PunchlineError
 from punchline.data.provider_settings import Mode, ProviderSettings
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
@@ -58,6 +58,7 @@ from punchline.schedulers.batches import (
     now_s,
     run_owners,
 )
+from punchline.schedulers.budget import Budget, estimate_request_cost
 from punchline.workers.batch_provider import (
     BatchInfo,
     BatchProvider,
@@ -72,6 +73,9 @@ from punchline.workers.providers import make_batch_provider
 from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.batches")
+# a batch's hold on the run's budget outlives the provider's longest batch (24 h) with a margin: it is
+# settled when the batch is collected, and a resumed driver holds the same batch again (never twice)
+BATCH_HOLD_S = 26 * 3600.0
 
 
 class BatchFailed(PunchlineError):
@@ -130,8 +134,10 @@ class BatchRunner:
         stage: str,
         options: BatchOptions | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_cost_usd: float | None = None,
     ) -> None:
         self.ledger = ledger
+        self.max_cost_usd = max_cost_usd  # the run's cap: a batch is priced and held in it before it is created
         self.cache = cache
         self.settings = settings
         self.clients = clients
@@ -148,6 +154,7 @@ class BatchRunner:
         self.foreign: set[str] = set()  # batch ids proven not this run's (their results carry other ids)
         self.refused: list[BatchRecord] = []  # batches the provider refused whose requests may not go online
         self.exhausted: dict[str, str] = {}  # request key -> last reason, after max_rounds batches (may not go online)
+        self.over_budget: list[BatchRecord] = []  # batches not created: they would have taken the run past its cap
         self.unsure: dict[str, float] = {}  # batch key -> when a create of unknown outcome failed (monotonic)
 
     # --- the loop ------------------------------------------------------------------------------------
@@ -175,10 +182,10 @@ class BatchRunner:
                 if k not in self.answered and k not in busy and self.rounds.get(k, 0) < self.opt.max_rounds
             ]
             pending = [k for k in pending if not self._cached(k) and self._todo(k)]
-            if not active and (not pending or self.cancelled_at):  # all answered, given up, or cancelled
+            if not active and (not pending or self.cancelled_at or self.over_budget):  # answered, given up, stopped
                 break
             submitted = False
-            for provider, model, keys in [] if self.cancelled_at else self._groups(pending):
+            for provider, model, keys in [] if self.cancelled_at or self.over_budget else self._groups(pending):
                 new = self._intent(provider, model, keys)
                 if new is not None:
                     active.append(new)
@@ -210,6 +217,12 @@ class BatchRunner:
     def _finish(self) -> None:
         """Stop the stage where requests are left that may not go online (or the batches were cancelled)."""
         unanswered = [k for k in self.specs if not self._cached(k)]
+        if self.over_budget:
+            rec = self.over_budget[0]
+            raise BudgetExceeded(
+                f"stage {self.stage}: {rec.error}; {len(unanswered)} requests are unanswered and were not sent; "
+                "everything collected so far is kept (resume with a higher --max-cost-usd)"
+            )
         if self.cancelled_at:
             when = time.strftime("%H:%M:%S", time.gmtime(self.cancelled_at))
             raise BatchesCancelled(
@@ -360,6 +373,7 @@ class BatchRunner:
             intent_at=now_s(),
             create_at=0.0,  # no create call yet: a driver killed before it leaves nothing to look for
         )
+        rec.estimate_usd = self._price(rec)
         for k in keys:
             self.rounds[k] = self.rounds.get(k, 0) + 1
         self.ledger.write(rec)
@@ -374,10 +388,59 @@ class BatchRunner:
         )
         return rec
 
+    def _price(self, rec: BatchRecord) -> float:
+        """The most the batch may cost at the batch price: each request's upper bound (input chars / 4, output
+        ``max_tokens`` per choice), for the parts it asks for (the held ones are not submitted again)."""
+        s = self.settings[rec.provider]
+        total = 0.0
+        for k in rec.keys:
+            request = self.specs[k].request
+            asked, whole = len(self._todo(k)), len(parts(s, request))
+            total += estimate_request_cost(s, request)[2] * s.batch_price_factor * (asked / whole if whole else 1.0)
+        return total
+
+    def _budget(self, rec: BatchRecord) -> Budget | None:
+        """The run's budget as this batch holds it (None: no cap)."""
+        if self.max_cost_usd is None:
+            return None
+        holder = batch_owner(rec.run_id, rec.batch_key)
+        return Budget(self.ledger.r, rec.run_id, self.max_cost_usd, holder=holder, reservation_ttl_s=BATCH_HOLD_S)
+
+    def _hold_budget(self, rec: BatchRecord, *, exists: bool) -> bool:
+        """Hold the batch's price in the run's budget (once; a batch that ``exists`` already is held whatever
+        the cap: it is paid for anyway). False: creating it would take the run past its cap."""
+        budget = self._budget(rec)
+        return budget is None or budget.hold_once(rec.estimate_usd or self._price(rec), force=exists)
+
+    def _settle_budget(self, rec: BatchRecord, actual_usd: float) -> None:
+        """The batch's hold becomes what it cost (before its record says collected: a kill in between counts it
+        twice at worst, never not at all)."""
+        budget = self._budget(rec)
+        if budget is not None:
+            budget.settle(rec.estimate_usd, actual_usd)
+
+    def _over_budget(self, rec: BatchRecord) -> None:
+        """Not created: it would take the run past its cap. Its requests stay unanswered (and unpaid)."""
+        budget = self._budget(rec)
+        spent = budget.spent_usd() + budget.reserved_usd() if budget is not None else 0.0
+        rec.state = "failed"
+        rec.error = (
+            f"batch of {rec.requests} requests to {rec.model or rec.provider} not created: at up to "
+            f"${rec.estimate_usd:.6g} (batch price) it would take the run past max_cost_usd ${self.max_cost_usd:g} "
+            f"(${spent:.6g} spent or held)"
+        )
+        rec.collected_at = now_s()
+        self.ledger.write(rec)
+        self.ledger.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
+        self.over_budget.append(rec)
+        log.warning("batch_over_budget", stage=self.stage, batch_key=rec.batch_key, error=rec.error)
+
     def _hold(self, rec: BatchRecord) -> None:
         """A resumed batch takes its units' leases back (a lease that lapsed meanwhile is simply re-taken)."""
         keys = [k for k in rec.keys if k in self.specs]
         self.ledger.take(batch_owner(rec.run_id, rec.batch_key), keys, self.opt.lease_ms)
+        if rec.state == "submitted":  # it exists: its price is held whatever the cap
+            self._hold_budget(rec, exists=True)
         for k in keys:
             self.rounds[k] = self.rounds.get(k, 0) + 1
 
@@ -391,6 +454,9 @@ class BatchRunner:
                 self.ledger.take(batch_owner(rec.run_id, rec.batch_key), keys, self.opt.lease_ms)
             elif self.cancelled_at and rec.batch_id:
                 self._cancel(rec)
+            return
+        if not self._hold_budget(rec, exists=False):  # priced and held before it is created, or not created
+            self._over_budget(rec)
             return
         client = self.clients[rec.provider]
         requests = [self.specs[k].request for k in rec.keys]
@@ -410,6 +476,7 @@ class BatchRunner:
         self._submitted(rec, info)
 
     def _submitted(self, rec: BatchRecord, info: BatchInfo) -> None:
+        self._hold_budget(rec, exists=True)  # held already when this driver created it; a dead driver's: now
         rec.batch_id = info.batch_id
         rec.state = "submitted"
         rec.submitted_at = now_s()
@@ -487,6 +554,7 @@ class BatchRunner:
     def _refused(self, rec: BatchRecord, reason: str) -> None:
         """The provider refused the whole batch: recorded with its reason; its requests go online only where
         the provider's ``batch_fallback`` says so, else the stage stops at the end (:meth:`_finish`)."""
+        self._settle_budget(rec, 0.0)  # refused as a whole: nothing ran, nothing was billed
         rec.state = "failed"
         rec.error = " ".join(reason.split())[:300]
         rec.collected_at = now_s()
@@ -527,6 +595,7 @@ class BatchRunner:
                 raise
             # the provider no longer knows it (e.g. the simulator of a killed driver): its units go again
             log.warning("batch_gone", batch_id=rec.batch_id, error=str(exc))
+            self._settle_budget(rec, 0.0)
             rec.state, rec.failed, rec.provider_status, rec.collected_at = "collected", rec.requests, "gone", now_s()
             self.ledger.write(rec)
             self._release(rec, owner)
@@ -551,6 +620,7 @@ class BatchRunner:
             log.warning("batch_results_failed", batch_id=rec.batch_id, error=str(exc))
             return False
         self._collect(rec, got)
+        self._settle_budget(rec, rec.cost_usd)
         self.ledger.write(rec)
         self._release(rec, owner)
         log.info(
@@ -662,8 +732,10 @@ def run_stage_batches(
     *,
     namespace: str = "pl",
     options: BatchOptions | None = None,
+    max_cost_usd: float | None = None,
 ) -> BatchTotals:
-    """Run a stage's batch-mode units through batches (the coordinator's one entry point)."""
+    """Run a stage's batch-mode units through batches (the coordinator's one entry point); ``max_cost_usd``
+    is the run's cap, which each batch's price must fit before it is created."""
     clients = {name: make_batch_provider(name, s) for name, s in settings.items() if s.mode == "batch"}
     try:
         runner = BatchRunner(
@@ -673,6 +745,7 @@ def run_stage_batches(
             clients=clients,
             stage=stage,
             options=options,
+            max_cost_usd=max_cost_usd,
         )
         return runner.run(units)
     finally:

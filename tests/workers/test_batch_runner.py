@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from punchline.data.errors import BudgetExceeded
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.puns.completions import sample_request
 from punchline.data.requests import ProviderResponse
@@ -27,6 +28,7 @@ from punchline.schedulers.batches import (
     parts_prefix,
     request_cancel,
 )
+from punchline.schedulers.budget import Budget, estimate_request_cost
 from punchline.schedulers.ledger import request_key
 from punchline.workers.batch_provider import part_id, parts
 from punchline.workers.batch_runner import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
@@ -517,3 +519,41 @@ def test_an_intent_whose_create_never_started_is_created_at_once_whatever_the_ac
     claude = make_batch_provider("p", _settings(fake, "anthropic"))
     assert claude.retrieve(slow).status == "in_progress"
     claude.close()
+
+
+def _price(settings: ProviderSettings, units: list[UnitSpec]) -> float:
+    """What the runner holds for a batch of these units: each request's upper bound at the batch price."""
+    return sum(estimate_request_cost(settings, u.request)[2] * settings.batch_price_factor for u in units)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_max_cost_usd_counts_batches_one_that_would_pass_the_cap_is_never_created(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, kind: str
+) -> None:
+    """Issue 34: a batch is priced (its requests' upper bound at the batch price) and held in the run's budget
+    before it is created; the batch that would take the run past its cap is not created, the stage stops with
+    BudgetExceeded naming it, and what the created batches cost is settled into the run's spend."""
+    store = LocalStore(tmp_path)
+    units = _units(12)
+    settings = _settings(fake, kind, batch_max_requests=6 if kind == "openai" else 12)  # 2 batches of 6 units
+    one_batch = _price(settings, units[:6])
+    runner = _runner(fake, redis_client, store, kind, batch_max_requests=settings.batch_max_requests)
+    runner.max_cost_usd = one_batch * 1.5  # room for the first batch, not for the second
+    with pytest.raises(BudgetExceeded, match=r"not created.*max_cost_usd") as stopped:
+        runner.run(units)
+    assert "resume with a higher --max-cost-usd" in str(stopped.value)
+    records = sorted(BatchLedger(redis_client, store, "r1").records(), key=lambda r: r.intent_at)
+    assert [r.state for r in records] == ["collected", "failed"], records
+    assert records[0].estimate_usd == pytest.approx(one_batch) and "max_cost_usd" in records[1].error
+    assert fake.batch_stats().batches_created == 1  # the second was never created, so never paid
+    budget = Budget(redis_client, "r1", runner.max_cost_usd)
+    assert budget.spent_usd() == pytest.approx(records[0].cost_usd) and budget.reserved_usd() == 0
+    assert 0 < budget.spent_usd() <= runner.max_cost_usd
+    assert live_leases(redis_client) == []  # the refused batch's units are free for whoever may pay for them
+
+    fake.reset()
+    nothing = _runner(fake, redis_client, LocalStore(tmp_path / "other"), kind, run_id="r9")
+    nothing.max_cost_usd = one_batch / 10  # below any batch: nothing is created at all
+    with pytest.raises(BudgetExceeded):
+        nothing.run(units)
+    assert fake.batch_stats().batches_created == 0
