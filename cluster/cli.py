@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from punchline.cluster import commands
-from punchline.data.errors import PunchlineError
+from punchline.data.errors import PluginError, PunchlineError
 from punchline.data.redaction import redact_text
 from punchline.data.settings import DEBUG
 
@@ -85,6 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(words)
     try:
         code = args.func(args)
+    except PluginError as exc:  # the pipeline's own code failed: not ours to fix, so not a usage error either
+        resume = getattr(exc, "resume_command", None)
+        hint = f"; fix it, then resume with: {resume}" if resume else ""
+        print(f"punchline: error: {_one_line(redact_text(str(exc)))}{hint}", file=sys.stderr)
+        return 1
     except PunchlineError as exc:
         print(f"punchline: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.cluster.planner import StageEstimate
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.runs import with_batch_records
+from punchline.data.errors import PluginError
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.stores import open_store
 from punchline.schedulers.ledger import StageCounters
@@ -119,10 +120,10 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
         bars.progress.start()
     try:
         record = run(config, opts, progress=bars)
-    except KeyboardInterrupt as exc:  # Ctrl-C: the CLI prints how to resume exactly this run
+    except (KeyboardInterrupt, PluginError) as exc:  # Ctrl-C, the pipeline's own bug: how to resume exactly this run
         run_id = getattr(exc, "run_id", None) or opts.run_id
         if run_id:
-            exc.resume_command = resume_command(config, opts, run_id)  # type: ignore[attr-defined]
+            exc.resume_command = resume_command(config, opts, run_id)  # type: ignore[union-attr]
         raise
     finally:
         if bars:

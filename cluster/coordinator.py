@@ -21,7 +21,7 @@ import structlog
 
 from punchline.cluster.autoscale import Autoscaler
 from punchline.cluster.local_worker import ForkWarmup, LocalWorker
-from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.pipeline import Stage, StageContext, pipeline_code
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.response_cache import ResponseCache
 from punchline.data.store import Store
@@ -311,6 +311,9 @@ class Coordinator:
     def stage_done(self, stage: str) -> bool:
         return self.store.exists(self.manifest_key(stage))
 
+    def plugin_code(self, stage: Stage, step: str) -> contextlib.AbstractContextManager[None]:
+        return pipeline_code(self.ctx.cfg.run.pipeline, stage, step)
+
     def run_stage(self, stage: Stage) -> tuple[list[str], dict[str, str]]:
         """Execute (or resume) one stage and reduce it: (artifact names written, failed unit -> reason)."""
         if stage.name not in self._prepared and self.local_first and not self._pool_warm:
@@ -322,9 +325,12 @@ class Coordinator:
             # batch-mode providers' answers go into the response cache first; the shards then find them there.
             # What the batches cost is in their records (status adds them up), not in the stage's counters.
             cache = ResponseCache(self.store)
-            run_stage_batches(self.ledger.r, cache, self.ctx.run_id, stage.name, stage.plan(self.ctx), providers)
+            with self.plugin_code(stage, "plan"):
+                units = stage.plan(self.ctx)
+                run_stage_batches(self.ledger.r, cache, self.ctx.run_id, stage.name, units, providers)
         results = self.execute(plan, first_ids, queued=prepared is not None)
-        artifacts = stage.reduce(self.ctx, results)
+        with self.plugin_code(stage, "reduce"):
+            artifacts = stage.reduce(self.ctx, results)
         failed = results.failed()
         self.store_usage[stage.name] = results.usage()
         manifest = StageManifest(
@@ -348,7 +354,10 @@ class Coordinator:
         """
         run_id = self.ctx.run_id
         calls: set[str] = set()
-        shape = cut(stage.name, _noting_providers(stage.plan(self.ctx), calls), self.shard_size, self.shards_per_page)
+        with self.plugin_code(stage, "plan"):
+            shape = cut(
+                stage.name, _noting_providers(stage.plan(self.ctx), calls), self.shard_size, self.shards_per_page
+            )
         self._providers_of[stage.name] = calls
         plan = StagePlan(
             run_id=run_id,
@@ -375,7 +384,8 @@ class Coordinator:
                 plan_page_key(run_id, stage.name, page.first_shard // self.shards_per_page), encode_page(page)
             )
 
-        cut(stage.name, stage.plan(self.ctx), self.shard_size, self.shards_per_page, on_page=put)
+        with self.plugin_code(stage, "plan"):
+            cut(stage.name, stage.plan(self.ctx), self.shard_size, self.shards_per_page, on_page=put)
         self.store.put(digest_key, plan.digest.encode())
         return plan, shape.first_ids
 

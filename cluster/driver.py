@@ -50,7 +50,7 @@ from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.cluster.store_guard import StoreGuard, redis_identity
 from punchline.cluster.view.metrics import serve_driver_metrics
 from punchline.data import settings as env_registry
-from punchline.data.errors import BudgetExceeded, ConfigError, LedgerFailed
+from punchline.data.errors import BudgetExceeded, ConfigError, LedgerFailed, PluginError
 from punchline.data.jsonio import atomic_write_bytes, overwrite_in_place
 from punchline.data.redaction import redact_url, redact_urls
 from punchline.data.response_cache import ResponseCache
@@ -460,6 +460,8 @@ def run(
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):  # Ctrl-C; SIGTERM (Ray's handler exits):
                 record.state = "interrupted"  # `punchline stop`, `ray job stop`, a deleted pod
                 exc.run_id = run_id  # type: ignore[union-attr]  # for the resume command the CLI prints
+            if isinstance(exc, PluginError):
+                exc.run_id = run_id  # the pipeline's bug: resumed once fixed
             raise
         finally:
             coord.close()

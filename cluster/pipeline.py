@@ -9,11 +9,14 @@ number of workers, the order of completion or the faults along the way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+import structlog
 
+from punchline.data.errors import PluginError, PunchlineError, code_line
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
 from punchline.data.store import Store
@@ -136,3 +139,30 @@ def repeated(request: ProviderRequest, n: int) -> list[UnitSpec]:
     """``n`` units of the same request (distinct sample slots, so none is a cache hit of another): an
     upper-bound estimate priced like one representative request."""
     return [UnitSpec(unit_id=str(i), request=msgspec.structs.replace(request, sample_slot=i)) for i in range(n)]
+
+
+@contextlib.contextmanager
+def pipeline_code(
+    pipeline: str, stage: Stage, step: str, *, passing: tuple[type[Exception], ...] = ()
+) -> Iterator[None]:
+    """Around a call into a pipeline's own code (a stage's ``plan`` or ``reduce``, wherever the engine makes it):
+    what it raises that is not ours becomes a :class:`PluginError` naming the pipeline, the stage and the line of
+    the pipeline's code (the traceback goes to the log), not an internal error of punchline's. ``passing``: what
+    the caller handles itself (the planner: a stage whose inputs an earlier stage makes)."""
+    try:
+        yield
+    except (PunchlineError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if isinstance(exc, passing):
+            raise
+        structlog.get_logger("punchline.pipeline").error(
+            "pipeline_code_failed", pipeline=pipeline, stage=stage.name, step=step, exc_info=True
+        )
+        raise PluginError(
+            pipeline=pipeline,
+            stage=stage.name,
+            step=step,
+            where=code_line(exc, type(stage)),
+            cause=f"{type(exc).__name__}: {exc}",
+        ) from exc

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import msgspec
 
 from punchline.cluster.config import RunConfig
-from punchline.cluster.pipeline import StageContext
+from punchline.cluster.pipeline import StageContext, pipeline_code
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
 from punchline.data.stores.local import LocalStore
@@ -113,7 +113,8 @@ def plan_run(cfg: RunConfig) -> list[StageEstimate]:
         ctx = StageContext(cfg, "plan", LocalStore(tmp))
         for stage in pipeline_of(cfg).stages(cfg):
             try:
-                estimate = _estimate(cfg, stage.name, stage.plan(ctx), exact=True)
+                with pipeline_code(cfg.run.pipeline, stage, "plan", passing=(FileNotFoundError,)):
+                    estimate = _estimate(cfg, stage.name, stage.plan(ctx), exact=True)
             except FileNotFoundError:
                 out.append(_upper_bound(cfg, stage.name))
                 continue

@@ -358,10 +358,29 @@ def _call(address: str, job_id: str, fn: Any, *, doing: str = "") -> Any:
         raise
 
 
-def shorten(text: str, width: int = 100) -> str:
-    """A job's message on one line: its first line, cut at ``width`` (``punchline logs`` shows the rest)."""
+_EXIT_CODE = re.compile(r"failed with exit code (\d+)")
+
+
+def shorten(text: str, width: int = 160) -> str:
+    """A job's message on one line, cut at ``width`` (``punchline logs`` shows the rest). A failed entrypoint's
+    message is Ray's "failed with exit code N, last available logs: ..." and the driver's output: the cause is the
+    last line of that output that says why (punchline's own ``punchline: error: ...`` line, or a Python error such
+    as ``ModuleNotFoundError: No module named 'punchline'``), shown after the exit code."""
     line = _one_line_text(text)
+    code = _EXIT_CODE.search(line)
+    cause = _cause_line(text) if code else None
+    if code and cause:
+        line = f"exit {code.group(1)}: {cause}"
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _cause_line(text: str) -> str | None:
+    lines = [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
+    ours = [ln for ln in lines if ln.startswith("punchline: ")]
+    if ours:
+        return ours[-1].removeprefix("punchline: ")
+    errors = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b", ln)]
+    return errors[-1] if errors else (lines[-1] if lines else None)
 
 
 def _one_line_text(text: str) -> str:

@@ -6,8 +6,12 @@ boundary, so callers above the boundary handle *our* failures and never a driver
 
 from __future__ import annotations
 
+import inspect
+import os
 import socket
 import ssl
+import sys
+import traceback
 from collections.abc import Iterator
 
 
@@ -52,6 +56,49 @@ class ServiceRejected(ConfigError):
     """A service (Redis, S3, a provider) refused us for a reason waiting cannot fix: a wrong password
     or key, a TLS certificate that does not verify, an unknown host, a malformed URL. Not an outage:
     the run stops at once with one line naming the service and the setting to fix."""
+
+
+# --- a pipeline's own code ------------------------------------------------------------------------
+
+
+class PluginError(PunchlineError):
+    """A pipeline's own code (its ``plan``, ``reduce``, ``headlines``...) raised something that is not ours: not
+    a punchline bug, so the line names the pipeline, the stage and the ``file:line`` in the pipeline's code, and
+    the CLI exits 1 with the command that resumes the run once it is fixed (everything committed is kept)."""
+
+    def __init__(self, *, pipeline: str, stage: str, step: str, where: str, cause: str) -> None:
+        self.pipeline = pipeline
+        self.stage = stage
+        self.step = step
+        self.where = where
+        self.cause = cause
+        self.run_id: str | None = None  # set by the driver: the CLI prints the command that resumes it
+        super().__init__(f"pipeline {pipeline!r}, stage {stage!r}: its {step} raised {cause} (at {where})")
+
+
+def code_line(exc: BaseException, owner: type) -> str:
+    """``file:line`` in the pipeline's code where ``exc`` came from: the innermost frame in ``owner``'s file (the
+    stage's class), else the innermost frame outside punchline and the installed libraries, else the innermost."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown"
+    try:
+        own_file = os.path.realpath(inspect.getfile(owner))
+    except (TypeError, OSError):
+        own_file = ""
+    ours = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))  # the folder holding the layers
+    libraries = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+    def user_code(filename: str) -> bool:
+        real = os.path.realpath(filename)
+        return not real.startswith(ours + os.sep) and not real.startswith(libraries)
+
+    chosen = (
+        next((f for f in reversed(frames) if own_file and os.path.realpath(f.filename) == own_file), None)
+        or next((f for f in reversed(frames) if user_code(f.filename)), None)
+        or frames[-1]
+    )
+    return f"{chosen.filename}:{chosen.lineno}"
 
 
 # --- infrastructure ---------------------------------------------------------------------------

@@ -303,3 +303,27 @@ def test_submit_runs_the_users_pipeline_on_a_two_node_ray_start_cluster(tmp_path
         assert all(r["judge_answer"] for r in judged)
     finally:
         cluster.shutdown()
+
+
+@pytest.mark.parametrize("step", ["plan", "reduce"])
+def test_a_plugins_own_exception_names_the_pipeline_the_stage_and_its_line_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], step: str
+) -> None:
+    """Not "internal error": the line says whose code failed and where, and how to resume once it is fixed."""
+    proj = project(tmp_path, name=f"bug{step}")
+    code = proj / "sentiment_pipeline" / "pipeline.py"
+    text = code.read_text()
+    bug = f"\n\ndef _bug(self, *args, **kwargs):\n    raise KeyError('no-such-model')\n\n\nJudgeStage.{step} = _bug\n"
+    code.write_text(text + bug)
+    line = len((text + bug).splitlines()) - 3  # the raise
+    runs = tmp_path / "runs"
+    code_ = main(
+        ["run", str(proj / "sentiment.toml"), "--run-id", f"bug-{step}", "--runs-dir", str(runs), "--no-progress"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code_ == 1, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert f"pipeline '{REF}', stage 'judge': its {step} raised KeyError: 'no-such-model'" in err
+    assert f"{code}:{line}" in err
+    if step == "reduce":  # the run got that far: it can be resumed once fixed
+        assert f"resume with: punchline run {proj / 'sentiment.toml'} --run-id bug-{step}" in err

@@ -45,8 +45,18 @@ def test_a_job_message_is_one_short_line() -> None:
     )
     assert shorten(trace) == "Job failed due to an application error, last available logs:"
     long = "x" * 300
-    assert len(shorten(long)) == 100 and shorten(long).endswith("…")
+    assert len(shorten(long)) == 160 and shorten(long).endswith("…")
     assert shorten("") == ""
+
+
+def test_a_failed_jobs_line_shows_its_cause() -> None:
+    """Ray's message is "failed with exit code N, last available logs" and the output: `jobs` shows why."""
+    head = "Job entrypoint command failed with exit code 2, last available logs (truncated to 20,000 chars):\n"
+    ours = head + "2026-12-03 [info] ledger_joined\npunchline: error: store /x is inside this Ray job's working dir\n"
+    assert shorten(ours) == "exit 2: error: store /x is inside this Ray job's working dir"
+    python = head + 'Traceback (most recent call last):\n  File "<frozen runpy>", line 198\n'
+    python += "ModuleNotFoundError: No module named 'punchline'\n"
+    assert shorten(python) == "exit 2: ModuleNotFoundError: No module named 'punchline'"
 
 
 def test_a_wrong_password_given_as_a_query_parameter_is_one_line_and_never_shown(
