@@ -160,6 +160,20 @@ def check_keys(cfg: RunConfig) -> None:
         settings.api_key(name)
 
 
+def cap_warning(cfg: RunConfig, estimates: list[StageEstimate], cap_usd: float | None = None) -> str | None:
+    """A warning when the run's cap (``cap_usd``, else ``[run] max_cost_usd``) is below what ``plan`` estimates
+    the run costs as configured (each stage's mode, batches at the batch price): the run would stop at the cap
+    with requests unanswered. The estimate is an upper bound (``max_tokens`` per answer), so a run may well fit."""
+    cap = cap_usd if cap_usd is not None else cfg.run.max_cost_usd
+    total = sum(e.mode_cost_usd for e in estimates)
+    if cap is None or total <= cap:
+        return None
+    return (
+        f"max_cost_usd ${cap:g} is below the estimate of ${total:.4g} (an upper bound, batches at the batch price): "
+        "the run stops creating batches and starting units at the cap, leaving requests unanswered"
+    )
+
+
 def check_run(cfg: RunConfig) -> list[StageEstimate]:
     """Steps 3 and 4 (``plan``'s checks): the inputs, the settings against them, every stage's units.
     Returns the plan, so ``plan`` does not expand it twice."""

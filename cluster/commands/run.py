@@ -4,6 +4,7 @@ only read, are in ``commands/runs.py``)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 import msgspec
 from rich.console import Console
@@ -21,7 +22,7 @@ from punchline.cluster.commands import summary
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
 from punchline.cluster.retry_failed import drop_failed
-from punchline.cluster.run_checks import check_environment, check_run
+from punchline.cluster.run_checks import cap_warning, check_environment, check_run
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 
 
@@ -74,7 +75,11 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     check_environment()
-    estimates = check_run(load_config(args.config))  # the checks `run` makes before anything starts
+    cfg = load_config(args.config)
+    estimates = check_run(cfg)  # the checks `run` makes before anything starts
+    warning = cap_warning(cfg, estimates)
+    if warning is not None:  # on stderr, so --json stays one document
+        print(f"punchline: warning: {warning}", file=sys.stderr)
     if args.json:
         print(msgspec.json.encode(estimates).decode())
         return 0

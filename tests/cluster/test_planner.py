@@ -63,3 +63,22 @@ def test_plan_shows_only_the_cost_of_the_mode_configured(make_config, capsys) ->
     shown = capsys.readouterr().out
     assert "batch cost $" in shown and f"{collect.mode_cost_usd:.4f}" in shown
     assert f"{collect.cost_usd:.4f}" not in shown  # the online price of a batch-mode stage is not shown
+
+
+def test_plan_warns_when_max_cost_usd_is_below_the_estimate(make_config, capsys) -> None:
+    """Issue 34: a cap below what the run may cost as configured (batches at the batch price) is said by `plan`,
+    on stderr (its --json stays one document); a cap above it, or none, says nothing."""
+    cfg: Path = make_config(jokes=4, models=("3b",), samples=2)
+    text = cfg.read_text().replace("[providers.sim]\n", '[providers.sim]\nmode = "batch"\n', 1)
+    total = 0.0
+    for cap, warned in [(None, False), (1e-9, True), (1_000.0, False)]:
+        capped = text.replace("[run]\n", f"[run]\nmax_cost_usd = {cap}\n", 1) if cap is not None else text
+        cfg.write_text(capped)
+        total = sum(e.mode_cost_usd for e in plan_run(load_config(cfg)))
+        assert main(["plan", str(cfg), "--json"]) == 0
+        captured = capsys.readouterr()
+        assert captured.out.startswith("[")  # the JSON alone on stdout
+        assert ("warning: max_cost_usd" in captured.err) is warned, captured.err
+        if warned:
+            assert f"${total:.4g}" in captured.err and "batch price" in captured.err
+    assert total > 0
