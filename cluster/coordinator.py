@@ -327,7 +327,15 @@ class Coordinator:
             cache = ResponseCache(self.store)
             with self.plugin_code(stage, "plan"):
                 units = stage.plan(self.ctx)
-                run_stage_batches(self.ledger.r, cache, self.ctx.run_id, stage.name, units, providers)
+                run_stage_batches(  # each batch is priced and held in the run's cap before it is created
+                    self.ledger.r,
+                    cache,
+                    self.ctx.run_id,
+                    stage.name,
+                    units,
+                    providers,
+                    max_cost_usd=self.worker_cfg.max_cost_usd,
+                )
         results = self.execute(plan, first_ids, queued=prepared is not None)
         with self.plugin_code(stage, "reduce"):
             artifacts = stage.reduce(self.ctx, results)
