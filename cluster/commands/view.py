@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from punchline.cluster.cli_shared import Subcommands, port
-from punchline.cluster.commands import summary
-from punchline.cluster.config import check_run_id
+from punchline.cluster.commands import Subcommands, summary
+from punchline.cluster.run_record import check_run_id
 from punchline.cluster.view.server import LOOPBACK, ViewServer, ViewSettings, new_token
 from punchline.data.errors import InputError
 from punchline.data.settings import RUNS_DIR_HELP, runs_dir
@@ -20,7 +19,7 @@ def register(sub: Subcommands) -> None:
     p.add_argument("run_id", nargs="?", help="open this run (also one only the store has)")
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--store", help="the checkpoint store: a folder or s3://bucket/prefix (default: each run's own)")
-    p.add_argument("--port", type=port, default=0, help="port to listen on (default: a free one)")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -33,6 +32,8 @@ def register(sub: Subcommands) -> None:
 def cmd_view(args: argparse.Namespace) -> int:
     if args.run_id:
         check_run_id(args.run_id, field="run_id")
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"{args.port} is not a port (0-65535)", field="--port")
     remote = args.host not in LOOPBACK
     if remote and not args.allow_remote:
         raise InputError("listening beyond 127.0.0.1 needs --allow-remote (pages then ask for a token)", field="--host")

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import msgspec
 import structlog
 
-from punchline.cluster.config import check_run_id
+from punchline.cluster.run_record import check_run_id
 from punchline.cluster.runs import list_runs, load_run_record
 from punchline.cluster.status import StatusView, run_status
 from punchline.cluster.view import artifacts, pages
