@@ -129,7 +129,8 @@ def markdown(text: str) -> str:
 
     for line in text.splitlines():
         if line.strip().startswith("|"):
-            rows.append(line.strip().strip("|").split("|"))
+            cells = line.strip().strip("|").replace("\\|", "\x00").split("|")  # an escaped pipe is text
+            rows.append([c.replace("\x00", "|") for c in cells])
             continue
         flush()
         if line.startswith("#"):
@@ -185,3 +186,70 @@ def render(store: Store, run_id: str, rel: str, raw_url: str) -> str:
             return link + extra + _mapping(value)
         return link + f"<pre>{cell(value)}</pre>"
     return link
+
+
+def _json_artifact(store: Store, run_id: str, rel: str) -> Any:
+    data, more = head_bytes(store, f"{run_id}/artifacts/{rel}", MAX_JSON_BYTES)
+    if data is None or more:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _ci(report: dict[str, Any], name: str) -> str:
+    value, ci = report.get(name), report.get(f"{name}_ci95")
+    if not isinstance(value, (int, float)):
+        return ""
+    if isinstance(ci, dict):
+        return f"{value:.3f} ({ci.get('low', 0):.3f}-{ci.get('high', 0):.3f})"
+    return f"{value:.3f}"
+
+
+def results(store: Store, run_id: str, pipeline: str, found: list[str], link: str) -> str:
+    """The run's headline results on its page: Humor's scores per model with 95% CIs and how many items its
+    judges disagree on; Puns' tiers and cloze report; every plot. ``link`` prefixes an artifact's page URL."""
+    out = []
+    reports = sorted(a for a in found if a.startswith("report/") and a.endswith("/report.json"))
+    if pipeline == "humor" and reports:
+        rows = []
+        for rel in reports:
+            report = _json_artifact(store, run_id, rel)
+            if not isinstance(report, dict):
+                continue
+            ours, mera = report.get("judge_scores") or {}, report.get("judge_mera_scores") or {}
+            differ = sum(ours.get(i) != mera.get(i) for i in set(ours) | set(mera)) if isinstance(ours, dict) else 0
+            model = rel.split("/")[1]
+            rows.append(
+                f"<tr><td><a href='{esc(link + rel)}'>{esc(model)}</a></td><td>{esc(report.get('n', ''))}</td>"
+                f"<td>{_ci(report, 'em')}</td><td>{_ci(report, 'em_mera')}</td><td>{_ci(report, 'class_accuracy')}</td>"
+                f"<td>{_ci(report, 'judge_mera')}</td><td>{differ}</td></tr>"
+            )
+        out.append(
+            "<table id='humor-results'><tr><th>model</th><th>n</th><th>EM (95% CI)</th><th>EM, MERA's reading</th>"
+            "<th>class accuracy</th><th>MERA judge</th><th>items the judges disagree on</th></tr>"
+            + "".join(rows)
+            + "</table><p>per-class scores with CIs and the disagreeing items: each model's report</p>"
+        )
+    if pipeline == "puns":
+        ranked = _json_artifact(store, run_id, "puns_ranked.json") if "puns_ranked.json" in found else None
+        if isinstance(ranked, list):
+            tiers: dict[str, int] = {}
+            for joke in ranked:
+                tier = joke.get("cloze_tier") if isinstance(joke, dict) else None
+                if isinstance(tier, str):
+                    tiers[tier] = tiers.get(tier, 0) + 1
+            out.append("<h3>Tiers</h3>" + table([{"tier": t, "jokes": n} for t, n in tiers.items()]))
+        if "cloze_report/report.md" in found:
+            data, more = head_bytes(store, f"{run_id}/artifacts/cloze_report/report.md", MAX_JSON_BYTES)
+            if data is not None and not more:
+                out.append("<h3>Cloze</h3>" + markdown(data.decode("utf-8", "replace")))
+    plots = [a for a in found if os.path.splitext(a)[1].lower() in IMAGE_TYPES][:8]
+    raw = link.replace("/artifact/", "/raw/")
+    thumbs = "".join(
+        f"<a href='{esc(link + p)}'><img class='thumb' alt='{esc(p)}' src='{esc(raw + p)}'></a>" for p in plots
+    )
+    if thumbs:
+        out.append(f"<div class='plots'>{thumbs}</div>")
+    return "".join(out)

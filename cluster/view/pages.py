@@ -25,6 +25,7 @@ pre{white-space:pre-wrap;margin:0;max-height:260px;overflow:auto}img.plot{max-wi
 .bar{background:#eee;width:160px;height:10px;display:inline-block}.bar i{background:#2a7;height:10px;display:block}
 form.filters label{margin-right:10px}.pair{display:flex;gap:12px}.pair>div{flex:1;min-width:0}
 .unit{border:1px solid #ddd;margin:8px 0;padding:6px}.role{font-weight:bold;color:#555}
+img.thumb{max-height:220px;margin:4px;border:1px solid #ddd}
 """
 
 LIVE_JS = """
@@ -96,6 +97,7 @@ def run_page(
     artifacts: list[str],
     config: str,
     recent: list[dict[str, str]],
+    results: str = "",
 ) -> str:
     rid = quote(view.run_id)
     body = (
@@ -126,6 +128,8 @@ def run_page(
             body += f"<tr><td>{esc(b.stage)}</td><td>{esc(b.model)}</td><td>{esc(b.state)}</td><td>{b.requests}</td>"
             body += f"<td>{b.succeeded}</td><td>{b.failed}</td><td>${b.cost_usd:.4f}</td><td>{esc(b.error)}</td></tr>"
         body += "</table>"
+    if results:
+        body += f"<h2>Results</h2><div id='results'>{results}</div>"
     body += "<h2>Artifacts</h2><ul id='artifacts'>"
     for a in artifacts:
         body += f"<li><a href='/run/{rid}/artifact/{quote(a)}'>{esc(a)}</a></li>"

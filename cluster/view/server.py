@@ -226,7 +226,10 @@ class Viewer:
         found = [k.removeprefix(prefix) for k in store.list(prefix)]
         config = redacted_config(record.config_toml)
         recent = self.recent_log(run_id)
-        body = pages.run_page(view, stage_rows(view), record.created_at, record.finished_at, found, config, recent)
+        shown = artifacts.results(store, run_id, record.pipeline, found, f"/run/{run_id}/artifact/")
+        body = pages.run_page(
+            view, stage_rows(view), record.created_at, record.finished_at, found, config, recent, shown
+        )
         self.prepare(run_id, record.stages)
         return Response(body=body.encode())
 

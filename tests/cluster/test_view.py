@@ -18,8 +18,10 @@ import msgspec
 import pytest
 
 from bench.view import MODELS, generate
+from punchline.cluster.view import artifacts
 from punchline.cluster.view.server import ViewServer, ViewSettings
 from punchline.data.stores import open_store
+from punchline.data.stores.local import LocalStore
 from punchline.data.units import shard_key
 
 RUN = "bench-view-test"
@@ -225,3 +227,19 @@ def test_the_command_prints_its_url_and_refuses_bad_flags(served: tuple[ViewServ
         assert done.returncode == 2 and done.stdout == "", (argv, done.stdout, done.stderr)
         last = done.stderr.strip().splitlines()[-1]  # argparse prints its usage above its one line
         assert last.startswith("punchline") and "error" in last and "Traceback" not in done.stderr
+
+
+def test_puns_results_tiers_and_cloze(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    ranked = [{"id": i, "cloze_tier": tier} for i, tier in enumerate(["balanced", "leaning", "balanced"])]
+    store.put("r/artifacts/puns_ranked.json", msgspec.json.encode(ranked))
+    store.put(
+        "r/artifacts/cloze_report/report.md",
+        b"# Cloze\n| Model | P(funny \\| funny ctx) |\n|---|---|\n| 3b | 13.3% |\n",
+    )
+    store.put("r/artifacts/tiers.png", b"\x89PNG")
+    found = ["puns_ranked.json", "cloze_report/report.md", "tiers.png"]
+    html = artifacts.results(store, "r", "puns", found, "/run/r/artifact/")
+    assert "<td>balanced</td><td>2</td>" in html and "<td>leaning</td><td>1</td>" in html
+    assert "<th>P(funny | funny ctx)</th>" in html and "<td>13.3%</td>" in html
+    assert "src='/run/r/raw/tiers.png'" in html

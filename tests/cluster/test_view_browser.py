@@ -81,6 +81,8 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             done = page.inner_text("#stage-table")
             assert "shard_done" in page.inner_text("#log")  # the run log's last lines
             assert re.search(r"generate\s+100%\s+48/48", done), done
+            # Humor's results on the run's page: each model's scores with their CIs, the judges' disagreements
+            assert page.locator("#humor-results tr").count() == 3 and "(0." in page.inner_text("#humor-results")
             # a plot
             page.click("#artifacts a[href$='confusion.png']")
             img = page.wait_for_selector("img.plot")
