@@ -53,7 +53,7 @@ from punchline.cluster.local_ledger import FolderHold, _flock, _pid_alive, live_
 from punchline.cluster.ray_runtime import RaySettings
 from punchline.cluster.redis_server import _private_dir, _write_private, open_private, read_private
 from punchline.data.errors import ConfigError, InfraError, LedgerUnavailable
-from punchline.data.settings import LOCAL_RAY_LINGER_S
+from punchline.data.settings import LOCAL_RAY_DASHBOARD_PORT, LOCAL_RAY_LINGER_S
 
 log = structlog.get_logger("punchline.local_ray")
 
@@ -81,6 +81,7 @@ class HeadRecord(msgspec.Struct, frozen=True):
     address: str  # 127.0.0.1:PORT, the head's GCS
     host: str
     started_at: float
+    dashboard: str = ""  # http://127.0.0.1:PORT with PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT, else none
 
 
 def ray_dir(runs_dir: str | os.PathLike[str]) -> Path:
@@ -102,12 +103,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def head_command(settings: RaySettings) -> list[str]:
+def head_command(settings: RaySettings, dashboard_port: int = 0) -> list[str]:
     """``ray start --head --block`` on the loopback; every port it would otherwise take at a fixed
-    number (GCS 6379, client 10001, dashboard 8265, agent 52365) taken free, so heads never collide."""
+    number (GCS 6379, client 10001, dashboard 8265, agent 52365) taken free, so heads never collide.
+    ``dashboard_port``: Ray's dashboard on 127.0.0.1 there (behind the head's token), else none."""
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
-    argv += [f"--port={_free_port()}", "--node-ip-address=127.0.0.1", "--include-dashboard=false"]
-    argv += [f"--ray-client-server-port={_free_port()}", f"--dashboard-port={_free_port()}"]
+    argv += [f"--port={_free_port()}", "--node-ip-address=127.0.0.1"]
+    if dashboard_port:
+        argv += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
+    else:
+        argv += ["--include-dashboard=false", f"--dashboard-port={_free_port()}"]
+    argv += [f"--ray-client-server-port={_free_port()}"]
     argv += [f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats"]
     if settings.num_cpus is not None:
         argv.append(f"--num-cpus={settings.num_cpus}")
@@ -264,7 +270,8 @@ class LocalRay:
         spawn_keeper(self.folder)
 
     def _start_head(self) -> HeadRecord:
-        argv = head_command(self.settings)
+        dashboard_port = LOCAL_RAY_DASHBOARD_PORT.get()
+        argv = head_command(self.settings, dashboard_port)
         env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's switch: bind the loopback, not every interface
         env.update(self.auth_env())  # token auth with the head's own token; the workers inherit both
@@ -286,10 +293,16 @@ class LocalRay:
         finally:
             os.close(fd)
         head = HeadRecord(
-            pid=proc.pid, address=f"127.0.0.1:{_port_of(argv)}", host=socket.gethostname(), started_at=time.time()
+            pid=proc.pid,
+            address=f"127.0.0.1:{_port_of(argv)}",
+            host=socket.gethostname(),
+            started_at=time.time(),
+            dashboard=f"http://127.0.0.1:{dashboard_port}" if dashboard_port else "",
         )
         _write_private(self.folder / "head.json", msgspec.json.encode(head).decode())
         log.info("local_ray_starting", address=head.address, pid=head.pid)
+        if head.dashboard:  # the dashboard asks for the token: a browser takes it once, then keeps a cookie
+            log.info("local_ray_dashboard", url=head.dashboard, token_file=str(self.token_path))
         return head
 
     def auth_for_join(self) -> None:

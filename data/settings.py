@@ -247,6 +247,15 @@ LOCAL_RAY_LINGER_S = _seconds(
     "the runs folder's local Ray head stays up this long after its last driver left (the next run joins it)",
     le=3600.0,
 )
+LOCAL_RAY_DASHBOARD_PORT: EnvVar[int] = EnvVar(
+    "PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT",
+    "int",
+    0,
+    "serve Ray's dashboard of the runs folder's local head on 127.0.0.1:PORT (0: no dashboard); it asks for the "
+    "head's token, runs/_ray/<env>/auth_token",
+    ge=0,
+    le=65535,
+)
 DEBUG: EnvVar[bool] = EnvVar(
     "PUNCHLINE_DEBUG",
     "bool",
@@ -369,6 +378,7 @@ ENV_VARS: tuple[EnvVar[Any], ...] = (
     START_WAIT_S,
     LEDGER_STALE_S,
     LOCAL_RAY_LINGER_S,
+    LOCAL_RAY_DASHBOARD_PORT,
     DEBUG,
     S3_ENDPOINT_URL,
     S3_ADDRESSING_STYLE,

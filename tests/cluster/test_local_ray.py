@@ -394,3 +394,41 @@ def test_joining_writes_the_heads_token_privately_and_never_into_home(
     assert not (tmp_path / "home").exists()
     monkeypatch.setenv("RAY_AUTH_TOKEN", "the-users-own")  # a user's own token is used as it is
     assert "RAY_AUTH_TOKEN_PATH" not in LocalRay(tmp_path / "runs2", SETTINGS).auth_env()
+
+
+@pytest.mark.slow
+def test_the_heads_dashboard_behind_a_flag_asks_for_the_heads_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linger: float
+) -> None:
+    import urllib.error
+    import urllib.request
+
+    from tests.fixtures.ray_start import free_port
+
+    port = free_port()
+    monkeypatch.setenv("PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT", str(port))
+    member = _member(tmp_path / "runs")
+    try:
+        _address, started, pid = _said(member)
+        assert started
+        _wait_ready(member)
+        folder = next(f for f in ray_dir(tmp_path / "runs").iterdir() if f.is_dir())
+        head = read_head(folder)
+        assert head is not None and head.dashboard == f"http://127.0.0.1:{port}"
+        token = (folder / "auth_token").read_text()
+        url = f"{head.dashboard}/api/version"
+
+        def status(headers: dict[str, str]) -> int:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
+                    return int(resp.status)
+            except urllib.error.HTTPError as exc:
+                return exc.code
+            except OSError:
+                return 0  # not listening yet
+
+        wait_for(lambda: status({"Authorization": f"Bearer {token}"}) == 200, timeout_s=180)
+        assert status({}) in (401, 403), "the dashboard answered without the head's token"
+    finally:
+        member.communicate("", timeout=60)
+    _head_gone(pid)
