@@ -220,3 +220,31 @@ def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(
     assert paid and max(paid.values()) == 1, "a request was paid for twice (once online, once in a batch)"
     # which run pays for what depends on which driver's workers come up first (either may lease everything):
     # the guarantee is that together they paid for each request once, which the lines above check
+
+
+def test_max_cost_usd_counts_batches_and_no_batch_passes_it(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any
+) -> None:
+    """Issue 34: with a cap below the run's estimate, a batch-mode run creates only batches whose price fits
+    what is left of the cap, spends no more than the cap, and ends with the run record saying `budget`."""
+    import msgspec
+
+    from punchline.cluster.config import load_config
+    from punchline.cluster.planner import plan_run
+    from punchline.data.errors import BudgetExceeded
+
+    _, batch = batch_config(make_config)
+    estimate = sum(e.mode_cost_usd for e in plan_run(load_config(batch)))
+    cap = estimate * 0.75  # two collect batches of about half the estimate each: room for one
+    capped = msgspec.structs.replace(opts(tmp_path, redis_url, "capped"), max_cost_usd=cap)
+    with pytest.raises(BudgetExceeded, match="max_cost_usd"):
+        run(str(batch), capped)
+    records = read_records(LocalStore(tmp_path / "store"), "capped")
+    created = [r for r in records if r.batch_id]
+    refused = [r for r in records if not r.batch_id]
+    assert created and refused and all("max_cost_usd" in r.error for r in refused)
+    assert fake.batch_stats().batches_created == len(created)
+    assert 0 < sum(r.cost_usd for r in created) <= sum(r.estimate_usd for r in created) <= cap
+    assert_billed_once(fake)
+    state = json.loads((tmp_path / "runs" / "capped" / "run.json").read_text())["state"]
+    assert state == "budget"
