@@ -56,17 +56,33 @@ def _dur(seconds: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def runs_page(rows: list[RunRow], extra: list[str]) -> str:
-    body = "<h1>Runs</h1><table id='runs'><thead><tr><th>run</th><th>pipeline</th><th>state</th><th>created</th>"
-    body += "<th>units done</th><th>cost</th></tr></thead><tbody>"
+class RunDetails(msgspec.Struct, kw_only=True):
+    """What the runs page adds to a ``runs`` row, from the run's record (live counters while it runs)."""
+
+    stages: list[str] = []
+    units_failed: int = 0
+    calls: int = 0
+    finished_at: float | None = None
+
+
+RELOAD_JS = "setTimeout(() => location.reload(), 2000);"
+
+
+def runs_page(rows: list[RunRow], extra: list[str], details: dict[str, RunDetails] | None = None) -> str:
+    details = details or {}
+    body = "<h1>Runs</h1><table id='runs'><thead><tr><th>run</th><th>pipeline</th><th>state</th><th>stages</th>"
+    body += "<th>units done</th><th>failed</th><th>calls</th><th>cost</th><th>started</th><th>finished</th>"
+    body += "</tr></thead><tbody>"
     for r in rows:
+        d = details.get(r.run_id, RunDetails())
         link = f"<a href='/run/{quote(r.run_id)}'>{esc(r.run_id)}</a>"
         state = esc(r.error) if r.error else esc(r.state)
-        body += f"<tr><td>{link}</td><td>{esc(r.pipeline)}</td><td class='state'>{state}</td><td>{esc(r.created)}</td>"
-        body += f"<td>{r.units_done}</td><td>${r.cost_usd:.4f}</td></tr>"
+        body += f"<tr><td>{link}</td><td>{esc(r.pipeline)}</td><td class='state'>{state}</td>"
+        body += f"<td>{esc(', '.join(d.stages))}</td><td>{r.units_done}</td><td>{d.units_failed}</td><td>{d.calls}</td>"
+        body += f"<td>${r.cost_usd:.4f}</td><td>{esc(r.created)}</td><td>{_when(d.finished_at)}</td></tr>"
     body += "</tbody></table>"
     body += "".join(f"<p><a href='/run/{quote(x)}'>{esc(x)}</a> (from the store)</p>" for x in extra)
-    return layout("runs", body)
+    return layout("runs", body, RELOAD_JS if any(r.state == "running" for r in rows) else "")
 
 
 def stages_table(run_id: str, rows: list[StageRow]) -> str:

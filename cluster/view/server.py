@@ -216,7 +216,25 @@ class Viewer:
             if self.settings.run_id and all(r.run_id != self.settings.run_id for r in rows)
             else []
         )
-        return Response(body=pages.runs_page(rows, extra).encode())
+        details: dict[str, pages.RunDetails] = {}
+        for row in rows:
+            if row.error is not None:
+                continue
+            try:
+                record = load_run_record(self.settings.runs_dir, row.run_id)
+                counters = self.status(row.run_id).counters if record.state == "running" else record.counters
+            except PunchlineError:
+                continue
+            details[row.run_id] = pages.RunDetails(
+                stages=record.stages,
+                units_failed=sum(c.units_failed for c in counters.values()),
+                calls=sum(c.provider_requests for c in counters.values()),
+                finished_at=record.finished_at,
+            )
+            if record.state == "running":
+                row.units_done = sum(c.units_done for c in counters.values())
+                row.cost_usd = sum(c.cost_usd for c in counters.values())
+        return Response(body=pages.runs_page(rows, extra, details).encode())
 
     def run_page(self, run_id: str) -> Response:
         record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)

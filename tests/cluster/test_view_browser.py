@@ -69,7 +69,9 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{base}/run/humor-live")
+            page.goto(f"{base}/")  # the runs: this one with its stages (the page reloads itself while it runs)
+            assert "generate, judge" in page.inner_text("#runs")
+            page.click("#runs a[href='/run/humor-live']")
             seen_running = page.inner_text("#state") == "running"
             # the page follows the run by itself until it ends, then reloads with its artifacts
             page.wait_for_function("document.getElementById('state').textContent === 'finished'", timeout=300_000)
