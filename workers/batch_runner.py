@@ -22,8 +22,9 @@ any point resumes from the store's records: an intent without a batch id is reco
 listing before anything is submitted again. The listing is paged back to the intent's time, however many
 batches the account holds, and a batch is taken only when it carries what only this intent could have
 written, its random tag: OpenAI's metadata, Anthropic's custom ids (checked in the batch's results; while a
-candidate with the right count and time is still open nothing is adopted and nothing is created: the intent
-waits until the results say whose it is). A batch not provably ours is never adopted, polled as ours or
+candidate with the right count, created during the intent's own create call, is still open nothing is adopted and
+nothing is created: the intent waits until the results say whose it is; a batch created at any other time is
+never a candidate, so it never holds a run back). A batch not provably ours is never adopted, polled as ours or
 cancelled.
 
 Batches hold **one model** each (OpenAI requires one model per input file). A batch the provider refuses as a
@@ -505,14 +506,14 @@ class BatchRunner:
                 log.warning("batch_duplicates", batch_key=rec.batch_key, ids=[b.batch_id for b in hits])
             return self._adopt(rec, hits[0]) if hits else "absent"
         # no metadata (Anthropic): count and time narrow it down; only the custom ids in the results prove it
-        latest = rec.intent_at + self.opt.reconcile_window_s
+        earliest, latest = self._create_window(rec)
         candidates = [
             b
             for b in listed
             if b.batch_id not in known
             and b.batch_id not in self.foreign
             and b.total == rec.requests
-            and b.created_at <= latest
+            and earliest <= b.created_at <= latest
         ]
         if not candidates:
             return "absent"
@@ -538,6 +539,17 @@ class BatchRunner:
                 reason="open batches with this count and time: their results will tell whose they are",
             )
         return "unresolved"
+
+    def _create_window(self, rec: BatchRecord) -> tuple[float, float]:
+        """When the intent's batch can have been created, by what only the intent knows: its create call started
+        at ``create_at`` and lasted at most the provider's ``timeout_s``, and a provider may finish a create up to
+        ``create_grace_s`` after its client gave up; both ends widened by the clock skew allowed. A batch created
+        outside it (before the call, or minutes after) is not the intent's, whatever its count, and never holds
+        it back. A record written before ``create_at`` existed (-1) keeps the old window (intent + 15 min)."""
+        if rec.create_at <= 0:
+            return float("-inf"), rec.intent_at + self.opt.reconcile_window_s
+        call_s = self.settings[rec.provider].timeout_s + self.opt.create_grace_s
+        return rec.create_at - self.opt.clock_skew_s, rec.create_at + call_s + self.opt.clock_skew_s
 
     def _adopt(self, rec: BatchRecord, info: BatchInfo) -> str:
         log.info("batch_reconciled", batch_key=rec.batch_key, batch_id=info.batch_id)

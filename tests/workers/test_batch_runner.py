@@ -557,3 +557,37 @@ def test_max_cost_usd_counts_batches_one_that_would_pass_the_cap_is_never_create
     with pytest.raises(BudgetExceeded):
         nothing.run(units)
     assert fake.batch_stats().batches_created == 0
+
+
+@pytest.mark.parametrize("offset_s", [-600.0, 600.0])
+def test_an_open_look_alike_created_outside_the_intents_create_call_never_holds_it_back(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, offset_s: float
+) -> None:
+    """Issue 34: another user's open Anthropic batch with the intent's request count, created 10 minutes before
+    the intent's create call or 10 minutes after it (the old window held such a batch's intent until it ended,
+    up to an hour): it cannot be the intent's, by what only the intent knows (when its create call ran), so the
+    run creates its own batch at once (after the create grace) and never touches the other one."""
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    ledger = BatchLedger(redis_client, store, "r1")
+    rec = _intent_left_behind(ledger, units, requests=4)
+    [other] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.create_at + offset_s, delay_s=3600)
+    polls = 0
+
+    def sleep(s: float) -> None:
+        nonlocal polls
+        polls += 1
+        assert polls < 500, "the intent waited for a batch that cannot be its own"
+        time.sleep(0.01)
+
+    runner = _runner(fake, redis_client, store, "anthropic")
+    runner.sleep = sleep
+    runner.run(units)
+    [after] = ledger.records()
+    assert after.state == "collected" and after.batch_id != other and "checking" not in after.provider_status
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0 and stats.foreign_results_downloads == 0
+    assert set(billed_parts(stats).values()) == {1}
+    claude = make_batch_provider("p", _settings(fake, "anthropic"))
+    assert claude.retrieve(other).status == "in_progress"  # still open: never waited for, never cancelled
+    claude.close()
