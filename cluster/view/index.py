@@ -16,13 +16,13 @@ import threading
 import zlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 
-from punchline.data.errors import PunchlineError
+from punchline.data.errors import InputError, PunchlineError
 from punchline.data.jsonio import atomic_write_bytes
 from punchline.data.store import Store
 from punchline.data.units import ShardOutput, UnitSpec, plan_page_key, shard_key, stage_prefix
@@ -71,6 +71,15 @@ _shard_output = msgspec.msgpack.Decoder(ShardOutput)
 
 def _plain(raw: bytes) -> bytes:
     return zlib.decompress(raw) if raw[:1] == b"\x78" else raw  # pages written before compression still read
+
+
+@contextlib.contextmanager
+def _plan_file(key: str) -> Iterator[None]:
+    """A plan page that does not decode is named (the page says so; the server goes on)."""
+    try:
+        yield
+    except (msgspec.DecodeError, msgspec.ValidationError, zlib.error, ValueError) as exc:
+        raise InputError(f"not a readable plan page ({str(exc)[:120]})", file=key) from None
 
 
 class StageIndex:
@@ -286,14 +295,16 @@ class RunFiles:
             return None
         with self._lock:
             self._per_page[stage] = len(first.shards)
-        size = len(_raw_list.decode(first.shards[0]))
+        with _plan_file(keys[0]):
+            size = len(_raw_list.decode(first.shards[0]))
         shards = (len(keys) - 1) * len(first.shards) + len(last.shards)
-        made = Layout(
-            page_keys=keys,
-            shard_size=size,
-            shards_total=shards,
-            units_total=(shards - 1) * size + len(_raw_list.decode(last.shards[-1])),
-        )
+        with _plan_file(keys[-1]):
+            made = Layout(
+                page_keys=keys,
+                shard_size=size,
+                shards_total=shards,
+                units_total=(shards - 1) * size + len(_raw_list.decode(last.shards[-1])),
+            )
         with self._lock:
             self._layouts[stage] = made
         return made
@@ -364,7 +375,8 @@ class RunFiles:
                 for key in keys:
                     raw = self.store.get(key)
                     if raw is not None:
-                        index.add_page(raw)
+                        with _plan_file(key):
+                            index.add_page(raw)
                 index.close()
                 if saved is not None:
                     with contextlib.suppress(OSError, PunchlineError):  # a read-only runs folder: not kept
@@ -379,14 +391,17 @@ class RunFiles:
                 per_page = self._per_page[stage] = len(self._page(stage, 0).shards) or 1
             page = self._page(stage, shard // per_page)
             at = shard - page.first_shard
-            return _shard_units.decode(page.shards[at]) if 0 <= at < len(page.shards) else []
+            with _plan_file(plan_page_key(self.run_id, stage, shard // per_page)):
+                return _shard_units.decode(page.shards[at]) if 0 <= at < len(page.shards) else []
 
         return self._units.fetch((stage, shard), load)
 
     def _page(self, stage: str, page: int, *, fresh: bool = False) -> _RawPage:
         def load() -> _RawPage:
-            raw = self.store.get(plan_page_key(self.run_id, stage, page))
-            return _RawPage() if raw is None else _raw_page.decode(_plain(raw))
+            key = plan_page_key(self.run_id, stage, page)
+            raw = self.store.get(key)
+            with _plan_file(key):
+                return _RawPage() if raw is None else _raw_page.decode(_plain(raw))
 
         if fresh:  # a stage still being planned: its last page may grow
             with self._pages.lock:

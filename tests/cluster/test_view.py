@@ -22,7 +22,7 @@ from punchline.cluster.view import artifacts
 from punchline.cluster.view.server import ViewServer, ViewSettings
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore
-from punchline.data.units import shard_key
+from punchline.data.units import plan_page_key, shard_key
 
 RUN = "bench-view-test"
 
@@ -243,3 +243,20 @@ def test_puns_results_tiers_and_cloze(tmp_path: Path) -> None:
     assert "<td>balanced</td><td>2</td>" in html and "<td>leaning</td><td>1</td>" in html
     assert "<th>P(funny | funny ctx)</th>" in html and "<td>13.3%</td>" in html
     assert "src='/run/r/raw/tiers.png'" in html
+
+
+def test_a_corrupt_plan_page_is_named(served: tuple[ViewServer, Path]) -> None:
+    server, runs = served
+    (runs / plan_page_key(RUN, "generate", 0)).write_bytes(b"\x78garbage")
+    status, page = get(server, f"/run/{RUN}/samples?stage=generate")
+    assert status == 500 and "not a readable plan page" in page and "000000.msgpack" in page
+    assert get(server, f"/run/{RUN}")[0] == 200  # the run's page does not need it
+
+
+def test_an_artifact_is_served_as_data(served: tuple[ViewServer, Path]) -> None:
+    server, runs = served
+    (runs / RUN / "artifacts" / "x.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'><script>1</script></svg>")
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("GET", f"/run/{RUN}/raw/x.svg")
+    resp = conn.getresponse()
+    assert resp.status == 200 and "sandbox" in (resp.getheader("Content-Security-Policy") or "")
