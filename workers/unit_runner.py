@@ -368,6 +368,10 @@ class UnitRunner:
         provider = self.providers[unit.request.provider]
         check = validator(unit.check)
         for attempt in range(self.max_invalid + 1):
+            # the last look before money is spent: a driver killed while this unit took its lease or waited for a
+            # call slot starts no call (on its machine the pid says so at once); the lease is given back
+            if self.stopping():
+                raise DriverGone(f"the driver is gone: {unit.unit_id} is left to the next driver, unpaid")
             response = await self.call(
                 provider, unit.request, usage, slot_reserved and attempt == 0, slot.pause, retries=unit.retries
             )
