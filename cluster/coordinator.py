@@ -337,8 +337,11 @@ class Coordinator:
                     max_cost_usd=self.worker_cfg.max_cost_usd,
                 )
         results = self.execute(plan, first_ids, queued=prepared is not None)
+        started = time.monotonic()  # a reduce may take seconds (reports, plots): the log says so, no silent gap
+        log.info("reduce_start", run_id=self.ctx.run_id, stage=stage.name, units=plan.units_total)
         with self.plugin_code(stage, "reduce"):
             artifacts = stage.reduce(self.ctx, results)
+        log.info("reduce_done", run_id=self.ctx.run_id, stage=stage.name, seconds=round(time.monotonic() - started, 3))
         failed = results.failed()
         self.store_usage[stage.name] = results.usage()
         manifest = StageManifest(
@@ -361,6 +364,8 @@ class Coordinator:
         pass writes the pages.
         """
         run_id = self.ctx.run_id
+        started = time.monotonic()  # a large plan takes seconds to cut and write: the log says so
+        log.info("plan_start", run_id=run_id, stage=stage.name)
         calls: set[str] = set()
         with self.plugin_code(stage, "plan"):
             shape = cut(
@@ -379,6 +384,8 @@ class Coordinator:
         digest_key = f"{stage_prefix(run_id, stage.name)}/plan.sha256"
         old = self.store.get(digest_key)
         if old is not None and old.decode() == plan.digest:
+            log.info("plan_done", run_id=run_id, stage=stage.name, units=plan.units_total, written=False,
+                     seconds=round(time.monotonic() - started, 3))  # fmt: skip
             return plan, shape.first_ids
         if old is not None:
             prefix = f"{stage_prefix(run_id, stage.name)}/shards/"
@@ -395,6 +402,8 @@ class Coordinator:
         with self.plugin_code(stage, "plan"):
             cut(stage.name, stage.plan(self.ctx), self.shard_size, self.shards_per_page, on_page=put)
         self.store.put(digest_key, plan.digest.encode())
+        log.info("plan_done", run_id=run_id, stage=stage.name, units=plan.units_total, written=True,
+                 seconds=round(time.monotonic() - started, 3))  # fmt: skip
         return plan, shape.first_ids
 
     def _missing(self, plan: StagePlan) -> list[int]:

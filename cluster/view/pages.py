@@ -165,7 +165,10 @@ def log_table(recent: list[dict[str, str]]) -> str:
         cls = "bad" if line.get("level") in ("warning", "error") else ""
         rows += f"<tr class='{cls}'><td>{esc(line.get('timestamp', ''))}</td><td>{esc(line.get('level', ''))}</td>"
         rows += f"<td>{esc(line.get('event', ''))}</td><td>{esc(rest[:300])}</td></tr>"
-    return f"<table class='log'>{rows}</table>"
+    last = recent[-1]
+    now = f"<p id='now'>latest: <b>{esc(last.get('event', ''))}</b> {esc(last.get('stage', ''))} "
+    now += f"<span class='muted'>{esc(last.get('timestamp', ''))}</span></p>"
+    return f"{now}<table class='log'>{rows}</table>"
 
 
 def artifact_page(run_id: str, rel: str, fragment: str) -> str:

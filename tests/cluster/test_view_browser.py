@@ -8,6 +8,7 @@ is saved as docs/view.png (the README shows it).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -82,6 +83,12 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             assert seen_running or "finished" in page.inner_text("#state")
             done = page.inner_text("#stage-table")
             assert "shard_done" in page.inner_text("#log")  # the run log's last lines
+            # no silent gap: each stage's plan and reduce say when they start and how long they took
+            events = [json.loads(line) for line in (runs / "humor-live" / "log.jsonl").read_text().splitlines()]
+            for stage in ("generate", "judge"):
+                for name in ("plan_start", "plan_done", "reduce_start", "reduce_done"):
+                    assert any(e.get("event") == name and e.get("stage") == stage for e in events), (stage, name)
+            assert all(e["seconds"] >= 0 for e in events if e.get("event") in ("plan_done", "reduce_done"))
             assert re.search(r"generate\s+100%\s+48/48", done), done
             # Humor's results on the run's page: each model's scores with their CIs, the judges' disagreements
             assert page.locator("#humor-results tr").count() == 3 and "(0." in page.inner_text("#humor-results")
