@@ -142,8 +142,9 @@ class StageIndex:
     def model_index(self, model: str) -> int | None:
         return self.models.index(model) if model in self.models else None
 
-    def same_prompt(self, position: int, model: int, read: Callable[[str], bytes | None]) -> int | None:
-        """The position of the unit of ``model`` asked the same prompt as the unit at ``position`` (the first)."""
+    def prompts(self, read: Callable[[str], bytes | None]) -> None:
+        """Each unit's prompt digest, and per model its units sorted by it (a second pass over the plan, once:
+        what comparing two models needs; the viewer starts it in the background after the model index)."""
         with self._lock:
             if len(self.unit_hash) < self.units_total:
                 self.unit_hash = array("q")
@@ -151,11 +152,15 @@ class StageIndex:
                     raw = read(key)
                     if raw is not None:
                         self.add_prompts(raw)
-            found = self._sorted.get(model)
-            if found is None:
-                order = array("I", sorted(self.by_model[model], key=self.unit_hash.__getitem__))
-                found = self._sorted[model] = (array("q", (self.unit_hash[i] for i in order)), order)
-        hashes, order = found
+            for model in range(len(self.models)):
+                if model not in self._sorted:
+                    order = array("I", sorted(self.by_model[model], key=self.unit_hash.__getitem__))
+                    self._sorted[model] = (array("q", (self.unit_hash[i] for i in order)), order)
+
+    def same_prompt(self, position: int, model: int, read: Callable[[str], bytes | None]) -> int | None:
+        """The position of the unit of ``model`` asked the same prompt as the unit at ``position`` (the first)."""
+        self.prompts(read)
+        hashes, order = self._sorted[model]
         want = self.unit_hash[position]
         at = bisect.bisect_left(hashes, want)
         return order[at] if at < len(hashes) and hashes[at] == want else None

@@ -292,6 +292,10 @@ class Viewer:
                 files = self.samples(run_id).files
                 for stage in stages:
                     files.index(stage)
+                for stage in stages:  # then what comparing two models needs
+                    index = files.index(stage)
+                    if index is not None and len(index.models) > 1:
+                        index.prompts(files.store.get)
             except Exception as exc:  # the page that needs it says why
                 log.info("view_index_failed", run_id=run_id, error=str(exc)[:200])
             finally:
