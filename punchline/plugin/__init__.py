@@ -1,0 +1,85 @@
+"""Everything a pipeline plug-in imports, in one place: ``from punchline.plugin import ...``.
+
+What is here is the public, stable surface for plug-in authors (docs/write-a-pipeline.md is its guide);
+every other module of punchline is private and may change. In short:
+
+* :class:`Pipeline`: subclass it, give ``name`` and ``stages(cfg)`` (and ``settings_type``): every other
+  member the engine asks has a default derived from the settings' field types (:data:`Provider`,
+  :data:`Model`, :data:`Models`, :data:`InputFile`, :data:`InputFiles`); override any of them.
+* :class:`Settings`: a base for the settings Struct (unknown keys refused); ``Meta`` states ranges.
+* :class:`Generate` and :class:`Judge`: rows x models x n samples -> parse -> judge, each with a ``reduce``
+  of your own; or write a :class:`Stage` (``name``, ``plan(ctx)`` -> :class:`UnitSpec`s of
+  :class:`ProviderRequest`s, ``reduce(ctx, results)`` over :class:`UnitResult`s -> artifact names).
+* :func:`write_csv`, :func:`bar_plot`, :func:`read_rows`: artifacts a reduce writes, byte-identical.
+* :class:`InputError` / :class:`ConfigError`: raise them for bad input (one line naming file, record and field,
+  exit 2); anything else a stage raises is reported as the plug-in's error, naming its ``file:line``.
+* :func:`run_simulated`: a plug-in's own tests run it against the simulated provider, in-process.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from punchline.cluster.config import RunConfig, resolve_path
+from punchline.cluster.pipeline import Stage, StageContext, repeated
+from punchline.cluster.pipeline_base import BasePipeline as Pipeline
+from punchline.cluster.pipeline_base import (
+    InputFile,
+    InputFiles,
+    Model,
+    Models,
+    NoSettings,
+    Provider,
+    Settings,
+    resolve_model,
+)
+from punchline.data.errors import ConfigError, InputError, PunchlineError
+from punchline.data.provider_settings import Mode
+from punchline.data.requests import Message, ProviderRequest, ProviderResponse
+from punchline.data.store import Store
+from punchline.data.units import UnitResult, UnitSpec
+from punchline.plugin.artifacts import bar_plot, write_csv
+from punchline.plugin.stages import Generate, Judge, Rows, read_rows
+from punchline.plugin.testing import SimulatedRun, run_simulated, simulated_providers
+
+__all__ = [
+    "Annotated",
+    "ConfigError",
+    "Generate",
+    "InputError",
+    "InputFile",
+    "InputFiles",
+    "Judge",
+    "Message",
+    "Meta",
+    "Mode",
+    "Model",
+    "Models",
+    "NoSettings",
+    "Pipeline",
+    "Provider",
+    "ProviderRequest",
+    "ProviderResponse",
+    "PunchlineError",
+    "Rows",
+    "RunConfig",
+    "Settings",
+    "SimulatedRun",
+    "Stage",
+    "StageContext",
+    "Store",
+    "UnitResult",
+    "UnitSpec",
+    "bar_plot",
+    "msgspec",
+    "read_rows",
+    "repeated",
+    "resolve_model",
+    "resolve_path",
+    "run_simulated",
+    "simulated_providers",
+    "write_csv",
+]

@@ -1,0 +1,174 @@
+"""The plug-in authors' API (``punchline.plugin``): a pipeline that gives only its name, settings and stages
+gets every other member from its settings' field types; Generate and Judge compose into the multiple-choice
+example in 60 lines or fewer, priced by ``plan`` and checked before any call; tables and plots are
+byte-identical; a plug-in's own reduce failing names its own line."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import punchline.plugin as plugin
+from punchline.cluster.cli import main
+from punchline.cluster.config import load_config
+from punchline.cluster.planner import plan_run
+from punchline.cluster.registry import pipeline_of
+from punchline.data.errors import ConfigError, PluginError
+from punchline.data.stores.local import LocalStore
+from punchline.plugin.stages import _own_reduce
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "multiple_choice"
+
+
+class Stage(plugin.Settings):
+    provider: plugin.Provider
+    model: str
+    mode: plugin.Mode | None = None
+
+
+class Study(plugin.Settings):
+    data: plugin.InputFile
+    extra: plugin.InputFiles = []
+    provider: plugin.Provider = "main"
+    models: plugin.Models = msgspec.field(default_factory=lambda: ["small"])
+    judge: plugin.Model | None = None
+    label: Stage | None = None
+
+
+class Minimal(plugin.Pipeline):
+    name = "study"
+    settings_type = Study
+
+    def stages(self, cfg: Any) -> list[Any]:
+        return []
+
+
+def test_a_pipeline_gives_name_and_stages_and_the_rest_comes_from_its_settings_types() -> None:
+    s = msgspec.convert(
+        {
+            "data": "rows.jsonl",
+            "extra": ["more.csv"],
+            "models": ["small", "other:big"],
+            "judge": "j:judge",
+            "label": {"provider": "lab", "model": "m", "mode": "batch"},
+        },
+        Study,
+    )
+    p = Minimal()
+    assert p.provider_refs(s) == [
+        ("study.provider", "main"),
+        ("study.models[0]", "main"),  # a bare nick belongs to the settings' provider
+        ("study.models[1]", "other"),
+        ("study.judge", "j"),
+        ("study.label.provider", "lab"),
+    ]
+    assert p.input_paths(s) == ["rows.jsonl", "more.csv"]
+    assert (p.stage_mode(s, "label"), p.stage_mode(s, "judge"), p.stage_mode(s, "nope")) == ("batch", None, None)
+    sim = plugin.simulated_providers(s)
+    assert sorted(sim) == ["j", "lab", "main", "other"] and sorted(sim["main"]["models"]) == ["small"]
+    assert sim["other"]["base_url"] == "simulated" and sorted(sim["other"]["models"]) == ["big"]
+
+    class Bare(plugin.Pipeline):
+        name = "bare"
+
+    assert Bare.settings_type is plugin.NoSettings
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"typo": 1}, Bare.settings_type)  # an empty table, not a permissive one
+
+
+def test_the_facade_exports_what_it_lists() -> None:
+    assert sorted(plugin.__all__) == sorted(set(plugin.__all__))
+    for name in plugin.__all__:
+        assert getattr(plugin, name) is not None, name
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    proj = tmp_path / "mc"
+    shutil.copytree(EXAMPLE, proj, ignore=shutil.ignore_patterns("__pycache__", "runs"))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader appends the config's folder: undo it
+    yield proj
+    for name in [m for m in sys.modules if m.partition(".")[0] == "multiple_choice"]:
+        del sys.modules[name]
+
+
+def test_the_example_is_sixty_lines_or_fewer() -> None:
+    lines = sum(len(p.read_text().splitlines()) for p in EXAMPLE.rglob("*.py"))
+    assert 0 < lines <= 60, f"examples/multiple_choice is {lines} lines of Python"
+
+
+def test_plan_prices_both_model_stages_of_the_example(project: Path) -> None:
+    cfg = load_config(project / "mc.toml")
+    pipeline = pipeline_of(cfg)
+    assert pipeline.input_paths(cfg.settings) == ["data/questions.jsonl"]
+    pipeline.check_inputs(cfg)  # every row renders, the judge's prompt too
+    answer, grade = plan_run(cfg)
+    assert (answer.stage, answer.requests, answer.exact) == ("answer", 8 * 2, True)  # rows x models (n in one)
+    assert (grade.stage, grade.requests, grade.exact) == ("grade", 8 * 2 * 3, False)  # and x samples, a bound
+    assert answer.cost_usd > 0 and grade.cost_usd > 0
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [  # a bad argument names the stage and the key; a bad row the file, the row and the column
+        ('name="answer")', 'name="answer", top_p=7)', ["answer.top_p"]),
+        ("(?P<verdict>\\w+)", "(?P<verdict>\\w+", ["grade.parse.regex", "not a valid regex"]),
+        (
+            "Reference: {{ answer }}",
+            "Reference: {{ nope }}",
+            ["questions.jsonl", "line 1", "'nope' is undefined", "grade.prompt"],
+        ),
+    ],
+)
+def test_a_bad_stage_argument_or_row_is_one_line_before_anything_starts(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, words: list[str]
+) -> None:
+    code = project / "multiple_choice" / "__init__.py"
+    assert old in code.read_text()
+    code.write_text(code.read_text().replace(old, new, 1))
+    assert main(["run", str(project / "mc.toml"), "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "prompts" not in err, err  # the built-in the stages reuse is not the user's business
+    for w in words:
+        assert w in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tables_and_plots_are_the_same_bytes_every_time(tmp_path: Path) -> None:
+    ctx = plugin.StageContext(None, "r", LocalStore(str(tmp_path)))  # type: ignore[arg-type]
+    rows = [{"model": "a", "acc": 0.5}, {"model": "b", "acc": 0.25, "n": 3}]
+    assert plugin.write_csv(ctx, "t.csv", rows) == "t.csv"
+    assert ctx.read_artifact("t.csv") == b"model,acc,n\na,0.5,\nb,0.25,3\n"
+    grouped = {"exact": {"a": 0.5, "b": 0.25}, "judge": {"a": 0.4, "b": 0.3}}
+    for name, magic in (("p.png", b"\x89PNG"), ("p.svg", b"<?xml")):
+        plugin.bar_plot(ctx, name, grouped, title="accuracy", ylim=(0, 1))
+        first = ctx.read_artifact(name)
+        plugin.bar_plot(ctx, name, grouped, title="accuracy", ylim=(0, 1))
+        assert first.startswith(magic) and ctx.read_artifact(name) == first
+    plugin.bar_plot(ctx, "one.png", {"a": 1.0, "b": 2.0})
+    with pytest.raises(ConfigError, match=r"\.png or \.svg"):
+        plugin.bar_plot(ctx, "p.jpg", {"a": 1.0})
+
+
+def _broken_reduce(ctx: Any, rows: Any) -> list[str]:
+    return [rows[0]["no-such-column"]]
+
+
+def test_a_plugins_own_reduce_failing_names_its_line(tmp_path: Path) -> None:
+    class Run:
+        pipeline = "mine:Study"
+
+    cfg = msgspec.defstruct("Cfg", [("run", Any)])(run=Run())
+    ctx = plugin.StageContext(cfg, "r", LocalStore(str(tmp_path)))  # type: ignore[arg-type]
+    with pytest.raises(PluginError) as err:
+        _own_reduce(_broken_reduce, ctx, "grade", [{"model": "a"}])
+    line = _broken_reduce.__code__.co_firstlineno + 1
+    assert err.value.where == f"{__file__}:{line}" and err.value.stage == "grade"
+    assert "KeyError: 'no-such-column'" in str(err.value) and "mine:Study" in str(err.value)
