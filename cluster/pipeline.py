@@ -75,6 +75,8 @@ class Pipeline(Protocol):
     a pipeline's name, so a new workload is one module (a built-in in :mod:`punchline.cluster.registry`,
     an entry point in the ``punchline.pipelines`` group, or ``[run] pipeline = "package.module:Name"``).
     ``settings`` below is always an instance of ``settings_type``, decoded from the ``[<name>]`` table.
+    A plug-in usually subclasses :class:`~punchline.cluster.pipeline_base.BasePipeline` (``punchline.plugin.Pipeline``),
+    which gives every member but ``name`` and ``stages`` a default derived from its settings' field types.
     """
 
     name: str  # its registry key, its TOML table (``[<name>]``) and the start of its run ids

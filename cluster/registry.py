@@ -84,7 +84,11 @@ def check_pipeline(obj: object, ref: str, file: str | None = None) -> Pipeline:
         )
     missing = [m for m in PIPELINE_METHODS if not callable(getattr(obj, m, None))]
     if missing:
-        raise ConfigError(f"pipeline {ref!r} lacks {', '.join(missing)}", file=file, field=FIELD)
+        raise ConfigError(
+            f"pipeline {ref!r} lacks {', '.join(missing)} (subclass punchline.plugin.Pipeline: it has defaults)",
+            file=file,
+            field=FIELD,
+        )
     return obj  # type: ignore[return-value]
 
 
