@@ -1,11 +1,14 @@
-"""A run's units as the viewer reads them: a small index per stage, and its plan shards and shard files on demand.
+"""A run's units as the viewer reads them: a stage's layout and index, and its plan shards and shard files on demand.
 
-Nothing here holds a stage whole. The index (built once per stage from its plan pages, decoding only each unit's
-id, model and the bytes of its messages) keeps per unit two numbers: its model and a 64-bit digest of its prompt,
-and per shard its first unit id and first position: about 13 bytes a unit, 13 MB for a million. With it a page
-of units (filtered by model or not) is a slice of positions, and the same prompt asked of another model is a
-binary search. The units themselves (prompts, answers, usage) come from one plan page and one shard file at a
-time, each kept in a small LRU: shard files and plan pages are written once and never change.
+Nothing here holds a stage whole. Paging needs only the stage's *layout*, read from its first and last plan pages:
+``data.units.cut`` makes every shard but the last ``shard_size`` units long, so unit ``i`` is in shard
+``i // shard_size``. A later stage's units about a unit (its judges) are found by a binary search over shards'
+first unit ids, each read once. The *index* (one pass over the plan pages, decoding only each unit's id and model)
+is what a model filter needs: per unit its model, per model its positions, per shard its first id; a few bytes a
+unit, built in the background and kept on disk for the plan's digest. Comparing models adds a second pass: each
+unit's prompt digest, and per model its units sorted by it, so the same prompt asked of another model is a binary
+search. The units themselves (prompts, answers, usage) come from one plan page and one shard file at a time, each
+kept in a small LRU: shard files and plan pages are written once and never change.
 """
 
 from __future__ import annotations
@@ -134,11 +137,6 @@ class StageIndex:
     def close(self) -> None:
         self.shard_start.append(len(self.unit_model))
 
-    def locate(self, position: int) -> tuple[int, int]:
-        """(shard, offset in it) of a unit position."""
-        shard = bisect.bisect_right(self.shard_start, position) - 1
-        return shard, position - self.shard_start[shard]
-
     def model_index(self, model: str) -> int | None:
         return self.models.index(model) if model in self.models else None
 
@@ -164,9 +162,6 @@ class StageIndex:
         want = self.unit_hash[position]
         at = bisect.bisect_left(hashes, want)
         return order[at] if at < len(hashes) and hashes[at] == want else None
-
-    def shard_at_or_before(self, unit_id: str) -> int:
-        return max(0, bisect.bisect_right(self.shard_first, unit_id) - 1)
 
 
 class _Saved(msgspec.Struct, kw_only=True):
