@@ -426,7 +426,7 @@ class ViewServer:
             raise InputError(f"cannot listen there: {exc.strerror}", field="--port") from None
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="punchline-view", daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.1,), name="punchline-view", daemon=True)
 
     @property
     def url(self) -> str:
