@@ -5,6 +5,7 @@ byte-identical; a plug-in's own reduce failing names its own line."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import msgspec
 import pytest
 
 import punchline.plugin as plugin
+from punchline.cluster import pipeline_base, registry
 from punchline.cluster.cli import main
 from punchline.cluster.config import load_config
 from punchline.cluster.planner import plan_run
@@ -172,3 +174,74 @@ def test_a_plugins_own_reduce_failing_names_its_line(tmp_path: Path) -> None:
     line = _broken_reduce.__code__.co_firstlineno + 1
     assert err.value.where == f"{__file__}:{line}" and err.value.stage == "grade"
     assert "KeyError: 'no-such-column'" in str(err.value) and "mine:Study" in str(err.value)
+
+
+ECHO = """
+from punchline.plugin import Message, Model, Pipeline, ProviderRequest, Settings, UnitSpec, resolve_model
+
+
+class EchoSettings(Settings):
+    model: Model
+    count: int = 3
+
+
+class EchoStage:
+    name = "echo"
+
+    def plan(self, ctx):
+        provider, model = resolve_model(ctx.cfg, ctx.cfg.settings.model)
+        for i in range(ctx.cfg.settings.count):
+            request = ProviderRequest(provider=provider, model=model, messages=(Message("user", f"say {i}"),))
+            yield UnitSpec(unit_id=f"{i:06d}", request=request)
+
+    def reduce(self, ctx, results):
+        return []
+
+
+class Echo(Pipeline):
+    name = "echo"
+    settings_type = EchoSettings
+
+    def stages(self, cfg):
+        return [EchoStage()]
+"""
+
+ECHO_CONFIG = """
+[run]
+pipeline = "echo_mod:Echo"
+
+[providers.{provider}]
+base_url = "simulated"
+models = {{ big = {{ id = "sim-big", input_usd_per_mtok = 1.0, output_usd_per_mtok = 1.0 }} }}
+
+[echo]
+model = "{model}"
+count = 4
+"""
+
+
+@pytest.mark.parametrize(("provider", "model"), [("sim", "big"), ("sim", "sim:big"), ("p", "p:big")])
+def test_a_stage_of_ones_own_resolves_its_models_by_the_documented_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: str, model: str
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "echo_mod", raising=False)
+    (tmp_path / "echo_mod.py").write_text(ECHO)
+    config = tmp_path / "echo.toml"
+    config.write_text(ECHO_CONFIG.format(provider=provider, model=model))
+    cfg = load_config(config)
+    (estimate,) = plan_run(cfg)
+    assert (estimate.stage, estimate.requests, estimate.exact) == ("echo", 4, True)
+    assert estimate.cost_usd > 0  # the nick became the priced model id
+    refs = pipeline_of(cfg).provider_refs(cfg.settings)
+    assert refs == ([] if ":" not in model else [("echo.model", provider)])
+    config.write_text(ECHO_CONFIG.format(provider=provider, model="nope:big"))
+    with pytest.raises(ConfigError, match="unknown provider 'nope'") as err:
+        load_config(config)
+    assert err.value.field == "echo.model"
+
+
+def test_the_defaults_module_names_no_pipeline() -> None:
+    names = re.compile("|".join(sorted(registry.BUILTINS)), re.IGNORECASE)
+    found = [line for line in Path(pipeline_base.__file__).read_text().splitlines() if names.search(line)]
+    assert found == []
