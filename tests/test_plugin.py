@@ -120,6 +120,7 @@ def test_plan_prices_both_model_stages_of_the_example(project: Path) -> None:
     ("old", "new", "words"),
     [  # a bad argument names the stage and the key; a bad row the file, the row and the column
         ('name="answer")', 'name="answer", top_p=7)', ["answer.top_p"]),
+        ('name="answer")', 'name="answer", mode="batch")', ["answer.mode", "not an argument"]),
         ("(?P<verdict>\\w+)", "(?P<verdict>\\w+", ["grade.parse.regex", "not a valid regex"]),
         (
             "Reference: {{ answer }}",

@@ -162,6 +162,17 @@ def _own_reduce(fn: Reduce, ctx: StageContext, stage: str, rows: Rows) -> list[s
         ) from exc
 
 
+def _no_mode(name: str, options: Mapping[str, Any]) -> None:
+    """A stage's mode is the engine's to know, from the settings (``stage_mode``) or the provider: not an
+    argument, which the engine could not see before it builds the stages."""
+    if "mode" in options:
+        raise ConfigError(
+            "a stage's mode is not an argument: give the settings a [<pipeline>.<stage>] table with a mode field, "
+            "or set the provider's mode",
+            field=f"{name}.mode",
+        )
+
+
 def _provider(cfg: RunConfig, models: Sequence[str]) -> str:
     """The provider of the bare nicks: the settings' ``provider`` field, else the config's only provider."""
     named = default_provider(cfg.settings)
@@ -187,7 +198,8 @@ class Generate(_Composed):
     ``models``: ``"provider:nick"`` or nicks (of the settings' ``provider``, else of the only provider).
     ``parse``: a regex (its named groups), a JSON schema, a Pydantic model or a parse table. ``options``:
     any other key of the prompts pipeline's table (``temperature``, ``max_tokens``, ``seed``, ``stop``,
-    ``top_p``, ``null``, ``id_field``, ``mode``, ``sampling``, ``max_request_chars``)."""
+    ``top_p``, ``null``, ``id_field``, ``sampling``, ``max_request_chars``; a stage's ``mode`` comes from the
+    settings, see :meth:`~punchline.cluster.pipeline_base.BasePipeline.stage_mode`)."""
 
     _builtin = builtin.GenerateStage()
 
@@ -205,6 +217,7 @@ class Generate(_Composed):
         reduce: Reduce | None = None,
         **options: Any,
     ) -> None:
+        _no_mode(name, options)
         self.name = name
         self._reduce = reduce
         self.models = [models] if isinstance(models, str) else list(models)
@@ -230,7 +243,7 @@ class Judge(_Composed):
     Its templates see the row's columns plus ``response`` (the answer), ``parsed`` (its parsed fields),
     ``model`` and ``sample``. ``model``: as in :class:`Generate`. ``parse``: how the verdict becomes fields.
     ``where``: judge only the answers where this Jinja2 expression holds; ``fraction`` (drawn by
-    ``fraction_seed``): judge that share. ``options``: ``temperature``, ``max_tokens``, ``seed``, ``mode``.
+    ``fraction_seed``): judge that share. ``options``: ``temperature``, ``max_tokens``, ``seed``.
     Its rows are the ``of`` stage's, with the judge's columns added (``judge_text``, ``judge_parsed``...)."""
 
     _builtin = builtin.JudgeStage()
@@ -248,6 +261,7 @@ class Judge(_Composed):
         reduce: Reduce | None = None,
         **options: Any,
     ) -> None:
+        _no_mode(name, options)
         self.name = name
         self.of = of
         self.model = model
