@@ -14,20 +14,17 @@ any member it wants to answer differently; the engine sees one object either way
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, get_args
+from typing import Annotated, Any, ClassVar, get_args
 
 import msgspec
 
+from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.store import Store
 from punchline.data.units import StageManifest, UnitSpec
 from punchline.workers.fake.server import FakeConfig
-
-if TYPE_CHECKING:  # the config module decodes settings through the registry, which reads the pipeline module
-    from punchline.cluster.config import RunConfig
 
 _KIND = "punchline"  # the key in msgspec.Meta(extra=...) that marks what a settings field is
 _NAME = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -160,12 +157,10 @@ class BasePipeline:
 
     def check_inputs(self, cfg: RunConfig) -> None:
         """Every input file is readable, then every stage's own ``check_inputs(cfg)`` (when it has one)."""
-        folder = Path(cfg.source).parent if cfg.source else Path()
         for path, kind, value in marked_values(cfg.settings, self.name):
             if kind != "input":
                 continue
-            p = Path(value).expanduser()
-            p = p if p.is_absolute() else folder / p
+            p = resolve_path(cfg, value)
             if not p.is_file():
                 raise InputError("no such file (relative paths are relative to the config)", file=str(p), field=path)
         for stage in self.stages(cfg):

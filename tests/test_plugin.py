@@ -24,6 +24,7 @@ from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError, PluginError
 from punchline.data.stores.local import LocalStore
 from punchline.plugin.stages import _own_reduce
+from punchline.plugin.testing import _content_id
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "multiple_choice"
 
@@ -246,3 +247,17 @@ def test_the_defaults_module_names_no_pipeline() -> None:
     names = re.compile("|".join(sorted(registry.BUILTINS)), re.IGNORECASE)
     found = [line for line in Path(pipeline_base.__file__).read_text().splitlines() if names.search(line)]
     assert found == []
+
+
+def test_run_simulated_names_a_run_by_its_settings_and_its_input_files_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("rows.jsonl").write_text('{"id": 1}\n')
+    s = msgspec.convert({"data": "rows.jsonl"}, Study)
+    providers = plugin.simulated_providers(s)
+    first = _content_id("study", s, providers)
+    assert first == _content_id("study", s, providers) and first.startswith("study-")
+    Path("rows.jsonl").write_text('{"id": 2}\n')  # an edited input is another run, not the old one's results
+    assert _content_id("study", s, providers) != first
+    assert _content_id("study", msgspec.structs.replace(s, models=["other"]), providers) != first

@@ -10,6 +10,7 @@ record, its artifacts and how many calls it paid, so a test can assert that a se
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -22,6 +23,7 @@ from punchline.cluster.driver import RunRecord
 from punchline.cluster.pipeline_base import default_provider, marked_values, model_provider
 from punchline.data.errors import PunchlineError
 from punchline.data.stores import open_store
+from punchline.notebook import content_id
 
 SIMULATED_PROVIDER = "sim"  # the provider of bare model nicks when the settings name none
 
@@ -66,6 +68,17 @@ def simulated_providers(settings: Any, prefix: str = "settings") -> dict[str, An
     return tables or {SIMULATED_PROVIDER: {"kind": "openai", "base_url": "simulated", "models": {}}}
 
 
+def _content_id(name: str, settings: Any, providers: dict[str, Any]) -> str:
+    """The run id of these settings, providers and input files' content (a relative path is the working
+    folder's, as the engine reads it): the same again is the same run, an edited input file a new one."""
+    parts = [msgspec.json.encode(settings).decode(), msgspec.json.encode(providers, order="sorted").decode()]
+    for _, kind, value in marked_values(settings, name):
+        path = Path(value).expanduser()
+        if kind == "input" and path.is_file():
+            parts.append(hashlib.sha256(path.read_bytes()).hexdigest())
+    return content_id(name, *parts)
+
+
 def run_simulated(
     pipeline: Any,
     settings: Any = None,
@@ -76,8 +89,9 @@ def run_simulated(
 ) -> SimulatedRun:
     """Run ``pipeline`` (a pipeline object with its ``settings``: its ``settings_type`` or a dict shaped like
     its table; or the path of a config file whose providers say ``base_url = "simulated"``) under
-    ``tmp_dir``, in this process. The same call again returns the same run (its run id is its content's);
-    pass another ``run_id`` to run it afresh: it finds every answer in the response cache (0 calls)."""
+    ``tmp_dir``, in this process. The same call again returns the same run (its run id is a hash of the
+    settings, the providers and the input files' content); pass another ``run_id`` to run it afresh: it
+    finds every answer in the response cache (0 calls)."""
     runs = str(Path(tmp_dir) / "runs")
     if isinstance(pipeline, (str, os.PathLike)):
         record = run(pipeline, run_id=run_id, runs_dir=runs, offline=False)
@@ -86,7 +100,8 @@ def run_simulated(
             raise PunchlineError("run_simulated(pipeline, settings): a pipeline object needs its settings")
         typed = settings if isinstance(settings, msgspec.Struct) else msgspec.convert(settings, pipeline.settings_type)
         tables = providers if providers is not None else simulated_providers(typed, pipeline.name)
-        record = run(pipeline, typed, providers=tables, runs_dir=runs, run_id=run_id, offline=False)
+        rid = run_id or _content_id(pipeline.name, typed, tables)
+        record = run(pipeline, typed, providers=tables, runs_dir=runs, run_id=rid, offline=False)
     counters = record.counters.values()
     return SimulatedRun(
         record=record,

@@ -82,18 +82,21 @@ def test_the_example_runs_through_the_cli_and_a_second_run_pays_nothing(project:
 
 
 @pytest.mark.slow  # two whole runs, in this process
-def test_run_simulated_is_a_plugins_own_test(project: Path, tmp_path: Path, ray_local: Any) -> None:
+def test_run_simulated_is_a_plugins_own_test(
+    project: Path, tmp_path: Path, ray_local: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sys.path.insert(0, str(project))
     from multiple_choice import MultipleChoice  # type: ignore[import-not-found]
 
-    settings = {"questions": str(project / "data" / "questions.jsonl"), "models": list(MODELS), "judge": "j", "n": 2}
-    first = run_simulated(MultipleChoice(), settings, tmp_dir=tmp_path)
+    monkeypatch.chdir(project)  # a plug-in's test names its files relative to where it runs
+    settings = {"questions": "data/questions.jsonl", "models": list(MODELS), "judge": "j", "n": 2}
+    first = run_simulated(MultipleChoice(), settings, tmp_dir=tmp_path / "sim")
     assert first.record.state == "finished" and first.calls > 0
     assert first.artifacts == [
         "answer.jsonl", "answer.parquet", "grade.jsonl", "grade.parquet", "per_model.csv", "accuracy.png"
     ]  # fmt: skip
     assert [r["model"] for r in table(first.artifact("per_model.csv"))] == list(MODELS)
     assert len(first.rows("grade.jsonl")) == QUESTIONS * len(MODELS) * 2
-    again = run_simulated(MultipleChoice(), settings, tmp_dir=tmp_path, run_id="again")
+    again = run_simulated(MultipleChoice(), settings, tmp_dir=tmp_path / "sim", run_id="again")
     assert again.calls == 0 and again.cache_hits > 0
     assert again.artifact("per_model.csv") == first.artifact("per_model.csv")
