@@ -330,7 +330,9 @@ class EmbeddedRedis:
             "auto-aof-rewrite-min-size 16mb",
             'save ""',
             "daemonize no",
-            f'logfile "{self.log_path}"',
+            # the log goes to stdout, which is redis.log opened by us without following links: a server opens
+            # its logfile by name at every line, so a link planted there later would be written through
+            'logfile ""',
             "protected-mode yes",
             # the password and the commands a ledger client may use: the engine's, nothing else (no @admin:
             # CONFIG, DEBUG, MODULE, ACL, SHUTDOWN...; none that wipe, swap or move data: SWAPDB, FUNCTION
@@ -356,20 +358,24 @@ class EmbeddedRedis:
         last_error = ""
         for _ in range(attempts):
             lock_fd = self._lock()
+            log_fd = -1
             try:
+                log_fd = open_private(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
                 _write_private(self.conf_path, self._config_text())
                 self._proc = subprocess.Popen(
                     [self.binary, str(self.conf_path)],
                     cwd=self.data_dir,
                     stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=log_fd,
                     start_new_session=True,  # Ctrl-C in the terminal must not kill the ledger first
                     pass_fds=(lock_fd,),  # the server holds the folder's lock for as long as it lives
                     umask=0o077,  # AOF, log and socket: readable by this user only
                 )
             finally:
                 os.close(lock_fd)
+                if log_fd >= 0:
+                    os.close(log_fd)
             atexit.register(self._atexit_stop)
             last_error, server_id = self._wait_ready()
             if not last_error:

@@ -278,3 +278,18 @@ def test_a_link_in_place_of_an_aof_file_is_refused_and_never_written(tmp_path: P
     with server:
         assert server.client().get("pl:kept") == b"1"
         server.check_files()
+
+
+def test_the_server_s_log_is_never_written_through_a_link_planted_while_it_runs(tmp_path: Path) -> None:
+    """A server opens its logfile by name at every line; ours logs to an fd we opened without following links
+    (its stdout), so a link planted at redis.log while it runs gets nothing (its shutdown lines included)."""
+    server = EmbeddedRedis(tmp_path / "ledger")
+    server.start()
+    log = tmp_path / "ledger" / "redis.log"
+    assert "Ready to accept connections" in log.read_text()  # it logs as before, to the file we opened
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    log.unlink()
+    log.symlink_to(victim)
+    server.stop()  # "Received SIGTERM ... ready to exit, bye bye": a logfile opened by name would get these
+    assert victim.read_text() == "precious\n"
