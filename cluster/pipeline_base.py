@@ -14,17 +14,20 @@ any member it wants to answer differently; the engine sees one object either way
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Annotated, Any, ClassVar, get_args
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import msgspec
 
-from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.store import Store
 from punchline.data.units import StageManifest, UnitSpec
 from punchline.workers.fake.server import FakeConfig
+
+if TYPE_CHECKING:  # the config module imports the registry, which imports this module
+    from punchline.cluster.config import RunConfig
 
 _KIND = "punchline"  # the key in msgspec.Meta(extra=...) that marks what a settings field is
 _NAME = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -122,13 +125,23 @@ def resolve_model(cfg: RunConfig, entry: str) -> tuple[str, str]:
     return provider, cfg.provider(provider).model_id(nick)
 
 
+def input_path(cfg: RunConfig, value: str) -> Path:
+    """Where an input file is: beside the config, else (when only there) relative to the working folder. The
+    rule of :func:`punchline.cluster.config.resolve_path`, which this module cannot import (see above)."""
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return p
+    beside = Path(cfg.source).parent / p if cfg.source else p
+    return beside if beside.exists() or not p.exists() else p
+
+
 class BasePipeline:
     """A pipeline that gives its ``name`` and ``stages``; every other member has a default (see the module).
 
     ``settings_type`` defaults to :class:`NoSettings` (an empty ``[<name>]`` table)."""
 
-    name: ClassVar[str]
-    settings_type: ClassVar[type[msgspec.Struct]] = NoSettings
+    name: str
+    settings_type: type[msgspec.Struct] = NoSettings
 
     def stages(self, cfg: RunConfig) -> list[Stage]:
         raise NotImplementedError(f"pipeline {type(self).__name__} must define stages(cfg)")
@@ -160,7 +173,7 @@ class BasePipeline:
         for path, kind, value in marked_values(cfg.settings, self.name):
             if kind != "input":
                 continue
-            p = resolve_path(cfg, value)
+            p = input_path(cfg, value)
             if not p.is_file():
                 raise InputError("no such file (relative paths are relative to the config)", file=str(p), field=path)
         for stage in self.stages(cfg):
@@ -189,3 +202,25 @@ class BasePipeline:
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
         """None of its own: the simulated provider as configured."""
         return sim
+
+
+class WithDefaults(BasePipeline):
+    """A pipeline object that is no :class:`BasePipeline` but has a ``name`` and ``stages`` (and maybe more):
+    its own members, and the defaults for the ones it lacks. The registry wraps such an object in one."""
+
+    def __init__(self, obj: Any, methods: Iterable[str]) -> None:
+        self.wrapped = obj
+        self.name = obj.name
+        self.settings_type = getattr(obj, "settings_type", NoSettings)
+        for method in methods:
+            own = getattr(obj, method, None)
+            if callable(own):
+                setattr(self, method, own)  # the object's own answer shadows the default
+
+
+def with_defaults(obj: Any, methods: Iterable[str]) -> Any:
+    """``obj`` itself when it has every one of ``methods``, else ``obj`` with the defaults for the rest."""
+    methods = list(methods)
+    if all(callable(getattr(obj, m, None)) for m in methods) and hasattr(obj, "settings_type"):
+        return obj
+    return WithDefaults(obj, methods)

@@ -5,7 +5,8 @@ the config: a project folder holding its config and its package runs without ins
 name, an entry point of the ``punchline.pipelines`` group (an installed plug-in package). Built-ins are
 named here as ``module:Name`` strings and imported only when asked for, so the config loader can use
 the registry without importing any pipeline (and without knowing one by name). A reference that
-cannot be imported, is not a Pipeline or lacks a method is one line naming it (ConfigError, exit 2).
+cannot be imported or is not a Pipeline (no ``name`` or no ``stages``) is one line naming it (ConfigError,
+exit 2); every other member a plug-in leaves out has its default (:mod:`punchline.cluster.pipeline_base`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import msgspec
 
 from punchline.cluster.pipeline import PIPELINE_METHODS, Pipeline
+from punchline.cluster.pipeline_base import NoSettings, with_defaults
 from punchline.data.errors import ConfigError
 
 GROUP = "punchline.pipelines"  # the entry-point group a plug-in package declares its pipelines in
@@ -72,24 +74,25 @@ def _find_beside(module_name: str, file: str | None) -> None:
 
 
 def check_pipeline(obj: object, ref: str, file: str | None = None) -> Pipeline:
-    """``obj`` if it has everything :class:`Pipeline` asks for; else one line naming ``ref``."""
-    settings_type = getattr(obj, "settings_type", None)
+    """``obj`` if it has everything :class:`Pipeline` asks for; an object with a ``name`` and ``stages`` gets
+    the defaults of :class:`~punchline.cluster.pipeline_base.BasePipeline` for what it lacks; else one line
+    naming ``ref``."""
+    settings_type = getattr(obj, "settings_type", NoSettings)
     name = getattr(obj, "name", None)
-    if not (isinstance(name, str) and isinstance(settings_type, type) and issubclass(settings_type, msgspec.Struct)):
+    if not (
+        isinstance(name, str)
+        and callable(getattr(obj, "stages", None))
+        and isinstance(settings_type, type)
+        and issubclass(settings_type, msgspec.Struct)
+    ):
         raise ConfigError(
-            f"{ref!r} is not a Pipeline (want an object with a str `name`, a msgspec Struct `settings_type` "
-            f"and the methods {', '.join(PIPELINE_METHODS)})",
+            f"{ref!r} is not a Pipeline (want an object with a str `name` and a `stages(cfg)` method, and a "
+            f"msgspec Struct `settings_type` if it has settings: see punchline.plugin.Pipeline)",
             file=file,
             field=FIELD,
         )
-    missing = [m for m in PIPELINE_METHODS if not callable(getattr(obj, m, None))]
-    if missing:
-        raise ConfigError(
-            f"pipeline {ref!r} lacks {', '.join(missing)} (subclass punchline.plugin.Pipeline: it has defaults)",
-            file=file,
-            field=FIELD,
-        )
-    return obj  # type: ignore[return-value]
+    pipeline: Pipeline = with_defaults(obj, PIPELINE_METHODS)
+    return pipeline
 
 
 def resolve(ref: str, file: str | None = None) -> Pipeline:

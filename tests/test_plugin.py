@@ -206,6 +206,14 @@ class Echo(Pipeline):
 
     def stages(self, cfg):
         return [EchoStage()]
+
+
+class Duck:  # no base class: the registry gives it the defaults it lacks
+    name = "echo"
+    settings_type = EchoSettings
+
+    def stages(self, cfg):
+        return [EchoStage()]
 """
 
 ECHO_CONFIG = """
@@ -222,22 +230,28 @@ count = 4
 """
 
 
-@pytest.mark.parametrize(("provider", "model"), [("sim", "big"), ("sim", "sim:big"), ("p", "p:big")])
+@pytest.mark.parametrize(
+    ("ref", "provider", "model"),
+    [("Echo", "sim", "big"), ("Echo", "sim", "sim:big"), ("Echo", "p", "p:big"), ("Duck", "p", "p:big")],
+)
 def test_a_stage_of_ones_own_resolves_its_models_by_the_documented_rule(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: str, model: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ref: str, provider: str, model: str
 ) -> None:
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.delitem(sys.modules, "echo_mod", raising=False)
     (tmp_path / "echo_mod.py").write_text(ECHO)
     config = tmp_path / "echo.toml"
-    config.write_text(ECHO_CONFIG.format(provider=provider, model=model))
+    text = ECHO_CONFIG.replace("echo_mod:Echo", f"echo_mod:{ref}")
+    config.write_text(text.format(provider=provider, model=model))
     cfg = load_config(config)
     (estimate,) = plan_run(cfg)
     assert (estimate.stage, estimate.requests, estimate.exact) == ("echo", 4, True)
     assert estimate.cost_usd > 0  # the nick became the priced model id
+    assert type(pipeline_of(cfg)).__name__ == ("WithDefaults" if ref == "Duck" else "Echo")
     refs = pipeline_of(cfg).provider_refs(cfg.settings)
     assert refs == ([] if ":" not in model else [("echo.model", provider)])
-    config.write_text(ECHO_CONFIG.format(provider=provider, model="nope:big"))
+    assert pipeline_of(cfg).headlines(cfg, LocalStore(str(tmp_path / "store")), "r") == []  # a default
+    config.write_text(text.format(provider=provider, model="nope:big"))
     with pytest.raises(ConfigError, match="unknown provider 'nope'") as err:
         load_config(config)
     assert err.value.field == "echo.model"

@@ -206,7 +206,7 @@ def test_an_entry_point_names_an_installed_pipeline(plugin: Path) -> None:
     [
         ("broken_plugin:Thing", ["'broken_plugin:Thing' cannot be imported", "no_such_module_here"]),
         ("echo_plugin:NOT_A_PIPELINE", ["'echo_plugin:NOT_A_PIPELINE' is not a Pipeline"]),
-        ("echo_plugin:Partial", ["'echo_plugin:Partial' lacks check_settings", "headlines"]),
+        ("echo_plugin:EchoStage", ["'echo_plugin:EchoStage' is not a Pipeline", "stages"]),  # a stage, no stages()
         ("echo_plugin:Missing", ["'echo_plugin:Missing'", "has no 'Missing'"]),
         ("nope", ["unknown pipeline 'nope'"]),
     ],
