@@ -225,3 +225,36 @@ def test_a_worker_ends_when_its_ledger_is_gone_and_the_resume_on_a_new_ledger_pa
     assert sorted(done) == [u.unit_id for u in units]
     calls = fake.stats().calls
     assert len(calls) == len(units) and set(calls.values()) == {1}, calls  # each request paid once
+
+
+def test_a_work_call_still_running_past_the_drain_bound_is_not_waited_for(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: the lifeguard waits for the running work calls only up to the drain bound (plus a grace); a
+    worker still busy after it (a call that never returns) is ended (``force``), never left running forever."""
+    monkeypatch.setattr(driver_watch, "FORCE_GRACE_S", 0.3)
+    run_id = f"lg-{uuid.uuid4().hex[:8]}"
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    claim = _claim(driver.pid)
+    redis_client.set(driver_claim_key(run_id), claim, px=30_000)
+    worker = _Worker()
+    worker.running = 1  # and it never ends
+    forced = threading.Event()
+    guard = Lifeguard(
+        lambda: DriverWatch(connect_async(client_url(redis_client)), run_id, claim),
+        busy=lambda: worker.running > 0,
+        leave=worker.leave,
+        drain_s=0.5,
+        force=forced.set,
+    ).start()
+    try:
+        time.sleep(1.5)
+        assert not forced.is_set()  # the driver lives: nothing is forced
+        driver.kill()
+        driver.wait()
+        assert _wait(forced.is_set, 30.0), "a worker busy past its drain bound was left running"
+        guard.join(10)
+        assert worker.leaves == 0 and guard.left.is_set()  # forced, not left through the actor's leave()
+    finally:
+        driver.kill()
+        driver.wait()

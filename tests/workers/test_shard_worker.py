@@ -4,6 +4,7 @@ no barrier between shards, a window of units in flight, and the shard file as th
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -283,3 +284,51 @@ def test_a_unit_waiting_out_a_retry_gives_its_call_slot_to_the_next(
     assert max(n for t, n in seen if t < first_call + 3.0) == 3  # the three first attempts, no retry yet
     assert fake.stats().total_calls == 6 and fake.stats().ok == 3
     assert fake.stats().peak_in_flight == 1
+
+
+def test_a_draining_worker_ends_at_its_drain_bound_whatever_its_calls_do(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """Issue 34: once its driver is gone a worker waits for its calls in flight only up to its drain bound; a
+    call that does not return by then is cancelled (its lease lapses: the next driver asks again) and the work
+    call ends, reporting the driver gone. No call starts after the driver is gone."""
+    fake.configure(latency_ms_for_model={"slow": 4_000.0})  # the provider holds every call for 4 s
+    run_id = f"w-{uuid.uuid4().hex[:8]}"
+    store = LocalStore(tmp_path / "store")
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "slow", f"Joke {i} ___")) for i in range(8)]
+    plan = _plan(store, run_id, units, shard_size=2)
+    Ledger(redis_client).init_stage(
+        run_id, "s", pending=range(plan.shards_total), shards_total=plan.shards_total, units_total=8, shards_done=0
+    )
+    settings = fake.provider_settings(
+        "openai", max_concurrency=2, timeout_s=120, models={"slow": ModelSettings(id="slow", input_usd_per_mtok=1.0)}
+    )
+    url = client_url(redis_client)
+    cfg = WorkerConfig(run_id=run_id, redis_url=url, store_url=store.url, providers={"p": settings}, max_in_flight=2)
+    gone = threading.Event()
+
+    async def go() -> tuple[Any, int]:
+        client = redis.asyncio.Redis.from_url(url)
+        proc = ShardProcessor(
+            cfg,
+            "w1",
+            leases=Leases(client, budget=BudgetTerms(run_id=run_id)),
+            store=store,
+            providers={"p": make_provider("p", settings)},
+        )
+        proc.driver.also = gone.is_set  # what the lifeguard tells the work call when Ray says the job ended
+        proc.drain_s = 0.3
+        task = asyncio.create_task(proc.work(plan))
+        while fake.stats().total_calls < 2:
+            await asyncio.sleep(0.02)
+        gone.set()
+        report = await asyncio.wait_for(task, 60)
+        await client.aclose()
+        return report, fake.stats().total_calls
+
+    report, calls = asyncio.run(go())
+    # the shard of the two calls in flight was not committed: the work call did not wait for them (4 s each)
+    assert report.driver_gone and report.shards_committed == 0
+    assert calls == 2  # the two calls in flight; nothing started after the driver was gone
+    while fake._state.in_flight:  # the provider still holds the cancelled calls: let them end before the next test
+        time.sleep(0.1)
