@@ -110,7 +110,7 @@ def _rating_units(ctx: StageContext, stage: str, jokes: list[Candidate]) -> list
                 UnitSpec(
                     unit_id=f"{stage}/{rater}/{i:05d}",
                     request=rating_request(ref.provider, model_id, batch),
-                    check="curate_ratings:" + ",".join(str(c.id) for c in batch),
+                    check="punchline.data.puns.curation:check_ratings:" + ",".join(str(c.id) for c in batch),
                 )
             )
     return in_unit_order(units)
@@ -167,7 +167,7 @@ class RepairStage:
             UnitSpec(
                 unit_id=f"repair/{c.id:08d}",
                 request=repair_request(ref.provider, model_id, c),
-                check=f"curate_repair:{c.id}",
+                check=f"punchline.data.puns.curation:check_repair:{c.id}",
             )
             for c in self._weak(ctx)
         )

@@ -374,7 +374,7 @@ class JudgeStage:
                     UnitSpec(
                         unit_id=_unit_id(self.name, nick, item.id),
                         request=judge_request(cfg.judge.provider, judge_id, item, answers[item.id]),
-                        check="judge_score",
+                        check="punchline.data.humor.judge:check_score",
                     )
                 )
                 units += _mera_judge_units(

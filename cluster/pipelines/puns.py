@@ -204,7 +204,7 @@ class ClassifyStage:
                 UnitSpec(
                     unit_id=f"classify/{i:05d}",
                     request=classify_request(cfg.classify.provider, model_id, batch),
-                    check="classify_json",
+                    check="punchline.data.puns.classify:check_verdicts",
                 )
             )
         return in_unit_order(units)

@@ -27,7 +27,7 @@ from punchline.data.errors import InputError, RetryableProviderError
 from punchline.data.humor.prompts import mera_task_text, render_prompt
 from punchline.data.humor.schema import HumorItem
 from punchline.data.jsonio import reject_duplicate_keys
-from punchline.data.requests import Message, ProviderRequest
+from punchline.data.requests import Message, ProviderRequest, ProviderResponse
 
 SCORE_MIN = 0.0
 SCORE_MAX = 1.0
@@ -299,3 +299,11 @@ def load_judge_scores(
             raise InputError(message, file=str(p), record=where, field="score")
         out[rec.id] = score
     return out
+
+
+def check_score(response: ProviderResponse) -> None:
+    """The judge stage's response validator (``UnitSpec.check``): the answer must hold a valid score."""
+    try:
+        parse_score(response.texts[0])
+    except Exception as exc:
+        raise RetryableProviderError(f"judge answer has no valid score: {exc}") from None

@@ -14,7 +14,7 @@ import msgspec
 
 from punchline.data.errors import RetryableProviderError
 from punchline.data.puns.schemas import ClassifiedEntry, RawCompletionEntry, WordClass
-from punchline.data.requests import Message, ProviderRequest
+from punchline.data.requests import Message, ProviderRequest, ProviderResponse
 
 BATCH_SIZE = 10
 MAX_TOKENS = 4096
@@ -154,3 +154,11 @@ def merge_all(
 ) -> dict[str, ClassifiedEntry]:
     """The stage 4 checkpoint: every joke of the stage 3 checkpoint, same keys and order."""
     return {key: merge(entry, verdicts) for key, entry in raw.items()}
+
+
+def check_verdicts(response: ProviderResponse) -> None:
+    """The classify stage's response validator (``UnitSpec.check``): the answer must be verdict JSON."""
+    try:
+        parse_verdicts(response.texts[0])
+    except Exception as exc:
+        raise RetryableProviderError(f"classification answer is not valid verdict JSON: {exc}") from None

@@ -20,7 +20,7 @@ from punchline.data.errors import InputError, RetryableProviderError
 from punchline.data.jsonio import decode_file
 from punchline.data.puns.puns_io import check_sentence
 from punchline.data.puns.schemas import BLANK, PunEntry
-from punchline.data.requests import Message, ProviderRequest
+from punchline.data.requests import Message, ProviderRequest, ProviderResponse
 
 MAX_TOKENS = 1024
 REPAIR_MARKER = "Improve this fill-in-the-blank pun"
@@ -326,3 +326,13 @@ def final_ratings(
             )
         )
     return jokes, final, records
+
+
+def check_ratings(ids: str, response: ProviderResponse) -> None:
+    """The rate stage's response validator, ``...:check_ratings:3,5,8``: a JSON array rating exactly jokes 3, 5, 8."""
+    parse_ratings(response.texts[0], [int(i) for i in ids.split(",")])
+
+
+def check_repair(cand_id: str, response: ProviderResponse) -> None:
+    """The repair stage's response validator, ``...:check_repair:7``: a repaired joke with exactly one blank."""
+    parse_repair(response.texts[0], Candidate(id=int(cand_id), sentence="", straight=[], punny=[]))
