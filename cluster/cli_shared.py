@@ -32,6 +32,7 @@ from punchline.cluster.planner import StageEstimate
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.runs import with_batch_records
 from punchline.data.errors import PluginError
+from punchline.data.run_layout import RunLayout
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.stores import open_store
 from punchline.schedulers.ledger import StageCounters
@@ -131,7 +132,7 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
     out = Console(width=max(Console().width, 110))
     out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
     out.print(counters_table(with_batch_records(record)[0]))
-    out.print(f"artifacts in {record.services.store_url}/{record.run_id}/artifacts/:")
+    out.print(f"artifacts in {record.services.store_url}/{RunLayout(record.run_id).artifacts}:")
     for name in record.artifacts:
         out.print(f"  {name}")
     cfg = cfg if cfg is not None else load_config(config)

@@ -24,6 +24,7 @@ from punchline.cluster.local_worker import ForkWarmup, LocalWorker
 from punchline.cluster.pipeline import Stage, StageContext, pipeline_code
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
 from punchline.data.response_cache import ResponseCache
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores.sentinel import is_not_shared
 from punchline.data.units import (
@@ -38,7 +39,6 @@ from punchline.data.units import (
     encode_page,
     plan_page_key,
     shard_key,
-    stage_prefix,
 )
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently
 from punchline.workers.batch_runner import batch_mode, run_stage_batches, stage_providers
@@ -306,7 +306,7 @@ class Coordinator:
             self.pool = None
 
     def manifest_key(self, stage: str) -> str:
-        return f"{self.ctx.run_id}/stages/{stage}/manifest.json"
+        return RunLayout(self.ctx.run_id).manifest(stage)
 
     def stage_done(self, stage: str) -> bool:
         return self.store.exists(self.manifest_key(stage))
@@ -381,14 +381,14 @@ class Coordinator:
             shards_total=shape.shards_total,
             digest=shape.digest,
         )
-        digest_key = f"{stage_prefix(run_id, stage.name)}/plan.sha256"
+        digest_key = RunLayout(run_id).plan_digest(stage.name)
         old = self.store.get(digest_key)
         if old is not None and old.decode() == plan.digest:
             log.info("plan_done", run_id=run_id, stage=stage.name, units=plan.units_total, written=False,
                      seconds=round(time.monotonic() - started, 3))  # fmt: skip
             return plan, shape.first_ids
         if old is not None:
-            prefix = f"{stage_prefix(run_id, stage.name)}/shards/"
+            prefix = RunLayout(run_id).shards(stage.name)
             stale = list(self.store.list(prefix))
             for key in stale:
                 self.store.delete(key)
@@ -407,7 +407,7 @@ class Coordinator:
         return plan, shape.first_ids
 
     def _missing(self, plan: StagePlan) -> list[int]:
-        present = set(self.store.list(f"{stage_prefix(self.ctx.run_id, plan.stage)}/shards/"))
+        present = set(self.store.list(RunLayout(self.ctx.run_id).shards(plan.stage)))
         return [i for i in range(plan.shards_total) if shard_key(self.ctx.run_id, plan.stage, i) not in present]
 
     def _init(self, plan: StagePlan, missing: list[int]) -> None:

@@ -44,7 +44,7 @@ from punchline.cluster.ray_runtime import (
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_outputs, check_run
 from punchline.cluster.run_claim import RunClaim
-from punchline.cluster.run_log import LOG_NAME, LogShipper
+from punchline.cluster.run_log import LogShipper
 from punchline.cluster.run_record import RunRecord, Services, load_record
 from punchline.cluster.shared_store import config_store, ensure_shared
 from punchline.cluster.store_guard import StoreGuard, redis_identity
@@ -55,6 +55,7 @@ from punchline.data.jsonio import atomic_write_bytes, overwrite_in_place
 from punchline.data.redaction import redact_url, redact_urls
 from punchline.data.response_cache import ResponseCache
 from punchline.data.response_spool import ResponseSpool
+from punchline.data.run_layout import LOG, RECORD, SPOOL, RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import StageManifest
@@ -190,14 +191,14 @@ def _simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | None]:
 def _snapshot(store: Store, run_dir: Path, record: RunRecord) -> None:
     data = msgspec.json.format(msgspec.json.encode(record), indent=2)
     with contextlib.suppress(OSError) if record.state != "running" else contextlib.nullcontext():
-        store.put(f"{record.run_id}/run.json", data)  # the local record below says how it ended even so
+        store.put(RunLayout(record.run_id).record, data)  # the local record below says how it ended even so
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        atomic_write_bytes(run_dir / "run.json", data)
+        atomic_write_bytes(run_dir / RECORD, data)
     except OSError as exc:  # a full disk has no room for a second copy: the run's state must still show
         if exc.errno != errno.ENOSPC:
             raise
-        overwrite_in_place(run_dir / "run.json", msgspec.json.encode(record))  # compact: fits the old blocks
+        overwrite_in_place(run_dir / RECORD, msgspec.json.encode(record))  # compact: fits the old blocks
 
 
 def finished(record: RunRecord, store: Store, stages: list[str]) -> bool:
@@ -206,13 +207,13 @@ def finished(record: RunRecord, store: Store, stages: list[str]) -> bool:
     return (
         record.state == "finished"
         and record.stages == stages
-        and all(store.get(f"{record.run_id}/stages/{s}/manifest.json") is not None for s in stages)
+        and all(store.get(RunLayout(record.run_id).manifest(s)) is not None for s in stages)
     )
 
 
 def _commit_spooled(store: Store, run_dir: Path, slog: Any) -> None:
     """Put the answers this machine's workers paid for but could not store (a long outage) into the cache."""
-    spool = ResponseSpool(run_dir / "spool")
+    spool = ResponseSpool(run_dir / SPOOL)
     if spool.pending():
         slog.info("spooled_answers_committed", answers=spool.commit(ResponseCache(store)))
 
@@ -325,11 +326,11 @@ def run(
     store_url = opts.store or config_store(cfg) or opts.runs_dir
     check_outputs(store_url, opts.runs_dir, opts.run_id)  # an unwritable store or a planted link stops here
     store = open_store(store_url)
-    existing = read_store(store, f"{run_id}/run.json")  # a wrong key or bucket stops here, at once
+    existing = read_store(store, RunLayout(run_id).record)  # a wrong key or bucket stops here, at once
     config_toml = redact_urls(Path(config_path).read_text())  # a password in [run] redis_url stays in the file
     stages = pipeline_stages(cfg)
     if existing is not None:
-        prev = load_record(existing, f"{store.url}/{run_id}/run.json")
+        prev = load_record(existing, f"{store.url}/{RunLayout(run_id).record}")
         if redact_urls(prev.config_toml) != config_toml:
             raise ConfigError(
                 f"run {run_id} exists with a different config; start a new run id or restore the config "
@@ -382,7 +383,7 @@ def run(
             driver_pid=os.getpid(),
         )
         if existing is not None:
-            record.created_at = load_record(existing, f"{store.url}/{run_id}/run.json").created_at
+            record.created_at = load_record(existing, f"{store.url}/{RunLayout(run_id).record}").created_at
         _snapshot(store, run_dir, record)
         _commit_spooled(store, run_dir, slog)  # answers paid before an earlier session lost the store
         ledger = Ledger(connect(conn.url))
@@ -395,8 +396,8 @@ def run(
             lease_ms=cfg.run.lease_ms,
             offline=offline,
             max_cost_usd=max_cost,
-            log_path=str((run_dir / "log.jsonl").resolve()),
-            spool_dir=str((run_dir / "spool").resolve()),
+            log_path=str((run_dir / LOG).resolve()),
+            spool_dir=str((run_dir / SPOOL).resolve()),
             max_in_flight=cfg.run.units_in_flight,
             store_sentinel=sentinel,
             driver_claim=conn.driver_claim,
@@ -428,8 +429,8 @@ def run(
             ),
         )
         slog.info("run_start", stages=record.stages, store=store.url)
-        shipper = LogShipper(store, run_id, run_dir / LOG_NAME).start()  # the log beside run.json in the store
-        metrics = serve_driver_metrics(opts.metrics_port, record, ledger, run_dir / LOG_NAME)  # --metrics-port
+        shipper = LogShipper(store, run_id, run_dir / LOG).start()  # the log beside run.json in the store
+        metrics = serve_driver_metrics(opts.metrics_port, record, ledger, run_dir / LOG)  # --metrics-port
         try:
             if lazy_ray is None:  # a cluster's Ray was joined above, or this process had one
                 slog.info("start_phases", **{k: round(v, 3) for k, v in marks.items()})
@@ -490,7 +491,7 @@ def _ray_request_resources(*, bundles: list[dict[str, float]]) -> Any:
 
 
 def _manifest_artifacts(store: Store, run_id: str, stage: str) -> list[str]:
-    raw = store.get(f"{run_id}/stages/{stage}/manifest.json")
+    raw = store.get(RunLayout(run_id).manifest(stage))
     if raw is None:
         return []
     return msgspec.json.decode(raw, type=StageManifest).artifacts

@@ -19,6 +19,7 @@ import structlog
 from punchline.data.errors import PluginError, PunchlineError, code_line
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
 from punchline.workers.fake.server import FakeConfig
@@ -36,7 +37,7 @@ class StageContext:
         self.store = store
 
     def artifact_key(self, name: str) -> str:
-        return f"{self.run_id}/artifacts/{name}"
+        return RunLayout(self.run_id).artifact(name)
 
     def write_artifact(self, name: str, data: bytes) -> None:
         self.store.put(self.artifact_key(name), data)

@@ -22,6 +22,7 @@ import msgspec
 from punchline.cluster.pipeline import Stage
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import StageManifest, UnitSpec
 from punchline.workers.fake.server import FakeConfig
@@ -193,7 +194,7 @@ class BasePipeline:
         """Each finished stage's artifacts, one line a stage."""
         out = []
         for stage in self.stages(cfg):
-            raw = store.get(f"{run_id}/stages/{stage.name}/manifest.json")
+            raw = store.get(RunLayout(run_id).manifest(stage.name))
             if raw is not None:
                 artifacts = msgspec.json.decode(raw, type=StageManifest).artifacts
                 out.append(f"**{stage.name}**: {', '.join(artifacts) or 'no artifacts'}")

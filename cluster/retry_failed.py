@@ -11,6 +11,7 @@ import msgspec
 
 from punchline.cluster.driver import RunRecord
 from punchline.cluster.runs import load_run_record
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import ShardOutput
@@ -40,14 +41,14 @@ def drop_failed_shards(record: RunRecord, store: Store) -> DroppedShards:
     decoder = msgspec.msgpack.Decoder(ShardOutput)
     dropped: dict[str, list[str]] = {}
     for stage in record.stages:
-        for key in list(store.list(f"{record.run_id}/stages/{stage}/shards/")):
+        for key in list(store.list(RunLayout(record.run_id).shards(stage))):
             raw = store.get(key)
             if raw is not None and any(r.error for r in decoder.decode(raw).results):
                 store.delete(key)
                 dropped.setdefault(stage, []).append(key)
     if dropped:
         for stage in record.stages:
-            store.delete(f"{record.run_id}/stages/{stage}/manifest.json")
+            store.delete(RunLayout(record.run_id).manifest(stage))
     return DroppedShards(
         run_id=record.run_id,
         shards=dropped,

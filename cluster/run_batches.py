@@ -20,6 +20,7 @@ from punchline.cluster.driver import RunRecord
 from punchline.cluster.runs import load_run_record
 from punchline.data.errors import InputError, ProviderError
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records, record_path, request_cancel
@@ -59,10 +60,10 @@ def run_batches(runs_dir: str, run_id: str, *, cancel: bool = False) -> RunBatch
 def run_store(run: RunRecord) -> Store:
     """The store a run's record names, checked to hold the run (moved, deleted or not mounted: one line)."""
     store = open_store(run.services.store_url)
-    if not store.exists(f"{run.run_id}/run.json"):
+    if not store.exists(RunLayout(run.run_id).record):
         raise InputError(
             f"the store {store.url} does not hold run {run.run_id} (moved, deleted or not mounted?)",
-            file=f"{store.url}/{run.run_id}/run.json",
+            file=f"{store.url}/{RunLayout(run.run_id).record}",
         )
     return store
 

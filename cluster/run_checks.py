@@ -34,6 +34,7 @@ from punchline.cluster.redis_server import check_folder_files
 from punchline.cluster.registry import pipeline_of
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, LedgerUnavailable
+from punchline.data.run_layout import LOG, RECORD, SPOOL
 from punchline.schedulers.redis_client import control_characters
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ def check_outputs(store_url: str, runs_dir: str, run_id: str | None = None) -> N
 
 # what the runs folder holds for a run: its record, its log (appended to by every worker on this machine),
 # and its spool of paid answers the store could not take (read back into the store on resume)
-RUN_FILES = ("run.json", "log.jsonl")
-RUN_FOLDERS = ("spool",)
+RUN_FILES = (RECORD, LOG)
+RUN_FOLDERS = (SPOOL,)
 
 
 def check_run_files(runs: Path, run_id: str | None) -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import structlog
 
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 
 log = structlog.get_logger("punchline.run_log")
-LOG_NAME = "log.jsonl"
 INTERVAL_S = 30.0
 
 
@@ -29,7 +29,7 @@ class LogShipper:
     """Copies a run's local log into its store now and then (a daemon thread) and at :meth:`close`."""
 
     def __init__(self, store: Store, run_id: str, path: Path, *, interval_s: float = INTERVAL_S) -> None:
-        self.store, self.key, self.path, self.interval_s = store, f"{run_id}/{LOG_NAME}", path, interval_s
+        self.store, self.key, self.path, self.interval_s = store, RunLayout(run_id).log, path, interval_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

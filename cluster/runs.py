@@ -16,6 +16,7 @@ import redis
 
 from punchline.cluster.run_record import RunRecord, check_run_id, load_record
 from punchline.data.errors import InputError, PunchlineError
+from punchline.data.run_layout import RECORD, RunLayout
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records, with_batch_costs
 from punchline.schedulers.budget import UsageRow
@@ -40,7 +41,7 @@ def load_run_record(runs_dir: str, run_id: str, store: str | None = None) -> Run
     """The run's record under the runs folder, else (a run submitted as a Ray job keeps its runs folder
     in the job's working dir on the head) the one the driver keeps in the store."""
     check_run_id(run_id, field="run_id")  # a run id never names a path outside the runs folder
-    path = runs_folder(runs_dir) / run_id / "run.json"
+    path = RunLayout(run_id).local(runs_folder(runs_dir)).record
     if path.is_file():
         try:
             raw = path.read_bytes()
@@ -48,9 +49,9 @@ def load_run_record(runs_dir: str, run_id: str, store: str | None = None) -> Run
             raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
         return load_record(raw, str(path))
     if store:
-        found = open_store(store).get(f"{run_id}/run.json")
+        found = open_store(store).get(RunLayout(run_id).record)
         if found is not None:
-            return load_record(found, f"{store}/{run_id}/run.json")
+            return load_record(found, f"{store}/{RunLayout(run_id).record}")
     where = f"{runs_dir}/" + (f" or in {store}" if store else "")
     raise InputError(f"no run {run_id!r} under {where} (see `punchline runs`)", file=str(path))
 
@@ -111,7 +112,7 @@ class RunRow(msgspec.Struct, kw_only=True):
 def list_runs(runs_dir: str) -> list[RunRow]:
     """Every run under the runs folder, by id; one unreadable record does not hide the others."""
     rows = []
-    for path in sorted(runs_folder(runs_dir).glob("*/run.json")):
+    for path in sorted(runs_folder(runs_dir).glob(f"*/{RECORD}")):
         try:
             rec = load_record(path.read_bytes(), str(path))
         except (InputError, OSError) as exc:

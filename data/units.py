@@ -20,6 +20,7 @@ import msgspec
 
 from punchline.data.errors import PunchlineError
 from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.data.run_layout import RunLayout
 
 
 class UnitSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,15 +150,15 @@ class StagePlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def stage_prefix(run_id: str, stage: str) -> str:
-    return f"{run_id}/stages/{stage}"
+    return RunLayout(run_id).stage(stage)
 
 
 def shard_key(run_id: str, stage: str, shard: int) -> str:
-    return f"{stage_prefix(run_id, stage)}/shards/{shard:06d}.msgpack"
+    return RunLayout(run_id).shard(stage, shard)
 
 
 def plan_page_key(run_id: str, stage: str, page: int) -> str:
-    return f"{stage_prefix(run_id, stage)}/plan/{page:06d}.msgpack"
+    return RunLayout(run_id).plan_page(stage, page)
 
 
 def in_unit_order(units: Iterable[UnitSpec]) -> list[UnitSpec]:

@@ -35,6 +35,7 @@ from punchline.cluster.driver import RunOptions, RunRecord
 from punchline.cluster.driver import run as run_driver
 from punchline.cluster.runs import load_run_record
 from punchline.data.errors import PunchlineError
+from punchline.data.run_layout import RunLayout
 from punchline.data.settings import overlay
 from punchline.data.stores import open_store
 from punchline.notebook import (
@@ -116,7 +117,7 @@ def status(run_id: str, *, runs_dir: str | None = None, store: str | None = None
 
 def artifact_url(record: RunRecord, name: str) -> str:
     """Where the run's artifact ``name`` is: a path under a local store, or an ``s3://`` URL."""
-    return f"{record.services.store_url.rstrip('/')}/{record.run_id}/artifacts/{name}"
+    return f"{record.services.store_url.rstrip('/')}/{RunLayout(record.run_id).artifact(name)}"
 
 
 def _pipeline_config(
@@ -203,7 +204,7 @@ def prompts(
         record = run(
             config, run_id=rid, runs_dir=str(runs), store=store, redis_url=redis_url, max_cost_usd=max_cost_usd
         )
-    raw = open_store(record.services.store_url).get(f"{record.run_id}/artifacts/outputs.parquet")
+    raw = open_store(record.services.store_url).get(RunLayout(record.run_id).artifact("outputs.parquet"))
     if raw is None:
         raise PunchlineError(
             f"run {record.run_id} ended {record.state} without outputs: punchline status {record.run_id}"

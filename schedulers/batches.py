@@ -54,6 +54,7 @@ import redis
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import MARKER_MS
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters, fence_key, request_key
@@ -114,7 +115,7 @@ class HeldParts(msgspec.Struct, kw_only=True):
 
 
 def batches_prefix(run_id: str) -> str:
-    return f"{run_id}/batches/"
+    return RunLayout(run_id).batches
 
 
 def record_path(run_id: str, key: str) -> str:

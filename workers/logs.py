@@ -29,6 +29,7 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from punchline.data.redaction import redact_text
+from punchline.data.run_layout import LOG
 
 MAX_LINE_BYTES = 4000
 REDACTED = "***"
@@ -210,7 +211,7 @@ def configure_logging(
     if json_path is not None:
         path = Path(json_path)
     elif run_dir is not None:
-        path = Path(run_dir) / "log.jsonl"
+        path = Path(run_dir) / LOG
     stream = (console_stream or sys.stderr) if console else None
     colors = bool(stream is not None and hasattr(stream, "isatty") and stream.isatty())
     sinks = _Sinks(path, stream, colors)

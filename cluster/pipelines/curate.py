@@ -35,6 +35,7 @@ from punchline.data.puns.curation import (
     repair_request,
 )
 from punchline.data.puns.puns_io import validate_puns
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.workers.fake.server import FakeConfig
@@ -257,7 +258,7 @@ def stages(cfg: RunConfig) -> list[Stage]:
 
 def headlines(store: Store, run_id: str) -> list[str]:
     """What a person wants to see first after a run (markdown)."""
-    raw = store.get(f"{run_id}/artifacts/{RATINGS}")
+    raw = store.get(RunLayout(run_id).artifact(RATINGS))
     if raw is None:
         return []
     records = msgspec.json.decode(raw, type=list[RatingRecord])

@@ -61,6 +61,7 @@ from punchline.data.humor.submission import (
 from punchline.data.jsonio import check_out_dir
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
+from punchline.data.run_layout import RunLayout
 from punchline.data.settings import runs_dir as resolve_runs_dir
 from punchline.data.store import Store
 from punchline.data.stores import open_store
@@ -515,7 +516,7 @@ class HumorPipeline:
         settings = settings_of(cfg)
         out = []
         for nick in settings.models:
-            raw = store.get(f"{run_id}/artifacts/{report_artifact(nick, REPORT_JSON)}")
+            raw = store.get(RunLayout(run_id).artifact(report_artifact(nick, REPORT_JSON)))
             if raw is not None:
                 report = msgspec.json.decode(raw, type=HumorReport)
                 out.append(headline(nick, cfg.provider(settings.provider).model_id(nick), report))
@@ -538,7 +539,7 @@ def _run_record(run_id: str, runs_dir: str | None) -> tuple[RunRecord, RunConfig
     """A Humor run's record and its config (as recorded when the run started; relative paths resolve
     against the config's original folder)."""
     check_run_id(run_id, field="RUN")
-    path = Path(resolve_runs_dir(runs_dir)) / run_id / "run.json"
+    path = RunLayout(run_id).local(resolve_runs_dir(runs_dir)).record
     try:
         record = msgspec.json.decode(path.read_bytes(), type=RunRecord)
     except OSError:
@@ -583,7 +584,7 @@ def submission_of_run(run_id: str, *, runs_dir: str | None, out_dir: str, models
     store = open_store(record.services.store_url)
     packs = {}
     for nick in chosen:
-        key = f"{run_id}/artifacts/{answers_artifact(nick)}"
+        key = RunLayout(run_id).artifact(answers_artifact(nick))
         source = f"{record.services.store_url}/{key}"
         raw = store.get(key)
         if raw is None:

@@ -34,6 +34,7 @@ from punchline.data.prompts.rows import Row, load_rows
 from punchline.data.prompts.settings import ParseSettings, PromptsSettings, model_ref, sampling_for
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
 from punchline.workers.fake.server import FakeConfig
@@ -309,7 +310,7 @@ def stages(cfg: RunConfig) -> list[Stage]:
 
 def summary_lines(cfg: RunConfig, store: Store, run_id: str) -> list[str]:
     """Per model: samples answered, the share that parsed, and the judge's verdicts (its first parsed field)."""
-    raw = store.get(f"{run_id}/artifacts/{OUTPUTS_JSONL}")
+    raw = store.get(RunLayout(run_id).artifact(OUTPUTS_JSONL))
     if raw is None:
         return []
     settings = settings_of(cfg)

@@ -38,6 +38,7 @@ from punchline.data.puns.schemas import (
 from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
 from punchline.data.puns.words import extract_word
 from punchline.data.requests import Message, ProviderRequest
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.workers.fake.server import FakeConfig
@@ -442,11 +443,11 @@ PIPELINE = PunsPipeline()
 def headlines(store: Store, run_id: str) -> list[str]:
     """What a person wants to see first after a run (markdown): the tiers and the cloze report."""
     out = []
-    ranked = store.get(f"{run_id}/artifacts/{RANKED}")
+    ranked = store.get(RunLayout(run_id).artifact(RANKED))
     if ranked is not None:
         counts = tier_counts(msgspec.json.decode(ranked, type=list[PunEntry]))
         out.append("tiers: " + ", ".join(f"{tier} {n}" for tier, n in counts.items()))
-    report = store.get(f"{run_id}/artifacts/cloze_report/report.md")
+    report = store.get(RunLayout(run_id).artifact("cloze_report/report.md"))
     if report is not None:
         out.append(report.decode())
     return out

@@ -55,6 +55,7 @@ from punchline.data.puns.puns_io import (
 )
 from punchline.data.puns.schemas import ClozeTest, PunEntry
 from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import RunState
@@ -298,7 +299,7 @@ def summarize(store: Store, record: RunRecord, upstream: UpstreamFiles) -> Repro
     """Read the run's artifacts and compare them with the published numbers."""
 
     def artifact(name: str) -> bytes | None:
-        return store.get(f"{record.run_id}/artifacts/{name}")
+        return store.get(RunLayout(record.run_id).artifact(name))
 
     _, removed = lists_as_classified(load_puns(upstream.puns), load_classified(upstream.classified))
     ranked_raw = artifact(puns.RANKED)

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores.local import LocalStore, validate_key
 
@@ -144,7 +145,7 @@ def markdown(text: str) -> str:
 
 def render(store: Store, run_id: str, rel: str, raw_url: str) -> str:
     """The artifact ``rel`` (under ``<run>/artifacts/``) as an HTML fragment."""
-    key = f"{run_id}/artifacts/{rel}"
+    key = RunLayout(run_id).artifact(rel)
     ext = os.path.splitext(rel)[1].lower()
     link = f'<p><a href="{esc(raw_url)}">download</a></p>'
     if ext in IMAGE_TYPES:
@@ -189,7 +190,7 @@ def render(store: Store, run_id: str, rel: str, raw_url: str) -> str:
 
 
 def _json_artifact(store: Store, run_id: str, rel: str) -> Any:
-    data, more = head_bytes(store, f"{run_id}/artifacts/{rel}", MAX_JSON_BYTES)
+    data, more = head_bytes(store, RunLayout(run_id).artifact(rel), MAX_JSON_BYTES)
     if data is None or more:
         return None
     try:
@@ -242,7 +243,7 @@ def results(store: Store, run_id: str, pipeline: str, found: list[str], link: st
                     tiers[tier] = tiers.get(tier, 0) + 1
             out.append("<h3>Tiers</h3>" + table([{"tier": t, "jokes": n} for t, n in tiers.items()]))
         if "cloze_report/report.md" in found:
-            data, more = head_bytes(store, f"{run_id}/artifacts/cloze_report/report.md", MAX_JSON_BYTES)
+            data, more = head_bytes(store, RunLayout(run_id).artifact("cloze_report/report.md"), MAX_JSON_BYTES)
             if data is not None and not more:
                 out.append("<h3>Cloze</h3>" + markdown(data.decode("utf-8", "replace")))
     plots = [a for a in found if os.path.splitext(a)[1].lower() in IMAGE_TYPES][:8]

@@ -27,6 +27,7 @@ import msgspec
 
 from punchline.data.errors import InputError, PunchlineError
 from punchline.data.jsonio import atomic_write_bytes
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import ShardOutput, UnitSpec, plan_page_key, shard_key, stage_prefix
 
@@ -363,7 +364,7 @@ class RunFiles:
             have = self._indexes.get(stage)
             if have is not None and have.page_keys == keys:
                 return have
-            digest_raw = self.store.get(f"{stage_prefix(self.run_id, stage)}/plan.sha256")
+            digest_raw = self.store.get(RunLayout(self.run_id).plan_digest(stage))
             digest = digest_raw.decode(errors="replace").strip() if digest_raw else ""
             saved = self.cache_dir / f"{stage}.idx" if self.cache_dir is not None and digest else None
             index = None

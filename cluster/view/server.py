@@ -31,10 +31,11 @@ from punchline.cluster.view import artifacts, pages
 from punchline.cluster.view.metrics import CONTENT_TYPE, LogEvents, RunMetrics, render
 from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, redacted_config, stage_rows
 from punchline.data.errors import InputError, PunchlineError
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore, validate_key
-from punchline.data.units import ModelUsage, ShardUsage, stage_prefix
+from punchline.data.units import ModelUsage, ShardUsage
 from punchline.workers.logs import redact_text
 
 log = structlog.get_logger("punchline.view")
@@ -128,7 +129,7 @@ class Viewer:
             except PunchlineError:
                 continue
             with self._lock:
-                events = self._events.setdefault(run_id, LogEvents(Path(self.settings.runs_dir) / run_id / "log.jsonl"))
+                events = self._events.setdefault(run_id, LogEvents(RunLayout(run_id).local(self.settings.runs_dir).log))
             runs.append(
                 RunMetrics(
                     run_id=run_id,
@@ -153,7 +154,7 @@ class Viewer:
         out: dict[str, dict[str, ModelUsage]] = {}
         for stage in stages:
             total = ShardUsage()
-            for key in store.list(f"{stage_prefix(run_id, stage)}/shards/"):
+            for key in store.list(RunLayout(run_id).shards(stage)):
                 usage = seen.get(key)
                 if usage is None:
                     raw = store.get(key)
@@ -240,7 +241,7 @@ class Viewer:
         record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
         view = self.status(run_id)
         store = self.run_store(run_id)
-        prefix = f"{run_id}/artifacts/"
+        prefix = RunLayout(run_id).artifacts
         found = [k.removeprefix(prefix) for k in store.list(prefix)]
         config = redacted_config(record.config_toml)
         recent = self.recent_log(run_id)
@@ -255,7 +256,7 @@ class Viewer:
         """The last lines of the run's log (this machine's runs folder, else a local store's copy), redacted;
         only its tail is read, however long the log."""
         out: list[dict[str, str]] = []
-        for path in (Path(self.settings.runs_dir) / run_id / "log.jsonl", self._store_log(run_id)):
+        for path in (RunLayout(run_id).local(self.settings.runs_dir).log, self._store_log(run_id)):
             if path is None or not path.is_file():
                 continue
             try:
@@ -277,7 +278,7 @@ class Viewer:
 
     def _store_log(self, run_id: str) -> Path | None:
         store = self.store(self.settings.store) if self.settings.store else None
-        return store.root / run_id / "log.jsonl" if isinstance(store, LocalStore) else None
+        return store.root / RunLayout(run_id).log if isinstance(store, LocalStore) else None
 
     def prepare(self, run_id: str, stages: list[str]) -> None:
         """Build the run's stage indexes in the background, so that its units page, the next click, finds
@@ -326,7 +327,7 @@ class Viewer:
 
     def artifact(self, run_id: str, rel: str, *, raw: bool) -> Response:
         store = self.run_store(run_id)
-        key = f"{run_id}/artifacts/{rel}"
+        key = RunLayout(run_id).artifact(rel)
         if raw:
             data, more = artifacts.head_bytes(store, key, MAX_RAW_BYTES)
             if data is None:

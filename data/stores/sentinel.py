@@ -19,6 +19,7 @@ import time
 import msgspec
 
 from punchline.data.errors import StoreError
+from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 
 SHARED_HINT = "use --store s3://bucket/prefix or a folder on a mount every node shares"
@@ -42,7 +43,7 @@ def plant(store: Store, run_id: str) -> Sentinel:
     """Write a fresh sentinel for this driver (one per driver start, so overlapping drivers of a
     run never invalidate each other's workers)."""
     token = secrets.token_hex(16)
-    key = f"{run_id}/sentinels/{token}.json"
+    key = RunLayout(run_id).sentinel(token)
     body = SentinelBody(token=token, host=socket.gethostname(), pid=os.getpid(), created_at=time.time())
     store.put(key, msgspec.json.encode(body))
     return Sentinel(key=key, token=token)

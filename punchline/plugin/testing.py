@@ -22,6 +22,7 @@ from punchline.api import run
 from punchline.cluster.driver import RunRecord
 from punchline.cluster.pipeline_base import default_provider, marked_values, model_provider
 from punchline.data.errors import PunchlineError
+from punchline.data.run_layout import RunLayout
 from punchline.data.stores import open_store
 from punchline.notebook import content_id
 
@@ -44,7 +45,7 @@ class SimulatedRun(msgspec.Struct, kw_only=True):
         return self.record.artifacts
 
     def artifact(self, name: str) -> bytes:
-        raw = open_store(self.record.services.store_url).get(f"{self.record.run_id}/artifacts/{name}")
+        raw = open_store(self.record.services.store_url).get(RunLayout(self.record.run_id).artifact(name))
         if raw is None:
             raise PunchlineError(f"run {self.record.run_id} has no artifact {name!r} (it has {self.artifacts})")
         return raw
