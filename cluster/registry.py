@@ -24,13 +24,7 @@ from punchline.cluster.pipeline import PIPELINE_METHODS, Pipeline
 from punchline.cluster.pipeline_base import NoSettings, with_defaults
 from punchline.data.errors import ConfigError
 
-GROUP = "punchline.pipelines"  # the entry-point group a plug-in package declares its pipelines in
-BUILTINS: dict[str, str] = {
-    "puns": "punchline.cluster.pipelines.puns:PIPELINE",
-    "humor": "punchline.cluster.pipelines.humor:PIPELINE",
-    "curate": "punchline.cluster.pipelines.curate:PIPELINE",
-    "prompts": "punchline.cluster.pipelines.prompts:PIPELINE",
-}
+GROUP = "punchline.pipelines"  # the entry-point group a package declares its pipelines in (punchline's own too)
 FIELD = "run.pipeline"
 
 
@@ -99,12 +93,10 @@ def resolve(ref: str, file: str | None = None) -> Pipeline:
     """The pipeline ``ref`` names (``[run] pipeline``); ``file`` is the config, for the error line."""
     if ":" in ref:
         target = ref
-    elif ref in BUILTINS:
-        target = BUILTINS[ref]
     else:
         installed = _entry_points()
         if ref not in installed:
-            known = sorted({*BUILTINS, *installed})
+            known = sorted(installed)
             raise ConfigError(
                 f"unknown pipeline {ref!r}: known {known}, or give 'package.module:Name'", file=file, field=FIELD
             )
@@ -113,8 +105,13 @@ def resolve(ref: str, file: str | None = None) -> Pipeline:
 
 
 def available() -> list[str]:
-    """Every pipeline name a config may use without a ``module:Name`` reference."""
-    return sorted({*BUILTINS, *_entry_points()})
+    """Every pipeline name a config may use without a ``module:Name`` reference: every installed package's."""
+    return sorted(_entry_points())
+
+
+def shipped() -> list[str]:
+    """The pipelines punchline itself installs (registered in its own entry points, like any plug-in's)."""
+    return sorted(name for name, target in _entry_points().items() if target.startswith("punchline."))
 
 
 def pipeline_of(cfg: Any) -> Pipeline:

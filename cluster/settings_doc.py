@@ -2,7 +2,7 @@
 run config and every ``PUNCHLINE_*`` environment variable, with type, default, range and description.
 
 The TOML half walks the msgspec Structs a config decodes into (``RunConfig``: ``[run]``,
-``[providers.<name>]`` and its models, ``[simulator]``; then each built-in pipeline's
+``[providers.<name>]`` and its models, ``[simulator]``; then each installed pipeline's
 ``settings_type``) with :func:`msgspec.inspect.type_info`, reading each field's ``msgspec.Meta``
 (its range and ``description``); the environment half lists :data:`punchline.data.settings.ENV_VARS`.
 So the reference cannot drift from the code: ``punchline settings`` prints it, and
@@ -19,7 +19,8 @@ import msgspec
 import msgspec.inspect as mi
 
 from punchline.cluster.config import RunConfig
-from punchline.cluster.registry import BUILTINS, resolve
+from punchline.cluster.registry import available, resolve
+from punchline.data.errors import PunchlineError
 from punchline.data.settings import ENV_VARS, EnvVar, bounds_text
 
 HEADER = """# Settings reference
@@ -143,15 +144,19 @@ def _tables(path: str, struct: type[msgspec.Struct]) -> Iterator[TableDoc]:
 
 
 def config_tables() -> list[TableDoc]:
-    """Every table of a run config: the engine's (``RunConfig``), then each built-in pipeline's."""
+    """Every table of a run config: the engine's (``RunConfig``), then each installed pipeline's."""
     info = mi.type_info(RunConfig)
     assert isinstance(info, mi.StructType)
     out: list[TableDoc] = []
     for f in info.fields:
         for path, cls in _nested(f.encode_name, f.type):
             out += _tables(path, cls)
-    for name in BUILTINS:
-        out += _tables(name, resolve(name).settings_type)
+    for name in available():  # every installed pipeline's table, punchline's own and the plug-ins'
+        try:
+            settings_type = resolve(name).settings_type
+        except PunchlineError:  # a broken plug-in: its table cannot be read, the rest of the reference can
+            continue
+        out += _tables(name, settings_type)
     return out
 
 
