@@ -139,9 +139,7 @@ def test_the_window_bounds_calls_in_flight(tmp_path: Path, redis_client: redis.R
     calls arrive in four waves."""
     fake.configure(latency_ms_for_model={"slow": 300.0})
     units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "slow", f"Joke {i} ___")) for i in range(12)]
-    _, _, seen = _run(tmp_path, redis_client, fake, units, window=3)
-    first_call = next(t for t, n in seen if n >= 1)
-    assert max(n for t, n in seen if t < first_call + 0.25) <= 3  # the first wave has not returned yet
+    _run(tmp_path, redis_client, fake, units, window=3)
     assert fake.stats().total_calls == 12
     assert fake.stats().peak_in_flight == 3  # counted by the provider itself
 
@@ -152,7 +150,7 @@ def test_units_take_their_leases_while_the_calls_are_in_flight(
     """While the window's calls are at the provider, a few more units already hold their request leases,
     so a freed call slot goes straight to a call instead of idling through a Redis round trip; the
     provider (which would take 16) still never sees more than the worker's window."""
-    fake.configure(latency_ms_for_model={"slow": 400.0})
+    fake.configure(latency_ms_for_model={"slow": 1000.0})  # a long first wave: sampled many times, even under load
     tag = uuid.uuid4().hex[:8]
     units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "slow", f"{tag} {i} ___")) for i in range(12)]
     keys = {request_key("pl", u.request.key()) for u in units}
@@ -171,7 +169,7 @@ def test_units_take_their_leases_while_the_calls_are_in_flight(
     # unit: a sixth lease then is that, not a broken bound (the fresh-clone failure of issue 28 sampled it while
     # the fourth call was on its way to the provider).
     in_first_wave = [leased for calls, ok, leased in held if calls > 0 and ok == 0]
-    assert in_first_wave and max(in_first_wave) == 3 + lease_ahead(3), held
+    assert in_first_wave and 3 < max(in_first_wave) <= 3 + lease_ahead(3), held
 
 
 class _RacingLeases(Leases):
