@@ -248,7 +248,7 @@ def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path
     ids = [u.unit_id for u in all_units]
     assert ids == sorted(ids)
     junits = [u for u in all_units if u.unit_id.startswith("judge/")]
-    assert len(junits) == N_ITEMS - 1 and all(u.check == "judge_score" for u in junits)
+    assert len(junits) == N_ITEMS - 1 and all(u.check == "punchline.data.humor.judge:check_score" for u in junits)
     assert all(u.request.messages[0].content == JUDGE_SYSTEM for u in junits)
     # MERA's judge: one unit per MERA reading ("ОТВЕТ ирония\nРЕШЕНИЕ А": the whole answer and the pair)
     munits = [u for u in all_units if u.unit_id.startswith("judge_mera/")]
