@@ -299,8 +299,10 @@ def test_kill_9_of_a_local_run_while_the_driver_works_then_resume(
     assert max(calls.values()) <= 2
     extra = sum(n - 1 for n in calls.values())
     assert extra <= 2 * 4, f"{extra} requests paid twice"
-    # the killed driver's own worker drained after the kill (it did not die with it)
-    assert any(e["event"] == "driver_gone" and e["pid"] in started for e in _events(log_path))
+    # the killed driver's own worker did not die with it: it saw the driver gone and drained, or it had already
+    # run out of shards (the local Ray's actors took the rest) and ended by itself
+    theirs = [e["event"] for e in _events(log_path) if e.get("pid") in started]
+    assert "driver_gone" in theirs or theirs[-1] == "local_worker_done", theirs[-15:]
     record = json.loads((tmp_path / "runs" / "local-killed" / "run.json").read_text())
     assert record["state"] == "finished" and record["counters"]["collect"]["units_done"] == 32
 
