@@ -463,6 +463,8 @@ def run(
                 exc.run_id = run_id  # type: ignore[union-attr]  # for the resume command the CLI prints
             if isinstance(exc, PluginError):
                 exc.run_id = run_id  # the pipeline's bug: resumed once fixed
+            with contextlib.suppress(Exception):  # how it ended, at once: stopping the workers below can outlast
+                _snapshot(store, run_dir, record)  # the grace a `ray job stop` gives before its SIGKILL
             raise
         finally:
             coord.close()
