@@ -356,27 +356,40 @@ def spawn_keeper(folder: Path) -> None:
     )
 
 
+def open_keeper(folder: Path) -> tuple[FolderHold, int] | None:
+    """A keeper's start, shared by the ledger's and the Ray head's: hold the folder open and take its
+    ``keeper.lock``. None when the folder is gone (or not ours): the caller stops its orphan; an fd of -1 when
+    another keeper already watches the folder (the caller closes the hold and ends)."""
+    try:
+        hold = FolderHold(folder)
+    except OSError:
+        return None
+    try:
+        fd = open_private(hold.path / "keeper.lock", os.O_RDWR | os.O_CREAT)
+    except (OSError, LedgerUnavailable):
+        hold.close()
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return hold, -1
+    return hold, fd
+
+
 def keep(folder: Path, server_pid: int = 0, server_ticks: int = 0) -> int:
     """The keeper's loop: stop the server once no live driver has been registered for a few polls
     (the last driver was killed before it could leave); exit when the server is gone. ``server_pid`` and
     ``server_ticks`` name the server the spawning driver saw (:func:`same_process`): it is stopped if its folder
     is deleted under it. The folder is held open (:class:`FolderHold`), so a moved runs folder is still kept."""
-    try:
-        hold = FolderHold(folder)
-    except OSError:  # the folder is already gone (or not a folder of ours)
+    opened = open_keeper(folder)
+    if opened is None:  # the folder is already gone (or not a folder of ours)
         _stop_orphan(server_pid, server_ticks)
         return 0
+    hold, fd = opened
     here = hold.path
     try:
-        fd = open_private(here / "keeper.lock", os.O_RDWR | os.O_CREAT)
-    except (OSError, LedgerUnavailable):
-        hold.close()
-        _stop_orphan(server_pid, server_ticks)
-        return 0
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if fd < 0:
             return 0  # another keeper watches this folder
         idle = 0
         if not server_pid:

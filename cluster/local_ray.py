@@ -32,7 +32,6 @@ head's session whose title Ray set to ``ray::ShardWorker...``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -49,10 +48,17 @@ from pathlib import Path
 import msgspec
 import structlog
 
-from punchline.cluster.local_ledger import FolderHold, _flock, _pid_alive, live_clients, same_process, start_ticks
+from punchline.cluster.local_ledger import (
+    _flock,
+    _pid_alive,
+    live_clients,
+    open_keeper,
+    same_process,
+    start_ticks,
+)
 from punchline.cluster.ray_runtime import RaySettings
 from punchline.cluster.redis_server import _private_dir, _write_private, open_private, read_private
-from punchline.data.errors import ConfigError, InfraError, LedgerUnavailable
+from punchline.data.errors import ConfigError, InfraError
 from punchline.data.settings import LOCAL_RAY_DASHBOARD_PORT, LOCAL_RAY_LINGER_S
 
 log = structlog.get_logger("punchline.local_ray")
@@ -423,22 +429,14 @@ def keep(folder: Path, linger_s: float, head_pid: int = 0, head_ticks: int = 0) 
     (its pid and start time, :func:`same_process`), stopped if the folder is deleted under it (``rm -rf runs``).
     The folder is held open (:class:`FolderHold`): a runs folder moved or renamed during the linger is still kept,
     and its head stopped after the linger as if it had not moved."""
-    try:
-        hold = FolderHold(folder)
-    except OSError:
+    opened = open_keeper(folder)
+    if opened is None:
         _stop_orphan(head_pid, head_ticks)
         return 0
+    hold, fd = opened
     here = hold.path
     try:
-        fd = open_private(here / "keeper.lock", os.O_RDWR | os.O_CREAT)
-    except (OSError, LedgerUnavailable):
-        hold.close()
-        _stop_orphan(head_pid, head_ticks)
-        return 0
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if fd < 0:
             return 0  # another keeper watches this head
         idle_since: float | None = None
         alone_since: float | None = None  # no driver left (workers may still drain)
