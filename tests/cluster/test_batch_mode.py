@@ -226,7 +226,8 @@ def test_max_cost_usd_counts_batches_and_no_batch_passes_it(
     tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any
 ) -> None:
     """Issue 34: with a cap below the run's estimate, a batch-mode run creates only batches whose price fits
-    what is left of the cap (spent + held), spends no more than the cap, and ends with the run record saying `budget`."""
+    what is left of the cap (spent + held), spends no more than the cap, and ends with the run record saying
+    `budget`."""
     import msgspec
 
     from punchline.cluster.config import load_config
