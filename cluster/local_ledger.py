@@ -26,7 +26,9 @@ free beside the AOF; the default store shares that disk), before a write is lost
 records the reason and raises :class:`LedgerFailed` in the driver's main thread (through
 ``SIGUSR2``), one line instead of minutes of "connection refused".
 The watcher also starts a keeper again when the keeper itself was killed, so the server is never
-left without one.
+left without one, and it checks the folder's entries as the server's start does (``check_folder_files``): a
+link planted where the server will open a file by name (the next AOF file of a rewrite) stops the server and the
+run, one line naming it, before anything is written through it.
 
 Every file of the folder is opened without following symbolic links and only if this user owns it
 (``redis_server.open_private``).
@@ -51,7 +53,14 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from punchline.cluster.redis_server import EmbeddedRedis, _private_dir, _write_private, open_private, read_private
+from punchline.cluster.redis_server import (
+    EmbeddedRedis,
+    _private_dir,
+    _write_private,
+    check_folder_files,
+    open_private,
+    read_private,
+)
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.data.settings import LEDGER_STALE_S
 from punchline.schedulers.redis_client import redact_url
@@ -256,6 +265,7 @@ class LocalLedger:
                 full = disk_full(self.folder, "")  # stop before the AOF or a shard write runs out of room
                 if full is not None:
                     raise LedgerFailed(full)
+                self._check_files()
                 if EmbeddedRedis._record(self.folder) is None and not self._stop.is_set():
                     self._revive()
             except LedgerFailed as exc:
@@ -263,6 +273,19 @@ class LocalLedger:
                 return
             except Exception as exc:  # a bug or a vanished folder must not kill the heartbeat quietly
                 log.warning("ledger_watch_error", error=f"{type(exc).__name__}: {exc}")
+
+    def _check_files(self) -> None:
+        """The server opens files by name while it runs (a rewrite's new AOF files, under names one can guess):
+        a link or another user's file planted in the folder is found here within ``WATCH_S``, and the server
+        is stopped before it writes through it (SIGTERM: what it acknowledged is in the AOF already; a restart
+        refuses the folder until the entry is removed). The run stops with one line naming the entry."""
+        try:
+            check_folder_files(self.folder)
+        except LedgerUnavailable as exc:
+            if self._stop.is_set():
+                return
+            EmbeddedRedis.stop_running(self.folder)
+            raise LedgerFailed(f"the ledger stopped: {exc}; then resume the run (same command with --run-id)") from None
 
     def _revive(self) -> None:
         """The server is gone while this driver uses it: start it again from its AOF on the same port."""

@@ -195,7 +195,10 @@ def check_folder_files(folder: Path) -> None:
     (a pipe, a device) anywhere in a ledger's folder: its files, its ``appendonlydir`` (the AOF) and
     ``clients``. A dangling link counts: the server would create its target."""
     for path in _entries(folder):
-        st = os.lstat(path)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:  # gone since the listing (a rewrite's temp file renamed or removed)
+            continue
         if stat.S_ISLNK(st.st_mode):
             raise LedgerUnavailable(f"{path} is a symbolic link; remove it (the ledger never follows links)")
         if st.st_uid != os.getuid():
@@ -214,7 +217,8 @@ def _entries(folder: Path) -> list[Path]:
     for sub in _SUBFOLDERS:
         path = folder / sub
         if path in top and not path.is_symlink() and path.is_dir():
-            out += sorted(path.iterdir())
+            with contextlib.suppress(FileNotFoundError):  # removed since the listing
+                out += sorted(path.iterdir())
     return out
 
 
@@ -402,7 +406,8 @@ class EmbeddedRedis:
         check_folder_files(self.data_dir)
 
     def check_files(self) -> None:
-        """The same check while the server runs (a watcher's: the server opens new AOF files at a rewrite)."""
+        """The same check while the server runs: the server opens new AOF files by name at a rewrite (their
+        names are predictable), so the ledger's watcher runs it every ``WATCH_S`` (``cluster/local_ledger.py``)."""
         check_folder_files(self.data_dir)
 
     def _lock(self) -> int:

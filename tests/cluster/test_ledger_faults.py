@@ -97,6 +97,36 @@ def test_a_symlink_planted_in_the_ledger_folder_is_refused(tmp_path: Path, name:
     assert EmbeddedRedis.find_running(folder) is None
 
 
+@pytest.mark.parametrize("name", ["appendonlydir/appendonly.aof.2.incr.aof", "appendonlydir/temp-rewriteaof-bg-9.aof"])
+def test_a_link_planted_while_the_ledger_runs_stops_it_before_it_writes_through(tmp_path: Path, name: str) -> None:
+    """Issue 34: the server opens its AOF files by name at a rewrite (the next incr file's name can be guessed), so
+    a link planted in the folder while it runs is found by the driver's watcher within a watch or two: the server
+    is stopped (nothing written through the link), the run stops with one line naming the entry, and the ledger
+    starts again, with everything it acknowledged, once the link is gone."""
+    target = tmp_path / "victim.txt"
+    target.write_text("precious\n")
+    member = LocalLedger(tmp_path / "runs").join()
+    folder = ledger_dir(tmp_path / "runs")
+    redis.Redis.from_url(member.url).set("pl:kept", "1")
+    try:
+        with pytest.raises(LedgerFailed) as caught:
+            (folder / name).symlink_to(target)
+            wait_for(lambda: False, timeout_s=30)  # the watcher's LedgerFailed ends this wait (SIGUSR2)
+    finally:
+        member.leave()
+    message = str(caught.value)
+    assert f"{name} is a symbolic link" in message and "resume the run" in message and "\n" not in message
+    assert EmbeddedRedis.find_running(folder) is None and target.read_text() == "precious\n"
+    with pytest.raises(LedgerUnavailable, match="symbolic link"):
+        LocalLedger(tmp_path / "runs").join()  # refused until the link is removed
+    (folder / name).unlink()
+    again = LocalLedger(tmp_path / "runs").join()
+    try:
+        assert redis.Redis.from_url(again.url).get("pl:kept") == b"1"
+    finally:
+        again.leave()
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MB tmpfs (we run as root; the issue's reproduction used the same)."""
