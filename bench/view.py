@@ -85,10 +85,13 @@ def result(spec: UnitSpec, rng: random.Random) -> UnitResult:
     if rng.random() < 0.01:
         return UnitResult(unit_id=spec.unit_id, key=key, error="400 Bad Request: the prompt was refused")
     texts = [f'{{"answer": "Saturn", "confidence": {rng.random():.2f}}}' for _ in range(3)]
+    big = spec.request.model == MODELS[1]  # the larger model answers slower, and is retried more often
     return UnitResult(
         unit_id=spec.unit_id,
         key=key,
         response=ProviderResponse(texts=texts, input_tokens=58, output_tokens=30, model=spec.request.model),
+        latency_s=round((3.0 if big else 0.2) + rng.expovariate(1.0), 3),
+        retries=int(rng.random() < (0.1 if big else 0.02)),
     )
 
 
@@ -108,6 +111,7 @@ def generate(root: Path, run_id: str, units: int, shard_size: int) -> None:
             for s, r in zip(specs, results, strict=True):
                 if r.response is not None:
                     usage.add_call(s.request.model, 58, 30, 88 * 0.88e-6)
+                usage.add_unit(s.request.model, r.latency_s, r.retries)
             counters.units_done += usage.units_ok
             counters.units_failed += usage.units_failed
             counters.provider_requests += usage.units_ok

@@ -37,19 +37,61 @@ class UnitSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class UnitResult(msgspec.Struct, kw_only=True):
+    """A unit's outcome as its shard file keeps it. ``latency_s``: seconds from its first provider attempt to
+    the accepted answer (retries and their backoff included; None: answered from the cache, or no call was
+    made, or a record written before it was kept); ``retries``: its attempts that failed and were tried again
+    (429s, 5xx, timeouts, malformed or invalid answers)."""
+
     unit_id: str
     key: str
     response: ProviderResponse | None = None
     error: str | None = None
+    latency_s: float | None = None
+    retries: int = 0
+
+
+#: upper bounds (seconds) of the latency buckets a shard keeps per model (``ModelUsage.latency_counts``; the
+#: last count is above the last bound): what ``/metrics`` exports as a histogram and the viewer's distribution
+LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+def latency_bucket(latency_s: float) -> int:
+    """The index in ``latency_counts`` of the bucket a latency falls in (le: at or below the bound)."""
+    return bisect.bisect_left(LATENCY_BUCKETS_S, latency_s)
 
 
 class ModelUsage(msgspec.Struct, kw_only=True):
-    """What one model's calls of a shard cost."""
+    """What one model's calls of a shard cost, how long its answered units waited for their answer and how
+    often they were retried (the last four are zero in shards written before they were kept)."""
 
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    retries: int = 0  # failed attempts tried again (429s, 5xx, timeouts, malformed or invalid answers)
+    rate_limited: int = 0  # attempts the provider answered with 429
+    latency_sum_s: float = 0.0  # over the answered units' latency_s
+    latency_counts: list[int] = []  # answered units per LATENCY_BUCKETS_S bucket (+ one above the last bound)
+
+    def add_latency(self, latency_s: float) -> None:
+        if not self.latency_counts:
+            self.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
+        self.latency_counts[latency_bucket(latency_s)] += 1
+        self.latency_sum_s += latency_s
+
+    def add(self, other: ModelUsage) -> None:
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cost_usd += other.cost_usd
+        self.retries += other.retries
+        self.rate_limited += other.rate_limited
+        self.latency_sum_s += other.latency_sum_s
+        if other.latency_counts:
+            if not self.latency_counts:
+                self.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
+            for i, n in enumerate(other.latency_counts[: len(self.latency_counts)]):
+                self.latency_counts[i] += n
 
 
 class ShardUsage(msgspec.Struct, kw_only=True):
@@ -70,6 +112,19 @@ class ShardUsage(msgspec.Struct, kw_only=True):
         m.output_tokens += output_tokens
         m.cost_usd += cost_usd
 
+    def throttled(self, model: str) -> None:
+        """A 429 from the provider, per model."""
+        self.models.setdefault(model, ModelUsage()).rate_limited += 1
+
+    def add_unit(self, model: str, latency_s: float | None, retries: int) -> None:
+        """An answered (or failed) unit's latency and retries, per model."""
+        if latency_s is None and not retries:
+            return
+        m = self.models.setdefault(model, ModelUsage())
+        m.retries += retries
+        if latency_s is not None:
+            m.add_latency(latency_s)
+
     def add(self, other: ShardUsage) -> None:
         self.units_ok += other.units_ok
         self.units_failed += other.units_failed
@@ -77,11 +132,7 @@ class ShardUsage(msgspec.Struct, kw_only=True):
         self.provider_requests += other.provider_requests
         self.provider_retries += other.provider_retries
         for model, m in other.models.items():
-            mine = self.models.setdefault(model, ModelUsage())
-            mine.calls += m.calls
-            mine.input_tokens += m.input_tokens
-            mine.output_tokens += m.output_tokens
-            mine.cost_usd += m.cost_usd
+            self.models.setdefault(model, ModelUsage()).add(m)
 
     def counters(self) -> dict[str, float]:
         """The ledger counters this shard adds (``status`` sums them)."""

@@ -51,6 +51,7 @@ from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoCla
 from punchline.schedulers.ledger import StageKeys
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect, connect_async, resolve_url
+from punchline.workers.call_stats import CallStats
 from punchline.workers.driver_watch import DriverGone, DriverWatch, Lifeguard
 from punchline.workers.group_commit import GroupCommit
 from punchline.workers.logs import configure_logging
@@ -224,8 +225,9 @@ class ShardProcessor:
         self.driver = DriverWatch(leases.r, cfg.run_id, cfg.driver_claim)
         self.ledger_wait_s = LEDGER_WAIT_S  # how long an unreachable ledger is waited for (claims and units)
         self.drain_s = drain_bound_s(cfg.providers)
+        self.stats = CallStats()  # calls in flight and 429s now, published for the driver's /metrics
 
-    def _runner(self) -> UnitRunner:
+    def _runner(self, stage: str = "") -> UnitRunner:
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
         limiter = self.limiter
 
@@ -238,6 +240,7 @@ class ShardProcessor:
             retries: bool = True,
         ) -> Any:
             http_calls = wire_calls(provider.settings, request)
+            scope = (stage, provider.name, request.model)
 
             def on_attempt(event: AttemptEvent) -> None:
                 """Every HTTP call is a provider request (an attempt of a split ``n`` makes ``n``);
@@ -245,17 +248,29 @@ class ShardProcessor:
                 usage.provider_requests += http_calls
                 if event.error is not None:
                     usage.provider_retries += 1
+                    self.stats.retried(scope)
+                if event.status == 429:
+                    usage.throttled(request.model)
+                    self.stats.throttled(scope)
 
-            return await call_with_retries(
-                provider,
-                request,
-                policies[provider.name] if retries else ONCE,
-                rate_limiter=limiter,
-                on_attempt=on_attempt,
-                slot_reserved=slot_reserved,
-                pause=pause,
-                stopping=self.stopping,
-            )
+            async def paused(delay_s: float) -> None:
+                with self.stats.pausing(scope):  # a backoff has no call in flight
+                    await (pause or asyncio.sleep)(delay_s)
+
+            started = time.monotonic()
+            with self.stats.calling(scope):
+                answer = await call_with_retries(
+                    provider,
+                    request,
+                    policies[provider.name] if retries else ONCE,
+                    rate_limiter=limiter,
+                    on_attempt=on_attempt,
+                    slot_reserved=slot_reserved,
+                    pause=paused,
+                    stopping=self.stopping,
+                )
+            self.stats.answered(scope, time.monotonic() - started)
+            return answer
 
         def estimate(request: ProviderRequest) -> float:
             settings = self.cfg.providers.get(request.provider)
@@ -311,7 +326,7 @@ class _StageRun:
         self.plan = plan
         self.keys = StageKeys(proc.ns, plan.run_id, plan.stage)
         self.report = WorkerReport(worker_id=proc.worker_id)
-        self.runner = proc._runner()
+        self.runner = proc._runner(plan.stage)
         # the calls in flight stay within the configured bound; a few more units take their leases beside them
         self.calls = asyncio.Semaphore(proc.cfg.window())
         self.window = proc.cfg.window() + lease_ahead(proc.cfg.window())
@@ -331,11 +346,14 @@ class _StageRun:
             return self.report
         heartbeat = asyncio.create_task(self._heartbeat())
         watch = asyncio.create_task(self.p.driver.watch(self._driver_gone))
+        stats = asyncio.create_task(
+            self.p.stats.publish_every(self.p.leases.r, self.p.ns, self.plan.run_id, self.p.worker_id)
+        )
         try:
             await self._claim_loop()
             await self._finish()
         finally:
-            for task in (heartbeat, watch):
+            for task in (heartbeat, watch, stats):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

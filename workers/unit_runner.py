@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -87,7 +88,8 @@ class Slot:
     twice is harmless.
 
     ``on_free`` tells the worker the unit no longer counts against its window (it may claim more); it is
-    called once, when the slot is freed or when the unit first steps aside."""
+    called once, when the slot is freed or when the unit first steps aside. The slot also carries what the
+    unit's call took (``latency_s``, ``retries``) to its :class:`UnitResult`."""
 
     def __init__(
         self,
@@ -102,6 +104,8 @@ class Slot:
         self.calling = False
         self.freed = False
         self.counted = True  # the unit still counts against the worker's window (on_free not called yet)
+        self.latency_s: float | None = None  # first attempt to accepted answer (None: no call answered it)
+        self.retries = 0  # failed attempts tried again, malformed and invalid answers included
 
     async def take(self) -> None:
         if self.limit is not None and not self.held and not self.freed:
@@ -233,10 +237,13 @@ class UnitRunner:
             except (ProviderError, CacheMiss) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 usage.units_failed += 1
+                usage.add_unit(unit.request.model, None, slot.retries)
                 log.warning("unit_failed", unit=unit.unit_id, reason=reason)
-                return UnitResult(unit_id=unit.unit_id, key=key, error=reason)
+                return UnitResult(unit_id=unit.unit_id, key=key, error=reason, retries=slot.retries)
             usage.units_ok += 1
-            return UnitResult(unit_id=unit.unit_id, key=key, response=response)
+            return UnitResult(
+                unit_id=unit.unit_id, key=key, response=response, latency_s=slot.latency_s, retries=slot.retries
+            )
         finally:
             slot.free()
 
@@ -343,6 +350,7 @@ class UnitRunner:
                 slot.free()
             actual = self._cost(unit, response)
             usage.add_call(unit.request.model, response.input_tokens, response.output_tokens, actual)
+            usage.add_unit(unit.request.model, slot.latency_s, slot.retries)
             used = response.input_tokens + response.output_tokens
             entry = CachedResponse(request=unit.request, response=response)
             settle = Settle(grant, rate, max(0, tokens - used) if used else 0, actual)
@@ -367,19 +375,27 @@ class UnitRunner:
     ) -> ProviderResponse:
         provider = self.providers[unit.request.provider]
         check = validator(unit.check)
+        started = time.monotonic()
         for attempt in range(self.max_invalid + 1):
             # the last look before money is spent: a driver killed while this unit took its lease or waited for a
             # call slot starts no call (on its machine the pid says so at once); the lease is given back
             if self.stopping():
                 raise DriverGone(f"the driver is gone: {unit.unit_id} is left to the next driver, unpaid")
-            response = await self.call(
-                provider, unit.request, usage, slot_reserved and attempt == 0, slot.pause, retries=unit.retries
-            )
+            own = ShardUsage()  # this unit's attempts, then added to its shard's (shared by its units in flight)
+            try:
+                response = await self.call(
+                    provider, unit.request, own, slot_reserved and attempt == 0, slot.pause, retries=unit.retries
+                )
+            finally:
+                usage.add(own)
+                slot.retries += own.provider_retries
             try:
                 check(response)
+                slot.latency_s = time.monotonic() - started
                 return response
             except RetryableProviderError as exc:
                 if attempt == self.max_invalid:
                     raise
+                slot.retries += 1
                 log.info("invalid_answer_retry", unit=unit.unit_id, error=str(exc), attempt=attempt + 1)
         raise AssertionError("unreachable")

@@ -4,7 +4,14 @@ Everything comes from what a run already counts: the ledger's stage counters (ca
 tokens, dollars, units, shards), the budget's tokens and dollars per (stage, model), the shards leased right now
 (in flight), the provider batches' records and states, and the run log's events that say something went wrong
 (``lease_lost``, ``shard_lease_lost``, ``unit_failed``, ``invalid_answer_retry``, ...), counted by reading the
-log from where the last scrape stopped. Nothing here imports the driver, so the driver can serve it.
+log from where the last scrape stopped, and the workers' own figures of the moment
+(:mod:`punchline.workers.call_stats`: calls in flight, 429s, retries and the calls' latency per stage, provider
+and model, published once a second). A finished run's shard files give the same per model (answered units'
+latency, retries, 429s) on ``punchline view``'s ``/run/<id>/metrics``. Nothing here imports the driver, so the
+driver can serve it.
+
+Names follow Prometheus' conventions: the unit in the name (``_seconds``, ``_usd``, ``_tokens``), ``_total``
+on counters and on nothing else, one label set per family.
 """
 
 from __future__ import annotations
@@ -20,10 +27,12 @@ import msgspec
 import structlog
 
 from punchline.data.errors import InputError
-from punchline.data.units import ModelUsage
+from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.budget import Budget, UsageRow
 from punchline.schedulers.ledger import Ledger, StageCounters
+from punchline.workers import call_stats
+from punchline.workers.call_stats import CallRow
 
 log = structlog.get_logger("punchline.metrics")
 
@@ -65,6 +74,7 @@ class RunMetrics(msgspec.Struct, kw_only=True):
     batches: list[BatchRecord] = []
     models: dict[str, dict[str, ModelUsage]] = {}  # stage -> model -> calls and usage, from the shard files
     events: dict[str, int] = {}
+    calls: list[CallRow] = []  # the workers' figures of the moment (a running run's)
 
 
 class LogEvents:
@@ -100,6 +110,22 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _histogram(out: list[str], name: str, doc: str, series: list[tuple[dict[str, str], list[int], float]]) -> None:
+    """A histogram family from per-bucket counts (``LATENCY_BUCKETS_S`` + one above): cumulative ``le`` buckets."""
+    out.append(f"# HELP {name} {doc}")
+    out.append(f"# TYPE {name} histogram")
+    for labels, counts, total_s in series:
+        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+        running = 0
+        size = len(LATENCY_BUCKETS_S) + 1
+        for bound, n in zip((*LATENCY_BUCKETS_S, float("inf")), (list(counts) + [0] * size)[:size], strict=True):
+            running += n
+            le = "+Inf" if bound == float("inf") else f"{bound:g}"
+            out.append(f'{name}_bucket{{{text},le="{le}"}} {running}')
+        out.append(f"{name}_sum{{{text}}} {total_s:.10g}")
+        out.append(f"{name}_count{{{text}}} {running}")
+
+
 def render(runs: list[RunMetrics]) -> str:
     """Prometheus text exposition format (version 0.0.4) for the runs."""
     out: list[str] = []
@@ -124,7 +150,7 @@ def render(runs: list[RunMetrics]) -> str:
         ]
         family(f"punchline_stage_{metric}" + ("_total" if kind == "counter" else ""), kind, doc, samples)
     family(
-        "punchline_stage_units_total",
+        "punchline_stage_units_planned",
         "gauge",
         "units the stage's plan has",
         [({"run": r.run_id, "stage": s}, float(c.units_total)) for r in runs for s, c in r.counters.items()],
@@ -170,6 +196,61 @@ def render(runs: list[RunMetrics]) -> str:
             for m, u in models.items()
         ],
     )
+    for metric, attr, doc in (
+        ("retries", "retries", "failed attempts of the stage's units tried again, per model (committed shards)"),
+        ("rate_limited", "rate_limited", "429 answers to the stage's calls, per model (committed shards)"),
+    ):
+        family(
+            f"punchline_model_{metric}_total",
+            "counter",
+            doc,
+            [
+                ({"run": r.run_id, "stage": s, "model": m}, float(getattr(u, attr)))
+                for r in runs
+                for s, models in r.models.items()
+                for m, u in models.items()
+            ],
+        )
+    _histogram(
+        out,
+        "punchline_model_unit_latency_seconds",
+        "answered units' first attempt to accepted answer, retries included, per model (committed shards)",
+        [
+            ({"run": r.run_id, "stage": s, "model": m}, u.latency_counts, u.latency_sum_s)
+            for r in runs
+            for s, models in r.models.items()
+            for m, u in models.items()
+            if u.latency_counts
+        ],
+    )
+    live = [(r.run_id, c) for r in runs for c in r.calls]
+
+    def labels(run_id: str, c: CallRow) -> dict[str, str]:
+        return {"run": run_id, "stage": c.stage, "provider": c.provider, "model": c.model}
+
+    family(
+        "punchline_provider_calls_in_flight",
+        "gauge",
+        "provider calls under way right now (a retry's backoff not counted), from the workers' figures",
+        [(labels(run_id, c), float(c.in_flight)) for run_id, c in live],
+    )
+    for metric, attr, doc in (
+        ("calls", "calls", "units' provider calls that ended (answered or failed), from the workers' figures"),
+        ("rate_limited", "rate_limited", "429 (rate limited) answers, from the workers' figures"),
+        ("retries", "retries", "failed attempts (429s, 5xx, timeouts, malformed) tried again, from the workers"),
+    ):
+        family(
+            f"punchline_provider_{metric}_total",
+            "counter",
+            doc,
+            [(labels(run_id, c), float(getattr(c, attr))) for run_id, c in live],
+        )
+    _histogram(
+        out,
+        "punchline_provider_call_latency_seconds",
+        "a unit's provider call from its first attempt to its answer, retries and backoff included",
+        [(labels(run_id, c), c.latency_counts, c.latency_sum_s) for run_id, c in live if c.latency_counts],
+    )
     states: dict[tuple[str, str, str, str], int] = {}
     for r in runs:
         for b in r.batches:
@@ -204,6 +285,7 @@ def from_ledger(run_id: str, pipeline: str, stages: list[str], ledger: Ledger, e
         usage=Budget(ledger.r, run_id, None).usage(),
         leased={s: ledger.leased_shards(run_id, s) for s in stages},
         events=events.read() if events is not None else {},
+        calls=call_stats.read(ledger.r, run_id, ledger.ns),
     )
 
 

@@ -13,7 +13,7 @@ import msgspec
 from punchline.cluster.runs import RunRow
 from punchline.cluster.status import StatusView
 from punchline.cluster.view.artifacts import esc
-from punchline.cluster.view.queries import SamplesPage, StageRow, UnitView
+from punchline.cluster.view.queries import ModelRow, SamplesPage, StageRow, UnitView
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222}
@@ -120,7 +120,8 @@ def run_page(
         f"<h1>{esc(view.run_id)}</h1><p>pipeline <b>{esc(view.pipeline)}</b>, state <b id='state'>{esc(view.state)}</b>"
     )
     body += f"{' (live)' if view.live else ''}; started {_when(created)}"
-    body += f"{'; finished ' + _when(finished) if finished else ''}; <a href='/run/{rid}/metrics'>metrics</a></p>"
+    body += f"{'; finished ' + _when(finished) if finished else ''}; <a href='/run/{rid}/metrics'>metrics</a>; "
+    body += f"<a id='models-link' href='/run/{rid}/models'>latency and retries per model</a></p>"
     live = f"/run/{rid}/live"
     body += f"<h2>Stages</h2><div id='stages' data-live='{live}'>{stages_table(view.run_id, rows)}</div>"
     body += "<h2>Cost per model</h2><table id='usage'><tr><th>stage</th><th>model</th><th>input tokens</th>"
@@ -187,6 +188,11 @@ def _unit(u: UnitView | None) -> str:
     head += f" · tokens {u.input_tokens}+{u.output_tokens}"
     if u.cost_usd is not None:
         head += f" · ${u.cost_usd:.6f}"
+    if u.latency_s is not None:
+        head += f" · <span class='latency'>{u.latency_s:.2f} s</span>"
+    elif u.state == "done":
+        head += " · <span class='latency muted'>no call (cached)</span>"
+    head += f" · <span class='retries{' bad' if u.retries else ''}'>retries {u.retries}</span>"
     head += f" · shard {u.shard} (its retries {u.shard_retries}, cache hits {u.shard_cache_hits})"
     prompt = "".join(
         f"<div><span class='role'>{esc(role)}</span><pre>{esc(text)}</pre></div>" for role, text in u.messages
@@ -265,6 +271,48 @@ def samples_page(p: SamplesPage) -> str:
         rows = "".join(_unit(u) for u in p.rows)
     back = f"<p><a href='/run/{rid}'>back to {esc(p.run_id)}</a></p>"
     return layout(f"{p.run_id}: samples", f"{back}{form}{notes}<p class='nav'>{nav}</p><div id='rows'>{rows}</div>")
+
+
+def _secs(value: float | None) -> str:
+    if value is None:
+        return ""
+    return "> 300 s" if value == float("inf") else f"≤ {value:g} s"
+
+
+def models_page(run_id: str, rows: list[ModelRow], live: bool, notes: list[str]) -> str:
+    """Per stage and model: calls, retries, 429s and the answered units' latency distribution (from the committed
+    shard files), and while the run runs its workers' calls in flight, 429s and retries of the moment."""
+    rid = quote(run_id)
+    body = f"<p><a href='/run/{rid}'>back to {esc(run_id)}</a></p><h1>Latency and retries per model</h1>"
+    body += "".join(f"<p class='note muted'>{esc(n)}</p>" for n in notes)
+    body += "<table id='models'><thead><tr><th>stage</th><th>model</th><th>calls</th><th>retries</th><th>429s</th>"
+    body += "<th>answered</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th><th>distribution</th>"
+    if live:
+        body += "<th>in flight now</th><th>429s (live)</th><th>retries (live)</th>"
+    body += "</tr></thead><tbody>"
+    for r in rows:
+        peak = max((n for _, n in r.buckets), default=0)
+        dist = "".join(
+            f"<div><span class='muted'>{esc(label)}</span> <span class='bar'><i style='width:{n / peak * 100:.0f}%'>"
+            f"</i></span> {n}</div>"
+            for label, n in r.buckets
+        )
+        name = f"{r.alias} ({r.model})" if r.alias else r.model
+        body += f"<tr data-model='{esc(r.model)}' data-stage='{esc(r.stage)}'>"
+        body += f"<td>{esc(r.stage)}</td><td>{esc(name)}</td>"
+        body += f"<td>{r.calls}</td><td class='retries'>{r.retries}</td><td class='rate-limited'>{r.rate_limited}</td>"
+        body += f"<td>{r.answered}</td><td>{'' if r.mean_s is None else f'{r.mean_s:.2f} s'}</td>"
+        body += f"<td class='p50'>{_secs(r.p50_s)}</td><td>{_secs(r.p90_s)}</td><td>{_secs(r.p99_s)}</td>"
+        body += f"<td class='dist'>{dist}</td>"
+        if live:
+            body += f"<td class='in-flight'>{'' if r.in_flight is None else r.in_flight}</td>"
+            body += f"<td>{'' if r.live_rate_limited is None else r.live_rate_limited}</td>"
+            body += f"<td>{'' if r.live_retries is None else r.live_retries}</td>"
+        body += "</tr>"
+    body += "</tbody></table>"
+    if not rows:
+        body += "<p class='muted'>no shard committed yet</p>"
+    return layout(f"{run_id}: models", body, RELOAD_JS if live else "")
 
 
 def error_page(status: int, message: str) -> str:

@@ -22,7 +22,8 @@ from punchline.cluster.view.index import Layout, RunFiles
 from punchline.data.prompts.parse import Parser
 from punchline.data.prompts.settings import PromptsSettings
 from punchline.data.store import Store
-from punchline.data.units import UnitResult, UnitSpec
+from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, UnitResult, UnitSpec
+from punchline.workers.call_stats import CallRow
 from punchline.workers.logs import is_secret_name, redact_text
 
 SCAN_UNITS = 20_000  # units a filtered page may look at before it hands back a cursor
@@ -65,6 +66,8 @@ class UnitView(msgspec.Struct, kw_only=True):
     judges: list[JudgeView] = []  # the later stages' units about this one (a judge's)
     shard_retries: int = 0
     shard_cache_hits: int = 0
+    latency_s: float | None = None  # first attempt to accepted answer (None: cached, or not recorded then)
+    retries: int = 0  # the unit's failed attempts tried again
 
 
 class SamplesQuery(msgspec.Struct, kw_only=True):
@@ -193,6 +196,7 @@ class Samples:
         view.n, view.temperature, view.check = req.n, req.temperature, spec.check
 
     def _fill_result(self, view: UnitView, stage: str, result: UnitResult) -> None:
+        view.latency_s, view.retries = result.latency_s, result.retries
         view.error = redact_text(result.error) if result.error else None
         view.state = "failed" if result.error is not None else "done"
         resp = result.response
@@ -416,3 +420,76 @@ def stage_rows(view: StatusView, now: float | None = None, keep_failures: int = 
         row.failures = [(u, redact_text(r)) for u, r in list(failed.items())[:keep_failures]]
         rows.append(row)
     return rows
+
+
+class ModelRow(msgspec.Struct, kw_only=True):
+    """One model of one stage on the models page: its committed shards' calls, retries, 429s and the latency
+    distribution of its answered units (percentiles as the bucket bound they fall under), and, while the run
+    runs, its workers' figures of the moment."""
+
+    stage: str
+    model: str
+    alias: str = ""
+    calls: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    answered: int = 0  # units with a recorded latency
+    mean_s: float | None = None
+    p50_s: float | None = None  # None: no latency recorded; inf: above the last bucket
+    p90_s: float | None = None
+    p99_s: float | None = None
+    buckets: list[tuple[str, int]] = []  # (bucket label, units)
+    in_flight: int | None = None  # live only
+    live_rate_limited: int | None = None
+    live_retries: int | None = None
+
+
+def _quantile_s(counts: list[int], q: float) -> float | None:
+    total = sum(counts)
+    if not total:
+        return None
+    running = 0
+    for bound, n in zip((*LATENCY_BUCKETS_S, float("inf")), counts, strict=False):
+        running += n
+        if running >= q * total:
+            return bound
+    return float("inf")
+
+
+def _bucket_label(i: int) -> str:
+    if i >= len(LATENCY_BUCKETS_S):
+        return f"> {LATENCY_BUCKETS_S[-1]:g} s"
+    low = 0.0 if i == 0 else LATENCY_BUCKETS_S[i - 1]
+    return f"{low:g}-{LATENCY_BUCKETS_S[i]:g} s"
+
+
+def model_rows(
+    models: dict[str, dict[str, ModelUsage]], aliases: dict[str, str], live: list[CallRow] | None = None
+) -> list[ModelRow]:
+    """Per stage and model (``models``: from the shard files; ``live``: the workers' figures, per provider)."""
+    rows: dict[tuple[str, str], ModelRow] = {}
+    for stage, per_model in models.items():
+        for model, u in sorted(per_model.items()):
+            counts = list(u.latency_counts)
+            answered = sum(counts)
+            rows[(stage, model)] = ModelRow(
+                stage=stage,
+                model=model,
+                alias=aliases.get(model, ""),
+                calls=u.calls,
+                retries=u.retries,
+                rate_limited=u.rate_limited,
+                answered=answered,
+                mean_s=u.latency_sum_s / answered if answered else None,
+                p50_s=_quantile_s(counts, 0.5),
+                p90_s=_quantile_s(counts, 0.9),
+                p99_s=_quantile_s(counts, 0.99),
+                buckets=[(_bucket_label(i), n) for i, n in enumerate(counts) if n],
+            )
+    for c in live or []:
+        blank = ModelRow(stage=c.stage, model=c.model, alias=aliases.get(c.model, ""))
+        row = rows.setdefault((c.stage, c.model), blank)
+        row.in_flight = (row.in_flight or 0) + c.in_flight
+        row.live_rate_limited = (row.live_rate_limited or 0) + c.rate_limited
+        row.live_retries = (row.live_retries or 0) + c.retries
+    return [rows[k] for k in sorted(rows)]

@@ -22,20 +22,23 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import msgspec
+import redis
 import structlog
 
 from punchline.cluster.run_record import check_run_id
-from punchline.cluster.runs import list_runs, load_run_record
+from punchline.cluster.runs import ledger_client, list_runs, load_run_record
 from punchline.cluster.status import StatusView, run_status
 from punchline.cluster.view import artifacts, pages
 from punchline.cluster.view.metrics import CONTENT_TYPE, LogEvents, RunMetrics, render
-from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, redacted_config, stage_rows
+from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, model_rows, redacted_config, stage_rows
 from punchline.data.errors import InputError, PunchlineError
 from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore, validate_key
 from punchline.data.units import ModelUsage, ShardUsage
+from punchline.workers import call_stats
+from punchline.workers.call_stats import CallRow
 from punchline.workers.logs import redact_text
 
 log = structlog.get_logger("punchline.view")
@@ -142,9 +145,31 @@ class Viewer:
                     batches=view.batches,
                     models=self.model_calls(run_id, list(view.counters)) if per_model_calls else {},
                     events=events.read(),
+                    calls=(self.live_calls(run_id) or []) if view.live else [],
                 )
             )
         return render(runs)
+
+    def live_calls(self, run_id: str) -> list[CallRow] | None:
+        """A running run's workers' figures of the moment (calls in flight, 429s), None when its ledger is out of
+        reach (or it does not run)."""
+        try:
+            record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
+            if record.state != "running":
+                return None
+            return call_stats.read(ledger_client(record), "pl", run_id)
+        except (PunchlineError, redis.RedisError, OSError):
+            return None
+
+    def models_page(self, run_id: str) -> Response:
+        record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
+        live = self.live_calls(run_id) if record.state == "running" else None
+        meta = RunMeta(record.pipeline, record.config_toml)
+        rows = model_rows(self.model_calls(run_id, record.stages), meta.aliases, live)
+        notes = ["from the committed shards (a shard counts once its file is written)"]
+        if record.state == "running" and live is None:
+            notes.append("the run's ledger is out of reach: no figures of the moment")
+        return Response(body=pages.models_page(run_id, rows, live is not None, notes).encode())
 
     def model_calls(self, run_id: str, stages: list[str]) -> dict[str, dict[str, ModelUsage]]:
         """Calls and usage per stage and model, from the shard files (each read once: they never change)."""
@@ -193,6 +218,8 @@ class Viewer:
                 return Response(content_type="application/json", body=msgspec.json.encode(body))
             if rest == ["metrics"]:
                 return Response(content_type=CONTENT_TYPE, body=self.metrics([run_id], per_model_calls=True).encode())
+            if rest == ["models"]:
+                return self.models_page(run_id)
             if rest == ["samples"]:
                 return self.samples_page(run_id, query)
             if len(rest) >= 2 and rest[0] in ("artifact", "raw"):

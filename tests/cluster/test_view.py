@@ -260,3 +260,28 @@ def test_an_artifact_is_served_as_data(served: tuple[ViewServer, Path]) -> None:
     conn.request("GET", f"/run/{RUN}/raw/x.svg")
     resp = conn.getresponse()
     assert resp.status == 200 and "sandbox" in (resp.getheader("Content-Security-Policy") or "")
+
+
+def test_latency_and_retries_per_unit_and_per_model(served: tuple[ViewServer, Path]) -> None:
+    """Each unit shows its latency and retries; the models page shows each model's latency distribution from the
+    shard files (the larger model of the generated run is the slower one) and /metrics exports it as a histogram."""
+    server, _ = served
+    _, page = get(server, f"/run/{RUN}/samples?model={MODELS[1]}&size=5")
+    assert len(re.findall(r"<span class='latency'>(\d+\.\d\d) s</span>", page)) == 5
+    assert re.search(r"retries [01]</span>", page)
+    status, page = get(server, f"/run/{RUN}/models")
+    assert status == 200
+    p50 = dict(re.findall(r"data-model='([^']+)' data-stage='generate'>.*?<td class='p50'>≤ ([\d.]+) s</td>", page))
+    assert float(p50[MODELS[0]]) < float(p50[MODELS[1]]), p50
+    _, text = get(server, f"/run/{RUN}/metrics")
+    for model in MODELS:
+        labels = f'run="{RUN}",stage="generate",model="{model}"'
+        count = re.search(rf"punchline_model_unit_latency_seconds_count{{{labels}}} (\d+)", text)
+        inf = re.search(rf'punchline_model_unit_latency_seconds_bucket{{{labels},le="\+Inf"}} (\d+)', text)
+        assert count and inf and count.group(1) == inf.group(1) and 250 < int(count.group(1)) <= 300
+        assert re.search(rf"punchline_model_retries_total{{{labels}}} [1-9]", text)
+    assert "punchline_stage_units_planned{" in text and "punchline_stage_units_total" not in text
+    for line in text.splitlines():  # counters and only counters end in _total
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            assert name.endswith("_total") == (kind == "counter"), line
