@@ -615,6 +615,15 @@ class BatchRunner:
         except ProviderError as exc:
             log.warning("batch_poll_failed", batch_id=rec.batch_id, error=str(exc))
             return False
+        log.info(  # every poll says where the batch is: a stage waiting on batches is never a silent gap
+            "batch_poll",
+            stage=self.stage,
+            batch_id=rec.batch_id,
+            status=info.provider_status,
+            total=info.total,
+            succeeded=info.succeeded,
+            failed=info.failed,
+        )
         if info.status != "ended":
             if info.provider_status != rec.provider_status:
                 rec.provider_status = info.provider_status
