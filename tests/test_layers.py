@@ -26,6 +26,7 @@ FLOORS: dict[str, int] = {
     "punchline.workers": 2,
     "punchline.cluster": 3,  # config, ray_runtime, redis_server, coordinator, pipeline (the Stage interface)
     "punchline.cluster.driver": 4,
+    "punchline.cluster.run_services": 4,  # the services one run holds open (the driver opens them)
     "punchline.cluster.planner": 4,
     "punchline.cluster.run_checks": 4,
     "punchline.cluster.pipelines": 4,

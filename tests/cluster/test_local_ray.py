@@ -217,12 +217,12 @@ NOTEBOOK = textwrap.dedent(
     """
     import sys
     import ray
-    from punchline.cluster.driver import _LazyRay
+    from punchline.cluster.run_services import LazyRay
     from punchline.cluster.local_ray import LocalRay
     from punchline.cluster.ray_runtime import RaySettings
     settings = RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)
     with LocalRay(sys.argv[1], settings) as head:
-        lazy = _LazyRay(head, settings, lambda: None)
+        lazy = LazyRay(head, settings, lambda: None)
         assert lazy(True) and ray.is_initialized()
         assert ray.get(ray.remote(lambda: 42).remote()) == 42
         lazy.close()
