@@ -14,17 +14,9 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markdown import Markdown
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from punchline.cluster.commands import Subcommands as Subcommands
+from punchline.cluster.commands._progress import Bars
 from punchline.cluster.commands._tables import counters_table
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.driver import RunOptions, RunRecord, run
@@ -35,7 +27,6 @@ from punchline.data.errors import PluginError
 from punchline.data.run_layout import RunLayout
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.stores import open_store
-from punchline.schedulers.ledger import StageCounters
 from punchline.schedulers.redis_client import redact_url
 
 
@@ -88,37 +79,13 @@ def run_options(args: argparse.Namespace, **overrides: str | bool | None) -> Run
     return overlay(RunOptions.from_env(), **values)
 
 
-class Bars:
-    """One progress bar per stage, fed from the ledger's counters."""
-
-    def __init__(self, console: Console) -> None:
-        self.progress = Progress(
-            TextColumn("[bold]{task.description:<10}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[extra]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-        )
-        self.tasks: dict[str, TaskID] = {}
-
-    def __call__(self, stage: str, c: StageCounters) -> None:
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=c.units_total, extra="")
-        extra = f"calls {c.provider_requests} cached {c.cache_hits} failed {c.units_failed} ${c.cost_usd:.4f}"
-        self.progress.update(
-            self.tasks[stage], completed=c.units_done + c.units_failed, total=c.units_total, extra=extra
-        )
-
-
 def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunConfig | None = None) -> RunRecord:
     """Run with progress bars, then print counters, artifacts and headlines (``cfg``: the config already
     loaded from ``config``, if the caller has it). See :func:`exit_status`."""
     console = Console(stderr=True)
     bars = None if no_progress else Bars(console)
     if bars:
-        bars.progress.start()
+        bars.start()
     try:
         record = run(config, opts, progress=bars)
     except (KeyboardInterrupt, PluginError) as exc:  # Ctrl-C, the pipeline's own bug: how to resume exactly this run
@@ -128,7 +95,7 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
         raise
     finally:
         if bars:
-            bars.progress.stop()
+            bars.stop()
     out = Console(width=max(Console().width, 110))
     out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
     out.print(counters_table(with_batch_records(record)[0]))

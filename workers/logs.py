@@ -21,7 +21,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -180,6 +180,21 @@ class _SinkLogger:
 
 
 _active: dict[str, _Sinks] = {}
+_listeners: list[Callable[[Mapping[str, Any]], None]] = []
+
+
+def add_listener(fn: Callable[[Mapping[str, Any]], None]) -> Callable[[], None]:
+    """``fn`` sees every event this process logs from now on (redacted, before it is written; whatever the
+    configuration): the progress display shows the phase a run is in from them. Returns its removal."""
+    _listeners.append(fn)
+    return lambda: _listeners.remove(fn) if fn in _listeners else None
+
+
+def _tell_listeners(logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
+    for fn in list(_listeners):
+        with contextlib.suppress(Exception):  # a display's bug never stops a log line
+            fn(event_dict)
+    return event_dict
 
 
 def _level_number(level: int | str) -> int:
@@ -228,6 +243,7 @@ def configure_logging(
             _add_process,
             structlog.processors.StackInfoRenderer(),
             redact_secrets,
+            _tell_listeners,
             sinks.render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),

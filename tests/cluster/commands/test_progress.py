@@ -1,0 +1,69 @@
+"""The progress display's phase line: what the run logs becomes what the display says it is doing, with how long."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from rich.console import Console
+
+from punchline.cluster.commands._progress import Bars, Phase
+from punchline.schedulers.ledger import StageCounters
+from punchline.workers.logs import add_listener, configure_logging, reset_logging
+
+
+@pytest.fixture
+def logging_to(tmp_path: Path) -> Iterator[Path]:
+    path = configure_logging(tmp_path, console=False)
+    assert path is not None
+    try:
+        yield path
+    finally:
+        reset_logging()
+
+
+def test_the_phase_line_follows_the_log(logging_to: Path) -> None:
+    now = [100.0]
+    console = Console(record=True, width=120, force_terminal=False)
+    bars = Bars(console)
+    bars.phase = phase = Phase(clock=lambda: now[0])  # a clock the test moves
+    log = structlog.get_logger("punchline.coordinator")
+    unlisten = add_listener(phase.on_event)
+    try:
+        log.info("plan_start", run_id="r", stage="generate")
+        assert phase.line() == "now: generate: planning (cutting its units into shards)"
+        now[0] += 17
+        assert phase.line().endswith("(17 s)")  # a long phase says how long it has lasted
+        log.info("shard_done", shard=3)  # not a phase: nothing changes
+        assert "planning" in phase.line()
+        log.info("plan_done", run_id="r", stage="generate", units=600)
+        bars("generate", StageCounters(units_total=600, units_done=20))
+        assert phase.line() == "now: generate: working"
+        log.info("batch_poll", stage="judge", batch_id="msgbatch_01", status="in_progress", total=10, succeeded=3)
+        assert phase.line() == "now: judge: waiting on batch msgbatch_01 (in_progress, 3/10)"
+        log.info("reduce_start", run_id="r", stage="judge", units=10)
+        console.print(phase, bars.progress)
+        text = console.export_text()
+        assert "now: judge: reducing 10 units" in text and "20/600" in text
+    finally:
+        unlisten()
+    log.info("plan_start", run_id="r", stage="later")  # removed: the display no longer follows
+    assert "judge: reducing" in phase.line()
+    assert '"event": "plan_start"' in logging_to.read_text()  # the log itself is written as before
+
+
+def test_bars_start_and_stop_follow_the_log_only_while_shown(logging_to: Path) -> None:
+    bars = Bars(Console(record=True, width=120, force_terminal=False))
+    bars.start()
+    log = structlog.get_logger()
+    log.info("plan_done", stage="s", units=9)
+    log.info("local_ray_starting", address="127.0.0.1:1", pid=1)  # beside the stage, not instead of it
+    bars("s", StageCounters(units_total=9, units_done=2))
+    assert bars.phase.line() == "now: s: working; the local Ray head is starting (its workers join once it is up)"
+    log.info("start_phases", driver_start=1.0, ray_up=2.0)
+    assert bars.phase.line() == "now: s: working"
+    bars.stop()
+    log.info("reduce_start", stage="s", units=1)
+    assert bars.phase.line() == "now: s: working"
