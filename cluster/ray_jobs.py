@@ -68,6 +68,7 @@ class SubmitOptions(msgspec.Struct, kw_only=True):
     env: dict[str, str] = {}  # --env KEY=VALUE: the job's environment (only JOB_ENV names)
     entrypoint_num_cpus: float | None = None  # CPUs Ray reserves for the driver (--entrypoint-num-cpus)
     submission_id: str | None = None  # the job id (--submission-id); default punchline-<run>-<hex>
+    metrics_port: int | None = None  # the driver serves /metrics on the head's 127.0.0.1:<port> (--metrics-port)
 
 
 class JobRow(msgspec.Struct, kw_only=True):
@@ -213,6 +214,8 @@ def entrypoint(config_rel: str, run_id: str, opts: SubmitOptions) -> str:
         argv += ["--max-cost-usd", repr(opts.max_cost_usd)]
     if opts.offline:
         argv += ["--offline"]
+    if opts.metrics_port is not None:
+        argv += ["--metrics-port", str(opts.metrics_port)]
     return shlex.join(argv)
 
 

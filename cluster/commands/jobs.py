@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from punchline.cluster import ray_jobs
-from punchline.cluster.cli_shared import Subcommands
+from punchline.cluster.cli_shared import Subcommands, port
 from punchline.cluster.commands import summary
 from punchline.cluster.commands._tables import print_whole, whole_table
 from punchline.cluster.config import load_config
@@ -59,6 +59,11 @@ def register(sub: Subcommands) -> None:
         "--entrypoint-num-cpus", type=float, help="CPUs Ray reserves for the job's driver (default: none reserved)"
     )
     s.add_argument("--submission-id", help="the job id (default: punchline-<run id>-<random>)")
+    s.add_argument(
+        "--metrics-port",
+        type=port,
+        help="the job's driver serves the run's Prometheus metrics on the head's 127.0.0.1:PORT/metrics",
+    )
     s.set_defaults(func=cmd_submit)
 
     j = sub.add_parser("jobs", help=summary("jobs"))
@@ -107,6 +112,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         env=ray_jobs.parse_env(args.env),
         entrypoint_num_cpus=args.entrypoint_num_cpus,
         submission_id=args.submission_id,
+        metrics_port=args.metrics_port,
     )
     ray_jobs.check_submit_options(opts)
     run_id = args.run_id or new_run_id(load_config(args.config))

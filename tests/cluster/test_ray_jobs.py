@@ -67,6 +67,11 @@ def test_the_entrypoint_is_a_punchline_run_our_parser_accepts() -> None:
     args = build_parser().parse_args(argv[3:])
     assert (args.command, args.config, args.run_id, args.store) == ("run", "configs/my run.toml", "r-1", "s3://b/p")
     assert (args.redis_url, args.max_workers, args.max_cost_usd, args.verbose) == ("redis://redis:6379/0", 8, 2.5, True)
+    assert args.metrics_port is None
+    with_metrics = shlex.split(entrypoint("c.toml", "r-1", SubmitOptions(metrics_port=9100)))
+    assert build_parser().parse_args(with_metrics[3:]).metrics_port == 9100
+    submitted = build_parser().parse_args(["submit", "c.toml", "--metrics-port", "9100"])
+    assert submitted.metrics_port == 9100
 
 
 def test_jobs_know_their_run_from_metadata_or_the_entrypoint() -> None:
