@@ -255,7 +255,7 @@ class CpuMeter:
 def plan_requests(config: Path) -> list[Any]:
     from punchline.cluster.config import load_config
     from punchline.cluster.pipeline import StageContext
-    from punchline.cluster.pipelines.puns import CollectStage
+    from punchline.cluster.pipelines.puns.pipeline import CollectStage
     from punchline.data.stores.local import LocalStore
 
     cfg = load_config(config)

@@ -20,9 +20,9 @@ from punchline.data.errors import PluginError, PunchlineError, code_line
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
 from punchline.data.run_layout import RunLayout
+from punchline.data.simulator import FakeConfig
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
-from punchline.workers.fake.server import FakeConfig
 
 if TYPE_CHECKING:  # the config module decodes settings through the registry, which reads this module
     from punchline.cluster.config import RunConfig
@@ -78,6 +78,12 @@ class Pipeline(Protocol):
     ``settings`` below is always an instance of ``settings_type``, decoded from the ``[<name>]`` table.
     A plug-in usually subclasses :class:`~punchline.cluster.pipeline_base.BasePipeline` (``punchline.plugin.Pipeline``),
     which gives every member but ``name`` and ``stages`` a default derived from its settings' field types.
+
+    Optional, and asked by the simulated provider only (never by the engine): ``simulate(request: SimRequest) ->
+    str | None``, the answer to a request of this pipeline's own (a pure function of ``request``, drawing from
+    ``request.rng()``), or None for one it does not know (answered generically); the simulated provider finds it
+    through the entry points. With it, ``simulate_knobs``: a msgspec Struct type, what the pipeline's
+    ``[simulator.pipeline_knobs.<name>]`` table decodes into (``request.knobs``).
     """
 
     name: str  # its registry key, its TOML table (``[<name>]``) and the start of its run ids
@@ -121,7 +127,8 @@ class Pipeline(Protocol):
         ...
 
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
-        """The offline simulated provider's knobs for this run (e.g. the answer key of the run's own items)."""
+        """The offline simulated provider's knobs for this run (e.g. its own table of ``sim.pipeline_knobs`` given
+        the answer key of the run's own items)."""
         ...
 
 

@@ -23,9 +23,9 @@ from punchline.cluster.pipeline import Stage
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.run_layout import RunLayout
+from punchline.data.simulator import FakeConfig, SimRequest
 from punchline.data.store import Store
 from punchline.data.units import StageManifest, UnitSpec
-from punchline.workers.fake.server import FakeConfig
 
 if TYPE_CHECKING:  # the config module imports the registry, which imports this module
     from punchline.cluster.config import RunConfig
@@ -204,6 +204,10 @@ class BasePipeline:
         """None of its own: the simulated provider as configured."""
         return sim
 
+    def simulate(self, request: SimRequest) -> str | None:
+        """No simulated answers of its own: the simulated provider answers its requests generically."""
+        return None
+
 
 class WithDefaults(BasePipeline):
     """A pipeline object that is no :class:`BasePipeline` but has a ``name`` and ``stages`` (and maybe more):
@@ -213,7 +217,9 @@ class WithDefaults(BasePipeline):
         self.wrapped = obj
         self.name = obj.name
         self.settings_type = getattr(obj, "settings_type", NoSettings)
-        for method in methods:
+        if isinstance(getattr(obj, "simulate_knobs", None), type):
+            self.simulate_knobs = obj.simulate_knobs  # what its [simulator.pipeline_knobs.<name>] table decodes into
+        for method in (*methods, "simulate"):  # simulate: its simulated answers (not one of the engine's methods)
             own = getattr(obj, method, None)
             if callable(own):
                 setattr(self, method, own)  # the object's own answer shadows the default

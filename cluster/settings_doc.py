@@ -153,10 +153,13 @@ def config_tables() -> list[TableDoc]:
             out += _tables(path, cls)
     for name in available():  # every installed pipeline's table, punchline's own and the plug-ins'
         try:
-            settings_type = resolve(name).settings_type
+            pipeline = resolve(name)
         except PunchlineError:  # a broken plug-in: its table cannot be read, the rest of the reference can
             continue
-        out += _tables(name, settings_type)
+        out += _tables(name, pipeline.settings_type)
+        knobs = getattr(pipeline, "simulate_knobs", None)  # its simulated answers' own knobs, if it has any
+        if isinstance(knobs, type) and issubclass(knobs, msgspec.Struct):
+            out += _tables(f"simulator.pipeline_knobs.{name}", knobs)
     return out
 
 
@@ -181,7 +184,7 @@ def reference() -> str:
     lines += ["", "## Run config (TOML)", ""]
     lines.append(
         "`<name>` stands for a name you choose (a provider, a model's nickname); `[]` for an array of tables. "
-        "A pipeline reads only its own table (`[puns]`, `[humor]`, `[curate]`, `[prompts]`, or a plug-in's)."
+        "A pipeline reads only its own table (`[<pipeline name>]`: a built-in's or a plug-in's)."
     )
     for table in config_tables():
         lines += ["", f"### `[{table.path}]`", ""]

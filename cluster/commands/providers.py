@@ -8,7 +8,7 @@ import ipaddress
 
 from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.commands import summary
-from punchline.cluster.pipelines.puns_legacy import import_legacy_files
+from punchline.cluster.pipelines.puns.legacy import import_legacy_files
 from punchline.data.errors import ConfigError
 from punchline.workers.fake.checks import server_config
 from punchline.workers.fake.server import FakeProviderServer
@@ -27,11 +27,11 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--port", type=int, default=8700, help="port to listen on (default 8700; 0 = any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--config", help="TOML file of FakeConfig knobs (top-level keys, e.g. error_503_rate = 0.1)")
-    p.add_argument("--puns", action="append", help="puns JSON file the fake answers from (repeatable)")
     p.add_argument(
-        "--humor",
+        "--answer-key",
         action="append",
-        help="Humor file (MERA JSON or parquet) whose references the fake knows (repeatable)",
+        metavar="PIPELINE=FILE",
+        help="a file whose answers that pipeline's simulated answers know (its answer_key knob; repeatable)",
     )
     p.set_defaults(func=cmd_fake_provider)
 
@@ -62,8 +62,11 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
         ipaddress.ip_address(args.host)
     except ValueError:
         raise ConfigError(f"not an IP address: {args.host!r}", field="--host") from None
-    config = server_config(args.config, puns=args.puns, humor=args.humor)
-    server = FakeProviderServer(config, host=args.host, port=args.port)
+    config = server_config(args.config, answer_keys=args.answer_key)
+    try:
+        server = FakeProviderServer(config, host=args.host, port=args.port)
+    except ValueError as exc:  # a pipeline's knobs (pipeline_knobs.<name>) that its simulator refuses
+        raise ConfigError(str(exc), file=args.config) from None
     try:
         server.serve_forever(on_ready=lambda url: print(f"fake provider listening on {url}", flush=True))
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ import argparse
 
 from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
 from punchline.cluster.commands import summary
-from punchline.cluster.pipelines.puns_reproduce import (
+from punchline.cluster.pipelines.puns.reproduce import (
     Reproduction,
     UpstreamFiles,
     prepare_reproduction,

@@ -13,7 +13,8 @@ every other module of punchline is private and may change. In short:
 * :func:`write_csv`, :func:`bar_plot`, :func:`read_rows`: artifacts a reduce writes, byte-identical.
 * :class:`InputError` / :class:`ConfigError`: raise them for bad input (one line naming file, record and field,
   exit 2); anything else a stage raises is reported as the plug-in's error, naming its ``file:line``.
-* :func:`run_simulated`: a plug-in's own tests run it against the simulated provider, in-process.
+* :func:`run_simulated`: a plug-in's own tests run it against the simulated provider, in-process; a pipeline's
+  optional ``simulate(request: SimRequest) -> str | None`` gives that provider's answers to its own prompts.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from punchline.cluster.pipeline_base import (
 from punchline.data.errors import ConfigError, InputError, PunchlineError
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse
+from punchline.data.simulator import SimRequest
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
 from punchline.plugin.artifacts import bar_plot, write_csv
@@ -67,6 +69,7 @@ __all__ = [
     "Rows",
     "RunConfig",
     "Settings",
+    "SimRequest",
     "SimulatedRun",
     "Stage",
     "StageContext",

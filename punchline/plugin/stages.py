@@ -1,7 +1,7 @@
 """The common shape of an LLM study as two stages a plug-in composes: ``Generate`` (rows x models x n samples,
 parsed) and ``Judge`` (a second model reads each answer), each with an optional ``reduce`` of its own.
 
-They are the generic prompts pipeline's machinery (:mod:`punchline.cluster.pipelines.prompts`: the same
+They are the generic prompts pipeline's machinery (:mod:`punchline.cluster.pipelines.prompts.pipeline`: the same
 Jinja2 templates, parsers, row loaders, units, cost columns and output files), given their settings as
 arguments instead of a ``[prompts]`` table: a stage builds that table from its arguments, runs the built-in
 stage over it, and keeps the artifacts under its own name (``<stage>.jsonl`` and ``<stage>.parquet``, the
@@ -26,7 +26,7 @@ import structlog
 from punchline.cluster.config import RunConfig
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipeline_base import default_provider, model_provider
-from punchline.cluster.pipelines import prompts as builtin
+from punchline.cluster.pipelines.prompts import pipeline as builtin
 from punchline.data.errors import ConfigError, InputError, PluginError, PunchlineError, code_line
 from punchline.data.jsonio import validation_location
 from punchline.data.prompts.settings import PromptsSettings

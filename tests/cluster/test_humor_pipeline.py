@@ -15,7 +15,7 @@ from punchline.cluster.cli import main
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.cluster.pipeline import StageContext
-from punchline.cluster.pipelines.humor import GenerateStage, JudgeStage, stages
+from punchline.cluster.pipelines.humor.pipeline import GenerateStage, JudgeStage, stages
 from punchline.data.errors import ConfigError
 from punchline.data.humor.judge import JUDGE_SYSTEM
 from punchline.data.humor.loaders import load_items
@@ -410,7 +410,7 @@ def test_under_the_mera_preset_meras_judge_calls_are_not_retried(tmp_path: Path)
 
 
 def test_the_judge_estimate_counts_meras_judge_calls(tmp_path: Path) -> None:
-    from punchline.cluster.pipelines.humor import MAX_MERA_READINGS, PIPELINE
+    from punchline.cluster.pipelines.humor.pipeline import MAX_MERA_READINGS, PIPELINE
 
     cfg_path = humor_config(
         tmp_path / "h.toml", openai_url="http://127.0.0.1:9", anthropic_url="http://127.0.0.1:9", models={"a": "x/a"}

@@ -27,7 +27,7 @@ from punchline.cluster.cli import main
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import run
 from punchline.cluster.pipeline import StageContext
-from punchline.cluster.pipelines import prompts
+from punchline.cluster.pipelines.prompts import pipeline as prompts
 from punchline.cluster.planner import plan_run
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.prompts.outputs import read_jsonl

@@ -20,7 +20,7 @@ import pytest
 from punchline.cluster.cli import main
 from punchline.cluster.commands.puns import render_reproduction
 from punchline.cluster.config import load_config
-from punchline.cluster.pipelines.puns_reproduce import (
+from punchline.cluster.pipelines.puns.reproduce import (
     ModelShift,
     Reproduction,
     UpstreamFiles,

@@ -4,6 +4,7 @@ names a pipeline."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -21,14 +22,14 @@ ROOT = Path(punchline.__file__).parent
 # The engine's modules: they must learn everything about a workload from its Pipeline object. Left out,
 # on purpose: the registry (it names the built-ins), cluster/pipelines/ (the built-ins themselves), and
 # the command families that belong to one workload: commands/puns.py and commands/humor.py (`punchline
-# puns ...`, `punchline humor ...`) and commands/providers.py (`import-legacy` of upstream Puns files and
-# the fake provider's answer-key flags).
+# puns ...`, `punchline humor ...`) and commands/providers.py (`import-legacy` of upstream Puns files).
 ENGINE = [
     "cluster/driver.py",
     "cluster/config.py",
     "cluster/planner.py",
     "cluster/coordinator.py",
     "cluster/pipeline.py",
+    "cluster/pipeline_base.py",
     "cluster/ray_jobs.py",
     "cluster/cli.py",
     "cluster/cli_shared.py",
@@ -39,12 +40,15 @@ ENGINE = [
     "cluster/commands/run.py",
     "cluster/commands/batches.py",
     "cluster/commands/jobs.py",
+    # the workers and the schedulers, the simulated provider included: the pipelines' answers are theirs
+    *sorted(str(p.relative_to(ROOT)) for top in ("workers", "schedulers") for p in (ROOT / top).rglob("*.py")),
 ]
 NAMES = re.compile("|".join(registry.shipped()), re.IGNORECASE)  # anywhere: code, strings, comments
 
 
 def test_the_engine_never_names_a_pipeline() -> None:
     assert len(registry.shipped()) >= 3
+    assert "workers/fake/answers.py" in ENGINE and "schedulers/rate_limit.py" in ENGINE
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert NAMES.search(pyproject), "the pattern finds the names where they are (punchline's own entry points)"
     assert not NAMES.search((ROOT / "cluster/registry.py").read_text()), "the registry names no pipeline either"
@@ -54,6 +58,63 @@ def test_the_engine_never_names_a_pipeline() -> None:
             if NAMES.search(line):
                 found.append(f"{rel}:{n}: {line.strip()}")
     assert found == [], "pipeline names outside the registry:\n" + "\n".join(found)
+
+
+# A built-in's own modules: its folder under cluster/pipelines/, and the pure data code under data/ it builds on.
+PIPELINE_MODULE = re.compile(r"punchline\.(cluster\.pipelines|data\.(puns|humor|prompts))\b")
+# Engine modules that still import a built-in's module, each with why; the list may only shrink.
+KNOWN = {
+    "cluster/commands/puns.py": "`punchline puns ...`: the Puns pipeline's own commands",
+    "cluster/commands/humor.py": "`punchline humor ...`: the Humor pipeline's own commands",
+    "cluster/commands/providers.py": "`punchline import-legacy`: upstream Puns files into the cache",
+    "cluster/view/queries.py": "the viewer reads a prompts run's parse settings to show parsed answers",
+}
+
+
+def engine_modules() -> list[str]:
+    """Every engine module: every .py under cluster/ but its pipelines, workers/, schedulers/, and data/ but
+    the built-ins' own data code (data/puns, data/humor, data/prompts)."""
+    out = []
+    for top in ("cluster", "workers", "schedulers", "data"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if not rel.startswith(("cluster/pipelines/", "data/puns/", "data/humor/", "data/prompts/")):
+                out.append(rel)
+    return out
+
+
+def pipeline_imports(source: str) -> list[str]:
+    """The built-ins' modules a module imports: by ``import`` / ``from`` anywhere in it (a lazy import too), or
+    named in a string (``importlib.import_module("punchline.cluster.pipelines...")``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value]
+        found += [name for name in names if PIPELINE_MODULE.search(name)]
+    return found
+
+
+def test_no_engine_module_imports_a_pipeline() -> None:
+    modules = engine_modules()
+    assert "workers/fake/server.py" in modules and "cluster/config.py" in modules and "data/units.py" in modules
+    assert not any(m.startswith(("cluster/pipelines/", "data/puns/")) for m in modules)
+    importing = {rel: pipeline_imports((ROOT / rel).read_text()) for rel in modules}
+    importing = {rel: names for rel, names in importing.items() if names}
+    unexpected = {rel: names for rel, names in importing.items() if rel not in KNOWN}
+    assert unexpected == {}, "engine modules that import a pipeline's own modules"
+    assert set(importing) == set(KNOWN), "a module of KNOWN imports no pipeline any more: drop it from the list"
+
+
+def test_the_check_finds_an_import_of_a_pipeline() -> None:
+    assert pipeline_imports("from punchline.data.humor.judge import JUDGE_MARKER\n") != []
+    assert pipeline_imports("def f():\n    import punchline.cluster.pipelines.puns.pipeline\n") != []
+    assert pipeline_imports("x = importlib.import_module('punchline.data.prompts.rows')\n") != []
+    assert pipeline_imports("from punchline.data.simulator import SimRequest\nimport punchline.data.punsy\n") == []
 
 
 PLUGIN = """

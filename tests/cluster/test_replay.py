@@ -11,7 +11,7 @@ import pytest
 
 from punchline.cluster.cli import main
 from punchline.cluster.driver import RunOptions, run
-from punchline.cluster.pipelines.puns_legacy import UPSTREAM_MODELS
+from punchline.cluster.pipelines.puns.legacy import UPSTREAM_MODELS
 from punchline.data.jsonio import decode_file
 from punchline.data.puns.schemas import RawCompletions
 from punchline.workers.fake.server import FakeProviderServer

@@ -25,8 +25,8 @@ from punchline.data.puns.curation import (
 )
 from punchline.data.puns.puns_io import validate_puns
 from punchline.data.requests import ProviderResponse
-from punchline.workers.fake.answers import AnswerKnobs, JokeBook, answer
 from punchline.workers.validators import validator
+from tests.fixtures.simulated import ask
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "candidate_jokes.json"
 
@@ -180,16 +180,7 @@ def test_parse_repair_rejects_unusable_jokes(body: object) -> None:
 
 
 def _fake(request_text: str, key: str, noise: float) -> str:
-    return answer(
-        JokeBook(),
-        AnswerKnobs(noise_rate=noise),
-        key=key,
-        choice=0,
-        model="m",
-        system="",
-        user=request_text,
-        temperature=0,
-    )
+    return ask(request_text, key=key, noise_rate=noise)
 
 
 def test_simulated_provider_answers_pass_the_validators() -> None:

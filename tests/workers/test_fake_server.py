@@ -10,12 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from punchline.cluster.pipelines.humor.simulate import HUMOR_CLASSES
+from punchline.cluster.pipelines.puns.simulate import JokeBook
 from punchline.data.errors import RetryableProviderError
+from punchline.data.humor.judge import JUDGE_MARKER
 from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.data.requests import Message, ProviderRequest
-from punchline.workers.fake import JUDGE_MARKER, FakeProviderServer, fetch_stats, request_wire_key
-from punchline.workers.fake.answers import HUMOR_CLASSES, AnswerKnobs, JokeBook, answer, model_size_b
+from punchline.data.simulator import FakeConfig, SimRequest, model_size_b
+from punchline.workers.fake import FakeProviderServer, fetch_stats, request_wire_key
+from punchline.workers.fake.answers import GENERIC_WORDS
+from punchline.workers.fake.simulators import find_simulators
 from punchline.workers.providers import make_provider
+from tests.fixtures.simulated import ask
 
 M405 = "meta-llama/Meta-Llama-3.1-405B-Instruct-Turbo"
 M3 = "meta-llama/Llama-3.2-3B-Instruct-Turbo"
@@ -141,6 +147,12 @@ def book(shared_puns: Path) -> JokeBook:
     return JokeBook.load(str(shared_puns / "puns_205.json"))
 
 
+@pytest.fixture(scope="module")
+def knobs(shared_puns: Path) -> dict[str, dict[str, object]]:
+    """The puns simulator's knobs: the jokes of ``book``."""
+    return {"puns": {"answer_key": str(shared_puns / "puns_205.json")}}
+
+
 def test_model_size_parsing() -> None:
     assert model_size_b(M3) == 3
     assert model_size_b(M405) == 405
@@ -148,96 +160,82 @@ def test_model_size_parsing() -> None:
     assert model_size_b("gpt-4o") is None
 
 
-def _funny_rate(book: JokeBook, model: str, context: str = "") -> float:
+def _funny_rate(book: JokeBook, knobs: dict[str, dict[str, object]], model: str, context: str = "") -> float:
     from punchline.data.puns.completions import SYSTEM_PROMPT
 
-    knobs = AnswerKnobs(noise_rate=0.0)
     funny = total = 0
     for joke in book.jokes[:60]:
         prompt = truncate_before_blank(joke.sentence)
         punny = {w.lower() for w in joke.punny}
         for c in range(10):
-            text = answer(
-                book,
-                knobs,
+            text = ask(
+                f"{context}{prompt}",
                 key=f"{model}{prompt}{context}",
                 choice=c,
                 model=model,
                 system=SYSTEM_PROMPT,
-                user=f"{context}{prompt}",
                 temperature=0.8,
+                noise_rate=0.0,
+                knobs=knobs,
             )
             funny += text.lower() in punny
             total += 1
     return funny / total
 
 
-def test_larger_models_and_punny_context_are_funnier(book: JokeBook) -> None:
-    small, large = _funny_rate(book, M3), _funny_rate(book, M405)
+def test_larger_models_and_punny_context_are_funnier(book: JokeBook, knobs: dict[str, dict[str, object]]) -> None:
+    small, large = _funny_rate(book, knobs, M3), _funny_rate(book, knobs, M405)
     assert small < large
     a, b = book.jokes[100], book.jokes[101]
     punny_ctx = f"{a.sentence.replace('___', a.punny[0])} {b.sentence.replace('___', b.punny[0])} "
-    assert _funny_rate(book, M3, punny_ctx) > small + 0.2
+    assert _funny_rate(book, knobs, M3, punny_ctx) > small + 0.2
 
 
-def test_classification_humor_judge_rating_answers(book: JokeBook) -> None:
-    knobs = AnswerKnobs(noise_rate=1.0, format_variant_rate=0.0)
+def test_classification_humor_judge_rating_answers(knobs: dict[str, dict[str, object]]) -> None:
+    rates = {"noise_rate": 1.0, "format_variant_rate": 0.0}
     prompt = (
         "For each joke below, classify each candidate word as:\n"
         "Joke index 0:\n  Sentence: x ___\n  Known straight: ['lawyer']\n  Known punny: ['suit']\n"
         "  Candidates: ['suit', 'banana']\n\nJoke index 5:\n  Candidates: ['dog']\n"
     )
-    text = answer(book, knobs, key="k", choice=0, model="claude", system="", user=prompt, temperature=0)
+    text = ask(prompt, key="k", model="claude", knobs=knobs, **rates)
     assert text.startswith("```")
     parsed = json.loads(text.strip("`").removeprefix("json"))
     assert parsed["0"]["suit"] == "funny" and set(parsed["0"]) == {"suit", "banana"}
     assert parsed["5"]["dog"] in {"straight", "funny", "other"}
 
-    humor = answer(
-        book, knobs, key="h", choice=0, model="m", system="", user="... ОТВЕТ ... РЕШЕНИЕ ...", temperature=0
-    )
+    humor = ask("... ОТВЕТ ... РЕШЕНИЕ ...", key="h", knobs=knobs, **rates)
     cls_line, letter_line = humor.split("\n")
     assert cls_line.removeprefix("ОТВЕТ ") in HUMOR_CLASSES
     assert letter_line.removeprefix("РЕШЕНИЕ ") in {"А", "Б", "В", "Г"}
 
-    judge = answer(book, knobs, key="j", choice=0, model="m", system=JUDGE_MARKER, user="ОТВЕТ РЕШЕНИЕ", temperature=0)
+    judge = ask("ОТВЕТ РЕШЕНИЕ", key="j", system=JUDGE_MARKER, knobs=knobs, **rates)
     assert re.fullmatch(r"SCORE: [01]", judge)
 
-    rating = answer(
-        book,
-        knobs,
-        key="r",
-        choice=0,
-        model="m",
-        system="",
-        user="Rate as a JSON array:\n1. a\n2. b\n3. c",
-        temperature=0,
-    )
+    rating = ask("Rate as a JSON array:\n1. a\n2. b\n3. c", key="r", knobs=knobs, **rates)
     assert len(json.loads(rating)) == 3
 
 
-def test_unknown_sentence_and_message_struct(book: JokeBook) -> None:
+def test_unknown_sentence_and_message_struct(knobs: dict[str, dict[str, object]]) -> None:
     from punchline.data.puns.completions import SYSTEM_PROMPT
 
-    text = answer(
-        book,
-        AnswerKnobs(noise_rate=0),
+    text = ask(
+        "A totally new sentence about",
         key="u",
-        choice=0,
         model=M3,
         system=SYSTEM_PROMPT,
-        user="A totally new sentence about",
         temperature=0.8,
+        noise_rate=0,
+        knobs=knobs,
     )
     assert text.isalpha()
     assert Message("user", "x").content == "x"
 
 
-def test_greedy_cloze_priming_moves_answers(book: JokeBook) -> None:
+def test_greedy_cloze_priming_moves_answers(book: JokeBook, knobs: dict[str, dict[str, object]]) -> None:
     """Greedy (temperature 0) cloze prompts: the same answer for every call, funnier after puns."""
     from punchline.data.puns.completions import SYSTEM_PROMPT
 
-    knobs = AnswerKnobs(noise_rate=0.0)
     funny = {"straight": 0, "funny": 0}
     for i in range(0, 120, 3):
         a, b, c = book.jokes[i], book.jokes[i + 1], book.jokes[i + 2]
@@ -248,9 +246,42 @@ def test_greedy_cloze_priming_moves_answers(book: JokeBook) -> None:
                 f"{truncate_before_blank(c.sentence)}"
             )
             texts = {
-                answer(book, knobs, key=prompt, choice=ch, model=M405, system=SYSTEM_PROMPT, user=prompt, temperature=0)
+                ask(prompt, key=prompt, choice=ch, model=M405, system=SYSTEM_PROMPT, noise_rate=0.0, knobs=knobs)
                 for ch in range(3)
             }
             assert len(texts) == 1
             funny[kind] += texts.pop().lower() in {w.lower() for w in c.punny}
     assert funny["funny"] > funny["straight"] + 10
+
+
+# --- the pipelines' own answers ---------------------------------------------------------------------
+
+
+def test_the_fake_asks_the_pipelines_it_is_given_first_then_answers_generically() -> None:
+    from punchline.workers.fake.simulators import Simulator
+
+    def echo(request: SimRequest) -> str | None:
+        return f"pong {request.choice}" if request.user.startswith("ping") else None
+
+    with FakeProviderServer(simulators=[Simulator("echo", echo)]) as server:
+        ping = asyncio.run(
+            _complete(server, ProviderRequest(provider="fake", model="m", messages=(Message("user", "ping"),), n=2))
+        )
+        other = asyncio.run(
+            _complete(server, ProviderRequest(provider="fake", model="m", messages=(Message("user", "hello"),)))
+        )
+    assert ping.texts == ["pong 0", "pong 1"]
+    assert other.texts[0] in GENERIC_WORDS  # no pipeline claims it: the fake's own generic answer
+
+
+def test_the_installed_pipelines_knobs_are_theirs_and_checked() -> None:
+    names = {s.name for s in find_simulators()}
+    assert {"puns", "humor", "curate"} <= names  # found through the entry points, not imported by the fake
+    with pytest.raises(ValueError, match=r"pipeline_knobs\.nope"):
+        FakeProviderServer(FakeConfig(pipeline_knobs={"nope": {}}))
+    with pytest.raises(ValueError, match=r"pipeline_knobs\.humor: .*skil"):
+        FakeProviderServer(FakeConfig(pipeline_knobs={"humor": {"skil": {"3B": 1.0}}}))
+    server = FakeProviderServer(FakeConfig(pipeline_knobs={"humor": {"skill": {"3B": 1.0}}}))
+    with pytest.raises(ValueError, match=r"pipeline_knobs\.puns"):
+        server.configure(pipeline_knobs={"puns": {"funny_propensity": {"3B": 2.0}}})
+    assert server.config.pipeline_knobs == {"humor": {"skill": {"3B": 1.0}}}  # a refused change changes nothing

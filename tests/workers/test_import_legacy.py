@@ -10,7 +10,7 @@ import pytest
 
 from punchline.cluster.cli import main
 from punchline.cluster.config import load_config
-from punchline.cluster.pipelines.puns_legacy import (
+from punchline.cluster.pipelines.puns.legacy import (
     UPSTREAM_CLASSIFY,
     UPSTREAM_MODELS,
     LegacyTargets,
@@ -158,7 +158,7 @@ def test_cloze_answers_that_do_not_match_their_tests_are_refused(
 
 
 def test_with_a_config_the_classify_prompts_are_built_from_the_runs_lists(shared_puns: Path, tmp_path: Path) -> None:
-    from punchline.cluster.pipelines.puns import run_jokes
+    from punchline.cluster.pipelines.puns.pipeline import run_jokes
 
     count = 25
     raw_path = _head(shared_puns / "raw_completions.json", tmp_path / "raw.json", count)

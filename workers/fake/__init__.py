@@ -1,6 +1,6 @@
-"""The offline simulated provider: a real HTTP server that the OpenAI and Anthropic SDKs accept."""
+"""The offline simulated provider: a real HTTP server that the OpenAI and Anthropic SDKs accept; the installed
+pipelines answer their own requests (their ``simulate`` hooks), the rest is answered generically."""
 
-from punchline.data.humor.judge import JUDGE_MARKER
 from punchline.workers.fake.server import (
     CHOICE_OFFSET_HEADER,
     FakeConfig,
@@ -14,7 +14,6 @@ from punchline.workers.fake.server import (
 
 __all__ = [
     "CHOICE_OFFSET_HEADER",
-    "JUDGE_MARKER",
     "FakeConfig",
     "FakeProviderServer",
     "FakeStats",

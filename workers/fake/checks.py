@@ -10,7 +10,9 @@ import msgspec
 
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
-from punchline.workers.fake.server import FakeConfig, load_knobs
+from punchline.data.simulator import FakeConfig
+from punchline.workers.fake.server import load_knobs
+from punchline.workers.fake.simulators import decode_knobs, find_simulators
 
 
 def finite(value: float, low: float, high: float) -> bool:
@@ -28,11 +30,18 @@ def check_simulator(sim: FakeConfig, file: str | None, *, prefix: str = "simulat
             file=file,
             field=f"{prefix}latency_ms_max",
         )
+    if sim.pipeline_knobs:  # each table decodes into its pipeline's own knobs (found only when there are some)
+        try:
+            decode_knobs(find_simulators(), sim.pipeline_knobs)
+        except ValueError as exc:
+            where, _, detail = str(exc).partition(": ")
+            raise ConfigError(detail, file=file, field=f"{prefix}{where}") from None
 
 
-def server_config(knobs: str | None, *, puns: list[str] | None = None, humor: list[str] | None = None) -> FakeConfig:
-    """``fake-provider``'s knobs: the TOML file ``knobs`` (top-level keys), range-checked, answering from the
-    ``puns`` and ``humor`` files; any of them unreadable or wrong is one ConfigError naming it."""
+def server_config(knobs: str | None, *, answer_keys: list[str] | None = None) -> FakeConfig:
+    """``fake-provider``'s knobs: the TOML file ``knobs`` (top-level keys), range-checked, with each
+    ``PIPELINE=FILE`` of ``answer_keys`` added to that pipeline's ``answer_key`` knob (the files whose answers its
+    simulator knows); any of them unreadable or wrong is one ConfigError naming it."""
     config = FakeConfig()
     if knobs:
         try:
@@ -45,12 +54,17 @@ def server_config(knobs: str | None, *, puns: list[str] | None = None, humor: li
         except msgspec.DecodeError as exc:
             raise ConfigError(f"malformed TOML: {exc}", file=knobs) from None
         check_simulator(config, knobs, prefix="")
-    for flag, paths in (("--puns", puns), ("--humor", humor)):
-        for path in paths or ():
-            if not Path(path).is_file():
-                raise ConfigError("file not found", file=path, field=flag)
-    if puns:
-        config = msgspec.structs.replace(config, puns_path=list(puns))
-    if humor:
-        config = msgspec.structs.replace(config, humor_path=list(humor))
+    files: dict[str, list[str]] = {}
+    for given in answer_keys or ():
+        name, sep, path = given.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"want PIPELINE=FILE, got {given!r}", field="--answer-key")
+        if not Path(path).is_file():
+            raise ConfigError("file not found", file=path, field="--answer-key")
+        files.setdefault(name, []).append(path)
+    if files:
+        tables = {name: dict(table) for name, table in config.pipeline_knobs.items()}
+        for name, paths in files.items():
+            tables.setdefault(name, {})["answer_key"] = paths
+        config = msgspec.structs.replace(config, pipeline_knobs=tables)
     return config

@@ -2,7 +2,8 @@
 
 Tests and offline runs point a provider's ``base_url`` at it (``server.openai_base_url`` for
 ``kind = "openai"``, ``server.anthropic_base_url`` for ``kind = "anthropic"``). It answers
-deterministically (see :mod:`punchline.workers.fake.answers`) and injects faults on demand.
+deterministically (see :mod:`punchline.workers.fake.answers`: the installed pipelines' own answers first, then
+generic ones) and injects faults on demand.
 
 **Request key.** Calls are counted per *wire key*: the first 40 hex digits of the sha256 of the
 canonical JSON array ``[model, [[role, content], ...], temperature, max_tokens, n, stop, seed]``
@@ -32,18 +33,19 @@ import threading
 import time
 import urllib.request
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import msgspec
 
 from punchline.data.provider_settings import ProviderKind, ProviderSettings
 from punchline.data.requests import ProviderRequest
-from punchline.workers.fake.answers import AnswerKey, AnswerKnobs, JokeBook, answer
+from punchline.data.simulator import FakeConfig, SimRequest
+from punchline.workers.fake.answers import answer
 from punchline.workers.fake.batches import BATCH_PATHS, BatchBook, BatchStats
+from punchline.workers.fake.simulators import Simulator, decode_knobs, find_simulators
 from punchline.workers.providers.base import CHOICE_OFFSET_HEADER
 
 FAULTS = (
@@ -59,98 +61,6 @@ FAULTS = (
 )
 
 
-Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]  # a probability per attempt
-Ms = Annotated[float, msgspec.Meta(ge=0.0, le=3_600_000.0)]
-PerMinute = Annotated[float, msgspec.Meta(ge=1e-6, le=1e12)]
-
-
-class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Knobs of the fake provider; rates are probabilities per attempt in [0, 1]."""
-
-    seed: Annotated[int, msgspec.Meta(description="seed of the simulated answers and faults")] = 0
-    latency_ms_min: Annotated[Ms, msgspec.Meta(description="least latency of an answer, ms")] = 0.0
-    latency_ms_max: Annotated[Ms, msgspec.Meta(description="most latency of an answer, ms (>= latency_ms_min)")] = 0.0
-    requests_per_minute: Annotated[
-        PerMinute | None, msgspec.Meta(description="the simulator's own rate limit (429 beyond it)")
-    ] = None
-    rate_limit_burst: Annotated[
-        PerMinute | None, msgspec.Meta(description="requests of burst; default one second's worth (at least 1)")
-    ] = None
-    rate_limit_window_s: Annotated[
-        float,
-        msgspec.Meta(
-            description="> 0: count a sliding window of this many seconds instead of GCRA, as providers that quote "
-            "per-minute limits do",
-            ge=0.0,
-            le=86_400.0,
-        ),
-    ] = 0.0
-    error_500_rate: Annotated[Rate, msgspec.Meta(description="share of attempts answered 500")] = 0.0
-    error_503_rate: Annotated[Rate, msgspec.Meta(description="share of attempts answered 503")] = 0.0
-    hang_rate: Annotated[Rate, msgspec.Meta(description="share of attempts that hang for hang_s")] = 0.0
-    hang_s: Annotated[float, msgspec.Meta(description="how long a hanging attempt hangs, s", ge=0.0, le=3600.0)] = 30.0
-    truncated_body_rate: Annotated[Rate, msgspec.Meta(description="share of answers cut mid-body")] = 0.0
-    malformed_rate: Annotated[Rate, msgspec.Meta(description="share of answers that are not valid JSON")] = 0.0
-    fail_first_attempts: Annotated[
-        int,
-        msgspec.Meta(
-            description="the first this many attempts of every request fail with fail_status", ge=0, le=1_000_000
-        ),
-    ] = 0
-    fail_status: Annotated[int, msgspec.Meta(description="the HTTP status of those failures", ge=100, le=599)] = 503
-    fail_retry_after_s: Annotated[
-        Annotated[float, msgspec.Meta(ge=0.0, le=86_400.0)] | None,
-        msgspec.Meta(description="sent as Retry-After / retry-after-ms with fail_status"),
-    ] = None
-    status_for_model: Annotated[
-        dict[str, Annotated[int, msgspec.Meta(ge=100, le=599)]],
-        msgspec.Meta(description="model id -> an HTTP status every call to it gets"),
-    ] = {}
-    latency_ms_for_model: Annotated[
-        dict[str, Ms], msgspec.Meta(description="model id -> fixed latency, ms (instead of the min-max range)")
-    ] = {}
-    require_api_key: Annotated[
-        str | None, msgspec.Meta(description="when set, any other key gets 401 (echoing a masked key)")
-    ] = None
-    funny_propensity: Annotated[
-        dict[str, Rate], msgspec.Meta(description="model-id substring -> P(punny word) in a neutral context")
-    ] = {}
-    noise_rate: Annotated[Rate, msgspec.Meta(description="share of completions that are noise")] = 0.15
-    format_variant_rate: Annotated[
-        Rate, msgspec.Meta(description="share of answers in a variant format (quotes, case, padding)")
-    ] = 0.2
-    puns_path: Annotated[
-        str | list[str] | None,
-        msgspec.Meta(description="puns JSON file(s) of the answer key; default: data/samples/puns_sample.json"),
-    ] = None
-    humor_path: Annotated[
-        str | list[str] | None,
-        msgspec.Meta(description="Humor answer key, MERA layout; default: data/samples/humor_sample.json"),
-    ] = None
-    humor_skill: Annotated[
-        dict[str, Rate], msgspec.Meta(description="model-id substring -> P(right class) on a known Humor item")
-    ] = {}
-    judge_flip_rate: Annotated[
-        Rate, msgspec.Meta(description="how often the judge's grade disagrees with the reference")
-    ] = 0.05
-    # batch endpoints (workers/fake/batches.py): processing delay, per-request outcomes, a crash point
-    batch_delay_s: Annotated[float, msgspec.Meta(description="how long a batch takes, s", ge=0.0, le=86_400.0)] = 0.0
-    batch_error_rate: Annotated[Rate, msgspec.Meta(description="share of a batch's requests that fail")] = 0.0
-    batch_expire_rate: Annotated[Rate, msgspec.Meta(description="share of a batch's requests that expire")] = 0.0
-    batch_crash_point: Annotated[
-        Literal["", "before_create", "after_create", "late_create", "results"],
-        msgspec.Meta(description="where a batch call crashes once (tests of the batch intent)"),
-    ] = ""
-    # OpenAI's validation of an input file: one model (and one endpoint) per file, at most this many lines;
-    # a file that breaks a rule makes a batch that ends ``failed`` with the reason in its ``errors``
-    batch_one_model_per_file: Annotated[
-        bool, msgspec.Meta(description="refuse a batch file with more than one model, as OpenAI")
-    ] = True
-    batch_max_file_requests: Annotated[
-        int, msgspec.Meta(description="refuse a batch file with more lines than this, as OpenAI", ge=1, le=10_000_000)
-    ] = 50_000
-
-
 class FakeStats(msgspec.Struct, kw_only=True):
     total_calls: int = 0
     ok: int = 0
@@ -161,22 +71,6 @@ class FakeStats(msgspec.Struct, kw_only=True):
     output_tokens: int = 0
     models_calls: int = 0  # GET /v1/models (free: not in total_calls)
     peak_in_flight: int = 0  # the most completion calls it held at once (a client's in-flight bound, seen from here)
-
-
-def _sample_path(name: str) -> str | None:
-    try:
-        path = resources.files("punchline.data") / "samples" / name
-    except (ModuleNotFoundError, TypeError):
-        return None
-    return str(path) if path.is_file() else None
-
-
-def default_puns_path() -> str | None:
-    return _sample_path("puns_sample.json")
-
-
-def default_humor_path() -> str | None:
-    return _sample_path("humor_sample.json")
 
 
 def wire_key(
@@ -220,13 +114,13 @@ def _tokens(text: str) -> int:
 class _State:
     """Mutable server state, guarded by one lock."""
 
-    def __init__(self, config: FakeConfig) -> None:
+    def __init__(self, config: FakeConfig, simulators: Sequence[Simulator]) -> None:
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.defaults = config
         self.config = config
-        self.book = JokeBook.load(config.puns_path or default_puns_path())
-        self.answer_key = AnswerKey.load(config.humor_path or default_humor_path())
+        self.simulators = list(simulators)
+        self.knobs = decode_knobs(self.simulators, config.pipeline_knobs)  # each pipeline's, decoded once
         self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
         self.window: deque[float] = deque()  # admitted calls' times, with rate_limit_window_s
         self.in_flight = 0  # completion calls being answered (holding)
@@ -249,12 +143,11 @@ class _State:
         self.batches.reset()
 
     def set_config(self, config: FakeConfig) -> None:
-        if (config.puns_path or None) != (self.config.puns_path or None):
-            self.book = JokeBook.load(config.puns_path or default_puns_path())
-        if (config.humor_path or None) != (self.config.humor_path or None):
-            self.answer_key = AnswerKey.load(config.humor_path or default_humor_path())
+        """New knobs (a ValueError, before anything changes, when a pipeline's knobs are wrong)."""
+        knobs = decode_knobs(self.simulators, config.pipeline_knobs)
         with self.lock:
             self.config = config
+            self.knobs = knobs
             self.tat = 0.0
             self.window.clear()
 
@@ -470,7 +363,7 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 merged = {**msgspec.to_builtins(state.defaults), **body}
                 state.set_config(msgspec.convert(merged, FakeConfig))
-            except msgspec.ValidationError as exc:
+            except (msgspec.ValidationError, ValueError) as exc:
                 self._send(400, {"error": {"message": str(exc)}})
                 return
             self._send(200, msgspec.to_builtins(state.config))
@@ -505,7 +398,7 @@ class _Handler(BaseHTTPRequestHandler):
         api = "anthropic" if self.headers.get("x-api-key") or self.headers.get("anthropic-version") else "openai"
         if not self._authorized(api):
             return
-        names = sorted({*state.config.funny_propensity, *state.config.humor_skill, "sim/llama-3b", "sim/llama-70b"})
+        names = sorted({*_knob_models(state.config), "sim/llama-3b", "sim/llama-70b"})
         data = [
             {"id": n, "object": "model", "type": "model", "created": 0, "owned_by": "fake", "display_name": n,
              "created_at": "2024-01-01T00:00:00Z"}
@@ -617,33 +510,36 @@ def answer_texts(state: _State, req: _Parsed, offset: int) -> list[str]:
     # Answers ignore ``n`` so that n single calls (with offsets) give the texts of one n call.
     key = wire_key(req.model, req.messages, req.temperature, req.max_tokens, 1, req.stop, req.seed)
     cfg = state.config
-    knobs = AnswerKnobs(
+    system = "\n\n".join(c for r, c in req.messages if r == "system")
+    user = next((c for r, c in reversed(req.messages) if r == "user"), "")
+    base = SimRequest(
+        key=key,
+        choice=offset,
+        model=req.model,
+        system=system,
+        user=user,
+        temperature=req.temperature,
         seed=cfg.seed,
         noise_rate=cfg.noise_rate,
         format_variant_rate=cfg.format_variant_rate,
-        funny_propensity=cfg.funny_propensity,
-        humor_skill=cfg.humor_skill,
         judge_flip_rate=cfg.judge_flip_rate,
     )
-    system = "\n\n".join(c for r, c in req.messages if r == "system")
-    user = next((c for r, c in reversed(req.messages) if r == "user"), "")
+    knobs = state.knobs
     return [
-        _apply_stop(
-            answer(
-                state.book,
-                knobs,
-                key=key,
-                choice=offset + j,
-                model=req.model,
-                system=system,
-                user=user,
-                temperature=req.temperature,
-                answer_key=state.answer_key,
-            ),
-            req.stop,
-        )
+        _apply_stop(answer(msgspec.structs.replace(base, choice=offset + j), state.simulators, knobs), req.stop)
         for j in range(req.n)
     ]
+
+
+def _knob_models(config: FakeConfig) -> set[str]:
+    """The model ids the pipelines' knobs are keyed by (a per-model table, e.g. a skill per model)."""
+    return {
+        str(model)
+        for table in config.pipeline_knobs.values()
+        for value in table.values()
+        if isinstance(value, dict)
+        for model in value
+    }
 
 
 def completion(state: _State, api: str, body: dict[str, Any], offset: int) -> tuple[dict[str, Any], str]:
@@ -675,8 +571,17 @@ class _HTTPServer(ThreadingHTTPServer):
 class FakeProviderServer:
     """The fake provider in a background thread; ``with FakeProviderServer(cfg) as srv: srv.url``."""
 
-    def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._state = _State(config or FakeConfig())
+    def __init__(
+        self,
+        config: FakeConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        simulators: Sequence[Simulator] | None = None,
+    ) -> None:
+        """``simulators``: the pipelines whose answers it gives (default: every installed pipeline's, found through
+        the entry points); a bad ``pipeline_knobs`` table is a ValueError naming it."""
+        self._state = _State(config or FakeConfig(), find_simulators() if simulators is None else simulators)
         self._address = (host, port)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

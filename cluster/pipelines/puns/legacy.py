@@ -15,7 +15,7 @@ from collections.abc import Callable
 import msgspec
 
 from punchline.cluster.config import RunConfig, check_service_url, load_config
-from punchline.cluster.pipelines.puns import PunsSettings, run_jokes
+from punchline.cluster.pipelines.puns.pipeline import PunsSettings, run_jokes
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.jsonio import check_out_dir, decode_file
 from punchline.data.puns.classify import batches, classify_request
@@ -138,7 +138,7 @@ def import_legacy(
 ) -> ImportReport:
     """Write the legacy answers into the store's response cache (existing entries are kept).
 
-    ``jokes`` are the run's jokes (:func:`punchline.cluster.pipelines.puns.run_jokes`): their lists decide
+    ``jokes`` are the run's jokes (:func:`punchline.cluster.pipelines.puns.pipeline.run_jokes`): their lists decide
     which words the run's classify prompts ask about, so the verdicts are imported under those prompts.
     Without them the prompts are built from the lists recorded in ``raw_path`` (upstream's own).
     """

@@ -26,6 +26,7 @@ import msgspec
 from punchline.cluster.config import Count, Name, Names, RunConfig, check_run_id, load_config, resolve_path
 from punchline.cluster.driver import RunRecord
 from punchline.cluster.pipeline import Stage, StageContext, repeated
+from punchline.cluster.pipelines.humor.simulate import HumorSimKnobs, simulate
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.humor.judge import (
     MERA_JUDGE_MAX_TOKENS,
@@ -63,10 +64,10 @@ from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
 from punchline.data.run_layout import RunLayout
 from punchline.data.settings import runs_dir as resolve_runs_dir
+from punchline.data.simulator import FakeConfig, SimRequest
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
-from punchline.workers.fake.server import FakeConfig
 
 if TYPE_CHECKING:
     from punchline.cluster.driver import RunRecord
@@ -452,6 +453,7 @@ class HumorPipeline:
 
     name = "humor"
     settings_type = HumorSettings
+    simulate_knobs = HumorSimKnobs  # [simulator.pipeline_knobs.humor]
 
     def check_settings(self, settings: HumorSettings, source: str) -> None:
         """A ``shots`` file the ``mera`` preset would not read (it draws from the data, as humor.yaml says) is an
@@ -522,11 +524,19 @@ class HumorPipeline:
                 out.append(headline(nick, cfg.provider(settings.provider).model_id(nick), report))
         return out
 
+    def simulate(self, request: SimRequest) -> str | None:
+        """Its prompts' simulated answers (:mod:`.simulate`)."""
+        return simulate(request)
+
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
         """The simulator answers the run's own items, right as often as each model's size says."""
-        if sim.humor_path is not None:
+        own = sim.pipeline_knobs.get(self.name, {})
+        if own.get("answer_key") is not None:
             return sim
-        return msgspec.structs.replace(sim, humor_path=str(resolve_path(cfg, settings_of(cfg).data)))
+        answer_key = str(resolve_path(cfg, settings_of(cfg).data))
+        return msgspec.structs.replace(
+            sim, pipeline_knobs={**sim.pipeline_knobs, self.name: {**own, "answer_key": answer_key}}
+        )
 
 
 PIPELINE = HumorPipeline()

@@ -35,9 +35,9 @@ from punchline.data.prompts.settings import ParseSettings, PromptsSettings, mode
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
 from punchline.data.run_layout import RunLayout
+from punchline.data.simulator import FakeConfig
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
-from punchline.workers.fake.server import FakeConfig
 
 OUTPUTS_JSONL = "outputs.jsonl"
 OUTPUTS_PARQUET = "outputs.parquet"

@@ -15,6 +15,7 @@ import msgspec
 
 from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.pipelines.curate.simulate import simulate
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.jsonio import decode_bytes, dumps_upstream
 from punchline.data.provider_settings import Mode
@@ -36,9 +37,9 @@ from punchline.data.puns.curation import (
 )
 from punchline.data.puns.puns_io import validate_puns
 from punchline.data.run_layout import RunLayout
+from punchline.data.simulator import FakeConfig, SimRequest
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
-from punchline.workers.fake.server import FakeConfig
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -325,6 +326,10 @@ class CuratePipeline:
 
     def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
         return headlines(store, run_id)
+
+    def simulate(self, request: SimRequest) -> str | None:
+        """Its prompts' simulated answers (:mod:`.simulate`)."""
+        return simulate(request)
 
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
         return sim

@@ -17,6 +17,7 @@ import msgspec
 
 from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext, repeated
+from punchline.cluster.pipelines.puns.simulate import PunsSimKnobs, simulate
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.jsonio import decode_bytes, dumps_upstream, upstream_object_chunks
 from punchline.data.provider_settings import Mode
@@ -39,9 +40,9 @@ from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
 from punchline.data.puns.words import extract_word
 from punchline.data.requests import Message, ProviderRequest
 from punchline.data.run_layout import RunLayout
+from punchline.data.simulator import FakeConfig, SimRequest
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
-from punchline.workers.fake.server import FakeConfig
 
 
 class CollectSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -375,6 +376,7 @@ class PunsPipeline:
 
     name = "puns"
     settings_type = PunsSettings
+    simulate_knobs = PunsSimKnobs  # [simulator.pipeline_knobs.puns]
 
     def check_settings(self, settings: PunsSettings, source: str) -> None:
         """Every constraint is a msgspec.Meta range: nothing across fields to check."""
@@ -432,6 +434,10 @@ class PunsPipeline:
 
     def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
         return headlines(store, run_id)
+
+    def simulate(self, request: SimRequest) -> str | None:
+        """Its prompts' simulated answers (:mod:`.simulate`)."""
+        return simulate(request)
 
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
         return sim
