@@ -13,13 +13,13 @@ from collections.abc import Iterable
 import msgspec
 
 from punchline.cluster.config import RunConfig
+from punchline.cluster.executor import stage_providers
 from punchline.cluster.pipeline import StageContext, pipeline_code
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 from punchline.schedulers.budget import estimate_request_cost
-from punchline.workers.batch_runner import stage_providers
 from punchline.workers.providers import wire_calls
 
 

@@ -1,4 +1,5 @@
-"""What ``punchline batches RUN_ID [--cancel]`` shows and does: a run's provider batches, and cancelling them.
+"""What ``punchline batches RUN_ID [--cancel] [--not-ours ID]`` shows and does: a run's provider batches,
+cancelling them, and telling a waiting run that a look-alike batch is not its own.
 
 The list comes from the store's batch records (``<run>/batches/*.json``), so it works after a crash and
 without Redis; a store that does not hold the run is one line (exit 2), not an empty list. A cancel is
@@ -13,6 +14,7 @@ A function returning a struct, so that the command only prints it and a script r
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import msgspec
 
@@ -23,7 +25,14 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
-from punchline.schedulers.batches import BatchRecord, read_records, record_path, request_cancel
+from punchline.schedulers.batches import (
+    BatchRecord,
+    declare_foreign,
+    declared_foreign,
+    read_records,
+    record_path,
+    request_cancel,
+)
 from punchline.workers.providers import make_batch_provider
 
 NOT_CANCELLED = "not cancelled"  # the start of a status whose cancel the provider refused or never got
@@ -47,14 +56,37 @@ class RunBatches(msgspec.Struct, kw_only=True):
     run_id: str
     records: list[BatchRecord]
     cancelled: list[CancelledBatch] | None = None  # None: no cancel was asked for
+    not_ours: list[str] = []  # every batch id the run's user has declared not this run's (--not-ours)
 
 
-def run_batches(runs_dir: str, run_id: str, *, cancel: bool = False) -> RunBatches:
-    """The run's provider batches; with ``cancel``, first every batch still open is cancelled."""
+def run_batches(runs_dir: str, run_id: str, *, cancel: bool = False, not_ours: Sequence[str] = ()) -> RunBatches:
+    """The run's provider batches; with ``cancel``, first every batch still open is cancelled; ``not_ours``:
+    batch ids the user says are not this run's (an open look-alike an intent waits on: it stops waiting)."""
     run = load_run_record(runs_dir, run_id)
     store = run_store(run)
+    if not_ours:
+        declare_not_ours(store, run.run_id, not_ours)
     cancelled = cancel_open_batches(run, store) if cancel else None
-    return RunBatches(run_id=run.run_id, records=read_records(store, run.run_id), cancelled=cancelled)
+    return RunBatches(
+        run_id=run.run_id,
+        records=read_records(store, run.run_id),
+        cancelled=cancelled,
+        not_ours=sorted(declared_foreign(store, run.run_id)),
+    )
+
+
+def declare_not_ours(store: Store, run_id: str, batch_ids: Sequence[str]) -> None:
+    """Record ``batch_ids`` as not this run's (an Anthropic batch shows no owner until it ends, so an intent whose
+    create call was cut off waits on an open look-alike created during that call; its user knows whose it is).
+    A batch the run's records name as its own is refused (one line): declaring it would have it paid twice."""
+    own = {r.batch_id: r.batch_key for r in read_records(store, run_id) if r.batch_id}
+    for batch_id in batch_ids:
+        if batch_id in own:
+            raise InputError(
+                f"batch {batch_id} is run {run_id}'s own (its record {own[batch_id]} names it): not declared foreign",
+                file=f"{store.url}/{record_path(run_id, own[batch_id])}",
+            )
+    declare_foreign(store, run_id, batch_ids)
 
 
 def run_store(run: RunRecord) -> Store:

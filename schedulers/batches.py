@@ -35,6 +35,12 @@ batch key alone would not do, as any run of the same requests computes the same 
 **Costs.** The records are the truth of what batches cost: :func:`with_batch_costs` adds every record's tokens
 and dollars to a stage's counters and to its per-model rows, whichever driver created or collected it.
 
+**Look-alikes.** An Anthropic batch shows only its request count and creation time until it ends, so an intent
+whose create call was cut off (a kill, a timeout) cannot tell its batch from another user's open batch of the same
+count created during that call. What it can know: the look-alikes that existed before its call (listed right
+before it, ``predates``: never its own), and what the run's user knows (``punchline batches RUN --not-ours ID``
+writes ``<run>/batches/control/foreign.json``; a live runner reads it at every look).
+
 **Cancels.** ``punchline batches RUN --cancel`` writes ``<run>/batches/control/cancel.json`` (when) before it
 cancels anything and marks the records it cancelled; a live runner that sees a cancel newer than its own start
 stops resending (:meth:`BatchLedger.cancel_requested`).
@@ -42,14 +48,17 @@ stops resending (:meth:`BatchLedger.cancel_requested`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
 import redis
+import structlog
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.requests import ProviderResponse
@@ -58,6 +67,8 @@ from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters, fence_key, request_key
+
+log = structlog.get_logger("punchline.batches")
 
 BatchState = Literal["intent", "submitted", "collected", "failed"]
 Fallback = Literal["", "online"]
@@ -78,8 +89,12 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     state: BatchState = "intent"
     batch_id: str = ""
     intent_at: float = 0.0
-    # when the create call was started: 0 = never (nothing to reconcile), -1 = unknown (records written before)
+    # when the last create call was started: 0 = never (nothing to reconcile), -1 = unknown (records written before)
     create_at: float = -1.0
+    last_create_at: float = 0.0  # when the latest create call was started (a create tried again after a timeout)
+    # batches on the account with this intent's request count, listed right before its create call (for an API
+    # without metadata): they existed before the call, so none is this intent's, whatever the clocks say
+    predates: list[str] = []
     submitted_at: float = 0.0
     collected_at: float = 0.0
     provider_status: str = ""
@@ -158,6 +173,26 @@ def cancel_requested(store: Store, run_id: str) -> float:
     """When the run's batches were last cancelled by ``punchline batches --cancel`` (0: never)."""
     raw = store.get(cancel_path(run_id))
     return 0.0 if raw is None else msgspec.json.decode(raw, type=CancelRequest).at
+
+
+def foreign_path(run_id: str) -> str:
+    """Where ``punchline batches --not-ours`` records the batches a user said are not this run's."""
+    return f"{batches_prefix(run_id)}control/foreign.json"
+
+
+class ForeignBatches(msgspec.Struct, kw_only=True):
+    ids: list[str]  # provider batch ids, sorted
+
+
+def declared_foreign(store: Store, run_id: str) -> set[str]:
+    """The batch ids the run's user declared not this run's (``punchline batches RUN --not-ours ID``)."""
+    raw = store.get(foreign_path(run_id))
+    return set() if raw is None else set(msgspec.json.decode(raw, type=ForeignBatches).ids)
+
+
+def declare_foreign(store: Store, run_id: str, batch_ids: Iterable[str]) -> None:
+    ids = sorted(declared_foreign(store, run_id) | set(batch_ids))
+    store.put(foreign_path(run_id), msgspec.json.encode(ForeignBatches(ids=ids)))
 
 
 def batch_owner(run_id: str, key: str) -> str:
@@ -272,6 +307,9 @@ class BatchLedger:
     def cancel_requested(self) -> float:
         return cancel_requested(self.store, self.run_id)
 
+    def declared_foreign(self) -> set[str]:
+        return declared_foreign(self.store, self.run_id)
+
     def read(self, key: str) -> BatchRecord | None:
         raw = self.store.get(record_path(self.run_id, key))
         return None if raw is None else _decoder.decode(raw)
@@ -310,6 +348,70 @@ class BatchLedger:
         while self.store.exists(record_path(self.run_id, batch_key(keys, generation))):
             generation += 1
         return batch_key(keys, generation)
+
+
+class HeldLeases:
+    """The request leases one runner's batches hold, for ``lease_ms`` like every other lease, renewed every
+    ``lease_ms / 4`` by a thread of their own (:meth:`keep`, a context manager): a batch's create call may take
+    minutes and its polls back off to a minute, and a lease that lapsed meanwhile would let an online worker
+    pay for a unit its batch pays for too. Takes and releases go through here so that the thread renews what
+    is held and nothing else (one lock: a lease released is never renewed after its release)."""
+
+    def __init__(self, ledger: BatchLedger, lease_ms: int) -> None:
+        self.ledger = ledger
+        self.lease_ms = lease_ms
+        self._held: dict[str, set[str]] = {}  # owner -> request keys
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def take(self, owner: str, keys: Sequence[str], *, adopt: str = "") -> list[str]:
+        """:meth:`BatchLedger.take`; what it took (adopted from this run's other batches included) is renewed."""
+        with self._lock:
+            got = self.ledger.take(owner, keys, self.lease_ms, adopt=adopt)
+            if got:
+                for other, held in self._held.items():
+                    if other != owner:
+                        held.difference_update(got)
+                self._held.setdefault(owner, set()).update(got)
+            return got
+
+    def release(self, owner: str, keys: Sequence[str], packs: Mapping[str, str | None] | None = None) -> None:
+        """:meth:`BatchLedger.release`; no longer renewed."""
+        with self._lock:
+            held = self._held.get(owner)
+            if held is not None:
+                held.difference_update(keys)
+                if not held:
+                    del self._held[owner]
+            self.ledger.release(owner, keys, packs)
+
+    def renew(self) -> None:
+        with self._lock:
+            for owner, held in list(self._held.items()):
+                self._held[owner] = set(self.ledger.take(owner, sorted(held), self.lease_ms))
+
+    def held(self, owner: str) -> set[str]:
+        with self._lock:
+            return set(self._held.get(owner, ()))
+
+    def _renewing(self) -> None:
+        while not self._stop.wait(self.lease_ms / 4000):
+            try:
+                self.renew()
+            except LedgerUnavailable as exc:  # the runner's own calls say so too; the next round tries again
+                log.warning("ledger_unavailable", error=str(exc), during="batch lease renewal")
+
+    @contextlib.contextmanager
+    def keep(self) -> Iterator[HeldLeases]:
+        """Renew the held leases until the block ends (then they lapse after ``lease_ms``, unless released)."""
+        self._stop.clear()
+        thread = threading.Thread(target=self._renewing, name="batch-leases", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            thread.join(timeout=10)
 
 
 def read_records(store: Store, run_id: str) -> list[BatchRecord]:

@@ -1,4 +1,5 @@
-"""``punchline batches RUN_ID [--cancel]``: a run's provider batches (state, counts, age, cost), and cancelling them.
+"""``punchline batches RUN_ID [--cancel] [--not-ours BATCH_ID]``: a run's provider batches (state, counts, age,
+cost), cancelling them, and telling a waiting run that a look-alike batch is not its own.
 
 The work (reading the store's batch records, the cancel) is :mod:`punchline.cluster.run_batches`; this module
 parses and prints.
@@ -27,12 +28,22 @@ def register(sub: Subcommands) -> None:
         action="store_true",
         help="cancel every batch of the run still open at its provider (a live run stops sending more)",
     )
+    p.add_argument(
+        "--not-ours",
+        action="append",
+        default=[],
+        metavar="BATCH_ID",
+        help="a batch on the account that is not this run's (an intent whose create call was cut off waits on an "
+        "open batch with its request count created meanwhile until its results tell; this ends the wait)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_batches)
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    batches = run_batches(runs_dir(args.runs_dir), args.run_id, cancel=args.cancel)
+    batches = run_batches(runs_dir(args.runs_dir), args.run_id, cancel=args.cancel, not_ours=args.not_ours)
+    for batch_id in args.not_ours:
+        print(f"{batch_id}: not run {batches.run_id}'s (a waiting intent no longer waits on it)")
     if batches.cancelled is not None:
         for done in batches.cancelled:
             print(done.describe())

@@ -22,8 +22,8 @@ from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
+from tests.cluster.executors.test_batches import billed_parts
 from tests.cluster.test_faults import ROOT, opts, wait_for
-from tests.workers.test_batch_runner import billed_parts
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.cluster.coordinator import LOCAL_ALONE_S, _time_left
+from punchline.cluster.executors.shards import LOCAL_ALONE_S, _time_left
 from punchline.cluster.local_ledger import start_ticks
 from punchline.cluster.local_ray import (
     HeadRecord,

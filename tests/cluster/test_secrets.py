@@ -109,7 +109,7 @@ def test_a_default_run_keeps_every_credential_in_its_process(
     import ray
     from ray._private import state
 
-    from punchline.cluster import coordinator
+    from punchline.cluster.executors import shards
 
     key_file = tmp_path / "keys" / "together.key"
     key_file.parent.mkdir()
@@ -121,13 +121,13 @@ def test_a_default_run_keeps_every_credential_in_its_process(
         cfg.read_text().replace('kind = "anthropic"\n', f'kind = "anthropic"\napi_key_file = "{key_file}"\n')
     )
     actor_args: list[bytes] = []
-    original = coordinator.WorkerPool.__init__
+    original = shards.WorkerPool.__init__
 
     def capture(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         actor_args.append(self.cfg_bytes)
 
-    monkeypatch.setattr(coordinator.WorkerPool, "__init__", capture)
+    monkeypatch.setattr(shards.WorkerPool, "__init__", capture)
     runs = tmp_path / "runs"
     assert main(["run", str(cfg), "--run-id", "secrets", "--runs-dir", str(runs), "--no-progress"]) == 0
     assert main(["status", "secrets", "--json", "--runs-dir", str(runs)]) == 0

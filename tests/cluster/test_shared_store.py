@@ -137,7 +137,7 @@ def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
 ) -> None:
     """A node with its own view of the store is left out of scheduling (not restarted in a loop); with
     no node left, the stage stops with the store's one line (here: the only, local, node)."""
-    from punchline.cluster.coordinator import WorkerPool
+    from punchline.cluster.executors.shards import WorkerPool
     from punchline.workers.shard_worker import WorkerConfig
 
     sentinel = plant(open_store(str(tmp_path / "drivers-view")), "r1")

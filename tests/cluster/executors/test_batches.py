@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import redis
 
-from punchline.data.errors import BudgetExceeded
+from punchline.cluster.executors.batches import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
+from punchline.cluster.run_batches import declare_not_ours
+from punchline.data.errors import BudgetExceeded, InputError
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.puns.completions import sample_request
 from punchline.data.requests import ProviderResponse
@@ -31,7 +33,6 @@ from punchline.schedulers.batches import (
 from punchline.schedulers.budget import Budget, estimate_request_cost
 from punchline.schedulers.ledger import request_key
 from punchline.workers.batch_provider import part_id, parts
-from punchline.workers.batch_runner import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.fake.batches import BatchStats
 from punchline.workers.providers import make_batch_provider
@@ -590,4 +591,111 @@ def test_an_open_look_alike_created_outside_the_intents_create_call_never_holds_
     assert set(billed_parts(stats).values()) == {1}
     claude = make_batch_provider("p", _settings(fake, "anthropic"))
     assert claude.retrieve(other).status == "in_progress"  # still open: never waited for, never cancelled
+    claude.close()
+
+
+def test_an_open_batch_holds_its_leases_for_the_runs_lease_ms_renewed_between_polls(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Issue 30: a batch's request leases last the run's lease_ms (here 1 s), not a fixed 10 minutes; a thread
+    renews them every lease_ms / 4, so while the runner waits 2.5 s between polls of a batch that takes 3 s,
+    every unit is still the batch's each time it looks (an online worker would wait for the cache), and they are
+    released once the batch is collected."""
+    fake.configure(batch_delay_s=3.0)
+    store = LocalStore(tmp_path)
+    units = _units(3, samples=1)
+    runner = _runner(fake, redis_client, store, "openai")
+    runner.opt = BatchOptions(poll_min_s=2.5, poll_max_s=2.5, lease_ms=1_000)
+    owners: list[set[bytes]] = []
+
+    def sleep(s: float) -> None:
+        time.sleep(s)
+        values = {redis_client.get(request_key("pl", u.request.key())) or b"" for u in units}
+        owners.append({v.split(b"|")[0] for v in values})
+
+    runner.sleep = sleep
+    runner.run(units)
+    [rec] = BatchLedger(redis_client, store, "r1").records()
+    assert rec.state == "collected" and fake.batch_stats().batches_created == 1
+    owner = batch_owner("r1", rec.batch_key).encode()
+    assert owners[0] == {owner}  # 2.5 s after the create, 1 s leases: still the batch's (renewed)
+    assert live_leases(redis_client) == []  # released (done markers) once collected
+
+
+def test_a_look_alike_on_the_account_before_the_create_call_is_ruled_out_by_the_listing(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 item 7: another user's open Anthropic batch with the intent's request count, created 30 s before the
+    intent's create call (inside the clock-skew margin of its window, so a candidate by the clocks). The runner
+    lists the account right before its create call (``predates``), so that batch is provably not the intent's; the
+    driver dies in the create call before it reaches the provider, and the resume creates its batch at once."""
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    [other] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=time.time() - 30, delay_s=3600)
+    runner = _runner(fake, redis_client, store, "anthropic")
+
+    def dying_create(*args: Any, **kwargs: Any) -> Any:
+        raise Killed  # killed in the create call, before the request left
+
+    monkeypatch.setattr(runner.clients["p"], "create", dying_create)
+    with pytest.raises(Killed):
+        runner.run(units)
+    ledger = BatchLedger(redis_client, store, "r1")
+    [rec] = ledger.records()
+    assert rec.state == "intent" and rec.create_at > 0 and rec.predates == [other]
+    polls = 0
+
+    def sleep(s: float) -> None:
+        nonlocal polls
+        polls += 1
+        assert polls < 500, "the intent waited for a batch that was on the account before its create call"
+        time.sleep(0.01)
+
+    resumed = _runner(fake, redis_client, store, "anthropic")
+    resumed.sleep = sleep
+    resumed.run(units)
+    [after] = ledger.records()
+    assert after.state == "collected" and after.batch_id != other and "checking" not in after.provider_status
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0 and stats.foreign_results_downloads == 0
+    assert set(billed_parts(stats).values()) == {1} and len(billed_parts(stats)) == 4
+
+
+def test_an_open_look_alike_created_during_the_cut_off_create_call_waits_until_its_user_says_whose_it_is(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Issue 34 item 7, the last case: another user's open Anthropic batch with the intent's request count created
+    during the intent's own create call, which was cut off. Anthropic shows count and time only until a batch ends,
+    so it cannot be told from the intent's own batch: nothing is created meanwhile (that could pay twice) and the
+    record says which batch it checks. ``punchline batches RUN --not-ours ID`` (what only the account's user knows)
+    records it foreign; the live runner creates its batch at its next look and never touches the other one."""
+    store = LocalStore(tmp_path)
+    units = _units(4, samples=1)
+    ledger = BatchLedger(redis_client, store, "r1")
+    rec = _intent_left_behind(ledger, units, requests=4)
+    [other] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.create_at + 1, delay_s=3600)
+    waited = 0
+
+    def sleep(s: float) -> None:
+        nonlocal waited
+        stored = ledger.read(rec.batch_key)
+        if stored is not None and stored.state == "intent" and other in stored.provider_status:
+            waited += 1
+            if waited == 3:  # it waits, says so, and creates nothing meanwhile
+                assert fake.batch_stats().batches_created == 0
+                declare_not_ours(store, "r1", [other])
+        assert waited < 500
+        time.sleep(0.01)
+
+    runner = _runner(fake, redis_client, store, "anthropic")
+    runner.sleep = sleep
+    runner.run(units)
+    [after] = ledger.records()
+    assert waited >= 3 and after.state == "collected" and after.batch_id not in ("", other)
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0 and stats.foreign_results_downloads == 0
+    with pytest.raises(InputError, match="is run r1's own"):
+        declare_not_ours(store, "r1", [after.batch_id])  # the run's own batch is never declared foreign
+    claude = make_batch_provider("p", _settings(fake, "anthropic"))
+    assert claude.retrieve(other).status == "in_progress"
     claude.close()

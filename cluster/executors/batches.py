@@ -1,12 +1,14 @@
-"""Running a stage's units through provider batches (``mode = "batch"``): half price, exactly-once submission.
+"""The batches executor: a stage's units through provider batches (``mode = "batch"``): half price, exactly-once
+submission.
 
-It runs in the driver before the stage's shards are handed to the workers: it groups the stage's uncached
-units of batch-mode providers into batches (``batch_max_requests`` / ``batch_max_bytes``), submits them
-through the exactly-once ledger (:mod:`punchline.schedulers.batches`), polls them with backoff, and writes
-every answer into the **same response-cache keys** the online path uses. The shards that follow then find
-every answer in the cache, so artifacts are byte-identical whichever mode paid for them. Requests that errored,
-expired or were cancelled go into a new, smaller batch (succeeded ones are kept); a request that fails
-``max_rounds`` batches is left to the online path.
+It runs in the driver (which waits anyway) before the stage's shards are worked by the shards executor
+(:class:`BatchExecutor`): it groups the stage's uncached units of batch-mode providers into batches
+(``batch_max_requests`` / ``batch_max_bytes``), submits them through the exactly-once ledger
+(:mod:`punchline.schedulers.batches`), polls them with backoff, and writes every answer into the **same
+response-cache keys** the online path uses. The shards that follow then find every answer in the cache, so
+artifacts are byte-identical whichever mode paid for them. Requests that errored, expired or were cancelled go
+into a new, smaller batch (succeeded ones are kept); a request that fails ``max_rounds`` batches is left to the
+online path.
 
 A request the provider answers in ``n`` single calls (Anthropic, ``supports_n = false``) is ``n`` parts in a
 batch, and a part is what fails or succeeds: the answered parts of a request still missing others are written
@@ -16,8 +18,10 @@ count is known at the intent), and once all parts are there they are merged in c
 the online call joins them, and cached; then the part file goes. So a part is paid for once, whatever fails or
 whenever the driver dies.
 
-While a batch is open its units' request leases belong to it and are renewed at every poll, so an online
-worker (or another run) that needs one of them waits for the cache instead of calling. A driver killed at
+While a batch is open its units' request leases belong to it, for the run's ``lease_ms`` like every other
+lease, and a thread of the runner renews them every ``lease_ms / 4`` whatever the runner is doing (a create
+call that takes minutes, a poll backing off to a minute), so an online worker (or another run) that needs one
+of them waits for the cache instead of calling. A driver killed at
 any point resumes from the store's records: an intent without a batch id is reconciled with the provider's
 listing before anything is submitted again. The listing is paged back to the intent's time, however many
 batches the account holds, and a batch is taken only when it carries what only this intent could have
@@ -40,19 +44,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import msgspec
 import structlog
 
+from punchline.cluster.executor import ExecutorName, StageExecutor, stage_providers
+from punchline.cluster.pipeline import Stage, StageContext, pipeline_code
 from punchline.data.errors import BudgetExceeded, FatalProviderError, LedgerUnavailable, ProviderError, PunchlineError
-from punchline.data.provider_settings import Mode, ProviderSettings
+from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
-from punchline.data.units import UnitSpec
+from punchline.data.units import ShardResults, StagePlan, UnitSpec
 from punchline.schedulers.batches import (
     BatchLedger,
     BatchRecord,
+    HeldLeases,
     HeldParts,
     batch_owner,
     new_tag,
@@ -60,6 +66,7 @@ from punchline.schedulers.batches import (
     run_owners,
 )
 from punchline.schedulers.budget import Budget, estimate_request_cost
+from punchline.schedulers.ledger import Ledger
 from punchline.workers.batch_provider import (
     BatchInfo,
     BatchProvider,
@@ -71,6 +78,7 @@ from punchline.workers.batch_provider import (
     wire_ids,
 )
 from punchline.workers.providers import make_batch_provider
+from punchline.workers.shard_worker import WorkerConfig
 from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.batches")
@@ -90,7 +98,7 @@ class BatchesCancelled(PunchlineError):
 
 
 class BatchOptions(msgspec.Struct, kw_only=True):
-    lease_ms: int = 600_000  # a batch's hold on its units; renewed at every poll
+    lease_ms: int = 30_000  # a batch's hold on its units (the run's lease_ms); renewed every lease_ms / 4
     poll_min_s: float = 0.2
     poll_max_s: float = 60.0
     reconcile_window_s: float = 900.0  # how long after an intent an Anthropic batch may have been created
@@ -111,17 +119,6 @@ class BatchTotals(msgspec.Struct, kw_only=True):
     output_tokens: int = 0
     cost_usd: float = 0.0
     online_fallback: int = 0  # requests left to the online path (``batch_fallback = "online"``)
-
-
-def batch_mode(providers: dict[str, ProviderSettings]) -> bool:
-    return any(p.mode == "batch" for p in providers.values())
-
-
-def stage_providers(providers: dict[str, ProviderSettings], mode: Mode | None) -> dict[str, ProviderSettings]:
-    """The providers as one stage sees them: a stage's own ``mode`` (None: none set) overrides theirs."""
-    if mode is None:
-        return providers
-    return {name: msgspec.structs.replace(p, mode=mode) for name, p in providers.items()}
 
 
 class BatchRunner:
@@ -157,10 +154,16 @@ class BatchRunner:
         self.exhausted: dict[str, str] = {}  # request key -> last reason, after max_rounds batches (may not go online)
         self.over_budget: list[BatchRecord] = []  # batches not created: they would have taken the run past its cap
         self.unsure: dict[str, float] = {}  # batch key -> when a create of unknown outcome failed (monotonic)
+        self.leases = HeldLeases(ledger, self.opt.lease_ms)  # the batches' request leases, renewed meanwhile
 
     # --- the loop ------------------------------------------------------------------------------------
 
     def run(self, units: Iterable[UnitSpec]) -> BatchTotals:
+        self.leases = HeldLeases(self.ledger, self.opt.lease_ms)
+        with self.leases.keep():  # renewed every lease_ms / 4, whatever the loop is waiting for
+            return self._run(units)
+
+    def _run(self, units: Iterable[UnitSpec]) -> BatchTotals:
         self.started_at = now_s()
         for unit in units:
             s = self.settings.get(unit.request.provider)
@@ -349,16 +352,16 @@ class BatchRunner:
         adopt = run_owners(self.ledger.run_id)
         key = self.ledger.new_key(keys)
         owner = batch_owner(self.ledger.run_id, key)
-        held = set(self.ledger.take(owner, keys, self.opt.lease_ms, adopt=adopt))
+        held = set(self.leases.take(owner, keys, adopt=adopt))
         if len(held) < len(keys):  # some are someone else's right now: they wait for the cache
-            self.ledger.release(owner, list(held))
+            self.leases.release(owner, list(held))
             keys = [k for k in keys if k in held]
             if not keys:
                 return None
             key = self.ledger.new_key(keys)
             owner = batch_owner(self.ledger.run_id, key)
-            if set(self.ledger.take(owner, keys, self.opt.lease_ms, adopt=adopt)) != set(keys):
-                self.ledger.release(owner, keys)
+            if set(self.leases.take(owner, keys, adopt=adopt)) != set(keys):
+                self.leases.release(owner, keys)
                 return None
         rec = BatchRecord(
             batch_key=key,
@@ -432,14 +435,14 @@ class BatchRunner:
         )
         rec.collected_at = now_s()
         self.ledger.write(rec)
-        self.ledger.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
+        self.leases.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
         self.over_budget.append(rec)
         log.warning("batch_over_budget", stage=self.stage, batch_key=rec.batch_key, error=rec.error)
 
     def _hold(self, rec: BatchRecord) -> None:
         """A resumed batch takes its units' leases back (a lease that lapsed meanwhile is simply re-taken)."""
         keys = [k for k in rec.keys if k in self.specs]
-        self.ledger.take(batch_owner(rec.run_id, rec.batch_key), keys, self.opt.lease_ms)
+        self.leases.take(batch_owner(rec.run_id, rec.batch_key), keys)
         if rec.state == "submitted":  # it exists: its price is held whatever the cap
             self._hold_budget(rec, exists=True)
         for k in keys:
@@ -452,7 +455,7 @@ class BatchRunner:
         if found != "absent" or self.cancelled_at:  # adopted, still unresolved, or nothing may be sent now
             if rec.state == "intent":  # still waiting: its units stay this intent's meanwhile
                 keys = [k for k in rec.keys if k in self.specs]
-                self.ledger.take(batch_owner(rec.run_id, rec.batch_key), keys, self.opt.lease_ms)
+                self.leases.take(batch_owner(rec.run_id, rec.batch_key), keys)
             elif self.cancelled_at and rec.batch_id:
                 self._cancel(rec)
             return
@@ -462,8 +465,11 @@ class BatchRunner:
         client = self.clients[rec.provider]
         requests = [self.specs[k].request for k in rec.keys]
         if rec.create_at <= 0:  # from now on a batch may exist: a resumed driver has to look for it
+            if not client.has_metadata:  # what is on the account already is not this intent's, whatever its count
+                rec.predates = self._look_alikes(rec)
             rec.create_at = now_s()
-            self.ledger.write(rec)
+        rec.last_create_at = now_s()  # a create tried again (after a timeout) widens the window to its own call
+        self.ledger.write(rec)
         try:
             info = client.create(rec.batch_key, requests, skip=set(rec.held_parts), tag=rec.tag)
         except FatalProviderError as exc:  # refused at create (Anthropic validates there): never created
@@ -475,6 +481,17 @@ class BatchRunner:
             self._reconcile(rec)
             return
         self._submitted(rec, info)
+
+    def _look_alikes(self, rec: BatchRecord) -> list[str]:
+        """The batches with the intent's request count that the account holds right before its first create
+        call, as far back as its window reaches (none if the listing fails: then nothing is ruled out)."""
+        since = now_s() - self.opt.clock_skew_s
+        try:
+            listed = self.clients[rec.provider].listing(since=since)
+            return sorted(b.batch_id for b in listed if b.total == rec.requests)
+        except ProviderError as exc:
+            log.warning("batch_listing_failed", batch_key=rec.batch_key, error=str(exc))
+            return []
 
     def _submitted(self, rec: BatchRecord, info: BatchInfo) -> None:
         self._hold_budget(rec, exists=True)  # held already when this driver created it; a dead driver's: now
@@ -507,13 +524,11 @@ class BatchRunner:
             return self._adopt(rec, hits[0]) if hits else "absent"
         # no metadata (Anthropic): count and time narrow it down; only the custom ids in the results prove it
         earliest, latest = self._create_window(rec)
+        ruled_out = known | self.foreign | set(rec.predates) | self.ledger.declared_foreign()
         candidates = [
             b
             for b in listed
-            if b.batch_id not in known
-            and b.batch_id not in self.foreign
-            and b.total == rec.requests
-            and earliest <= b.created_at <= latest
+            if b.batch_id not in ruled_out and b.total == rec.requests and earliest <= b.created_at <= latest
         ]
         if not candidates:
             return "absent"
@@ -536,7 +551,9 @@ class BatchRunner:
                 "batch_unresolved",
                 batch_key=rec.batch_key,
                 candidates=still_open,
-                reason="open batches with this count and time: their results will tell whose they are",
+                reason="open batches with this count created during this intent's cut-off create call: their "
+                "results will tell whose they are (a user who knows one is not this run's: punchline batches "
+                f"{rec.run_id} --not-ours ID)",
             )
         return "unresolved"
 
@@ -549,7 +566,8 @@ class BatchRunner:
         if rec.create_at <= 0:
             return float("-inf"), rec.intent_at + self.opt.reconcile_window_s
         call_s = self.settings[rec.provider].timeout_s + self.opt.create_grace_s
-        return rec.create_at - self.opt.clock_skew_s, rec.create_at + call_s + self.opt.clock_skew_s
+        last = max(rec.create_at, rec.last_create_at)
+        return rec.create_at - self.opt.clock_skew_s, last + call_s + self.opt.clock_skew_s
 
     def _adopt(self, rec: BatchRecord, info: BatchInfo) -> str:
         log.info("batch_reconciled", batch_key=rec.batch_key, batch_id=info.batch_id)
@@ -579,7 +597,7 @@ class BatchRunner:
         else:
             self.refused.append(rec)
         self.ledger.write(rec)
-        self.ledger.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
+        self.leases.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
         log.warning(
             "batch_refused",
             stage=self.stage,
@@ -597,7 +615,7 @@ class BatchRunner:
         client = self.clients[rec.provider]
         owner = batch_owner(rec.run_id, rec.batch_key)
         try:
-            self.ledger.take(owner, [k for k in rec.keys if k not in self.answered], self.opt.lease_ms)
+            self.leases.take(owner, [k for k in rec.keys if k not in self.answered])
         except LedgerUnavailable as exc:  # the leases lapse later; the batch is paid for either way
             log.warning("ledger_unavailable", error=str(exc))
         try:
@@ -731,7 +749,7 @@ class BatchRunner:
             if k in self.held and k not in self.answered and self.rounds.get(k, 0) < self.opt.max_rounds
         }
         done = [k for k in rec.keys if k not in keep]
-        self.ledger.release(owner, done, packs={k: self.cache.pack_of(k) for k in done if k in self.answered})
+        self.leases.release(owner, done, packs={k: self.cache.pack_of(k) for k in done if k in self.answered})
 
 
 def own_parts(raw: dict[str, PartOutcome], tag: str) -> dict[str, PartOutcome]:
@@ -743,32 +761,44 @@ def own_parts(raw: dict[str, PartOutcome], tag: str) -> dict[str, PartOutcome]:
     return {part_id(w): v for w, v in raw.items() if w.startswith(prefix)}
 
 
-def run_stage_batches(
-    client: Any,
-    cache: ResponseCache,
-    run_id: str,
-    stage: str,
-    units: Iterable[UnitSpec],
-    settings: dict[str, ProviderSettings],
-    *,
-    namespace: str = "pl",
-    options: BatchOptions | None = None,
-    max_cost_usd: float | None = None,
-) -> BatchTotals:
-    """Run a stage's batch-mode units through batches (the coordinator's one entry point); ``max_cost_usd``
-    is the run's cap, which each batch's price must fit before it is created."""
-    clients = {name: make_batch_provider(name, s) for name, s in settings.items() if s.mode == "batch"}
-    try:
-        runner = BatchRunner(
-            ledger=BatchLedger(client, cache.store, run_id, namespace=namespace),
-            cache=cache,
-            settings=settings,
-            clients=clients,
-            stage=stage,
-            options=options,
-            max_cost_usd=max_cost_usd,
-        )
-        return runner.run(units)
-    finally:
-        for c in clients.values():
-            c.close()
+class BatchExecutor:
+    """The stage's batch-mode units through provider batches, then its shards through the shards executor, which
+    finds every answer a batch gave in the response cache (and calls online only what no batch may answer)."""
+
+    name: ExecutorName = "batches"
+
+    def __init__(self, *, ctx: StageContext, ledger: Ledger, worker_cfg: WorkerConfig, shards: StageExecutor) -> None:
+        self.ctx = ctx
+        self.ledger = ledger
+        self.worker_cfg = worker_cfg
+        self.shards = shards
+
+    def execute(self, stage: Stage, plan: StagePlan, first_ids: list[str], *, queued: bool = False) -> ShardResults:
+        if plan.units_total:
+            # What the batches cost is in their records (status adds them up), not in the stage's counters.
+            providers = stage_providers(self.worker_cfg.providers, self.ctx.cfg.stage_mode(stage.name))
+            with pipeline_code(self.ctx.cfg.run.pipeline, stage, "plan"):
+                self.run_batches(stage.name, stage.plan(self.ctx), providers)
+        return self.shards.execute(stage, plan, first_ids, queued=queued)
+
+    def run_batches(self, stage: str, units: Iterable[UnitSpec], settings: dict[str, ProviderSettings]) -> BatchTotals:
+        """Run a stage's batch-mode units through batches. Each batch is priced and held in the run's cap
+        (``max_cost_usd``) before it is created; its leases last the run's ``lease_ms``."""
+        clients = {name: make_batch_provider(name, s) for name, s in settings.items() if s.mode == "batch"}
+        try:
+            runner = BatchRunner(
+                ledger=BatchLedger(self.ledger.r, self.ctx.store, self.ctx.run_id, namespace=self.ledger.ns),
+                cache=ResponseCache(self.ctx.store),
+                settings=settings,
+                clients=clients,
+                stage=stage,
+                options=BatchOptions(lease_ms=self.worker_cfg.lease_ms),
+                max_cost_usd=self.worker_cfg.max_cost_usd,
+            )
+            return runner.run(units)
+        finally:
+            for c in clients.values():
+                c.close()
+
+    def close(self) -> None:
+        self.shards.close()
