@@ -14,7 +14,7 @@ from punchline.cluster.cli import main
 from punchline.cluster.driver import RunRecord, Services
 from punchline.data.puns.completions import sample_request
 from punchline.data.stores.local import LocalStore
-from punchline.schedulers.batches import BatchRecord, cancel_requested, record_path
+from punchline.schedulers.batches import BatchRecord, cancel_requested, declared_foreign, record_path
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters
 from punchline.workers.fake import FakeProviderServer
@@ -158,3 +158,25 @@ def test_status_costs_are_the_online_costs_plus_every_batch_record(
     assert main(["status", "r1", "--runs-dir", str(tmp_path / "runs")]) == 0
     shown = capsys.readouterr().out
     assert "claude-3-5-haiku" in shown and "0.5700" in shown
+
+
+def test_not_ours_records_a_look_alike_as_foreign_and_refuses_the_runs_own_batch(
+    tmp_path: Path, fake: FakeProviderServer, capsys: Any
+) -> None:
+    """Issue 34 item 7: ``--not-ours ID`` is how the account's user ends a wait on an open look-alike (the store
+    says so at once, so a live runner reads it); a batch the run's records name as its own is refused in one line."""
+    store = LocalStore(tmp_path / "store")
+    record = BatchRecord(
+        batch_key="k3", run_id="r1", stage="collect", provider="fake", keys=["a"], requests=1, batch_id="msgbatch_own"
+    )
+    store.put(record_path("r1", "k3"), msgspec.json.encode(record))
+    _write_run(tmp_path, store, _run(store, fake.provider_settings("anthropic").base_url or ""))
+    runs = str(tmp_path / "runs")
+    assert main(["batches", "r1", "--runs-dir", runs, "--not-ours", "msgbatch_other", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "msgbatch_other: not run r1's (a waiting intent no longer waits on it)"
+    assert declared_foreign(store, "r1") == {"msgbatch_other"}
+    assert main(["batches", "r1", "--runs-dir", runs, "--not-ours", "msgbatch_own"]) == 2
+    captured = capsys.readouterr()
+    assert "is run r1's own" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert declared_foreign(store, "r1") == {"msgbatch_other"}  # nothing recorded
