@@ -23,11 +23,13 @@ from typing import Any
 import msgspec
 import redis
 import redis.asyncio
+import structlog
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import LATENCY_BUCKETS_S, latency_bucket
 from punchline.schedulers.ledger import ledger_errors
 
+log = structlog.get_logger("punchline.worker")
 PUBLISH_S = 1.0  # how often a worker writes its figures
 STALE_S = 10.0  # a hash older than this: its worker is gone, its calls are not in flight
 KEEP_S = 86_400  # the keys' expiry after their last write
@@ -148,11 +150,15 @@ class CallStats:
         self, r: redis.asyncio.Redis, namespace: str, run_id: str, worker_id: str, period_s: float = PUBLISH_S
     ) -> None:
         """Publish until cancelled, and once more then (the last figures: nothing in flight any more)."""
+        said = False
         try:
             while True:
-                # figures only: the next second tries again, and they never stop the worker
-                with contextlib.suppress(LedgerUnavailable, redis.RedisError):
+                try:
                     await self.publish(r, namespace, run_id, worker_id)
+                except (LedgerUnavailable, redis.RedisError) as exc:  # figures only: the next second tries again,
+                    if not said:  # and they never stop the worker
+                        log.warning("call_stats_not_published", error=f"{type(exc).__name__}: {exc}"[:300])
+                        said = True
                 await asyncio.sleep(period_s)
         finally:
             with contextlib.suppress(Exception):

@@ -285,7 +285,7 @@ def from_ledger(run_id: str, pipeline: str, stages: list[str], ledger: Ledger, e
         usage=Budget(ledger.r, run_id, None).usage(),
         leased={s: ledger.leased_shards(run_id, s) for s in stages},
         events=events.read() if events is not None else {},
-        calls=call_stats.read(ledger.r, run_id, ledger.ns),
+        calls=call_stats.read(ledger.r, ledger.ns, run_id),
     )
 
 

@@ -16,13 +16,17 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import redis
 
 from bench.view import MODELS, generate
 from punchline.cluster.view import artifacts
+from punchline.cluster.view.metrics import from_ledger, render
 from punchline.cluster.view.server import ViewServer, ViewSettings
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import plan_page_key, shard_key
+from punchline.schedulers.ledger import Ledger
+from punchline.workers.call_stats import CallStats
 
 RUN = "bench-view-test"
 
@@ -285,3 +289,25 @@ def test_latency_and_retries_per_unit_and_per_model(served: tuple[ViewServer, Pa
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split()
             assert name.endswith("_total") == (kind == "counter"), line
+
+
+def test_the_drivers_metrics_carry_the_workers_figures(redis_client: redis.Redis) -> None:
+    """What the workers publish (calls in flight, 429s, latency) is in the driver's /metrics text, per provider and
+    model, as a gauge, counters and a histogram."""
+    stats = CallStats()
+    scope = ("generate", "together", "m-8b")
+    with stats.calling(scope):
+        stats.throttled(scope)
+        stats.retried(scope)
+        redis_client.set("pl:run:r-live:calls:w1", stats.blob())  # published mid-call: one in flight
+        redis_client.zadd("pl:run:r-live:calls", {"pl:run:r-live:calls:w1": 1.0})
+    stats.answered(scope, 0.3)
+    redis_client.set("pl:run:r-live:calls:w2", stats.blob())  # a second worker, done
+    redis_client.zadd("pl:run:r-live:calls", {"pl:run:r-live:calls:w2": 1.0})
+    text = render([from_ledger("r-live", "prompts", ["generate"], Ledger(redis_client), None)])
+    labels = 'run="r-live",stage="generate",provider="together",model="m-8b"'
+    assert f"punchline_provider_calls_in_flight{{{labels}}} 1" in text
+    assert f"punchline_provider_rate_limited_total{{{labels}}} 2" in text
+    assert f"punchline_provider_retries_total{{{labels}}} 2" in text
+    assert f'punchline_provider_call_latency_seconds_bucket{{{labels},le="0.5"}} 1' in text
+    assert f"punchline_provider_call_latency_seconds_count{{{labels}}} 1" in text
