@@ -24,6 +24,7 @@ from punchline.data.provider_settings import Mode, ModelSettings, ProviderSettin
 from punchline.schedulers.redis_client import check_url, control_characters, redact_url
 from punchline.workers.fake.checks import check_simulator
 from punchline.workers.fake.server import FakeConfig
+from punchline.workers.providers.registry import check_kind
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
 
@@ -255,6 +256,7 @@ def check_provider(name: str, p: ProviderSettings, file: str | None) -> None:
     def bad(field: str, message: str) -> ConfigError:
         return ConfigError(message, file=file, record=record, field=field)
 
+    check_kind(name, p, file)  # an installed kind, and one with a batch API if mode = "batch"
     if p.base_url is not None and p.base_url != SIMULATED:
         check_http_url(p.base_url, file=file, record=record, field="base_url")
     if p.api_key_env is not None and not _ENV_NAME.fullmatch(p.api_key_env):

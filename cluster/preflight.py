@@ -49,7 +49,7 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.settings import START_WAIT_S as START_WAIT
 from punchline.data.store import Store
 from punchline.schedulers.redis_client import ENV_URL, RedisSettings, check_url, connect, redact_url, redis_errors
-from punchline.workers.providers import CALL_PATHS
+from punchline.workers.providers import kind_of
 
 log = structlog.get_logger("punchline.preflight")
 
@@ -319,6 +319,8 @@ def check_provider(
             file=file,
             record=f"providers.{name}",
         )
+    if kind_of(settings.kind).models_path is None:  # a kind that routes by model (litellm): no one endpoint
+        return f"kind {settings.kind} has no free check; key read, endpoint not asked"
     wait = start_wait_s() if wait_s is None else wait_s
 
     def list_models() -> str:
@@ -395,7 +397,7 @@ def _reject_status(
         )
     if status in (404, 405) and what == "POST":
         raise ServiceRejected(
-            f"{where} answers HTTP {status} at POST {CALL_PATHS[settings.kind]}, the endpoint every unit calls: "
+            f"{where} answers HTTP {status} at POST {kind_of(settings.kind).call_path}, the endpoint every unit calls: "
             "fix base_url",
             file=file,
             record=f"providers.{name}",
@@ -408,26 +410,17 @@ def _probe_endpoint(settings: ProviderSettings, key: str, timeout_s: float) -> i
     work), or None when it could not be asked."""
     try:
         with _client(settings, key, timeout_s) as client:
-            return client.post(_url(settings, CALL_PATHS[settings.kind]), json={}).status_code
+            return client.post(_url(settings, kind_of(settings.kind).call_path or ""), json={}).status_code
     except (httpx2.HTTPError, httpx2.InvalidURL):
         return None
 
 
-# The SDKs' defaults when ``base_url`` is not set: the environment variable each SDK reads, else its API.
-_DEFAULT_BASE_URLS = {
-    "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
-    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
-}
-ANTHROPIC_VERSION = "2023-06-01"  # the API version header every Anthropic request carries
-# where each kind lists its models (relative to base_url, as the SDKs call it): free and authenticated
-_MODELS_PATHS = {"openai": "/models", "anthropic": "/v1/models?limit=1"}
-
-
 def base_url(settings: ProviderSettings) -> str:
-    """The base URL the provider's SDK would call: ``base_url``, else the SDK's environment variable,
-    else its public API."""
-    env, default = _DEFAULT_BASE_URLS[settings.kind]
-    return settings.base_url or os.environ.get(env) or default
+    """The base URL the provider's SDK would call: ``base_url``, else the SDK's environment variable (the
+    kind's ``base_url_env``), else its public API (``default_base_url``)."""
+    kind = kind_of(settings.kind)
+    env = os.environ.get(kind.base_url_env) if kind.base_url_env else None
+    return settings.base_url or env or kind.default_base_url or ""
 
 
 def _url(settings: ProviderSettings, path: str) -> str:
@@ -437,13 +430,7 @@ def _url(settings: ProviderSettings, path: str) -> str:
 
 def _headers(settings: ProviderSettings, key: str) -> dict[str, str]:
     """The authentication headers the provider's SDK sends."""
-    if settings.kind == "anthropic":
-        return {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
-    headers = {"Authorization": f"Bearer {key}"}
-    for env, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
-        if os.environ.get(env):
-            headers[header] = os.environ[env]
-    return headers
+    return kind_of(settings.kind).headers(key)
 
 
 def _client(settings: ProviderSettings, key: str, timeout_s: float) -> httpx2.Client:
@@ -462,6 +449,6 @@ class _HttpStatus(Exception):
 def _list_models(settings: ProviderSettings, key: str, timeout_s: float) -> None:
     """GET the provider's models (free, authenticated); a non-2xx answer raises with its status."""
     with _client(settings, key, timeout_s) as client:
-        status = client.get(_url(settings, _MODELS_PATHS[settings.kind])).status_code
+        status = client.get(_url(settings, kind_of(settings.kind).models_path or "")).status_code
     if not 200 <= status < 300:
         raise _HttpStatus(status)

@@ -50,6 +50,7 @@ from punchline.schedulers.ledger import Ledger
 from punchline.schedulers.redis_client import connect, credentials_in_userinfo
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 from punchline.workers.logs import configure_logging
+from punchline.workers.providers.registry import kind_of
 from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
@@ -151,7 +152,8 @@ def open_simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | No
     server.start()
     for name in sim:
         p = cfg.providers[name]
-        base = server.openai_base_url if p.kind == "openai" else server.anthropic_base_url
+        api = kind_of(p.kind, record=f"providers.{name}", file=cfg.source).simulated_api
+        base = server.anthropic_base_url if api == "anthropic" else server.openai_base_url
         # the simulator needs no key: do not demand one from the environment
         cfg.providers[name] = msgspec.structs.replace(p, base_url=base, api_key_env=None, api_key_file=None)
     try:

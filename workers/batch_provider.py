@@ -3,7 +3,8 @@
 Why an interface of its own beside :mod:`punchline.workers.provider`: a batch is created once and then only
 looked at, so its client must never retry a create on its own (that is how a batch gets paid twice); the
 runner decides, after reconciling with the provider. Implementations live in
-``punchline.workers.providers.batch_openai`` and ``batch_anthropic`` and use the official SDKs, synchronously
+``punchline.workers.providers.batch_openai`` and ``batch_anthropic`` (named by their kinds' ``batches``)
+and use the official SDKs, synchronously
 (the runner lives in the driver, which waits anyway).
 
 A :class:`ProviderRequest` becomes one batch request per wire call (``wire_calls``: ``n`` single calls where
@@ -32,6 +33,7 @@ import msgspec
 
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse, joined
+from punchline.workers.providers.registry import kind_of
 
 BatchStatus = Literal["in_progress", "ended"]
 
@@ -74,7 +76,7 @@ def parts(settings: ProviderSettings, request: ProviderRequest, skip: Container[
     online call splits); parts whose custom id is in ``skip`` (answered already) are left out."""
     key = request.key()
     first = request.sample_slot * request.n
-    if request.n > 1 and (not settings.supports_n or settings.kind == "anthropic"):
+    if kind_of(settings.kind).wire_calls(settings, request.n) > 1:
         split = [Part(f"{key}-o{first + i}", first + i, 1) for i in range(request.n)]
     else:
         split = [Part(f"{key}-o{first}", first, request.n)]

@@ -32,7 +32,7 @@ from punchline.data.store import Store
 from punchline.data.stores.sentinel import is_not_shared
 from punchline.data.units import ShardOutput, ShardResults, StagePlan, shard_key
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently
-from punchline.workers.providers import IMPLEMENTATIONS
+from punchline.workers.providers import kind_of
 from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_actor_class
 
 log = structlog.get_logger("punchline.coordinator")
@@ -236,7 +236,8 @@ class ShardExecutor:
         self.ray_start = ray_start  # None: this process is connected to Ray already
         self.pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
         kinds = sorted({p.kind for p in worker_cfg.providers.values()})
-        self._warmup = ForkWarmup([*(IMPLEMENTATIONS[k] for k in kinds if k in IMPLEMENTATIONS), *warm_imports])
+        sdks = [m for k in kinds for m in kind_of(k).warm_modules()]  # each kind's module and its SDK
+        self._warmup = ForkWarmup([*sdks, *warm_imports])
 
     def start_local(self, plan: StagePlan, calls: set[str]) -> LocalStart:
         """Queue the planned stage's missing shards and start working them in this process, before Ray is up

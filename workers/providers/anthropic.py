@@ -18,11 +18,11 @@ import msgspec
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse, joined
 from punchline.workers.providers.base import (
-    CALL_PATHS,
     MalformedResponse,
     SdkProvider,
     decode_body,
 )
+from punchline.workers.providers.kinds import MESSAGES_PATH
 
 
 class AnthropicProvider(SdkProvider):
@@ -43,7 +43,7 @@ class AnthropicProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        body = await self._post(CALL_PATHS["anthropic"], message_body(request), offset=offset, where=where)
+        body = await self._post(MESSAGES_PATH, message_body(request), offset=offset, where=where)
         return message_response(where, decode_body(_message, where, body))
 
 

@@ -21,25 +21,14 @@ import msgspec
 
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.requests import ProviderRequest
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 T = TypeVar("T")
-# the path each kind of provider is called at (relative to base_url): preflight checks exactly these
-CALL_PATHS = {"openai": "/chat/completions", "anthropic": "/v1/messages"}
 CHOICE_OFFSET_HEADER = "X-Choice-Offset"  # understood by workers.fake.server; ignored by real providers
 
 
 class MalformedResponse(RetryableProviderError):
     """A 200 whose body has no usable answer (bad JSON, no choices); retried a bounded few times."""
-
-
-def wire_calls(settings: ProviderSettings, request: ProviderRequest) -> int:
-    """How many HTTP calls one ``complete(request)`` makes: ``n`` when the provider cannot return
-    ``n`` choices in one call (``supports_n = false``, or any Anthropic provider), else 1."""
-    if request.n > 1 and (not settings.supports_n or settings.kind == "anthropic"):
-        return request.n
-    return 1
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -20,11 +20,11 @@ import openai
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse, joined
 from punchline.workers.providers.base import (
-    CALL_PATHS,
     MalformedResponse,
     SdkProvider,
     decode_body,
 )
+from punchline.workers.providers.kinds import CHAT_PATH
 
 
 class OpenAICompatProvider(SdkProvider):
@@ -47,7 +47,7 @@ class OpenAICompatProvider(SdkProvider):
 
     async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
-        body = await self._post(CALL_PATHS["openai"], chat_body(request, n), offset=offset, where=where)
+        body = await self._post(CHAT_PATH, chat_body(request, n), offset=offset, where=where)
         return response_of(where, decode_body(_completion, where, body))
 
 
