@@ -8,12 +8,14 @@ is saved as docs/view.png (the README shows it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -48,8 +50,15 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
     metrics_port = free_port()
     env = {**os.environ, "HOME": str(tmp_path)}
     log = open(tmp_path / "run.out", "w")  # noqa: SIM115
+    # the demo, with every request's first attempt answered 429 (Retry-After 50 ms): the metrics count them
+    config = (ROOT / "configs/humor_demo.toml").read_text()
+    config = config.replace("../data/samples/", f"{ROOT}/data/samples/")
+    config = config.replace(
+        "[simulator]\n", "[simulator]\nfail_first_attempts = 1\nfail_status = 429\nfail_retry_after_s = 0.05\n"
+    )
+    (tmp_path / "humor_demo.toml").write_text(config)
     driver = subprocess.Popen(
-        [sys.executable, "-m", "punchline.cluster.cli", "run", str(ROOT / "configs/humor_demo.toml"),
+        [sys.executable, "-m", "punchline.cluster.cli", "run", str(tmp_path / "humor_demo.toml"),
          "--runs-dir", str(runs), "--run-id", "humor-live", "--no-progress", "--metrics-port", str(metrics_port)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -61,12 +70,20 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             assert driver.poll() is None, (tmp_path / "run.out").read_text()
             assert time.monotonic() < deadline, "the run wrote no record"
             time.sleep(0.2)
-        scraped = ""
-        while driver.poll() is None and "punchline_stage_calls_total" not in scraped:
-            try:
-                scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-            except OSError:
-                time.sleep(0.2)
+        scrapes: list[str] = []
+
+        def scrape() -> None:  # the driver's /metrics, as Prometheus would, until the run ends
+            while driver.poll() is None:
+                with contextlib.suppress(OSError):
+                    url = f"http://127.0.0.1:{metrics_port}/metrics"
+                    scrapes.append(urllib.request.urlopen(url, timeout=10).read().decode())
+                time.sleep(0.3)
+
+        scraper = threading.Thread(target=scrape, daemon=True)
+        scraper.start()
+        while driver.poll() is None and not any("punchline_stage_calls_total" in text for text in scrapes):
+            time.sleep(0.2)
+        scraped = next((text for text in scrapes if "punchline_stage_calls_total" in text), "")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -80,6 +97,16 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             assert driver.wait(timeout=60) == 0
             # the driver served its metrics while it ran
             assert 'state="running",live="true"' in scraped and "punchline_stage_calls_total" in scraped, scraped
+            scraper.join(timeout=30)
+
+            # the workers' figures of the moment: calls in flight, the 429s, and the calls' latency, per model
+            def most(name: str) -> float:
+                found = [float(v) for text in scrapes for v in re.findall(rf"^{name}{{[^}}]*}} (\S+)$", text, re.M)]
+                return max(found, default=0.0)
+
+            assert most("punchline_provider_rate_limited_total") >= 1, scrapes[-1]
+            assert most("punchline_provider_calls_in_flight") >= 1, scrapes[-1]
+            assert most("punchline_provider_call_latency_seconds_count") >= 1, scrapes[-1]
             assert seen_running or "finished" in page.inner_text("#state")
             done = page.inner_text("#stage-table")
             assert "shard_done" in page.inner_text("#log")  # the run log's last lines
@@ -92,6 +119,12 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             assert re.search(r"generate\s+100%\s+48/48", done), done
             # Humor's results on the run's page: each model's scores with their CIs, the judges' disagreements
             assert page.locator("#humor-results tr").count() == 3 and "(0." in page.inner_text("#humor-results")
+            # latency and retries per model, from the shard files: the 429s each model's calls met, its distribution
+            page.goto(f"{base}/run/humor-live/models")
+            limited = page.eval_on_selector_all("#models td.rate-limited", "tds => tds.map(t => Number(t.textContent))")
+            assert len(limited) >= 3 and sum(limited) >= 48, limited  # every generate request met one 429 at first
+            assert page.locator("#models td.dist div").count() >= 3
+            page.goto(f"{base}/run/humor-live")
             # a plot
             page.click("#artifacts a[href$='confusion.png']")
             img = page.wait_for_selector("img.plot")
