@@ -14,9 +14,7 @@ import msgspec
 
 from punchline.data.errors import ConfigError
 
-# The name of an installed provider kind: an entry point of the ``punchline.providers`` group (openai, anthropic,
-# litellm, or a plug-in's); checked against the installed kinds when a config is read (workers/providers/registry.py)
-ProviderKind = str
+ProviderKind = Literal["openai", "anthropic"]
 
 
 Mode = Literal["online", "batch"]
@@ -39,6 +37,10 @@ class ModelSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tokens_per_minute: Annotated[
         PerMinute | None, msgspec.Meta(description="this model's own token limit, on top of the provider's")
     ] = None
+    max_concurrency: Annotated[
+        Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None,
+        msgspec.Meta(description="this model's own calls in flight, run-wide, on top of the provider's"),
+    ] = None
 
 
 class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -47,10 +49,7 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     Secrets are never part of settings: only the *name* of the env var or file that holds the key.
     """
 
-    kind: Annotated[
-        ProviderKind,
-        msgspec.Meta(min_length=1, description="the API it speaks: an installed kind (openai, anthropic, litellm...)"),
-    ] = "openai"
+    kind: Annotated[ProviderKind, msgspec.Meta(description="the API it speaks")] = "openai"
     base_url: Annotated[
         str | None,
         msgspec.Meta(
@@ -71,7 +70,10 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
         PerMinute | None, msgspec.Meta(description="the provider's token limit, all models, workers and runs")
     ] = None
     max_concurrency: Annotated[
-        int, msgspec.Meta(ge=1, le=10_000, description="requests one worker has in flight to this provider")
+        int,
+        msgspec.Meta(
+            ge=1, le=10_000, description="calls in flight to this provider at once, run-wide (every worker, every node)"
+        ),
     ] = 8
     timeout_s: Annotated[float, msgspec.Meta(ge=0.001, le=86_400.0, description="one request's timeout")] = 60.0
     max_retries: Annotated[

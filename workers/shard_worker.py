@@ -47,6 +47,7 @@ from punchline.data.units import (
     shard_key,
 )
 from punchline.schedulers.budget import estimate_request_cost, usage_field
+from punchline.schedulers.inflight import RunWideSlots
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoClaim
 from punchline.schedulers.ledger import StageKeys
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
@@ -225,6 +226,8 @@ class ShardProcessor:
         self.driver = DriverWatch(leases.r, cfg.run_id, cfg.driver_claim)
         self.ledger_wait_s = LEDGER_WAIT_S  # how long an unreachable ledger is waited for (claims and units)
         self.drain_s = drain_bound_s(cfg.providers)
+        # the providers' max_concurrency, run-wide: a place under it is taken right before each call
+        self.run_wide = RunWideSlots(leases.r, cfg.providers, owner=worker_id, ttl_ms=cfg.lease_ms, namespace=namespace)
         self.stats = CallStats()  # calls in flight and 429s now, published for the driver's /metrics
 
     def _runner(self, stage: str = "") -> UnitRunner:
@@ -352,6 +355,7 @@ class _StageRun:
         try:
             await self._claim_loop()
             await self._finish()
+            await self.p.run_wide.flushed()  # the last places given back reach Redis before the work call ends
         finally:
             for task in (heartbeat, watch, stats):
                 task.cancel()
@@ -455,7 +459,7 @@ class _StageRun:
     async def _unit(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None) -> UnitResult:
         """A unit counts against the window until its call is done (not until its answer is committed:
         the group commit that follows needs no call slot)."""
-        slot = Slot(self.slots, self._unit_done, calls=self.calls)
+        slot = Slot(self.slots, self._unit_done, calls=self.calls, run_wide=self.p.run_wide)
         try:
             if cached is None:
                 await slot.take()
@@ -560,6 +564,15 @@ class _StageRun:
                 self.log.error("heartbeat_failed", error=f"{type(exc).__name__}: {exc}")
                 continue
             lost_requests, lost_shards = self.p.held.really_lost(lost_requests, lost_shards)
+            try:  # the run-wide places of the calls in flight (they lapse after lease_ms without it)
+                lost_places = await self.p.run_wide.renew()
+            except LedgerUnavailable:
+                lost_places = 0
+            except Exception as exc:  # a bug here must not stop the heartbeat either
+                self.log.error("heartbeat_failed", error=f"{type(exc).__name__}: {exc}")
+                lost_places = 0
+            if lost_places:
+                self.log.warning("inflight_places_lost", places=lost_places)
             for g in lost_requests:
                 self.log.warning("lease_lost", key=g.key)
             for c in lost_shards:

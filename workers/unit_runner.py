@@ -49,6 +49,7 @@ from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import CachedResponse, ResponseCache
 from punchline.data.response_spool import ResponseSpool
 from punchline.data.units import ShardUsage, UnitResult, UnitSpec
+from punchline.schedulers.inflight import RunWideSlots, Ticket
 from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
 from punchline.workers.driver_watch import DriverGone
@@ -87,6 +88,10 @@ class Slot:
     given up as soon as the answer is in hand (the group commit that follows needs neither). Giving them up
     twice is harmless.
 
+    ``run_wide``: after the worker's call slot, the unit takes a place under its provider's (and model's)
+    run-wide bound (:mod:`punchline.schedulers.inflight`), and gives it up as soon as its call returns or
+    pauses for a retry's backoff.
+
     ``on_free`` tells the worker the unit no longer counts against its window (it may claim more); it is
     called once, when the slot is freed or when the unit first steps aside. The slot also carries what the
     unit's call took (``latency_s``, ``retries``) to its :class:`UnitResult`."""
@@ -96,10 +101,14 @@ class Slot:
         limit: asyncio.Semaphore | None = None,
         on_free: Callable[[], None] | None = None,
         calls: asyncio.Semaphore | None = None,
+        run_wide: RunWideSlots | None = None,
     ) -> None:
         self.limit = limit
         self.on_free = on_free
         self.calls = calls
+        self.run_wide = run_wide
+        self.scope: tuple[str, str] | None = None  # (provider, model) of the unit's call
+        self.ticket: Ticket | None = None  # its place under the run-wide bound, while it calls
         self.held = False
         self.calling = False
         self.freed = False
@@ -112,18 +121,29 @@ class Slot:
             await self.limit.acquire()
             self.held = True
 
-    async def call(self) -> None:
-        """Wait for a call slot (the unit holds its lease by now)."""
+    async def call(self, provider: str | None = None, model: str | None = None) -> None:
+        """Wait for a call slot (the unit holds its lease by now), then for a run-wide place of (provider, model)."""
+        if provider is not None and model is not None:
+            self.scope = (provider, model)
         if self.calls is not None and not self.calling and not self.freed:
             await self.calls.acquire()
             self.calling = True
+        if self.run_wide is not None and self.scope is not None and self.ticket is None and not self.freed:
+            self.ticket = await self.run_wide.take(*self.scope)
+
+    def called(self) -> None:
+        """The call returned: its run-wide place goes to the next call at once (the unit's commit needs none)."""
+        if self.ticket is not None and self.run_wide is not None:
+            self.run_wide.give(self.ticket)
+        self.ticket = None
 
     async def pause(self, delay_s: float) -> None:
-        """Wait out a retry's backoff without the call slot (another unit calls meanwhile), then take one again."""
-        calling = self.calling
-        if calling and self.calls is not None:
+        """Wait out a retry's backoff without the call slots (another unit calls meanwhile), then take them again."""
+        calling = self.calling or self.ticket is not None
+        if self.calling and self.calls is not None:
             self.calls.release()
             self.calling = False
+        self.called()
         await asyncio.sleep(delay_s)
         if calling:
             await self.call()
@@ -145,6 +165,7 @@ class Slot:
             self.limit.release()
         if self.calling and self.calls is not None:
             self.calls.release()
+        self.called()
         self.held = self.calling = False
 
     def _uncount(self) -> None:
@@ -344,8 +365,9 @@ class UnitRunner:
                 return hit
             if grant.wait_s > 0:  # the rate-limit slot reserved with the lease
                 await asyncio.sleep(grant.wait_s)
-            await slot.call()
+            await slot.call(unit.request.provider, unit.request.model)
             response = await self._call_validated(unit, usage, slot, slot_reserved=rate is not None)
+            slot.called()
             if self.commits.has_room():  # the answer is in hand: the next unit may call while it is stored
                 slot.free()
             actual = self._cost(unit, response)

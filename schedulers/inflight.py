@@ -1,0 +1,287 @@
+"""One bound on calls in flight for every worker on every node: a counting semaphore in Redis per provider
+(and per model where one sets its own).
+
+``max_concurrency`` of a ``[providers.<name>]`` table is how many calls that provider has in flight at once
+across the whole run (every worker, the driver's own and Ray's, on every node; and every run sharing the
+ledger, as the rate limit): a provider's concurrency limit is a fact of the account, set once. A model may set
+its own ``max_concurrency`` too; a call of it then needs a place under both.
+
+**Slots that expire.** Each scope is a sorted set of holder tokens scored by when they expire (Redis' own
+clock). Taking a slot is one Lua script that first drops the expired tokens, then adds the caller's if the
+set has room (in every scope of the call at once, or in none). The worker's heartbeat renews the tokens it
+holds, as it renews its leases, so a worker killed mid-call gives its slots back when their ``ttl_ms`` (the
+run's ``lease_ms``) runs out: a crash never leaks a slot for longer than a lease.
+
+**Few round trips.** A slot a unit gives back goes straight to the next unit of the same worker waiting for
+the same scope (no Redis call); only a slot nobody in the worker waits for goes back to Redis, batched with
+the others given back in the same turn of the event loop. A worker's waiting units share one poller per
+scope, which asks for as many slots as there are waiters in one round trip and, when the scope is full
+(other workers hold it), polls again after a backoff (``POLL_FIRST_S`` doubling to ``POLL_MAX_S``, jittered):
+one request per worker and scope at most every few ms, however many units wait. Slots are therefore not
+shared out evenly between workers (a busy worker keeps handing its slots to its own units); the bound is.
+
+Redis unreachable -> :class:`~punchline.data.errors.LedgerUnavailable` (no slot, no call: fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+import redis.asyncio
+import structlog
+
+from punchline.data.provider_settings import ProviderSettings
+from punchline.schedulers.ledger import ledger_errors
+
+log = structlog.get_logger("punchline.inflight")
+
+POLL_FIRST_S = 0.002  # a full scope is asked again after this long, doubling
+POLL_MAX_S = 0.05  # up to this (a slot freed by another worker idles at most about this long)
+
+# KEYS: the scopes' sorted sets ; ARGV: ttl_ms, count wanted, then one limit per key, then `count` tokens
+# -> how many of the tokens were added (to every key), in order
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local room = tonumber(ARGV[2])
+for i, key in ipairs(KEYS) do
+  local lapsed = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, 1000)
+  if #lapsed > 0 then redis.call('ZREM', key, unpack(lapsed)) end
+  local free = tonumber(ARGV[2 + i]) - redis.call('ZCARD', key)
+  if free < room then room = free end
+end
+if room <= 0 then return 0 end
+local first = 2 + #KEYS
+for _, key in ipairs(KEYS) do
+  for j = 1, room do redis.call('ZADD', key, now + ttl, ARGV[first + j]) end
+  redis.call('PEXPIRE', key, ttl)
+end
+return room
+"""
+
+# KEYS: the scopes' sorted sets ; ARGV: tokens
+_GIVE = """
+for _, key in ipairs(KEYS) do redis.call('ZREM', key, unpack(ARGV)) end
+return 1
+"""
+
+# KEYS: the scopes' sorted sets ; ARGV: ttl_ms, tokens -> how many tokens were still held (in the first key)
+_RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local held = 0
+for i, key in ipairs(KEYS) do
+  for j = 2, #ARGV do
+    local n = redis.call('ZADD', key, 'XX', 'CH', now + ttl, ARGV[j])
+    if i == 1 then held = held + n end
+  end
+  redis.call('PEXPIRE', key, ttl)
+end
+return held
+"""
+
+
+class Bound(msgspec.Struct, frozen=True):
+    """The run-wide bounds of one (provider, model): Redis keys and their limits, provider's first."""
+
+    keys: tuple[str, ...]
+    limits: tuple[int, ...]
+
+
+def bounds_of(settings: ProviderSettings, provider: str, model: str, namespace: str = "pl") -> Bound:
+    """The provider's ``max_concurrency``, plus the model's own when its entry sets one."""
+    base = f"{namespace}:inflight:{provider}"
+    keys, limits = [base], [settings.max_concurrency]
+    m = settings.price(model)
+    if m is not None and m.max_concurrency is not None:
+        keys.append(f"{base}:m:{model}")
+        limits.append(m.max_concurrency)
+    return Bound(tuple(keys), tuple(limits))
+
+
+class Ticket(msgspec.Struct, frozen=True):
+    """A held slot: present it to :meth:`RunWideSlots.give`."""
+
+    scope: tuple[str, str]  # (provider, model)
+    token: str
+
+
+class _Scope:
+    """A worker's side of one (provider, model): the tokens it holds and its units waiting for one."""
+
+    def __init__(self, bound: Bound) -> None:
+        self.bound = bound
+        self.held: set[str] = set()
+        self.waiters: deque[asyncio.Future[Ticket]] = deque()
+        self.poller: asyncio.Task[None] | None = None
+        self.giving: list[str] = []  # given back, not yet sent to Redis
+
+
+class RunWideSlots:
+    """A worker's client of the run-wide bounds (one per worker, over its ``redis.asyncio`` client).
+
+    ``take`` waits for a place in every bound of a (provider, model); ``give`` hands it to the next unit of
+    this worker waiting for the same, else back to Redis. ``renew`` (the worker's heartbeat) keeps the held
+    tokens from expiring while their calls run. A provider this client was not told about is not bounded."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        providers: Mapping[str, ProviderSettings],
+        *,
+        owner: str,
+        ttl_ms: int,
+        namespace: str = "pl",
+    ) -> None:
+        self.r = client
+        self.providers = dict(providers)
+        self.owner = owner
+        self.ttl_ms = ttl_ms
+        self.ns = namespace
+        self._take = client.register_script(_TAKE)
+        self._give = client.register_script(_GIVE)
+        self._renew = client.register_script(_RENEW)
+        self._scopes: dict[tuple[str, str], _Scope | None] = {}
+        self._serial = itertools.count(1)
+        self._flushing: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _scope(self, provider: str, model: str) -> _Scope | None:
+        key = (provider, model)
+        if key not in self._scopes:
+            settings = self.providers.get(provider)
+            self._scopes[key] = None if settings is None else _Scope(bounds_of(settings, provider, model, self.ns))
+        return self._scopes[key]
+
+    def bounded(self, provider: str, model: str) -> bool:
+        return self._scope(provider, model) is not None
+
+    def held(self) -> int:
+        """Slots this worker holds right now (its calls in flight, and those handed on)."""
+        return sum(len(s.held) for s in self._scopes.values() if s is not None)
+
+    async def take(self, provider: str, model: str) -> Ticket | None:
+        """Wait for a slot of (provider, model); None when nothing bounds it."""
+        scope = self._scope(provider, model)
+        if scope is None:
+            return None
+        fut: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
+        scope.waiters.append(fut)
+        if scope.poller is None or scope.poller.done():
+            scope.poller = asyncio.create_task(self._poll((provider, model), scope))
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.give(fut.result())  # handed to us as we were cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    scope.waiters.remove(fut)
+            raise
+
+    async def _poll(self, name: tuple[str, str], scope: _Scope) -> None:
+        """Ask Redis for as many slots as units wait; when the scope is full, again after a backoff."""
+        delay = POLL_FIRST_S
+        while True:
+            while scope.waiters and scope.waiters[0].done():
+                scope.waiters.popleft()
+            if not scope.waiters:
+                return
+            tokens = [f"{self.owner}#{next(self._serial)}" for _ in scope.waiters]
+            try:
+                with ledger_errors():
+                    got = int(
+                        await self._take(
+                            keys=list(scope.bound.keys),
+                            args=[self.ttl_ms, len(tokens), *scope.bound.limits, *tokens],
+                        )
+                    )
+            except Exception as exc:  # every waiter hears it (LedgerUnavailable: the unit waits it out)
+                for fut in scope.waiters:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                scope.waiters.clear()
+                return
+            for token in tokens[:got]:
+                scope.held.add(token)
+                if not self._hand(name, scope, token):  # its unit stopped waiting meanwhile
+                    self.give(Ticket(name, token))
+            if got:
+                delay = POLL_FIRST_S
+                continue
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, POLL_MAX_S)
+
+    def _hand(self, name: tuple[str, str], scope: _Scope, token: str) -> bool:
+        """Give a held token to the first unit still waiting; False if none waits."""
+        while scope.waiters:
+            fut = scope.waiters.popleft()
+            if not fut.done():
+                fut.set_result(Ticket(name, token))
+                return True
+        return False
+
+    def give(self, ticket: Ticket | None) -> None:
+        """Give a slot up (never waits): to this worker's next unit waiting for it, else back to Redis soon."""
+        if ticket is None:
+            return
+        scope = self._scope(*ticket.scope)
+        if scope is None or ticket.token not in scope.held:
+            return
+        if self._hand(ticket.scope, scope, ticket.token):
+            return
+        scope.held.discard(ticket.token)
+        scope.giving.append(ticket.token)
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        """Send the tokens given back this turn of the event loop in one round trip. If Redis cannot take
+        them, they expire by themselves within ``ttl_ms``."""
+        await asyncio.sleep(0)
+        while True:  # until none is left: more are given back while a round trip is on its way
+            pipe = self.r.pipeline(transaction=False)
+            n = 0
+            for scope in self._scopes.values():
+                if scope is not None and scope.giving:
+                    tokens, scope.giving = scope.giving, []
+                    await self._give(keys=list(scope.bound.keys), args=tokens, client=pipe)
+                    n += 1
+            if not n:
+                return
+            try:
+                with ledger_errors():
+                    await pipe.execute()
+            except Exception as exc:
+                log.warning("inflight_give_failed", error=f"{type(exc).__name__}: {exc}")
+
+    async def flushed(self) -> None:
+        """Wait until the places given back so far have reached Redis (a worker's work call ends with it)."""
+        while self._flushing is not None and not self._flushing.done():
+            await asyncio.shield(self._flushing)
+
+    async def renew(self) -> int:
+        """Extend every held token by ``ttl_ms`` (one round trip); returns how many Redis no longer had (their
+        holder stalled past ``ttl_ms``: the bound may have been exceeded by that many meanwhile)."""
+        groups = [(s, sorted(s.held)) for s in self._scopes.values() if s is not None and s.held]
+        if not groups:
+            return 0
+        pipe = self.r.pipeline(transaction=False)
+        for scope, tokens in groups:
+            await self._renew(keys=list(scope.bound.keys), args=[self.ttl_ms, *tokens], client=pipe)
+        with ledger_errors():
+            results: Sequence[Any] = await pipe.execute()
+        lost = 0
+        for (scope, tokens), renewed in zip(groups, results, strict=True):
+            # a token given back while the renewal ran is not lost; nor one renewed (CH counts a changed score)
+            lost += max(0, len([t for t in tokens if t in scope.held]) - int(renewed))
+        return lost
