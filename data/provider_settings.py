@@ -14,7 +14,9 @@ import msgspec
 
 from punchline.data.errors import ConfigError
 
-ProviderKind = Literal["openai", "anthropic"]
+# The name of an installed provider kind: an entry point of the ``punchline.providers`` group (openai, anthropic,
+# litellm, or a plug-in's); checked against the installed kinds when a config is read (workers/providers/registry.py)
+ProviderKind = str
 
 
 Mode = Literal["online", "batch"]
@@ -49,7 +51,10 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     Secrets are never part of settings: only the *name* of the env var or file that holds the key.
     """
 
-    kind: Annotated[ProviderKind, msgspec.Meta(description="the API it speaks")] = "openai"
+    kind: Annotated[
+        ProviderKind,
+        msgspec.Meta(min_length=1, description="the API it speaks: an installed kind (openai, anthropic, litellm...)"),
+    ] = "openai"
     base_url: Annotated[
         str | None,
         msgspec.Meta(
