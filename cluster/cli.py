@@ -23,9 +23,11 @@ FIRST_COMMANDS = ("run", "init", "jobs")  # the engine's own families lead `punc
 
 
 def command_modules() -> list[str]:
-    """Every module under ``cluster/commands`` (each registers its family of sub-commands)."""
+    """Every module under ``cluster/commands``, then every installed pipeline's command module (each registers its
+    family of sub-commands)."""
     found = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
-    return [*FIRST_COMMANDS, *(n for n in found if n not in FIRST_COMMANDS)]
+    plugins = sorted({c.module for c in commands.index().values() if "." in c.module})
+    return [*FIRST_COMMANDS, *(n for n in found if n not in FIRST_COMMANDS), *plugins]
 
 
 class _Version(argparse.Action):
@@ -58,16 +60,16 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     if command is not None:
-        modules = [commands.INDEX[command].module]
+        modules = [commands.index()[command].module]
     else:
         modules = [] if lazy else command_modules()
     registered: set[str] = set()
     for name in modules:
-        module = importlib.import_module(f"punchline.cluster.commands.{name}")
+        module = importlib.import_module(commands.module_path(name))
         module.register(sub)
         registered |= set(sub.choices)
     order = {m: i for i, m in enumerate(command_modules())}
-    for name, entry in sorted(commands.INDEX.items(), key=lambda kv: order.get(kv[1].module, len(order))):
+    for name, entry in sorted(commands.index().items(), key=lambda kv: order.get(kv[1].module, len(order))):
         if name not in registered:
             sub.add_parser(name, help=entry.help, add_help=False)
     return parser
@@ -76,7 +78,7 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
 def _command_of(argv: Sequence[str]) -> str | None:
     """The sub-command named in ``argv`` (the first word that is not an option), if the index knows it."""
     word = next((a for a in argv if not a.startswith("-")), None)
-    return word if word in commands.INDEX else None
+    return word if word in commands.index() else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,6 +30,8 @@ FLOORS: dict[str, int] = {
     "punchline.cluster.planner": 4,
     "punchline.cluster.run_checks": 4,
     "punchline.cluster.pipelines": 4,
+    "punchline.cluster.pipelines.puns.commands": 5,  # a pipeline's own command family (`punchline puns ...`)
+    "punchline.cluster.pipelines.humor.commands": 5,
     "punchline.cluster.runs": 4,  # a run's record and the list of runs (commands print them)
     "punchline.cluster.status": 4,
     "punchline.cluster.retry_failed": 4,

@@ -9,6 +9,10 @@ line is spelled once; ``tests/cluster/test_cli.py`` checks that every module reg
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
+import importlib.metadata
+import warnings
 from typing import NamedTuple, TypeAlias
 
 #: what ``build_parser`` hands each command family's ``register``: ``add_parser`` makes one sub-command
@@ -16,7 +20,7 @@ Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class Command(NamedTuple):
-    module: str  # the module under punchline.cluster.commands that registers it
+    module: str  # the module that registers it: a name under punchline.cluster.commands, or a pipeline's (dotted)
     help: str  # the line `punchline --help` shows
 
 
@@ -33,17 +37,38 @@ INDEX: dict[str, Command] = {
     "stop": Command("jobs", "stop a submitted run (resume it later with submit --run-id)"),
     "delete": Command("jobs", "delete a finished job from the cluster's job list"),
     "batches": Command("batches", "a run's provider batches: state, request counts, age; --cancel cancels them"),
-    "humor": Command("humor", "Humor benchmark (MERA): validate data, score answers, run a model"),
     "fake-provider": Command("providers", "serve the simulated LLM provider (OpenAI + Anthropic APIs) on 127.0.0.1"),
-    "import-legacy": Command(
-        "providers", "load upstream checkpoints (completions, verdicts, cloze answers) into the response cache"
-    ),
-    "puns": Command("puns", "Puns 205: validate, rank (tiers), build cloze tests, score cloze answers"),
     "settings": Command(
         "settings", "every config key and environment variable: type, default, range, description (markdown)"
     ),
     "view": Command("view", "a local web page: runs, a run's progress and artifacts, every unit's answers"),
 }
+
+
+#: the entry-point group a package declares its pipelines' commands in: ``<name> = "package.module:COMMANDS"``, a dict
+#: of command -> (the module that registers it, its one-line help) in a module light enough for ``--help`` to import
+COMMANDS_GROUP = "punchline.commands"
+
+
+@functools.cache
+def index() -> dict[str, Command]:
+    """Every command: the engine's (:data:`INDEX`) and every installed package's (:data:`COMMANDS_GROUP`: the
+    built-in pipelines' too); a plug-in's that cannot be read is left out with a warning, and never shadows ours."""
+    out = dict(INDEX)
+    for ep in importlib.metadata.entry_points(group=COMMANDS_GROUP):
+        try:
+            table = ep.load()
+            found = {name: Command(module, line) for name, (module, line) in table.items()}
+        except Exception as exc:  # a broken plug-in must not take the whole CLI down
+            warnings.warn(f"punchline: commands of {ep.value!r} not loaded: {exc}", stacklevel=2)
+            continue
+        out.update({name: command for name, command in found.items() if name not in INDEX})
+    return out
+
+
+def module_path(module: str) -> str:
+    """The importable name of a command module (``run`` -> ``punchline.cluster.commands.run``)."""
+    return module if "." in module else f"punchline.cluster.commands.{module}"
 
 
 def summary(name: str) -> str:

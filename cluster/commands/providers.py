@@ -1,5 +1,4 @@
-"""``punchline fake-provider`` (the offline simulated provider as a foreground server) and
-``punchline import-legacy`` (upstream checkpoints into the response cache)."""
+"""``punchline fake-provider``: the offline simulated provider as a foreground server."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import ipaddress
 
 from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.commands import summary
-from punchline.cluster.pipelines.puns.legacy import import_legacy_files
 from punchline.data.errors import ConfigError
 from punchline.workers.fake.checks import server_config
 from punchline.workers.fake.server import FakeProviderServer
@@ -35,25 +33,6 @@ def register(sub: Subcommands) -> None:
     )
     p.set_defaults(func=cmd_fake_provider)
 
-    i = sub.add_parser(
-        "import-legacy",
-        help=summary("import-legacy"),
-        description="Store upstream's recorded answers in the response cache under the exact request keys a "
-        "puns run computes, so that run re-pays for nothing and reproduces upstream's files: every completion "
-        "of raw_completions.json, with --classified the judge verdicts of classified_completions.json, with "
-        "--cloze the recorded cloze answers (cloze_benchmark_raw.json) of the tests in --tests. Provider and "
-        "model ids come from --config (its [puns.collect], [puns.classify] and [puns.evaluate] tables; the "
-        "classify prompts are built from the config's jokes and lists, as the run builds them) or default to "
-        "upstream's: Together.ai Llama models and claude-sonnet-4-20250514 on provider 'anthropic'.",
-    )
-    i.add_argument("--raw", help="upstream raw_completions.json")
-    i.add_argument("--classified", help="upstream classified_completions.json (the classify stage; needs --raw)")
-    i.add_argument("--cloze", help="upstream cloze_benchmark_raw.json: recorded answers to the tests in --tests")
-    i.add_argument("--tests", help="the cloze tests file the --cloze answers respond to (keys by position)")
-    i.add_argument("--store", required=True, help="checkpoint store: a folder or s3://bucket/prefix")
-    i.add_argument("--config", help="the run config whose requests should hit the imported answers")
-    i.set_defaults(func=cmd_import_legacy)
-
 
 def cmd_fake_provider(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
@@ -71,12 +50,4 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
         server.serve_forever(on_ready=lambda url: print(f"fake provider listening on {url}", flush=True))
     except KeyboardInterrupt:
         print("fake provider stopped", flush=True)
-    return 0
-
-
-def cmd_import_legacy(args: argparse.Namespace) -> int:
-    report = import_legacy_files(
-        args.raw, args.classified, args.store, config_path=args.config, cloze_path=args.cloze, tests_path=args.tests
-    )
-    print(report.describe(args.store))
     return 0

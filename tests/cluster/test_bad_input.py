@@ -835,14 +835,21 @@ for argv_tail, expect in [
     (["--port", "70000"], "--port"),
     (["--port", "-1"], "--port"),
     (["--host", "not-an-ip"], "--host"),
-    (["--puns", "/nonexistent/p.json"], "/nonexistent/p.json"),
-    (["--humor", "/nonexistent/h.json"], "/nonexistent/h.json"),
+    (["--answer-key", "puns=/nonexistent/p.json"], "/nonexistent/p.json"),
+    (["--answer-key", "humor"], "PIPELINE=FILE"),
 ]:
 
     def _fake(ws: Workspace, tail: list[str] = argv_tail) -> list[str]:
         return ["fake-provider", *tail]
 
     case(f"fake-provider {' '.join(argv_tail)}", expect)(_fake)
+
+
+def _fake_unknown_pipeline(ws: Workspace) -> list[str]:
+    return ["fake-provider", "--answer-key", f"nope={ws.write('key.json', '[]')}"]
+
+
+case("fake-provider --answer-key of no pipeline", "pipeline_knobs.nope")(_fake_unknown_pipeline)
 
 for label, text, expect in [
     ("malformed", "error_503_rate = = 1", ("knobs.toml", "malformed TOML")),

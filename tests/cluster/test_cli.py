@@ -16,19 +16,28 @@ from punchline.cluster.cli import build_parser, command_modules, main, package_v
 def _registered(module: str) -> dict[str, str | None]:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    importlib.import_module(f"punchline.cluster.commands.{module}").register(sub)
+    importlib.import_module(commands.module_path(module)).register(sub)
     return {a.dest: a.help for a in sub._choices_actions}
 
 
 def test_the_index_names_every_command_of_every_module_with_its_help() -> None:
     seen: dict[str, str | None] = {}
+    index = commands.index()
     for module in command_modules():
         for name, help_text in _registered(module).items():
-            assert name in commands.INDEX, f"{module} registers {name!r}, which the index lacks"
-            assert commands.INDEX[name].module == module, f"the index puts {name!r} in {commands.INDEX[name].module}"
-            assert help_text == commands.INDEX[name].help, f"{module}'s {name!r} spells its own help line"
+            assert name in index, f"{module} registers {name!r}, which the index lacks"
+            assert index[name].module == module, f"the index puts {name!r} in {index[name].module}"
+            assert help_text == index[name].help, f"{module}'s {name!r} spells its own help line"
             seen[name] = help_text
-    assert set(seen) == set(commands.INDEX), f"index entries no module registers: {set(commands.INDEX) - set(seen)}"
+    assert set(seen) == set(index), f"index entries no module registers: {set(index) - set(seen)}"
+
+
+def test_the_pipelines_commands_come_from_their_entry_points() -> None:
+    """`punchline puns`, `humor` and `import-legacy` are the built-in pipelines' own, found as a plug-in's are."""
+    index = commands.index()
+    assert not {"puns", "humor", "import-legacy"} & set(commands.INDEX)
+    assert index["puns"].module == index["import-legacy"].module == "punchline.cluster.pipelines.puns.commands"
+    assert index["humor"].module == "punchline.cluster.pipelines.humor.commands"
 
 
 def test_the_whole_parser_still_parses_every_command() -> None:
@@ -49,6 +58,8 @@ def _modules_after(argv: list[str]) -> set[str]:
 def test_help_imports_no_command_module_and_no_heavy_library() -> None:
     loaded = _modules_after(["--help"])
     assert not {m for m in loaded if m.startswith("punchline.cluster.commands.")}
+    light = {f"punchline.cluster.pipelines.{p}{cli}" for p in ("puns", "humor") for cli in ("", ".cli")}
+    assert {m for m in loaded if m.startswith("punchline.cluster.pipelines.")} <= light  # their index, no stage
     heavy = {"ray", "redis", "structlog", "rich", "openai", "anthropic", "boto3", "matplotlib", "pyarrow", "jinja2"}
     assert not heavy & {m.partition(".")[0] for m in loaded}
 
@@ -71,7 +82,7 @@ def test_help_lists_every_command(capsys: object) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "punchline", "--help"], capture_output=True, text=True, timeout=120, check=True
     ).stdout
-    for name in commands.INDEX:
+    for name in commands.index():
         assert name in out
 
 

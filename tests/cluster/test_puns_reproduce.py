@@ -18,8 +18,8 @@ import msgspec
 import pytest
 
 from punchline.cluster.cli import main
-from punchline.cluster.commands.puns import render_reproduction
 from punchline.cluster.config import load_config
+from punchline.cluster.pipelines.puns.commands import render_reproduction
 from punchline.cluster.pipelines.puns.reproduce import (
     ModelShift,
     Reproduction,

@@ -2,8 +2,5 @@
 (:mod:`.pipeline`) and its simulated answers (:mod:`.simulate`); the data code is ``data/puns/curation.py``.
 
 Registered through punchline's own ``punchline.pipelines`` entry points, as a plug-in is; the engine imports none of
-this package."""
-
-from punchline.cluster.pipelines.curate.pipeline import PIPELINE
-
-__all__ = ["PIPELINE"]
+this package. Importing the package itself is light (``punchline --help`` reads its ``cli``
+module); the entry point names its ``pipeline`` module's ``PIPELINE``."""

@@ -2,8 +2,5 @@
 its simulated answers (:mod:`.simulate`). The data code (loaders, parser, judges, metrics) is ``data/humor/``.
 
 Registered through punchline's own ``punchline.pipelines`` entry points, as a plug-in is; the engine imports none of
-this package."""
-
-from punchline.cluster.pipelines.humor.pipeline import PIPELINE, HumorSettings
-
-__all__ = ["PIPELINE", "HumorSettings"]
+this package. Importing the package itself is light (``punchline --help`` reads its ``cli``
+module); the entry point names its ``pipeline`` module's ``PIPELINE``."""

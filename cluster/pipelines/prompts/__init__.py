@@ -2,8 +2,5 @@
 (:mod:`.pipeline`); the data code (settings, rows, templates, parsers, outputs) is ``data/prompts/``.
 
 Registered through punchline's own ``punchline.pipelines`` entry points, as a plug-in is; the engine imports none of
-this package."""
-
-from punchline.cluster.pipelines.prompts.pipeline import PIPELINE
-
-__all__ = ["PIPELINE"]
+this package. Importing the package itself is light (``punchline --help`` reads its ``cli``
+module); the entry point names its ``pipeline`` module's ``PIPELINE``."""

@@ -3,8 +3,5 @@ answers (:mod:`.simulate`), the reproduction of upstream's files (:mod:`.reprodu
 code it builds on (jokes, tiers, cloze tests) is on the ground floor, ``data/puns/``.
 
 Registered through punchline's own ``punchline.pipelines`` entry points, as a plug-in is; the engine imports none of
-this package."""
-
-from punchline.cluster.pipelines.puns.pipeline import PIPELINE
-
-__all__ = ["PIPELINE"]
+this package. Importing the package itself is light (``punchline --help`` reads its ``cli``
+module); the entry point names its ``pipeline`` module's ``PIPELINE``."""

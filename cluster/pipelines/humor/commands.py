@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
-from punchline.cluster.commands import summary
 from punchline.cluster.config import load_config
+from punchline.cluster.pipelines.humor.cli import summary
 from punchline.cluster.pipelines.humor.pipeline import PIPELINE, submission_of_run
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError

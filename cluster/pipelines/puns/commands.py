@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 
 from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
-from punchline.cluster.commands import summary
+from punchline.cluster.pipelines.puns.cli import summary
+from punchline.cluster.pipelines.puns.legacy import import_legacy_files
 from punchline.cluster.pipelines.puns.reproduce import (
     Reproduction,
     UpstreamFiles,
@@ -27,6 +28,12 @@ from punchline.data.puns.tiers import tier_counts
 
 
 def register(sub: Subcommands) -> None:
+    """``punchline puns ...`` and ``punchline import-legacy``."""
+    _register_puns(sub)
+    _register_import_legacy(sub)
+
+
+def _register_puns(sub: Subcommands) -> None:
     puns = sub.add_parser(
         "puns",
         help=summary("puns"),
@@ -212,3 +219,32 @@ def render_reproduction(r: Reproduction, upstream: UpstreamFiles) -> str:
         )
     lines += ["", f"- context-effect table {ok(bool(r.table_match))}"]
     return "\n".join(lines)
+
+
+def _register_import_legacy(sub: Subcommands) -> None:
+    i = sub.add_parser(
+        "import-legacy",
+        help=summary("import-legacy"),
+        description="Store upstream's recorded answers in the response cache under the exact request keys a "
+        "puns run computes, so that run re-pays for nothing and reproduces upstream's files: every completion "
+        "of raw_completions.json, with --classified the judge verdicts of classified_completions.json, with "
+        "--cloze the recorded cloze answers (cloze_benchmark_raw.json) of the tests in --tests. Provider and "
+        "model ids come from --config (its [puns.collect], [puns.classify] and [puns.evaluate] tables; the "
+        "classify prompts are built from the config's jokes and lists, as the run builds them) or default to "
+        "upstream's: Together.ai Llama models and claude-sonnet-4-20250514 on provider 'anthropic'.",
+    )
+    i.add_argument("--raw", help="upstream raw_completions.json")
+    i.add_argument("--classified", help="upstream classified_completions.json (the classify stage; needs --raw)")
+    i.add_argument("--cloze", help="upstream cloze_benchmark_raw.json: recorded answers to the tests in --tests")
+    i.add_argument("--tests", help="the cloze tests file the --cloze answers respond to (keys by position)")
+    i.add_argument("--store", required=True, help="checkpoint store: a folder or s3://bucket/prefix")
+    i.add_argument("--config", help="the run config whose requests should hit the imported answers")
+    i.set_defaults(func=cmd_import_legacy)
+
+
+def cmd_import_legacy(args: argparse.Namespace) -> int:
+    report = import_legacy_files(
+        args.raw, args.classified, args.store, config_path=args.config, cloze_path=args.cloze, tests_path=args.tests
+    )
+    print(report.describe(args.store))
+    return 0
