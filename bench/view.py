@@ -7,7 +7,8 @@ file per shard as a worker writes it, a stage manifest): one ``generate`` stage 
 prompts (``generate/r<row>/m<model>``, three samples each, 1% of the units failed), then starts ``punchline
 view`` on it in a process of its own and prints: the time to open the run page, the first samples page (it
 builds the stage's index), the time per page (random pages, a model's pages, two models compared, a scan for
-failed units), ``/run/<id>/metrics`` (reads every shard file's usage once), and the server's RSS after all that.
+failed units), ``/run/<id>/metrics`` (reads every shard file's usage once), the latency-per-model page, and the
+server's RSS after all that.
 Targets (issue 31): open < 2 s, a page < 200 ms, RSS < 300 MB.
 """
 
@@ -208,6 +209,8 @@ def main() -> None:
         print(f"/metrics, first (every shard): {took * 1000:6.0f} ms")
         took, _ = fetch(f"{base}/metrics")
         print(f"/metrics, again:               {took * 1000:6.0f} ms")
+        took, _ = fetch(f"{base}/models")
+        print(f"latency per model page:        {took * 1000:6.0f} ms (the shard usages /metrics read)")
         print(f"server RSS after:              {rss_mb(proc.pid):6.0f} MB")
     finally:
         proc.terminate()
