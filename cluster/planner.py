@@ -20,7 +20,7 @@ from punchline.data.errors import ConfigError
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 from punchline.schedulers.budget import estimate_request_cost
-from punchline.workers.providers import wire_calls
+from punchline.workers.providers import kind_of, wire_calls
 
 
 class StageEstimate(msgspec.Struct, kw_only=True):
@@ -57,6 +57,14 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
         tin, tout, usd = tin + i, tout + o, usd + c
         batch_usd += c * settings.batch_price_factor
         mode = as_run[u.request.provider].mode
+        if mode == "batch" and not kind_of(settings.kind).has_batches:  # a stage's own mode asked for batches
+            raise ConfigError(
+                f'stage {stage} sends its {u.request.provider} units in batches (mode = "batch"), but kind '
+                f'{settings.kind!r} has no batch API: set the stage\'s mode = "online"',
+                file=cfg.source or None,
+                record=f"providers.{u.request.provider}",
+                field="kind",
+            )
         modes.add(mode)
         mode_usd += c * settings.batch_price_factor if mode == "batch" else c
         calls = wire_calls(settings, u.request)

@@ -80,6 +80,18 @@ def test_a_kind_the_install_lacks_or_cannot_batch_is_one_line(
         make_batch_provider("p", ProviderSettings(kind="litellm"))
 
 
+def test_a_stage_asking_batches_of_a_kind_without_is_one_line_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _config(tmp_path, 'kind = "litellm"')
+    cfg.write_text(cfg.read_text().replace('prompt = "', 'mode = "batch"\nprompt = "'))  # [prompts] mode: the stage's
+    load_config(cfg)  # the provider's own table says online
+    assert main(["plan", str(cfg)]) == 2
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and str(cfg) in line and "providers.p" in line
+    assert "stage generate sends its p units in batches" in line and "kind 'litellm' has no batch API" in line
+
+
 ECHO_KIND = """
 from punchline.data.requests import ProviderResponse
 from punchline.workers.provider import ProviderKind
