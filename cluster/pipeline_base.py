@@ -201,12 +201,22 @@ class BasePipeline:
         return out
 
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
-        """None of its own: the simulated provider as configured."""
-        return sim
+        """The simulated provider as configured; a run's pipeline named by ``package.module:Name`` (not installed) is
+        added to the pipelines it asks for their answers (:meth:`simulate`). An override should call this."""
+        return own_simulator(cfg, sim)
 
     def simulate(self, request: SimRequest) -> str | None:
         """No simulated answers of its own: the simulated provider answers its requests generically."""
         return None
+
+
+def own_simulator(cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
+    """``sim`` with the run's own pipeline among the ones the simulated provider asks, when the config names it by
+    ``package.module:Name`` (an installed pipeline, named by its entry point, is asked anyway)."""
+    ref = cfg.run.pipeline
+    if ":" not in ref or ref in sim.simulators:
+        return sim
+    return msgspec.structs.replace(sim, simulators=[ref, *sim.simulators])
 
 
 class WithDefaults(BasePipeline):

@@ -88,6 +88,14 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format_variant_rate: Annotated[
         Rate, msgspec.Meta(description="share of answers in a variant format (quotes, case, padding)")
     ] = 0.2
+    simulators: Annotated[
+        list[Annotated[str, msgspec.Meta(min_length=3, max_length=300)]],
+        msgspec.Meta(
+            description="pipelines asked for their simulated answers besides the installed ones, as "
+            "'package.module:Name' (a run's own pipeline named so is added by itself)",
+            max_length=100,
+        ),
+    ] = []
     pipeline_knobs: Annotated[
         dict[str, dict[str, Any]],
         msgspec.Meta(

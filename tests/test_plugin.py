@@ -275,3 +275,47 @@ def test_run_simulated_names_a_run_by_its_settings_and_its_input_files_content(
     Path("rows.jsonl").write_text('{"id": 2}\n')  # an edited input is another run, not the old one's results
     assert _content_id("study", s, providers) != first
     assert _content_id("study", msgspec.structs.replace(s, models=["other"]), providers) != first
+
+
+class PingStage:
+    name = "ping"
+
+    def plan(self, ctx: plugin.StageContext) -> Iterator[plugin.UnitSpec]:
+        provider, model = plugin.resolve_model(ctx.cfg, ctx.cfg.settings.model)
+        for i in range(3):
+            request = plugin.ProviderRequest(
+                provider=provider, model=model, messages=(plugin.Message("user", f"ping {i}"),), n=2, temperature=1.0
+            )
+            yield plugin.UnitSpec(unit_id=f"{i:06d}", request=request)
+
+    def reduce(self, ctx: plugin.StageContext, results: Any) -> list[str]:
+        texts = [t for unit in sorted(results) for t in results[unit].response.texts]
+        ctx.write_artifact("texts.json", msgspec.json.encode(texts))
+        return ["texts.json"]
+
+
+class PingSettings(plugin.Settings):
+    model: plugin.Model = "sim-small"
+
+
+class Ping(plugin.Pipeline):
+    """A plug-in with simulated answers of its own, run as an object (not installed)."""
+
+    name = "ping"
+    settings_type = PingSettings
+
+    def stages(self, cfg: plugin.RunConfig) -> list[plugin.Stage]:
+        return [PingStage()]
+
+    def simulate(self, request: plugin.SimRequest) -> str | None:
+        if not request.user.startswith("ping "):
+            return None
+        return f"pong {request.user.removeprefix('ping ')}.{request.choice} {request.rng().randrange(10)}"
+
+
+def test_a_plugins_simulate_hook_answers_its_own_requests_in_run_simulated(tmp_path: Path) -> None:
+    run = plugin.run_simulated(Ping(), {}, tmp_dir=tmp_path)
+    texts = msgspec.json.decode(run.artifact("texts.json"))
+    expected = [f"pong {row}.{choice}" for row in range(3) for choice in range(2)]  # not a generic answer
+    assert [t.rsplit(" ", 1)[0] for t in texts] == expected
+    assert run.calls > 0

@@ -32,7 +32,7 @@ def check_simulator(sim: FakeConfig, file: str | None, *, prefix: str = "simulat
         )
     if sim.pipeline_knobs:  # each table decodes into its pipeline's own knobs (found only when there are some)
         try:
-            decode_knobs(find_simulators(), sim.pipeline_knobs)
+            decode_knobs(find_simulators(sim.simulators), sim.pipeline_knobs)
         except ValueError as exc:
             where, _, detail = str(exc).partition(": ")
             raise ConfigError(detail, file=file, field=f"{prefix}{where}") from None

@@ -579,9 +579,11 @@ class FakeProviderServer:
         port: int = 0,
         simulators: Sequence[Simulator] | None = None,
     ) -> None:
-        """``simulators``: the pipelines whose answers it gives (default: every installed pipeline's, found through
-        the entry points); a bad ``pipeline_knobs`` table is a ValueError naming it."""
-        self._state = _State(config or FakeConfig(), find_simulators() if simulators is None else simulators)
+        """``simulators``: the pipelines whose answers it gives (default: those ``config.simulators`` names, then
+        every installed pipeline's, found through the entry points); a bad ``pipeline_knobs`` table is a ValueError
+        naming it."""
+        config = config or FakeConfig()
+        self._state = _State(config, find_simulators(config.simulators) if simulators is None else simulators)
         self._address = (host, port)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

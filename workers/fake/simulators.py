@@ -38,20 +38,22 @@ def simulator_of(name: str, obj: object) -> Simulator | None:
     return Simulator(name, hook, knobs_type if isinstance(knobs_type, type) else None)
 
 
-def find_simulators() -> list[Simulator]:
-    """Every installed pipeline's simulator (the entry points of :data:`~punchline.data.simulator.PIPELINES_GROUP`),
-    in name order."""
-    found = []
-    for name, target in sorted(installed_pipelines().items()):
+def find_simulators(extra: Sequence[str] = ()) -> list[Simulator]:
+    """The simulators of the pipelines ``extra`` names (``package.module:Name``, in order: a run's own pipeline that
+    is not installed), then of every installed pipeline (the entry points of
+    :data:`~punchline.data.simulator.PIPELINES_GROUP`) in name order; a name is asked once, its first one."""
+    targets = [(None, ref) for ref in extra] + sorted(installed_pipelines().items())
+    found: list[Simulator] = []
+    for name, target in targets:
         module_name, _, attr = target.partition(":")
         try:
             value = getattr(importlib.import_module(module_name), attr)
             obj = value() if isinstance(value, type) else value
         except Exception as exc:  # a broken plug-in: its own run reports it; the simulator answers generically
-            warnings.warn(f"simulated provider: pipeline {name!r} ({target}) not loaded: {exc}", stacklevel=2)
+            warnings.warn(f"simulated provider: pipeline {name or target!r} ({target}) not loaded: {exc}", stacklevel=2)
             continue
-        sim = simulator_of(name, obj)
-        if sim is not None:
+        sim = simulator_of(name or str(getattr(obj, "name", target)), obj)
+        if sim is not None and all(s.name != sim.name for s in found):
             found.append(sim)
     return found
 
