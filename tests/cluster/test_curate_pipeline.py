@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
-from punchline.cluster.driver import RunOptions, run
+from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.data.puns.curation import load_candidates
 from punchline.data.puns.puns_io import load_puns
 from punchline.workers.fake.server import FakeProviderServer
@@ -74,14 +75,35 @@ def artifact(tmp_path: Path, run_id: str, name: str) -> bytes:
     return (tmp_path / "store" / run_id / "artifacts" / name).read_bytes()
 
 
+class Clean(NamedTuple):
+    """The module's one clean curate run (run id ``c1`` in ``tmp``'s store): each test compares against it."""
+
+    tmp: Path
+    record: RunRecord
+    calls: dict[str, int]  # what the provider was asked, request key -> times
+
+
+@pytest.fixture(scope="module")
+def clean(
+    tmp_path_factory: pytest.TempPathFactory, fake_provider: FakeProviderServer, redis_url: str, ray_local: Any
+) -> Clean:
+    """One clean run for the module (a curate run is four stages: running it once instead of three times
+    keeps the suite short)."""
+    tmp = tmp_path_factory.mktemp("curate-clean")
+    fake_provider.restore_defaults()
+    fake_provider.reset()
+    record = run(str(curate_config(tmp, fake_provider)), opts(tmp, redis_url, "c1"))
+    calls = dict(fake_provider.stats().calls)
+    fake_provider.reset()
+    return Clean(tmp, record, calls)
+
+
 @pytest.mark.slow
 def test_curate_rates_repairs_and_builds_the_top_jokes_once(
-    tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local
+    clean: Clean, fake: FakeProviderServer, redis_url: str, ray_local
 ) -> None:
-    cfg = curate_config(tmp_path, fake)
-    rec = run(str(cfg), opts(tmp_path, redis_url, "c1"))
+    tmp_path, rec, calls = clean
     assert rec.state == "finished", rec.failures
-    calls = fake.stats().calls
     assert set(calls.values()) == {1}
 
     records = json.loads(artifact(tmp_path, "c1", "ratings.json"))
@@ -120,7 +142,7 @@ def test_curate_rates_repairs_and_builds_the_top_jokes_once(
 
     # a rerun with a new id on the same store pays for nothing and writes the same bytes
     fake.reset()
-    rec2 = run(str(cfg), opts(tmp_path, redis_url, "c2"))
+    rec2 = run(str(curate_config(tmp_path, fake)), opts(tmp_path, redis_url, "c2"))
     assert rec2.state == "finished", rec2.failures
     assert fake.stats().total_calls == 0
     for name in ("ratings.json", "puns_curated.json"):
@@ -129,44 +151,31 @@ def test_curate_rates_repairs_and_builds_the_top_jokes_once(
 
 @pytest.mark.slow
 def test_curate_with_provider_faults_writes_the_same_bytes(
-    tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local
+    tmp_path: Path, clean: Clean, fake: FakeProviderServer, redis_url: str, ray_local
 ) -> None:
     cfg = curate_config(tmp_path, fake)
-    clean = run(
-        str(cfg),
-        RunOptions(run_id="clean", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(tmp_path / "s1")),
-    )
-    fake.reset()
     fake.configure(error_503_rate=0.1, malformed_rate=0.05, truncated_body_rate=0.05)
     faulty = run(
         str(cfg),
         RunOptions(run_id="faulty", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(tmp_path / "s2")),
     )
-    assert clean.state == faulty.state == "finished", faulty.failures
+    assert clean.record.state == faulty.state == "finished", faulty.failures
     assert sum(fake.stats().faults.values()) > 0
     for name in ("ratings.json", "puns_curated.json"):
-        a = tmp_path / "s1" / "clean" / "artifacts" / name
         b = tmp_path / "s2" / "faulty" / "artifacts" / name
-        assert a.read_bytes() == b.read_bytes()
+        assert artifact(clean.tmp, "c1", name) == b.read_bytes()
 
 
 @pytest.mark.slow
 def test_retry_failed_after_a_rater_outage_replans_the_later_stages(
-    tmp_path: Path, fake: FakeProviderServer, redis_url: str, ray_local
+    tmp_path: Path, clean: Clean, fake: FakeProviderServer, redis_url: str, ray_local
 ) -> None:
     """A rater that failed leaves jokes unrated, so fewer are repaired; retry-failed re-rates them, the
     repair plan changes, and the stale repair/rerate shards are dropped instead of breaking the run."""
     from punchline.cluster.cli import main
 
     cfg = curate_config(tmp_path, fake)
-    clean = run(
-        str(cfg),
-        RunOptions(
-            run_id="clean", runs_dir=str(tmp_path / "runs"), redis_url=redis_url, store=str(tmp_path / "clean-store")
-        ),
-    )
-    assert clean.state == "finished"
-    fake.reset()
+    assert clean.record.state == "finished"
     fake.configure(status_for_model={"gemini-sim": 403})
     first = run(str(cfg), opts(tmp_path, redis_url, "outage"))
     assert first.state == "failed" and "rate" in first.failures
@@ -174,4 +183,4 @@ def test_retry_failed_after_a_rater_outage_replans_the_later_stages(
     fake.restore_defaults()
     assert main(["retry-failed", "outage", "--runs-dir", str(tmp_path / "runs"), "--no-progress"]) == 0
     ours = (tmp_path / "store" / "outage" / "artifacts" / "puns_curated.json").read_bytes()
-    assert ours == (tmp_path / "clean-store" / "clean" / "artifacts" / "puns_curated.json").read_bytes()
+    assert ours == artifact(clean.tmp, "c1", "puns_curated.json")
