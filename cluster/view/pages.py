@@ -139,10 +139,12 @@ def run_page(
             failed = urlencode({"stage": r.stage, "failed": "1"})
             body += f"<p><a href='/run/{rid}/samples?{failed}'>all failed units</a></p>"
     if view.batches:
-        body += "<h2>Batches</h2><table id='batches'><tr><th>stage</th><th>model</th><th>state</th><th>requests</th>"
+        body += "<h2>Batches</h2><table id='batches'><tr><th>stage</th><th>model</th><th>state</th>"
+        body += "<th>provider status (last poll)</th><th>requests</th>"
         body += "<th>succeeded</th><th>failed</th><th>cost</th><th>error</th></tr>"
         for b in view.batches:
-            body += f"<tr><td>{esc(b.stage)}</td><td>{esc(b.model)}</td><td>{esc(b.state)}</td><td>{b.requests}</td>"
+            body += f"<tr><td>{esc(b.stage)}</td><td>{esc(b.model)}</td><td>{esc(b.state)}</td>"
+            body += f"<td class='provider-status'>{esc(b.provider_status)}</td><td>{b.requests}</td>"
             body += f"<td>{b.succeeded}</td><td>{b.failed}</td><td>${b.cost_usd:.4f}</td><td>{esc(b.error)}</td></tr>"
         body += "</table>"
     if results:

@@ -25,6 +25,7 @@ from punchline.cluster.view.server import ViewServer, ViewSettings
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import plan_page_key, shard_key
+from punchline.schedulers.batches import BatchRecord, record_path
 from punchline.schedulers.ledger import Ledger
 from punchline.workers.call_stats import CallStats
 
@@ -311,3 +312,15 @@ def test_the_drivers_metrics_carry_the_workers_figures(redis_client: redis.Redis
     assert f"punchline_provider_retries_total{{{labels}}} 2" in text
     assert f'punchline_provider_call_latency_seconds_bucket{{{labels},le="0.5"}} 1' in text
     assert f"punchline_provider_call_latency_seconds_count{{{labels}}} 1" in text
+
+
+def test_a_runs_batches_show_their_provider_status(served: tuple[ViewServer, Path]) -> None:
+    """A provider batch's record in the store is on the run's page with its state and what its last poll saw."""
+    _, runs = served
+    record = BatchRecord(
+        batch_key="bk1", run_id=RUN, stage="generate", provider="together", model=MODELS[0], keys=["k1"], requests=1,
+        state="submitted", batch_id="batch_abc", provider_status="validating",
+    )  # fmt: skip
+    LocalStore(runs).put(record_path(RUN, "bk1"), msgspec.json.encode(record))
+    _, page = get(served[0], f"/run/{RUN}")
+    assert re.search(r"<td>submitted</td><td class='provider-status'>validating</td><td>1</td>", page), page[-3000:]
