@@ -21,16 +21,21 @@ from punchline.cluster.driver import run
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.workers.fake.server import FakeProviderServer
-from tests.cluster.conftest import driver_argv
+from tests.cluster.conftest import driver_argv, engine_config
 from tests.cluster.executors.test_batches import billed_parts
 from tests.cluster.test_faults import ROOT, opts, wait_for
 
 pytestmark = pytest.mark.slow
 
 
+ONLINE: dict[str, Any] = dict(
+    jokes=6, models=("3b", "70b"), shard_size=4, classify=True, unseen=True, workers_per_node=1
+)
+
+
 def batch_config(make_config: Any) -> tuple[Path, Path]:
     """The same collect + classify config twice: online (the default) and with both providers in batch mode."""
-    online = make_config(jokes=6, models=("3b", "70b"), shard_size=4, classify=True, unseen=True, workers_per_node=1)
+    online = make_config(**ONLINE)
     text = online.read_text()
     for table in ("[providers.sim]\n", "[providers.claude]\n"):
         text = text.replace(table, f'{table}mode = "batch"\nbatch_max_requests = 16\n')
@@ -48,6 +53,18 @@ def online_baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServ
     assert run(str(cfg), opts(tmp, redis_url, "online", store="online-store")).state == "finished"
     fake.reset()
     return artifacts(tmp, "online-store", "online")
+
+
+@pytest.fixture(scope="module")
+def expected(
+    tmp_path_factory: pytest.TempPathFactory, fake_provider: FakeProviderServer, redis_url: str, ray_local: Any
+) -> dict[str, bytes]:
+    """The artifacts of :func:`batch_config`'s online config, run once for the module: every batch-mode run of
+    the same config must write these bytes."""
+    tmp = tmp_path_factory.mktemp("online-baseline")
+    fake_provider.restore_defaults()
+    fake_provider.reset()
+    return online_baseline(tmp, engine_config(tmp, fake_provider, **ONLINE), redis_url, fake_provider)
 
 
 def assert_billed_once(fake: FakeProviderServer) -> None:
@@ -81,10 +98,15 @@ def assert_status_costs_are_the_records(tmp: Path, run_id: str, capsys: Any) -> 
 
 
 def test_batch_mode_gives_the_online_artifacts_at_half_price(
-    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
+    tmp_path: Path,
+    make_config: Any,
+    expected: dict[str, bytes],
+    fake: FakeProviderServer,
+    redis_url: str,
+    ray_local: Any,
+    capsys: Any,
 ) -> None:
-    online, batch = batch_config(make_config)
-    expected = online_baseline(tmp_path, online, redis_url, fake)
+    _, batch = batch_config(make_config)
     rec = run(str(batch), opts(tmp_path, redis_url, "batched"))
     assert rec.state == "finished"
     assert artifacts(tmp_path, "store", "batched") == expected
@@ -154,14 +176,14 @@ CRASHES = {
 def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
     tmp_path: Path,
     make_config: Any,
+    expected: dict[str, bytes],
     fake: FakeProviderServer,
     redis_url: str,
     ray_local: Any,
     point: str,
     capsys: Any,
 ) -> None:
-    online, batch = batch_config(make_config)
-    expected = online_baseline(tmp_path, online, redis_url, fake)
+    _, batch = batch_config(make_config)
     # a run id no other test gives a run on this session's Redis: the ledger's counters and usage are the run's
     run_id = f"killed-batch-{point}"
     fake.configure(**CRASHES[point])
@@ -202,12 +224,16 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
 
 
 def test_batch_and_online_runs_of_one_config_at_once_never_pay_twice(
-    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any
+    tmp_path: Path,
+    make_config: Any,
+    expected: dict[str, bytes],
+    fake: FakeProviderServer,
+    redis_url: str,
+    ray_local: Any,
 ) -> None:
     from tests.cluster.test_faults import Background
 
     online, batch = batch_config(make_config)
-    expected = online_baseline(tmp_path, online, redis_url, fake)
     fake.configure(latency_ms_min=40, latency_ms_max=80, batch_delay_s=1.0)
     first = Background(lambda: run(str(batch), opts(tmp_path, redis_url, "as-batch")))
     second = Background(lambda: run(str(online), opts(tmp_path, redis_url, "as-online")))
