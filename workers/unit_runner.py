@@ -382,6 +382,7 @@ class UnitRunner:
             committed = True
             return stored.response
         finally:
+            slot.called()  # a call that failed (or was never made) gives its run-wide place back at once
             self.book.drop(grant)
             if not committed:
                 self.book.closing(grant)
