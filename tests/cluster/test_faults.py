@@ -23,7 +23,7 @@ import ray
 from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.shard_worker import answers_waiting
-from tests.cluster.conftest import driver_argv
+from tests.cluster.conftest import driver_argv, engine_config
 
 pytestmark = pytest.mark.slow
 
@@ -93,21 +93,27 @@ PER_DEATH = IN_FLIGHT + answers_waiting(IN_FLIGHT)
 KILL_SLOTS = 2 * IN_FLIGHT
 
 
-def slow_run(
-    tmp: Path,
-    make_config: Any,
-    fake: FakeProviderServer,
-    redis_url: str,
-    *,
-    lease_ms: int = 2000,
-    workers_per_node: int = 2,
-) -> tuple[Path, bytes]:
-    """A config of UNITS units in shards of 2, the artifact of an uninterrupted run of it, and the fake
-    provider slowed down so that a fault lands in the middle of the next run."""
-    cfg = make_config(jokes=8, models=("3b", "70b"), shard_size=2, lease_ms=lease_ms, workers_per_node=workers_per_node)
-    expected = baseline(tmp, cfg, redis_url, fake)
+SLOW_RUN: dict[str, Any] = dict(jokes=8, models=("3b", "70b"), shard_size=2)  # UNITS units in shards of 2
+
+
+@pytest.fixture(scope="module")
+def expected(
+    tmp_path_factory: pytest.TempPathFactory, fake_provider: FakeProviderServer, redis_url: str, ray_local: Any
+) -> bytes:
+    """The artifact of an uninterrupted run of :func:`slow_run`'s config, run once for the module (how many
+    workers run it and their leases change no byte of it)."""
+    tmp = tmp_path_factory.mktemp("faults-baseline")
+    fake_provider.restore_defaults()
+    fake_provider.reset()
+    return baseline(tmp, engine_config(tmp, fake_provider, **SLOW_RUN), redis_url, fake_provider)
+
+
+def slow_run(make_config: Any, fake: FakeProviderServer, *, lease_ms: int = 2000, workers_per_node: int = 2) -> Path:
+    """A config of UNITS units in shards of 2 (whose uninterrupted artifact is the ``expected`` fixture), and
+    the fake provider slowed down so that a fault lands in the middle of the next run."""
+    cfg = make_config(**SLOW_RUN, lease_ms=lease_ms, workers_per_node=workers_per_node)
     fake.configure(latency_ms_min=60, latency_ms_max=120)
-    return cfg, expected
+    return cfg
 
 
 def baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> bytes:
@@ -118,7 +124,7 @@ def baseline(tmp: Path, cfg: Path, redis_url: str, fake: FakeProviderServer) -> 
 
 
 def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
-    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
+    tmp_path: Path, expected: bytes, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
 ) -> None:
     """A driver killed with SIGKILL mid-stage, then resumed: nothing is asked twice, the artifact is the same.
 
@@ -130,7 +136,7 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
     snapshot is taken once the driver is dead (a loaded machine only makes the calls slower), and a wait too
     short for a late call could only make the count smaller. bench/drain_after_kill.py measured 1-2 calls after a
     kill with 24 in flight."""
-    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url)
+    cfg = slow_run(make_config, fake)
     address = ray.get_runtime_context().gcs_address
     argv = driver_argv(cfg, "killed", tmp_path, "--ray-address", address)
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -190,9 +196,9 @@ def _kill_workers(stage_prefix: str, limit: int) -> int:
 
 
 def test_killed_worker_actors_are_replaced(
-    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
+    tmp_path: Path, expected: bytes, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
 ) -> None:
-    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url)
+    cfg = slow_run(make_config, fake)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "actors")))
     units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 3)
@@ -229,9 +235,15 @@ def test_two_runs_of_one_config_at_once_never_call_twice(
 
 
 def test_redis_wiped_mid_run_resumes_from_the_store(
-    tmp_path: Path, make_config, fake: FakeProviderServer, redis_client: Any, redis_url: str, ray_local: Any
+    tmp_path: Path,
+    expected: bytes,
+    make_config,
+    fake: FakeProviderServer,
+    redis_client: Any,
+    redis_url: str,
+    ray_local: Any,
 ) -> None:
-    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url)
+    cfg = slow_run(make_config, fake)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "wiped")))
     units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 2)
@@ -254,11 +266,11 @@ def test_redis_wiped_mid_run_resumes_from_the_store(
 
 
 def test_node_removed_mid_run(
-    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_cluster: Any
+    tmp_path: Path, expected: bytes, make_config, fake: FakeProviderServer, redis_url: str, ray_cluster: Any
 ) -> None:
     # a long lease keeps the lost node's shards unfinished for 20 s after the removal, so the run is still
     # going when the new node joins, however slowly a loaded machine adds it
-    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url, workers_per_node=1, lease_ms=20_000)
+    cfg = slow_run(make_config, fake, workers_per_node=1, lease_ms=20_000)
     bg = Background(lambda: run(str(cfg), opts(tmp_path, redis_url, "nodes")))
     units = UNITS
     wait_for(lambda: fake.stats().total_calls >= units // 3, timeout_s=180)
@@ -285,12 +297,12 @@ def _worker_nodes(prefix: str) -> set[str]:
 
 
 def test_redis_down_mid_run_no_call_is_made_until_it_is_back(
-    tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
+    tmp_path: Path, expected: bytes, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
 ) -> None:
     """Fail closed: while Redis is down nobody may take a lease, so nobody calls; then the run resumes."""
     from punchline.cluster.redis_server import EmbeddedRedis
 
-    cfg, expected = slow_run(tmp_path, make_config, fake, redis_url, lease_ms=3000)
+    cfg = slow_run(make_config, fake, lease_ms=3000)
     own = EmbeddedRedis(tmp_path / "own-redis")
     own.start()
     try:
