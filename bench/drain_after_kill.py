@@ -63,7 +63,7 @@ units_in_flight = {units_in_flight}
 [providers.sim]
 kind = "openai"
 base_url = "{fake.openai_base_url}"
-max_concurrency = {units_in_flight}
+max_concurrency = {4 * units_in_flight}  # run-wide: above what the workers hold, so each worker runs its window
 timeout_s = 30
 
 [providers.sim.models]
