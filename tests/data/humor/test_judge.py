@@ -9,8 +9,8 @@ from punchline.data.humor.judge import (
     judge_stats,
     parse_score,
 )
-from punchline.workers.fake.answers import AnswerKnobs, JokeBook, answer
 from tests.data.humor.conftest import make_item
+from tests.fixtures.simulated import ask
 
 
 def test_request_contains_task_reference_answer_and_marker() -> None:
@@ -26,16 +26,7 @@ def test_request_contains_task_reference_answer_and_marker() -> None:
 
 def test_fake_provider_answers_judge_prompt_with_parseable_score() -> None:
     req = judge_request("fake", "judge-70b", make_item(5, "ирония,Б"), "ОТВЕТ ирония\nРЕШЕНИЕ Б")
-    text = answer(
-        JokeBook(),
-        AnswerKnobs(),
-        key=req.key(),
-        choice=0,
-        model=req.model,
-        system=req.messages[0].content,
-        user=req.messages[1].content,
-        temperature=0.0,
-    )
+    text = ask(req.messages[1].content, system=req.messages[0].content, key=req.key(), model=req.model)
     assert parse_score(text) in (0.0, 1.0)
 
 
