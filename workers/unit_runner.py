@@ -61,6 +61,8 @@ from punchline.workers.validators import validator
 log = structlog.get_logger("punchline.unit")
 # units of one worker that may wait on requests held by others with their call slots given back
 MAX_ASIDE = 64
+# how often a unit waiting for a call place looks whether its driver is gone
+STOP_LOOK_S = 0.25
 # how long a unit waits for an unreachable ledger before its worker gives up (the driver's own patience,
 # ``schedulers/ledger.patiently``): no lease, no call, so nothing is paid meanwhile
 LEDGER_WAIT_S = 600.0
@@ -365,7 +367,7 @@ class UnitRunner:
                 return hit
             if grant.wait_s > 0:  # the rate-limit slot reserved with the lease
                 await asyncio.sleep(grant.wait_s)
-            await slot.call(unit.request.provider, unit.request.model)
+            await self._wait_for_call(slot, unit)
             response = await self._call_validated(unit, usage, slot, slot_reserved=rate is not None)
             slot.called()
             if self.commits.has_room():  # the answer is in hand: the next unit may call while it is stored
@@ -388,6 +390,22 @@ class UnitRunner:
                 self.book.closing(grant)
                 with contextlib.suppress(LedgerUnavailable):
                     await self.leases.release(grant)
+
+    async def _wait_for_call(self, slot: Slot, unit: UnitSpec) -> None:
+        """Wait for a call slot and a run-wide place, looking at the driver meanwhile: the places may all be held
+        by other workers for a long time, and a unit of a draining worker must not keep it alive waiting for one
+        it would not use (the look before the call would refuse it anyway). Leaves the lease to the next driver."""
+        waiting = asyncio.ensure_future(slot.call(unit.request.provider, unit.request.model))
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=STOP_LOOK_S)
+            if done:
+                waiting.result()
+                return
+            if self.stopping():
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+                raise DriverGone(f"the driver is gone: {unit.unit_id} waited for a call place, left unpaid")
 
     def _cost(self, unit: UnitSpec, response: ProviderResponse) -> float:
         provider = self.providers[unit.request.provider]
