@@ -151,6 +151,7 @@ class CallStats:
     ) -> None:
         """Publish until cancelled, and once more then (the last figures: nothing in flight any more)."""
         said = False
+        me = asyncio.current_task()
         try:
             while True:
                 try:
@@ -159,6 +160,10 @@ class CallStats:
                     if not said:  # and they never stop the worker
                         log.warning("call_stats_not_published", error=f"{type(exc).__name__}: {exc}"[:300])
                         said = True
+                # a cancellation that arrives inside the Redis client's call can be lost there (it returns as if
+                # nothing happened): the task still says it was asked to stop (Python 3.11+), so stop
+                if me is not None and getattr(me, "cancelling", lambda: 0)():
+                    return
                 await asyncio.sleep(period_s)
         finally:
             with contextlib.suppress(Exception):

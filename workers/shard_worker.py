@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from punchline.data.background import stop_tasks
 from punchline.data.backoff import constant, retry_async
 from punchline.data.errors import BudgetExceeded, LedgerUnavailable, StoreError
 from punchline.data.provider_settings import ProviderSettings
@@ -347,20 +348,18 @@ class _StageRun:
         if await self.p.driver.check():
             self.report.driver_gone = True
             return self.report
-        heartbeat = asyncio.create_task(self._heartbeat())
-        watch = asyncio.create_task(self.p.driver.watch(self._driver_gone))
+        heartbeat = asyncio.create_task(self._heartbeat(), name="heartbeat")
+        watch = asyncio.create_task(self.p.driver.watch(self._driver_gone), name="driver-watch")
         stats = asyncio.create_task(
-            self.p.stats.publish_every(self.p.leases.r, self.p.ns, self.plan.run_id, self.p.worker_id)
+            self.p.stats.publish_every(self.p.leases.r, self.p.ns, self.plan.run_id, self.p.worker_id),
+            name="call-stats",
         )
         try:
             await self._claim_loop()
             await self._finish()
             await self.p.run_wide.flushed()  # the last places given back reach Redis before the work call ends
         finally:
-            for task in (heartbeat, watch, stats):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await stop_tasks((heartbeat, watch, stats))
         if self.failed is not None:
             raise self.failed
         return self.report

@@ -3,6 +3,8 @@ the 429s per model in the shard's usage, and the calls in flight and 429s the dr
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -81,3 +83,30 @@ def test_model_usage_merges_latency_buckets_and_old_records_still_load() -> None
     old = msgspec.msgpack.encode({"stage": "s", "shard": 0, "results": [{"unit_id": "u", "key": "k"}]})
     result = msgspec.msgpack.decode(old, type=ShardOutput).results[0]
     assert (result.latency_s, result.retries) == (None, 0)
+
+
+def test_publishing_ends_when_its_cancellation_is_lost_inside_a_publish() -> None:
+    """A cancellation that lands inside the Redis client's call can be swallowed there; before, the figures
+    task then slept and published forever, its work call never ended and a killed driver's worker never left.
+    It ends now (and publishes its last figures once more on its way out)."""
+
+    class LosesCancel(CallStats):
+        publishes = 0
+
+        async def publish(self, r: object, namespace: str, run_id: str, worker_id: str) -> None:  # type: ignore[override]
+            self.publishes += 1
+            with contextlib.suppress(asyncio.CancelledError):  # what the client did with it
+                await asyncio.sleep(0.3)
+
+    async def main() -> tuple[bool, int]:
+        stats = LosesCancel()
+        task = asyncio.create_task(stats.publish_every(None, "pl", "r", "w", period_s=0.01))  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)  # inside its first publish
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=3.0)
+        if not done:
+            task.cancel()
+        return bool(done), stats.publishes
+
+    ended, publishes = asyncio.run(main())
+    assert ended and publishes == 2  # the one the cancellation hit, and the last one
