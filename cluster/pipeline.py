@@ -10,7 +10,7 @@ number of workers, the order of completion or the faults along the way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -26,6 +26,10 @@ from punchline.data.units import UnitResult, UnitSpec
 
 if TYPE_CHECKING:  # the config module decodes settings through the registry, which reads this module
     from punchline.cluster.config import RunConfig
+
+
+AnswerParser = Callable[[str], tuple[dict[str, Any] | None, str | None]]
+"""An answer's text -> (its parsed fields, or None; why it does not parse, or None): what the viewer shows."""
 
 
 class StageContext:
@@ -84,6 +88,9 @@ class Pipeline(Protocol):
     ``request.rng()``), or None for one it does not know (answered generically); the simulated provider finds it
     through the entry points. With it, ``simulate_knobs``: a msgspec Struct type, what the pipeline's
     ``[simulator.pipeline_knobs.<name>]`` table decodes into (``request.knobs``).
+
+    Optional, and asked by the viewer only: ``answer_parsers(settings) -> Mapping[str, AnswerParser]``, per stage
+    how its answers parse (the viewer shows the fields beside the text and filters on answers that do not parse).
     """
 
     name: str  # its registry key, its TOML table (``[<name>]``) and the start of its run ids

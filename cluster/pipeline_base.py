@@ -13,13 +13,13 @@ any member it wants to answer differently; the engine sees one object either way
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import msgspec
 
-from punchline.cluster.pipeline import Stage
+from punchline.cluster.pipeline import AnswerParser, Stage
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.run_layout import RunLayout
@@ -209,6 +209,10 @@ class BasePipeline:
         """No simulated answers of its own: the simulated provider answers its requests generically."""
         return None
 
+    def answer_parsers(self, settings: Any) -> Mapping[str, AnswerParser]:
+        """No parsed answers to show: the viewer shows a stage's answers as text."""
+        return {}
+
 
 def own_simulator(cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
     """``sim`` with the run's own pipeline among the ones the simulated provider asks, when the config names it by
@@ -229,7 +233,8 @@ class WithDefaults(BasePipeline):
         self.settings_type = getattr(obj, "settings_type", NoSettings)
         if isinstance(getattr(obj, "simulate_knobs", None), type):
             self.simulate_knobs = obj.simulate_knobs  # what its [simulator.pipeline_knobs.<name>] table decodes into
-        for method in (*methods, "simulate"):  # simulate: its simulated answers (not one of the engine's methods)
+        # simulate and answer_parsers: asked by the simulated provider and the viewer, not by the engine
+        for method in (*methods, "simulate", "answer_parsers"):
             own = getattr(obj, method, None)
             if callable(own):
                 setattr(self, method, own)  # the object's own answer shadows the default

@@ -17,10 +17,10 @@ from typing import Any
 
 import msgspec
 
+from punchline.cluster.pipeline import AnswerParser
+from punchline.cluster.registry import resolve
 from punchline.cluster.status import StatusView
 from punchline.cluster.view.index import Layout, RunFiles
-from punchline.data.prompts.parse import Parser
-from punchline.data.prompts.settings import PromptsSettings
 from punchline.data.store import Store
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, UnitResult, UnitSpec
 from punchline.workers.call_stats import CallRow
@@ -97,12 +97,12 @@ class SamplesPage(msgspec.Struct, kw_only=True):
 
 
 class RunMeta:
-    """What a run's config says about reading its units: model aliases, prices, the prompts' parsers."""
+    """What a run's config says about reading its units: model aliases, prices, its pipeline's answer parsers."""
 
     def __init__(self, pipeline: str, config_toml: str) -> None:
         self.aliases: dict[str, str] = {}
         self.prices: dict[str, tuple[float, float]] = {}
-        self.parsers: dict[str, Parser] = {}
+        self.parsers: dict[str, AnswerParser] = {}
         self.notes: list[str] = []
         try:
             tables = msgspec.toml.decode(config_toml.encode(), type=dict[str, Any])
@@ -119,15 +119,19 @@ class RunMeta:
                         float(m.get("input_usd_per_mtok", 0)),
                         float(m.get("output_usd_per_mtok", 0)),
                     )
-        if pipeline == "prompts" and isinstance(tables.get("prompts"), dict):
-            try:
-                settings = msgspec.convert(tables["prompts"], PromptsSettings)
-                if settings.parse is not None:
-                    self.parsers["generate"] = Parser(settings.parse, field="prompts.parse")
-                if settings.judge is not None and settings.judge.parse is not None:
-                    self.parsers["judge"] = Parser(settings.judge.parse, field="prompts.judge.parse")
-            except Exception as exc:  # a config another version wrote: show the answers unparsed
-                self.notes.append(f"the prompts' parse settings are not readable here ({str(exc)[:80]})")
+        self._read_parsers(pipeline, tables)
+
+    def _read_parsers(self, pipeline: str, tables: dict[str, Any]) -> None:
+        """The pipeline's own parsers of its stages' answers (its optional ``answer_parsers``), from its table."""
+        try:
+            plugin = resolve(pipeline)
+            parsers = getattr(plugin, "answer_parsers", None)
+            if parsers is None:
+                return
+            settings = msgspec.convert(tables.get(plugin.name, {}), plugin.settings_type)
+            self.parsers = dict(parsers(settings))
+        except Exception as exc:  # not installed here, or a config another version wrote: answers unparsed
+            self.notes.append(f"the {pipeline} answers' parse settings are not readable here ({str(exc)[:80]})")
 
 
 def redacted_config(config_toml: str) -> str:
@@ -211,11 +215,9 @@ class Samples:
         parser = self.meta.parsers.get(stage)
         if parser is not None:
             for text in resp.texts:
-                parsed = parser.parse(text)
-                view.parsed.append(
-                    f"error: {parsed.error}" if parsed.error else msgspec.json.encode(parsed.fields).decode()
-                )
-                view.parse_failed = view.parse_failed or parsed.error is not None
+                fields, error = parser(text)
+                view.parsed.append(f"error: {error}" if error else msgspec.json.encode(fields).decode())
+                view.parse_failed = view.parse_failed or error is not None
         if stage.startswith("judge") and resp.texts:
             view.score = _score_of(resp.texts[0])
         view.parse_failed = view.parse_failed or view.state == "failed"
@@ -264,8 +266,8 @@ class Samples:
                     parser = self.meta.parsers.get(stage)
                     score = _score_of(text)
                     if parser is not None and text:
-                        parsed = parser.parse(text)
-                        score = " ".join(str(v) for v in (parsed.fields or {}).values()) if parsed.fields else score
+                        fields, _ = parser(text)
+                        score = " ".join(str(v) for v in fields.values()) if fields else score
                     out.append(
                         JudgeView(
                             unit_id=uid,

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import msgspec
 
 from punchline.cluster.config import RunConfig, resolve_path
-from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.pipeline import AnswerParser, Stage, StageContext
 from punchline.data.prompts.compiled import CompiledPrompts
 from punchline.data.prompts.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
+from punchline.data.prompts.parse import Parser
 from punchline.data.prompts.rows import Row, load_rows
 from punchline.data.prompts.settings import ParseSettings, PromptsSettings, model_ref, sampling_for
 from punchline.data.provider_settings import Mode
@@ -377,6 +379,23 @@ class PromptsPipeline:
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
         """The simulator needs nothing of the run: it answers an ``Options:`` prompt from the prompt itself."""
         return sim
+
+    def answer_parsers(self, settings: PromptsSettings) -> dict[str, AnswerParser]:
+        """``[prompts] parse`` for generate's answers, ``[prompts.judge] parse`` for the judge's (for the viewer)."""
+        out: dict[str, AnswerParser] = {}
+        if settings.parse is not None:
+            out["generate"] = _fields(Parser(settings.parse, field="prompts.parse"))
+        if settings.judge is not None and settings.judge.parse is not None:
+            out["judge"] = _fields(Parser(settings.judge.parse, field="prompts.judge.parse"))
+        return out
+
+
+def _fields(parser: Parser) -> AnswerParser:
+    def parse(text: str) -> tuple[dict[str, Any] | None, str | None]:
+        parsed = parser.parse(text)
+        return parsed.fields, parsed.error
+
+    return parse
 
 
 PIPELINE = PromptsPipeline()
