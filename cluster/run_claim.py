@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from punchline.data.errors import InputError, LedgerUnavailable
+from punchline.schedulers import keys as redis_keys
 from punchline.schedulers.redis_client import redis_errors
 
 # renew our claim; take it again when it lapsed (this driver was paused past the TTL, or the ledger
@@ -48,8 +49,8 @@ class RunAlreadyRunning(InputError):
     """Another live driver holds the run id."""
 
 
-def claim_key(run_id: str) -> str:
-    return f"pl:run:{run_id}:driver"
+# the key workers watch too (``workers/driver_watch.py``), in the default namespace
+claim_key = redis_keys.driver_claim
 
 
 def _dead_here(holder: dict[str, Any]) -> bool:

@@ -65,8 +65,10 @@ from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import MARKER_MS
 from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
+from punchline.schedulers import keys as redis_keys
 from punchline.schedulers.budget import UsageRow
-from punchline.schedulers.ledger import StageCounters, fence_key, request_key
+from punchline.schedulers.keys import NAMESPACE
+from punchline.schedulers.ledger import StageCounters
 
 log = structlog.get_logger("punchline.batches")
 
@@ -255,7 +257,7 @@ _parts_decoder = msgspec.json.Decoder(HeldParts)
 class BatchLedger:
     """Batch records of one run in the store, and the request leases its batches hold in Redis."""
 
-    def __init__(self, client: redis.Redis, store: Store, run_id: str, *, namespace: str = "pl") -> None:
+    def __init__(self, client: redis.Redis, store: Store, run_id: str, *, namespace: str = NAMESPACE) -> None:
         self.r = client
         self.store = store
         self.run_id = run_id
@@ -280,7 +282,7 @@ class BatchLedger:
             chunk = list(keys[i : i + 500])
             res = self._redis(
                 self._take,
-                keys=[*[request_key(self.ns, k) for k in chunk], fence_key(self.ns)],
+                keys=[*[redis_keys.request(self.ns, k) for k in chunk], redis_keys.fence(self.ns)],
                 args=[owner, lease_ms, adopt],
             )
             held += [k for k, ok in zip(chunk, res, strict=True) if ok]
@@ -290,7 +292,7 @@ class BatchLedger:
         """Release the batch's leases; a key whose answer is in a pack (``packs``) leaves a done marker."""
         for i in range(0, len(keys), 500):
             part = keys[i : i + 500]
-            chunk = [request_key(self.ns, k) for k in part]
+            chunk = [redis_keys.request(self.ns, k) for k in part]
             marks = [(packs or {}).get(k) or "" for k in part]
             self._redis(self._release, keys=chunk, args=[owner, MARKER_MS, *marks])
 

@@ -23,6 +23,7 @@ import redis
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.data.units import ShardUsage
+from punchline.schedulers.keys import NAMESPACE, BudgetKeys
 from punchline.schedulers.redis_client import redis_errors
 
 # Shared Lua: KEYS[k0+1..k0+3] = spent, reserved (hash holder -> usd), alive (zset holder -> expiry ms).
@@ -97,14 +98,13 @@ return 1
 )
 
 
-def budget_keys(run_id: str, namespace: str = "pl") -> list[str]:
+def budget_keys(run_id: str, namespace: str = NAMESPACE) -> list[str]:
     """spent, reserved, alive: the keys every budget script of a run takes, in this order."""
-    base = f"{namespace}:budget:{run_id}"
-    return [f"{base}:spent", f"{base}:reserved", f"{base}:alive"]
+    return BudgetKeys(namespace, run_id).scripted
 
 
-def usage_key(run_id: str, namespace: str = "pl") -> str:
-    return f"{namespace}:budget:{run_id}:usage"
+def usage_key(run_id: str, namespace: str = NAMESPACE) -> str:
+    return BudgetKeys(namespace, run_id).usage
 
 
 def usage_field(stage: str, model: str, what: str) -> str:
@@ -129,7 +129,7 @@ class Budget:
         run_id: str,
         max_cost_usd: float | None,
         *,
-        namespace: str = "pl",
+        namespace: str = NAMESPACE,
         reservation_ttl_s: float = 900.0,
         holder: str | None = None,
     ) -> None:

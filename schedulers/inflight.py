@@ -38,6 +38,8 @@ import redis.asyncio
 import structlog
 
 from punchline.data.provider_settings import ProviderSettings
+from punchline.schedulers import keys as redis_keys
+from punchline.schedulers.keys import NAMESPACE
 from punchline.schedulers.ledger import ledger_errors
 
 log = structlog.get_logger("punchline.inflight")
@@ -97,13 +99,12 @@ class Bound(msgspec.Struct, frozen=True):
     limits: tuple[int, ...]
 
 
-def bounds_of(settings: ProviderSettings, provider: str, model: str, namespace: str = "pl") -> Bound:
+def bounds_of(settings: ProviderSettings, provider: str, model: str, namespace: str = NAMESPACE) -> Bound:
     """The provider's ``max_concurrency``, plus the model's own when its entry sets one."""
-    base = f"{namespace}:inflight:{provider}"
-    keys, limits = [base], [settings.max_concurrency]
+    keys, limits = [redis_keys.inflight(namespace, provider)], [settings.max_concurrency]
     m = settings.price(model)
     if m is not None and m.max_concurrency is not None:
-        keys.append(f"{base}:m:{model}")
+        keys.append(redis_keys.inflight(namespace, provider, model))
         limits.append(m.max_concurrency)
     return Bound(tuple(keys), tuple(limits))
 
@@ -140,7 +141,7 @@ class RunWideSlots:
         *,
         owner: str,
         ttl_ms: int,
-        namespace: str = "pl",
+        namespace: str = NAMESPACE,
     ) -> None:
         self.r = client
         self.providers = dict(providers)

@@ -28,8 +28,10 @@ import redis
 import redis.asyncio
 
 from punchline.data.response_cache import MARKER_MS
-from punchline.schedulers.budget import BUDGET_LUA, budget_keys, usage_key
-from punchline.schedulers.ledger import StageKeys, fence_key, ledger_errors, request_key, unavailable
+from punchline.schedulers import keys as redis_keys
+from punchline.schedulers.budget import BUDGET_LUA
+from punchline.schedulers.keys import NAMESPACE, UNLIMITED_RATE, BudgetKeys, StageKeys
+from punchline.schedulers.ledger import ledger_errors, unavailable
 from punchline.schedulers.rate_limit import GCRA_LUA, RateScope
 
 # KEYS: lease, fence, rate scope (5), budget (3)
@@ -245,18 +247,19 @@ class BudgetTerms(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _NO_RATE = [0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1]
-_NO_RATE_KEYS = ["{none}:req", "{none}:tok", "{none}:state", "{none}:mreq", "{none}:mtok"]
+_NO_RATE_KEYS = list(UNLIMITED_RATE)
 
 
 class Leases:
     """A worker's lease client over ``redis.asyncio``: no thread hop, no blocking call on the event loop."""
 
-    def __init__(self, client: redis.asyncio.Redis, *, budget: BudgetTerms, namespace: str = "pl") -> None:
+    def __init__(self, client: redis.asyncio.Redis, *, budget: BudgetTerms, namespace: str = NAMESPACE) -> None:
         self.r = client
         self.ns = namespace
         self.budget = budget
-        self._budget_keys = budget_keys(budget.run_id, namespace)
-        self._fence = fence_key(namespace)
+        self._budget = BudgetKeys(namespace, budget.run_id)
+        self._budget_keys = self._budget.scripted
+        self._fence = redis_keys.fence(namespace)
         self._acquire = client.register_script(_ACQUIRE)
         self._commit = client.register_script(_COMMIT)
         self._release = client.register_script(_RELEASE)
@@ -293,7 +296,7 @@ class Leases:
         est = estimate_usd if self.budget.cap_usd is not None else 0.0
         res = await self._run(
             self._acquire,
-            [request_key(self.ns, key), self._fence, *rate_keys, *self._budget_keys],
+            [redis_keys.request(self.ns, key), self._fence, *rate_keys, *self._budget_keys],
             [owner, lease_ms, *rate_args, self.budget.holder, repr(est), repr(self._cap), self.budget.ttl_ms],
         )
         if res[0] == 1:
@@ -328,7 +331,7 @@ class Leases:
             rate = st.rate
             await self._commit(
                 keys=[
-                    request_key(self.ns, st.grant.key),
+                    redis_keys.request(self.ns, st.grant.key),
                     *(rate.keys if rate is not None else _NO_RATE_KEYS),
                     *self._budget_keys,
                 ],
@@ -355,7 +358,7 @@ class Leases:
         if grant.reserved_usd and self.budget.cap_usd is not None:
             await self.commit(grant, actual_usd=0.0)
             return
-        await self._run(self._release, [request_key(self.ns, grant.key)], [grant.holder])
+        await self._run(self._release, [redis_keys.request(self.ns, grant.key)], [grant.holder])
 
     # --- shard leases -----------------------------------------------------------------------------
 
@@ -378,9 +381,7 @@ class Leases:
             args += [name, repr(float(value)) if name == "cost_usd" else int(value)]
         for field, value in usage.items():
             args += [field, repr(float(value)) if field.endswith("usd") else int(value)]
-        res = await self._run(
-            self._commit_shard, [keys.leased, keys.holders, keys.counters, usage_key(self.budget.run_id, self.ns)], args
-        )
+        res = await self._run(self._commit_shard, [keys.leased, keys.holders, keys.counters, self._budget.usage], args)
         return bool(res)
 
     async def record_failures(self, keys: StageKeys, failures: Mapping[str, str]) -> None:
@@ -403,7 +404,7 @@ class Leases:
         pipe = self.r.pipeline(transaction=False)
         if requests:
             await self._renew_requests(
-                keys=[request_key(self.ns, g.key) for g in requests],
+                keys=[redis_keys.request(self.ns, g.key) for g in requests],
                 args=[lease_ms, *[g.holder for g in requests]],
                 client=pipe,
             )

@@ -2,7 +2,7 @@
 
 Workers take and commit leases through :mod:`punchline.schedulers.leases` (asynchronous, one round trip per
 step); this module builds the queue those leases come from and reads what they left behind, for the
-coordinator, the driver and ``status``. Key names of both live in :class:`StageKeys` and :func:`request_key`.
+coordinator, the driver and ``status``. Key names of both live in :mod:`punchline.schedulers.keys`.
 
 A stage's queue is two sorted sets, so every claim is O(log N) whatever the number of shards:
 ``todo`` (shards nobody has claimed, scored by shard number) and ``leased`` (claimed shards, scored by
@@ -34,6 +34,8 @@ import structlog
 from punchline.data.backoff import Backoff, retry_sync
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import ShardUsage
+from punchline.schedulers import keys as redis_keys
+from punchline.schedulers.keys import NAMESPACE, StageKeys
 
 LEDGER_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # waiting out a Redis outage
 _INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
@@ -42,28 +44,9 @@ _INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
 DEFERRED = 2**40
 
 
-def request_key(namespace: str, key: str) -> str:
-    """The lease of one provider request (global: shared by every run using this ledger)."""
-    return f"{namespace}:req:{key}"
-
-
-def fence_key(namespace: str) -> str:
-    """One counter hands out every fencing token, so a token is never reused (even after a lease is gone)."""
-    return f"{namespace}:fence"
-
-
-class StageKeys:
-    """The Redis keys of one stage of one run."""
-
-    def __init__(self, namespace: str, run_id: str, stage: str) -> None:
-        base = f"{namespace}:run:{run_id}:stage:{stage}"
-        self.base = base
-        self.todo = f"{base}:todo"
-        self.leased = f"{base}:leased"
-        self.holders = f"{base}:holders"
-        self.meta = f"{base}:meta"
-        self.counters = f"{base}:counters"
-        self.failed = f"{base}:failed"
+# The keys live in :mod:`punchline.schedulers.keys`; these names stay for the modules and tests that use them.
+request_key = redis_keys.request
+fence_key = redis_keys.fence
 
 
 class StageCounters(msgspec.Struct, kw_only=True):
@@ -123,7 +106,7 @@ def unavailable(exc: BaseException) -> LedgerUnavailable:
 class Ledger:
     """The coordinator's view of the ledger. Every Redis failure surfaces as :class:`LedgerUnavailable`."""
 
-    def __init__(self, client: redis.Redis, *, namespace: str = "pl") -> None:
+    def __init__(self, client: redis.Redis, *, namespace: str = NAMESPACE) -> None:
         self.r = client
         self.ns = namespace
 

@@ -46,6 +46,7 @@ import redis
 from punchline.data import settings as env_registry
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
+from punchline.schedulers.keys import RateKeys
 from punchline.schedulers.redis_client import redis_errors
 
 # Shared Lua: KEYS[k0+1..k0+5] = provider req, provider tok, provider state, model req, model tok.
@@ -219,8 +220,7 @@ class RateScope:
     limiter below and the lease script, so both reserve from the same cells."""
 
     def __init__(self, namespace: str, provider: str, model: str, limits: Limits, settings: RateLimitSettings):
-        base = f"{namespace}:rl:{provider}"
-        self.keys = [f"{base}:req", f"{base}:tok", f"{base}:state", f"{base}:m:{model}:req", f"{base}:m:{model}:tok"]
+        self.keys = RateKeys(namespace, provider, model).scripted
         m_rpm, m_tpm = limits.models.get(model, (0.0, 0.0))
         self.configured = [limits.requests_per_minute or 0, limits.tokens_per_minute or 0, m_rpm, m_tpm]
         self.rates = [r * settings.headroom for r in self.configured]
@@ -326,5 +326,5 @@ class RedisRateLimiter:
     def factor(self, provider: str, model: str = "") -> float:
         """The provider's current rate factor (1 = full configured rate), as last written to Redis."""
         with redis_errors("rate limiter"):
-            raw = self.r.hget(f"{self.settings.namespace}:rl:{provider}:state", "f")
+            raw = self.r.hget(RateKeys(self.settings.namespace, provider).state, "f")
         return float(raw) if raw is not None else 1.0

@@ -27,6 +27,7 @@ import structlog
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import LATENCY_BUCKETS_S, latency_bucket
+from punchline.schedulers import keys as redis_keys
 from punchline.schedulers.ledger import ledger_errors
 
 log = structlog.get_logger("punchline.worker")
@@ -37,13 +38,9 @@ KEEP_S = 86_400  # the keys' expiry after their last write
 Scope = tuple[str, str, str]  # stage, provider, model
 
 
-def run_key(namespace: str, run_id: str) -> str:
-    """The sorted set of the run's workers' hashes (score: when each was last written)."""
-    return f"{namespace}:run:{run_id}:calls"
-
-
-def worker_key(namespace: str, run_id: str, worker_id: str) -> str:
-    return f"{run_key(namespace, run_id)}:{worker_id}"
+# The sorted set of the run's workers' figures, and one worker's (:mod:`punchline.schedulers.keys`).
+run_key = redis_keys.calls
+worker_key = redis_keys.worker_calls
 
 
 class CallRow(msgspec.Struct, kw_only=True):

@@ -45,6 +45,7 @@ from typing import Any
 import structlog
 
 from punchline.data.errors import LedgerUnavailable, PunchlineError
+from punchline.schedulers import keys as redis_keys
 
 PID_CHECK_S = 0.2
 CLAIM_CHECK_S = 2.0
@@ -55,9 +56,8 @@ FORCE_GRACE_S = 30.0  # past its drain bound, a worker still busy this much long
 log = structlog.get_logger("punchline.worker")
 
 
-def driver_claim_key(run_id: str, namespace: str = "pl") -> str:
-    """The key holding the driver's claim on a run id (its host, pid and a token)."""
-    return f"{namespace}:run:{run_id}:driver"
+# The key holding the driver's claim on a run id (its host, pid and a token).
+driver_claim_key = redis_keys.driver_claim
 
 
 class DriverGone(PunchlineError):

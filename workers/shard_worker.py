@@ -49,8 +49,8 @@ from punchline.data.units import (
 )
 from punchline.schedulers.budget import estimate_request_cost, usage_field
 from punchline.schedulers.inflight import RunWideSlots
+from punchline.schedulers.keys import NAMESPACE, StageKeys
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoClaim
-from punchline.schedulers.ledger import StageKeys
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect, connect_async, resolve_url
 from punchline.workers.call_stats import CallStats
@@ -209,7 +209,7 @@ class ShardProcessor:
         store: Store,
         providers: dict[str, Provider],
         limiter: Any = None,
-        namespace: str = "pl",
+        namespace: str = NAMESPACE,
     ) -> None:
         self.cfg = cfg
         self.worker_id = worker_id

@@ -37,6 +37,7 @@ from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore, validate_key
 from punchline.data.units import ModelUsage, ShardUsage
+from punchline.schedulers.keys import NAMESPACE
 from punchline.workers import call_stats
 from punchline.workers.call_stats import CallRow
 from punchline.workers.logs import redact_text
@@ -157,7 +158,7 @@ class Viewer:
             record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
             if record.state != "running":
                 return None
-            return call_stats.read(ledger_client(record), "pl", run_id)
+            return call_stats.read(ledger_client(record), NAMESPACE, run_id)
         except (PunchlineError, redis.RedisError, OSError):
             return None
 
