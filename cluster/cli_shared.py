@@ -58,6 +58,16 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
     p.add_argument("--metrics-port", type=port, help="serve the run's Prometheus metrics on 127.0.0.1:PORT/metrics")
+    p.add_argument(
+        "--ray-dashboard",
+        dest="ray_dashboard_port",
+        nargs="?",
+        const=0,
+        type=port,
+        metavar="PORT",
+        help="serve Ray's dashboard of the runs folder's local head on 127.0.0.1:PORT (no PORT or 0: a free one) "
+        "and print its URL; a head already running keeps what it has (env PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="readable log lines on stderr instead of progress bars")
 
 
@@ -74,6 +84,7 @@ def run_options(args: argparse.Namespace, **overrides: str | bool | None) -> Run
         offline=args.offline,
         runs_dir=args.runs_dir,
         metrics_port=getattr(args, "metrics_port", None),
+        ray_dashboard_port=getattr(args, "ray_dashboard_port", None),
     )
     values.update(overrides)
     return overlay(RunOptions.from_env(), **values)

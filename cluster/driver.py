@@ -59,6 +59,9 @@ class RunOptions(msgspec.Struct, kw_only=True):
     offline: bool | None = None
     verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
     metrics_port: int | None = None  # serve the run's Prometheus text on 127.0.0.1:<port>/metrics while it runs
+    # Ray's dashboard of the runs folder's head on 127.0.0.1:<port> if this run starts it (0: a free port);
+    # None: PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT's (--ray-dashboard)
+    ray_dashboard_port: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunOptions:
@@ -173,6 +176,7 @@ def run(
         runs_dir=opts.runs_dir,
         verbose=opts.verbose,
         metrics_port=opts.metrics_port,
+        ray_dashboard_port=opts.ray_dashboard_port,
         local_first=prep.local and not ray_running(),
         # on a cluster the simulator listens where the workers on other nodes can reach it
         sim_host="127.0.0.1" if prep.local else driver_node_ip(),

@@ -87,7 +87,7 @@ class HeadRecord(msgspec.Struct, frozen=True):
     address: str  # 127.0.0.1:PORT, the head's GCS
     host: str
     started_at: float
-    dashboard: str = ""  # http://127.0.0.1:PORT with PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT, else none
+    dashboard: str = ""  # http://127.0.0.1:PORT with --ray-dashboard or PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT, else none
 
 
 def ray_dir(runs_dir: str | os.PathLike[str]) -> Path:
@@ -107,6 +107,11 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def notice(text: str) -> None:
+    """One line for the person at the terminal (stderr, like the CLI's warnings; a progress display keeps it above)."""
+    print(f"punchline: {text}", file=sys.stderr, flush=True)
 
 
 def head_command(settings: RaySettings, dashboard_port: int = 0) -> list[str]:
@@ -184,10 +189,20 @@ class LocalRay:
 
     :meth:`join` never waits for Ray: it registers, starts a head if none runs, and returns;
     :meth:`ready` (non-blocking) and :meth:`wait` say when the head is up; :meth:`leave` unregisters
-    (the keeper stops the head after the linger, so the next run finds it up)."""
+    (the keeper stops the head after the linger, so the next run finds it up).
 
-    def __init__(self, runs_dir: str | os.PathLike[str], settings: RaySettings) -> None:
+    ``dashboard_port``: Ray's dashboard on 127.0.0.1 at this port (0: a free one) if this driver starts the head;
+    None: ``PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT``'s (0 there: none). The head is the folder's, shared: one already
+    running keeps the dashboard it started with (the driver says so in one line rather than restart it under
+    another driver's run)."""
+
+    def __init__(
+        self, runs_dir: str | os.PathLike[str], settings: RaySettings, dashboard_port: int | None = None
+    ) -> None:
         self.settings = settings
+        env_port = LOCAL_RAY_DASHBOARD_PORT.get()
+        self.dashboard_port = dashboard_port if dashboard_port is not None else (env_port or None)
+        self._said_dashboard = False
         self.folder = ray_dir(runs_dir) / head_key(settings)
         self.head: HeadRecord | None = None  # None until found (join) or started (start)
         self.started = False  # whether this driver started the head
@@ -260,6 +275,7 @@ class LocalRay:
         if self.head is not None:
             spawn_keeper(self.folder)
             log.info("local_ray_joined", address=self.head.address, folder=str(self.folder))
+            self._say_dashboard(self.head)
         self._heartbeat = threading.Thread(target=self._beat, name="local-ray-heartbeat", daemon=True)
         self._heartbeat.start()
         return self
@@ -274,9 +290,25 @@ class LocalRay:
                 self.head = self._start_head()
                 self.started = True
         spawn_keeper(self.folder)
+        self._say_dashboard(self.head)
+
+    def _say_dashboard(self, head: HeadRecord) -> None:
+        """Where the asked-for dashboard is, once (a head found running may have none: said, not restarted)."""
+        if self.dashboard_port is None or self._said_dashboard:
+            return
+        self._said_dashboard = True
+        if not head.dashboard:
+            notice(
+                "the runs folder's Ray head was started by an earlier run without a dashboard and is shared: none "
+                f"this run (a new head, once it stopped {LOCAL_RAY_LINGER_S.get():g} s after its last run, has one)"
+            )
+            return
+        asked = f":{self.dashboard_port}"
+        other = "" if self.dashboard_port == 0 or head.dashboard.endswith(asked) else " (the running head's port)"
+        notice(f"Ray's dashboard: {head.dashboard}{other}; it asks for the head's token, in {self.token_path}")
 
     def _start_head(self) -> HeadRecord:
-        dashboard_port = LOCAL_RAY_DASHBOARD_PORT.get()
+        dashboard_port = 0 if self.dashboard_port is None else self.dashboard_port or _free_port()
         argv = head_command(self.settings, dashboard_port)
         env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's switch: bind the loopback, not every interface

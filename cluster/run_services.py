@@ -28,7 +28,7 @@ import structlog
 
 from punchline.cluster.config import SIMULATED, RunConfig
 from punchline.cluster.local_ledger import LocalLedger
-from punchline.cluster.local_ray import LocalRay
+from punchline.cluster.local_ray import LocalRay, notice
 from punchline.cluster.pipeline import Stage
 from punchline.cluster.preflight import check_providers, check_redis
 from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
@@ -255,12 +255,14 @@ class RunServices:
     ``lazy_ray`` (None when this process does not start the runs folder's head) and ``log`` (bound to the run)."""
 
     def __init__(self, prep: Prepared, *, redis_url: str | None, runs_dir: str, verbose: bool,
-                 metrics_port: int | None, local_first: bool, sim_host: str) -> None:  # fmt: skip
+                 metrics_port: int | None, local_first: bool, sim_host: str,
+                 ray_dashboard_port: int | None = None) -> None:  # fmt: skip
         self.prep = prep
         self.redis_url = redis_url
         self.runs_dir = runs_dir
         self.verbose = verbose
         self.metrics_port = metrics_port
+        self.ray_dashboard_port = ray_dashboard_port
         self.local_first = local_first
         self.sim_host = sim_host
         self._stack = contextlib.ExitStack()
@@ -284,7 +286,14 @@ class RunServices:
         sim_url, conn = stack.enter_context(
             open_checked(prep, self.redis_url, self.runs_dir, check_keys=not prep.offline, sim_host=self.sim_host)
         )
-        head = stack.enter_context(LocalRay(self.runs_dir, prep.ray_settings)) if self.local_first else None
+        head = None
+        if self.local_first:
+            head = stack.enter_context(LocalRay(self.runs_dir, prep.ray_settings, self.ray_dashboard_port))
+            if head.dashboard_port is not None:
+                head.start()  # the dashboard was asked for: the head starts now, not only once a stage needs Ray
+        elif self.ray_dashboard_port is not None:
+            used = f"it joins the Ray at {prep.ray_address}" if prep.ray_address else "Ray runs in this process already"
+            notice(f"--ray-dashboard: this run uses no head of the runs folder ({used}): no dashboard started")
         prep.run_dir.mkdir(parents=True, exist_ok=True)
         configure_logging(prep.run_dir, console=self.verbose)
         self.log = log.bind(run_id=prep.run_id)

@@ -251,10 +251,11 @@ LOCAL_RAY_DASHBOARD_PORT: EnvVar[int] = EnvVar(
     "PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT",
     "int",
     0,
-    "serve Ray's dashboard of the runs folder's local head on 127.0.0.1:PORT (0: no dashboard); it asks for the "
-    "head's token, runs/_ray/<env>/auth_token",
+    "serve Ray's dashboard of the runs folder's local head on 127.0.0.1:PORT (0: no dashboard; the flag with no "
+    "PORT or 0: a free port); it asks for the head's token, runs/_ray/<env>/auth_token",
     ge=0,
     le=65535,
+    flag="--ray-dashboard",
 )
 DEBUG: EnvVar[bool] = EnvVar(
     "PUNCHLINE_DEBUG",

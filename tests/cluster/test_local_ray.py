@@ -432,3 +432,107 @@ def test_the_heads_dashboard_behind_a_flag_asks_for_the_heads_token(
     finally:
         member.communicate("", timeout=60)
     _head_gone(pid)
+
+
+# a driver in miniature asking for the dashboard (``--ray-dashboard PORT``: argv[2]), or not (no argv[2])
+DASHBOARD_MEMBER = MEMBER.replace(
+    "RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024))",
+    "RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024), int(sys.argv[2]) if sys.argv[2:] else None)",
+)
+
+
+def _dashboard_member(runs: Path, *port: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", DASHBOARD_MEMBER, str(runs), *port],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_ray_dashboard_flag_is_a_run_option_with_an_optional_port(capsys: pytest.CaptureFixture[str]) -> None:
+    from punchline.cluster.cli import build_parser
+    from punchline.cluster.cli_shared import run_options
+
+    parser = build_parser()
+    given = {
+        (): None,
+        ("--ray-dashboard",): 0,
+        ("--ray-dashboard=0",): 0,
+        ("--ray-dashboard", "8270"): 8270,
+    }
+    for flags, port in given.items():
+        assert run_options(parser.parse_args(["run", "c.toml", *flags])).ray_dashboard_port == port, flags
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "c.toml", "--ray-dashboard=70000"])
+    assert "70000 is not a port" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--help"])
+    assert "--ray-dashboard [PORT]" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ray_dashboard_flag_on_a_free_port_prints_its_url_and_asks_for_the_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linger: float
+) -> None:
+    import urllib.error
+    import urllib.request
+
+    monkeypatch.delenv("PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT", raising=False)
+    member = _dashboard_member(tmp_path / "runs", "0")  # 0: a free port
+    try:
+        _address, started, pid = _said(member)
+        assert started
+        folder = next(f for f in ray_dir(tmp_path / "runs").iterdir() if f.is_dir())
+        head = read_head(folder)
+        assert head is not None and head.dashboard.startswith("http://127.0.0.1:")
+        assert int(head.dashboard.rsplit(":", 1)[1]) > 0
+        _wait_ready(member)
+        token = (folder / "auth_token").read_text()
+
+        def status(headers: dict[str, str]) -> int:
+            request = urllib.request.Request(f"{head.dashboard}/api/version", headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as resp:
+                    return int(resp.status)
+            except urllib.error.HTTPError as exc:
+                return exc.code
+            except OSError:
+                return 0  # not listening yet
+
+        wait_for(lambda: status({"Authorization": f"Bearer {token}"}) == 200, timeout_s=180)
+        assert status({}) in (401, 403), "the dashboard answered without the head's token"
+    finally:
+        _out, err = member.communicate("", timeout=60)
+    said = [ln for ln in err.splitlines() if "dashboard" in ln]
+    assert said == [
+        f"punchline: Ray's dashboard: {head.dashboard}; it asks for the head's token, in {folder}/auth_token"
+    ]
+    _head_gone(pid)
+
+
+@pytest.mark.slow
+def test_ray_dashboard_flag_on_a_shared_head_without_one_says_so_and_keeps_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linger: float
+) -> None:
+    monkeypatch.delenv("PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT", raising=False)
+    runs = tmp_path / "runs"
+    first = _dashboard_member(runs)  # an earlier run, no dashboard asked: the head starts without one
+    second: subprocess.Popen[str] | None = None
+    try:
+        address, started, pid = _said(first)
+        assert started
+        second = _dashboard_member(runs, "0")
+        joined = _said(second)
+        assert joined == (address, False, pid), "the head was restarted for the dashboard"
+        head = read_head(next(ray_dir(runs).iterdir()))
+        assert head is not None and head.pid == pid and head.dashboard == ""
+        _wait_ready(second)
+    finally:
+        first.communicate("", timeout=60)
+        _out, err = second.communicate("", timeout=60) if second is not None else ("", "")
+    said = [ln for ln in err.splitlines() if "dashboard" in ln]
+    assert len(said) == 1 and "started by an earlier run without a dashboard" in said[0], err[-2000:]
+    _head_gone(pid)
