@@ -22,27 +22,12 @@ from typing import Any
 
 from punchline.data.errors import InputError, LedgerUnavailable
 from punchline.schedulers import keys as redis_keys
+from punchline.schedulers import lua
 from punchline.schedulers.redis_client import redis_errors
 
-# renew our claim; take it again when it lapsed (this driver was paused past the TTL, or the ledger
-# restarted without it): our workers stop while it is missing and start again once it is back
-_RENEW = """
-local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-if not held then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+# schedulers/lua/run_claim_*.lua: renew the claim (taking it again when it lapsed), release it if ours
+_RENEW = lua.script("run_claim_renew")
+_RELEASE = lua.script("run_claim_release")
 
 
 class RunAlreadyRunning(InputError):

@@ -66,6 +66,7 @@ from punchline.data.response_cache import MARKER_MS
 from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.schedulers import keys as redis_keys
+from punchline.schedulers import lua
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.keys import NAMESPACE
 from punchline.schedulers.ledger import StageCounters
@@ -201,47 +202,9 @@ def batch_owner(run_id: str, key: str) -> str:
     return f"batch:{run_id}:{key}"
 
 
-# KEYS: leases..., fence ; ARGV: owner, ttl_ms, adopt ("" or an owner prefix whose leases become ours)
-# -> per key 1 (now ours) | 0 (someone else's)
-_TAKE = """
-local out = {}
-local prefix = ARGV[1] .. '|'
-local adopt = ARGV[3]
-for i = 1, #KEYS - 1 do
-  local v = redis.call('GET', KEYS[i])
-  if v and string.sub(v, 1, #prefix) == prefix then
-    redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]))
-    out[i] = 1
-  elseif (not v) or (adopt ~= '' and string.sub(v, 1, #adopt) == adopt) then
-    redis.call('SET', KEYS[i], prefix .. redis.call('INCR', KEYS[#KEYS]), 'PX', tonumber(ARGV[2]))
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-"""
-
-# KEYS: leases... ; ARGV: owner, marker_ms, then per key the pack holding its answer ('' = none) -> number released
-# A released lease whose answer is in a pack becomes the same done marker an online commit leaves, so an online
-# worker that takes the lease next reads that pack instead of trusting an index older than the answer.
-_RELEASE = """
-local n = 0
-local prefix = ARGV[1] .. '|'
-for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
-  if v and string.sub(v, 1, #prefix) == prefix then
-    local pack = ARGV[2 + i] or ''
-    if pack ~= '' then
-      redis.call('SET', KEYS[i], '=' .. pack, 'PX', tonumber(ARGV[2]))
-    else
-      redis.call('DEL', KEYS[i])
-    end
-    n = n + 1
-  end
-end
-return n
-"""
+# schedulers/lua/batch_*.lua (their KEYS, ARGV and replies)
+_TAKE = lua.script("batch_take")
+_RELEASE = lua.script("batch_release")
 
 
 def run_owners(run_id: str) -> str:

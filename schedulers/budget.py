@@ -23,79 +23,16 @@ import redis
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.data.units import ShardUsage
+from punchline.schedulers import lua
 from punchline.schedulers.keys import NAMESPACE, BudgetKeys
 from punchline.schedulers.redis_client import redis_errors
 
-# Shared Lua: KEYS[k0+1..k0+3] = spent, reserved (hash holder -> usd), alive (zset holder -> expiry ms).
-# budget_reserve(k0, holder, estimate, cap, ttl_ms) -> 1 if it fits (and is held), 0 if it would break the cap.
-# budget_settle(k0, holder, reserved, actual, ttl_ms) replaces a reservation by the actual cost.
-BUDGET_LUA = """
-local function budget_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function budget_reserve(k0, holder, est, cap, ttl)
-  local now = budget_now()
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[k0 + 3], '-inf', now)
-  for _, h in ipairs(dead) do
-    redis.call('HDEL', KEYS[k0 + 2], h)
-    redis.call('ZREM', KEYS[k0 + 3], h)
-  end
-  local reserved = 0
-  for _, v in ipairs(redis.call('HVALS', KEYS[k0 + 2])) do reserved = reserved + tonumber(v) end
-  local spent = tonumber(redis.call('GET', KEYS[k0 + 1]) or '0')
-  if cap >= 0 and spent + reserved + est > cap + 1e-9 then return 0 end
-  redis.call('HINCRBYFLOAT', KEYS[k0 + 2], holder, est)
-  redis.call('ZADD', KEYS[k0 + 3], now + ttl, holder)
-  return 1
-end
-local function budget_settle(k0, holder, reserved, actual, ttl)
-  local now = budget_now()
-  if reserved ~= 0 and redis.call('HEXISTS', KEYS[k0 + 2], holder) == 1 then
-    local left = tonumber(redis.call('HINCRBYFLOAT', KEYS[k0 + 2], holder, -reserved))
-    if left <= 1e-9 then redis.call('HDEL', KEYS[k0 + 2], holder) end
-  end
-  if redis.call('HEXISTS', KEYS[k0 + 2], holder) == 1 then
-    redis.call('ZADD', KEYS[k0 + 3], now + ttl, holder)
-  else
-    redis.call('ZREM', KEYS[k0 + 3], holder)
-  end
-  if actual ~= 0 then redis.call('INCRBYFLOAT', KEYS[k0 + 1], actual) end
-end
-"""
-
-# ARGV: holder, estimate_usd, max_usd (negative = no cap), ttl_ms
-_RESERVE = (
-    BUDGET_LUA
-    + """
-return budget_reserve(0, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
-"""
-)
-
-# A batch's hold (its holder is the batch): once per holder, so a resumed driver holding the same batch again
-# does not reserve it twice; ``force`` (a batch created already: paid whatever the cap) reserves past the cap.
-# ARGV: holder, estimate_usd, max_usd (negative = no cap), ttl_ms, force (0/1) -> 1 held, 0 over the cap
-_HOLD_ONCE = (
-    BUDGET_LUA
-    + """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  redis.call('ZADD', KEYS[3], budget_now() + tonumber(ARGV[4]), ARGV[1])
-  return 1
-end
-local cap = tonumber(ARGV[3])
-if ARGV[5] == '1' then cap = -1 end
-return budget_reserve(0, ARGV[1], tonumber(ARGV[2]), cap, tonumber(ARGV[4]))
-"""
-)
-
-# ARGV: holder, reserved_usd, actual_usd, ttl_ms
-_SETTLE = (
-    BUDGET_LUA
-    + """
-budget_settle(0, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
-return 1
-"""
-)
+# The budget as a Lua library (schedulers/lua/budget.lua), also run inside the lease scripts, and the
+# budget's own scripts (schedulers/lua/budget_*.lua say their KEYS and ARGV).
+BUDGET_LUA = lua.script("budget")
+_RESERVE = lua.script("budget_reserve")
+_HOLD_ONCE = lua.script("budget_hold_once")
+_SETTLE = lua.script("budget_settle")
 
 
 def budget_keys(run_id: str, namespace: str = NAMESPACE) -> list[str]:

@@ -39,6 +39,7 @@ import structlog
 
 from punchline.data.provider_settings import ProviderSettings
 from punchline.schedulers import keys as redis_keys
+from punchline.schedulers import lua
 from punchline.schedulers.keys import NAMESPACE
 from punchline.schedulers.ledger import ledger_errors
 
@@ -47,49 +48,10 @@ log = structlog.get_logger("punchline.inflight")
 POLL_FIRST_S = 0.002  # a full scope is asked again after this long, doubling
 POLL_MAX_S = 0.05  # up to this (a slot freed by another worker idles at most about this long)
 
-# KEYS: the scopes' sorted sets ; ARGV: ttl_ms, count wanted, then one limit per key, then `count` tokens
-# -> how many of the tokens were added (to every key), in order
-_TAKE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[1])
-local room = tonumber(ARGV[2])
-for i, key in ipairs(KEYS) do
-  local lapsed = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, 1000)
-  if #lapsed > 0 then redis.call('ZREM', key, unpack(lapsed)) end
-  local free = tonumber(ARGV[2 + i]) - redis.call('ZCARD', key)
-  if free < room then room = free end
-end
-if room <= 0 then return 0 end
-local first = 2 + #KEYS
-for _, key in ipairs(KEYS) do
-  for j = 1, room do redis.call('ZADD', key, now + ttl, ARGV[first + j]) end
-  redis.call('PEXPIRE', key, ttl)
-end
-return room
-"""
-
-# KEYS: the scopes' sorted sets ; ARGV: tokens
-_GIVE = """
-for _, key in ipairs(KEYS) do redis.call('ZREM', key, unpack(ARGV)) end
-return 1
-"""
-
-# KEYS: the scopes' sorted sets ; ARGV: ttl_ms, tokens -> how many tokens were still held (in the first key)
-_RENEW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[1])
-local held = 0
-for i, key in ipairs(KEYS) do
-  for j = 2, #ARGV do
-    local n = redis.call('ZADD', key, 'XX', 'CH', now + ttl, ARGV[j])
-    if i == 1 then held = held + n end
-  end
-  redis.call('PEXPIRE', key, ttl)
-end
-return held
-"""
+# schedulers/lua/inflight_*.lua (their KEYS, ARGV and replies)
+_TAKE = lua.script("inflight_take")
+_GIVE = lua.script("inflight_give")
+_RENEW = lua.script("inflight_renew")
 
 
 class Bound(msgspec.Struct, frozen=True):

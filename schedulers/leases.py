@@ -29,153 +29,21 @@ import redis.asyncio
 
 from punchline.data.response_cache import MARKER_MS
 from punchline.schedulers import keys as redis_keys
-from punchline.schedulers.budget import BUDGET_LUA
+from punchline.schedulers import lua
 from punchline.schedulers.keys import NAMESPACE, UNLIMITED_RATE, BudgetKeys, StageKeys
 from punchline.schedulers.ledger import ledger_errors, unavailable
-from punchline.schedulers.rate_limit import GCRA_LUA, RateScope
+from punchline.schedulers.rate_limit import RateScope
 
-# KEYS: lease, fence, rate scope (5), budget (3)
-# ARGV: owner, ttl_ms, rate args (11), holder, estimate_usd, cap_usd (<0: no budget), budget_ttl_ms
-# -> {1, token, wait_ms} granted | {0, pttl} held by another | {2, pack} answered (done marker) | {3} over budget
-_ACQUIRE = (
-    GCRA_LUA
-    + BUDGET_LUA
-    + """
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  if string.sub(cur, 1, 1) == '=' then return {2, string.sub(cur, 2)} end
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-local cap = tonumber(ARGV[16])
-if cap >= 0 and budget_reserve(7, ARGV[14], tonumber(ARGV[15]), cap, tonumber(ARGV[17])) == 0 then return {3} end
-local wait = rl_reserve(2, 2)
-local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', tonumber(ARGV[2]) + wait)
-return {1, token, wait}
-"""
-)
-
-# KEYS: lease, rate scope (5), budget (3)
-# ARGV: owner|token, rate args (11), unused_tokens, holder, reserved_usd, actual_usd, cap_usd, budget_ttl_ms,
-#       done marker (the pack holding the answer, or ''), marker_ms
-# -> 1 committed | 0 the lease was no longer ours (lapsed or taken over)
-_COMMIT = (
-    GCRA_LUA
-    + BUDGET_LUA
-    + """
-local ok = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if ARGV[19] ~= '' then
-    redis.call('SET', KEYS[1], '=' .. ARGV[19], 'PX', tonumber(ARGV[20]))
-  else
-    redis.call('DEL', KEYS[1])
-  end
-  ok = 1
-end
-rl_refund(1, 1, tonumber(ARGV[13]))
-if tonumber(ARGV[17]) >= 0 then
-  budget_settle(6, ARGV[14], tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[18]))
-end
-return ok
-"""
-)
-
-# KEYS: lease ; ARGV: owner|token
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-# KEYS: leases... ; ARGV: ttl_ms, holder values...  -> list of 1/0
-_RENEW_REQUESTS = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[i + 1] then
-    redis.call('PEXPIRE', key, ARGV[1])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-"""
-
-# KEYS: todo, leased, holders, meta, fence ; ARGV: owner, ttl_ms
-# -> {1, shard, token} | {0, ms until a lease expires} | {-1} nothing left | {-2} stage unknown (Redis wiped)
-_CLAIM = """
-if redis.call('EXISTS', KEYS[4]) == 0 then return {-2} end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local shard
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1)
-if #expired > 0 then
-  shard = expired[1]
-else
-  local popped = redis.call('ZPOPMIN', KEYS[1])
-  if #popped == 0 then
-    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    if #first == 0 then return {-1} end
-    return {0, math.max(1, tonumber(first[2]) - now)}
-  end
-  shard = popped[1]
-end
-local token = redis.call('INCR', KEYS[5])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), shard)
-redis.call('HSET', KEYS[3], shard, ARGV[1] .. '|' .. token)
-return {1, tonumber(shard), token}
-"""
-
-# KEYS: leased, holders ; ARGV: ttl_ms, then (shard, holder) pairs -> list of 1/0
-_RENEW_SHARDS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-for i = 2, #ARGV, 2 do
-  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
-    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
-end
-return out
-"""
-
-# KEYS: leased, holders, counters, usage ; ARGV: shard, holder, n_counters, then counter (name, value)
-# pairs, then usage (field, value) pairs. Counters and usage are added even when the lease was lost: the
-# calls were made either way. -> 1 committed | 0 lost
-_COMMIT_SHARD = """
-local ok = 0
-if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('HINCRBY', KEYS[3], 'shards_done', 1)
-  ok = 1
-end
-local n = tonumber(ARGV[3])
-for i = 4, 3 + 2 * n, 2 do
-  if ARGV[i] == 'cost_usd' then redis.call('HINCRBYFLOAT', KEYS[3], ARGV[i], ARGV[i + 1])
-  else redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1]) end
-end
-for i = 4 + 2 * n, #ARGV, 2 do
-  if string.sub(ARGV[i], -3) == 'usd' then redis.call('HINCRBYFLOAT', KEYS[4], ARGV[i], ARGV[i + 1])
-  else redis.call('HINCRBY', KEYS[4], ARGV[i], ARGV[i + 1]) end
-end
-local t = redis.call('TIME')
-redis.call('HSET', KEYS[3], 'updated_at', t[1] .. '.' .. string.format('%06d', t[2]))
-return ok
-"""
-
-# KEYS: todo, leased, holders ; ARGV: shard, holder
-_RELEASE_SHARD = """
-if redis.call('HGET', KEYS[3], ARGV[1]) == ARGV[2] then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[1])
-  return 1
-end
-return 0
-"""
+# The scripts (schedulers/lua/<name>.lua: their KEYS, ARGV and replies); acquire and commit include the rate
+# limiter's and the budget's, so a lease, its rate slot and its cost are one round trip.
+_ACQUIRE = lua.script("lease_acquire")
+_COMMIT = lua.script("lease_commit")
+_RELEASE = lua.script("lease_release")
+_RENEW_REQUESTS = lua.script("lease_renew")
+_CLAIM = lua.script("shard_claim")
+_RENEW_SHARDS = lua.script("shard_renew")
+_COMMIT_SHARD = lua.script("shard_commit")
+_RELEASE_SHARD = lua.script("shard_release")
 
 
 class Grant(msgspec.Struct, frozen=True):

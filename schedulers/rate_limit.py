@@ -46,120 +46,16 @@ import redis
 from punchline.data import settings as env_registry
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
+from punchline.schedulers import lua
 from punchline.schedulers.keys import RateKeys
 from punchline.schedulers.redis_client import redis_errors
 
-# Shared Lua: KEYS[k0+1..k0+5] = provider req, provider tok, provider state, model req, model tok.
-# ARGV[a0+1..a0+11] = provider rpm, provider tpm, model rpm, model tpm, requests, tokens, burst_requests,
-#                     burst_s_tokens, increase_step, recover_window_ms, idle_ttl_ms.
-# rl_reserve returns the wait in ms (0 when nothing is limited) and the factor.
-GCRA_LUA = """
-local function rl_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
-local function rl_factor(state, now, step, window, idle)
-  local factor = tonumber(redis.call('HGET', state, 'f') or '1')
-  local changed = tonumber(redis.call('HGET', state, 'c') or '0')
-  local cap = tonumber(redis.call('HGET', state, 'cap') or '1')
-  if factor < cap and now - changed >= window then
-    local steps = math.floor((now - changed) / window)
-    factor = math.min(cap, factor + steps * step)
-    redis.call('HSET', state, 'f', tostring(factor), 'c', tostring(changed + steps * window))
-    redis.call('PEXPIRE', state, idle)
-  end
-  return factor
-end
-local function rl_cell(key, per_min, cost, burst, factor, now, idle)
-  local interval = 60000 / (per_min * factor)
-  local tat = tonumber(redis.call('GET', key) or '0')
-  if tat < now then tat = now end
-  local new_tat = tat + interval * cost
-  redis.call('SET', key, tostring(new_tat), 'PX', math.ceil(new_tat - now) + idle)
-  return new_tat - burst * interval - now
-end
-local function rl_reserve(k0, a0)
-  local p_rpm, p_tpm = tonumber(ARGV[a0 + 1]), tonumber(ARGV[a0 + 2])
-  local m_rpm, m_tpm = tonumber(ARGV[a0 + 3]), tonumber(ARGV[a0 + 4])
-  if p_rpm <= 0 and p_tpm <= 0 and m_rpm <= 0 and m_tpm <= 0 then return 0, 1 end
-  local requests, tokens = tonumber(ARGV[a0 + 5]), tonumber(ARGV[a0 + 6])
-  local burst_r, burst_s = tonumber(ARGV[a0 + 7]), tonumber(ARGV[a0 + 8])
-  local idle = tonumber(ARGV[a0 + 11])
-  local now = rl_now()
-  local factor = rl_factor(KEYS[k0 + 3], now, tonumber(ARGV[a0 + 9]), tonumber(ARGV[a0 + 10]), idle)
-  local wait = 0
-  local function take(key, per_min, cost, burst)
-    if per_min > 0 and cost > 0 then
-      local w = rl_cell(key, per_min, cost, burst, factor, now, idle)
-      if w > wait then wait = w end
-    end
-  end
-  take(KEYS[k0 + 1], p_rpm, requests, burst_r)
-  take(KEYS[k0 + 2], p_tpm, tokens, p_tpm / 60 * burst_s)
-  take(KEYS[k0 + 4], m_rpm, requests, burst_r)
-  take(KEYS[k0 + 5], m_tpm, tokens, m_tpm / 60 * burst_s)
-  return math.ceil(wait), factor
-end
-local function rl_refund(k0, a0, unused)
-  if unused <= 0 then return end
-  local now = rl_now()
-  local factor = tonumber(redis.call('HGET', KEYS[k0 + 3], 'f') or '1')
-  for i, cell in ipairs({{k0 + 2, a0 + 2}, {k0 + 5, a0 + 4}}) do
-    local per_min = tonumber(ARGV[cell[2]])
-    if per_min > 0 then
-      local tat = tonumber(redis.call('GET', KEYS[cell[1]]) or '0')
-      if tat > now then
-        local back = math.max(now, tat - unused * 60000 / (per_min * factor))
-        redis.call('SET', KEYS[cell[1]], tostring(back), 'PX', math.ceil(back - now) + tonumber(ARGV[a0 + 11]))
-      end
-    end
-  end
-end
-"""
-
-_RESERVE = (
-    GCRA_LUA
-    + """
-local wait, factor = rl_reserve(0, 0)
-return {wait, math.floor(factor * 1000000)}
-"""
-)
-
-# ARGV[12] = unused tokens to give back
-_REFUND = (
-    GCRA_LUA
-    + """
-rl_refund(0, 0, tonumber(ARGV[12]))
-return 1
-"""
-)
-
-# KEYS: state, provider request cell ; ARGV: decrease_factor, min_factor, cooldown_ms, idle_ttl_ms,
-# retry_after_ms (0: none), quoted factor (the provider's quoted limit / the configured one; <= 0: none).
-# Returns the factor (x1e6).
-_THROTTLED = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local factor = tonumber(redis.call('HGET', KEYS[1], 'f') or '1')
-local last = tonumber(redis.call('HGET', KEYS[1], 'd') or '0')
-local quoted = tonumber(ARGV[6])
-if quoted > 0 and quoted < factor then
-  factor = math.max(tonumber(ARGV[2]), quoted)
-  redis.call('HSET', KEYS[1], 'f', tostring(factor), 'cap', tostring(factor), 'c', tostring(now), 'd', tostring(now))
-elseif quoted <= 0 and now - last >= tonumber(ARGV[3]) then
-  factor = math.max(tonumber(ARGV[2]), factor * tonumber(ARGV[1]))
-  redis.call('HSET', KEYS[1], 'f', tostring(factor), 'c', tostring(now), 'd', tostring(now))
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-local pause = tonumber(ARGV[5])
-if pause > 0 then
-  local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if tat < now + pause then
-    redis.call('SET', KEYS[2], tostring(now + pause), 'PX', math.ceil(pause) + tonumber(ARGV[4]))
-  end
-end
-return math.floor(factor * 1000000)
-"""
+# The GCRA cells as a Lua library (schedulers/lua/gcra.lua), also run inside the lease scripts, and the
+# limiter's own scripts (schedulers/lua/rate_*.lua say their KEYS and ARGV).
+GCRA_LUA = lua.script("gcra")
+_RESERVE = lua.script("rate_reserve")
+_REFUND = lua.script("rate_refund")
+_THROTTLED = lua.script("rate_throttled")
 
 
 class RateLimitSettings(msgspec.Struct, frozen=True, kw_only=True):
