@@ -62,7 +62,8 @@ class StageKeys:
 
     @property
     def meta(self) -> str:
-        """Hash: the stage's queue exists (a claim on a stage without it answers "unknown": Redis was wiped)."""
+        """Hash: the stage's ``shards_total`` and ``units_total``, written when its queue is (re)built; a claim
+        on a stage without it answers "unknown" (Redis was wiped: the coordinator rebuilds the queue)."""
         return f"{self.base}:meta"
 
     @property
