@@ -149,6 +149,7 @@ class Coordinator:
             shards=plan.shards_total,
             failed=len(failed),
             artifacts=artifacts,
+            usage=self.store_usage[stage.name],
         )
         if not failed:  # a stage with failed units is re-planned on resume / retry-failed
             self.store.put(self.manifest_key(stage.name), msgspec.json.encode(manifest))

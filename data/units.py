@@ -159,13 +159,16 @@ class ShardOutput(msgspec.Struct, kw_only=True):
 
 class StageManifest(msgspec.Struct, kw_only=True):
     """``<run>/stages/<stage>/manifest.json``: the stage finished with no failed unit; a resume skips it
-    and takes its artifacts from here."""
+    and takes its artifacts from here. ``usage``: the sum of its shard files' usage, so a reader (the viewer's
+    models page, ``/metrics``) need not read every shard file again (None in manifests written before it was kept;
+    a manifest is dropped whenever one of its shards is, so it never disagrees with them)."""
 
     stage: str
     units: int
     shards: int
     failed: int
     artifacts: list[str]
+    usage: ShardUsage | None = None
 
 
 #: a run's state in its record: running, then finished / failed (units failed, or an error) / budget (the

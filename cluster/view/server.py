@@ -31,12 +31,13 @@ from punchline.cluster.status import StatusView, run_status
 from punchline.cluster.view import artifacts, pages
 from punchline.cluster.view.metrics import CONTENT_TYPE, LogEvents, RunMetrics, render
 from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, model_rows, redacted_config, stage_rows
+from punchline.cluster.view.usage import RunUsage
 from punchline.data.errors import InputError, PunchlineError
 from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore, validate_key
-from punchline.data.units import ModelUsage, ShardUsage
+from punchline.data.units import ModelUsage
 from punchline.schedulers.keys import NAMESPACE
 from punchline.workers import call_stats
 from punchline.workers.call_stats import CallRow
@@ -69,13 +70,6 @@ class Response(msgspec.Struct, kw_only=True):
     headers: dict[str, str] = {}
 
 
-class _UsageOnly(msgspec.Struct):
-    usage: ShardUsage | None = None
-
-
-_usage_only = msgspec.msgpack.Decoder(_UsageOnly)
-
-
 class Viewer:
     """What the request threads share: the settings, open stores, and per run its samples reader."""
 
@@ -84,7 +78,7 @@ class Viewer:
         self._stores: dict[str, Store] = {}
         self._samples: OrderedDict[str, Samples] = OrderedDict()
         self._events: dict[str, LogEvents] = {}
-        self._shard_usage: dict[str, dict[str, ShardUsage]] = {}  # run -> shard key -> usage (files never change)
+        self._usage: OrderedDict[str, RunUsage] = OrderedDict()  # run -> its usage per stage and model
         self._indexing: set[str] = set()
         self._lock = threading.Lock()
 
@@ -166,32 +160,30 @@ class Viewer:
         record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
         live = self.live_calls(run_id) if record.state == "running" else None
         meta = RunMeta(record.pipeline, record.config_toml)
-        rows = model_rows(self.model_calls(run_id, record.stages), meta.aliases, live)
-        notes = ["from the committed shards (a shard counts once its file is written)"]
+        read = self.run_usage(run_id).read(record.stages)
+        rows = model_rows(read.models, meta.aliases, live)
+        notes = ["from the committed shards (a shard counts once its file is written)", *read.notes]
         if record.state == "running" and live is None:
             notes.append("the run's ledger is out of reach: no figures of the moment")
         return Response(body=pages.models_page(run_id, rows, live is not None, notes).encode())
 
     def model_calls(self, run_id: str, stages: list[str]) -> dict[str, dict[str, ModelUsage]]:
-        """Calls and usage per stage and model, from the shard files (each read once: they never change)."""
-        store = self.run_store(run_id)
+        """Calls and usage per stage and model, whole (``/metrics``: a counter never shows a partial sum)."""
+        return self.run_usage(run_id).read(stages, whole=True).models
+
+    def run_usage(self, run_id: str) -> RunUsage:
+        """The run's usage reader (stage manifests first, shard files only where a stage has no sum yet)."""
         with self._lock:
-            seen = self._shard_usage.setdefault(run_id, {})
-        out: dict[str, dict[str, ModelUsage]] = {}
-        for stage in stages:
-            total = ShardUsage()
-            for key in store.list(RunLayout(run_id).shards(stage)):
-                usage = seen.get(key)
-                if usage is None:
-                    raw = store.get(key)
-                    try:
-                        usage = (_usage_only.decode(raw).usage if raw else None) or ShardUsage()
-                    except (msgspec.DecodeError, ValueError):
-                        usage = ShardUsage()
-                    seen[key] = usage
-                total.add(usage)
-            out[stage] = total.models
-        return out
+            have = self._usage.get(run_id)
+            if have is not None:
+                self._usage.move_to_end(run_id)
+                return have
+        made = RunUsage(self.run_store(run_id), run_id, cache_dir=Path(self.settings.runs_dir) / VIEW_CACHE / run_id)
+        with self._lock:
+            have = self._usage.setdefault(run_id, made)
+            while len(self._usage) > 8:
+                self._usage.popitem(last=False)
+        return have
 
     # --- routes -------------------------------------------------------------------------------------------
 
