@@ -219,7 +219,8 @@ def test_a_second_ledger_on_the_same_store_is_refused(
     tmp_path: Path, setup: Setup, slow_fake: FakeProviderServer, redis_url: str
 ) -> None:
     """A default run and a --redis-url run of one config on one runs folder: the second refuses in one
-    line instead of paying for what the first pays for."""
+    line instead of paying for what the first pays for (the first is then stopped with Ctrl-C: what it paid
+    until then, it paid once)."""
     runs = tmp_path / "runs"
     # a longer run (160 units, ~45 s) that outlasts the second driver's start on a busy machine
     cfg = engine_config(tmp_path, slow_fake, jokes=40, shard_size=2, lease_ms=2000, workers_per_node=WORKERS)
@@ -234,9 +235,11 @@ def test_a_second_ledger_on_the_same_store_is_refused(
         assert second.returncode == 2 and len(lines) == 1, lines
         assert "guarded by another ledger" in lines[0] and "embedded ledger" in lines[0], lines
         assert urlsplit(redis_url).password not in lines[0]  # never the password
-        _finish(first)
+        os.kill(first.pid, signal.SIGINT)  # the rest of the first run proves nothing more
+        _, err = first.communicate(timeout=120)
+        assert first.returncode == 130, err.decode()[-2000:]
     calls = slow_fake.stats().calls
-    assert len(calls) == 40 * 2 * 2 and set(calls.values()) == {1}  # every request paid once
+    assert len(calls) >= UNITS // 3 and set(calls.values()) == {1}  # no request paid twice
     assert not (runs / "second").exists()
 
 
