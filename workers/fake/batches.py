@@ -6,7 +6,7 @@ recorded is paid again), so the tests need a provider that counts every batch cr
 billed, and that can stop at the worst moments.
 
 **Answers** are the online endpoints' answers for the same request body
-(:func:`punchline.workers.fake.server.completion`), so a run in batch mode caches the same texts as an
+(:func:`punchline.workers.fake.state.completion`), so a run in batch mode caches the same texts as an
 online run. A request's choice offset (the online ``X-Choice-Offset`` header) travels in its custom id as a
 ``-o<offset>`` suffix; a custom id without one answers from offset 0.
 

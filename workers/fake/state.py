@@ -1,0 +1,209 @@
+"""The fake provider's mutable state: counters, attempt numbers, rate limit, knobs, and the answers it gives.
+
+Why a module of its own: the HTTP handler (:mod:`punchline.workers.fake.handler`) and the batch endpoints
+(:mod:`punchline.workers.fake.batches`) both answer from this state, and the determinism rules of
+:mod:`punchline.workers.fake.server` (faults decided by a hash, attempts counted per key and offset) live here,
+behind one lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from punchline.data.simulator import FakeConfig, SimRequest
+from punchline.workers.fake.answers import answer
+from punchline.workers.fake.batches import BatchBook
+from punchline.workers.fake.simulators import Simulator, decode_knobs
+from punchline.workers.fake.wire import Parsed, apply_stop, completion_body, parse, tokens, wire_key
+
+FAULTS = (
+    "rate_limited",
+    "status_for_model",
+    "unauthorized",
+    "fail_first",
+    "error_500",
+    "error_503",
+    "hang",
+    "truncated",
+    "malformed",
+)
+
+
+class FakeStats(msgspec.Struct, kw_only=True):
+    total_calls: int = 0
+    ok: int = 0
+    calls: dict[str, int] = {}
+    calls_by_model: dict[str, int] = {}
+    faults: dict[str, int] = {}
+    input_tokens: int = 0
+    output_tokens: int = 0
+    models_calls: int = 0  # GET /v1/models (free: not in total_calls)
+    peak_in_flight: int = 0  # the most completion calls it held at once (a client's in-flight bound, seen from here)
+
+
+def unit(seed: int, *parts: object) -> float:
+    digest = hashlib.sha256("|".join(str(p) for p in (seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class ServerState:
+    """Mutable server state, guarded by one lock."""
+
+    def __init__(self, config: FakeConfig, simulators: Sequence[Simulator]) -> None:
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.defaults = config
+        self.config = config
+        self.simulators = list(simulators)
+        self.knobs = decode_knobs(self.simulators, config.pipeline_knobs)  # each pipeline's, decoded once
+        self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
+        self.window: deque[float] = deque()  # admitted calls' times, with rate_limit_window_s
+        self.in_flight = 0  # completion calls being answered (holding)
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.calls: Counter[str] = Counter()
+            self.attempts: Counter[tuple[str, int]] = Counter()
+            self.by_model: Counter[str] = Counter()
+            self.faults: Counter[str] = Counter()
+            self.total = 0
+            self.ok = 0
+            self.input_tokens = 0
+            self.output_tokens = 0
+            self.models_calls = 0
+            self.peak_in_flight = self.in_flight  # calls being answered now still end (and count down)
+            self.tat = 0.0
+            self.window.clear()
+        self.batches.reset()
+
+    def set_config(self, config: FakeConfig) -> None:
+        """New knobs (a ValueError, before anything changes, when a pipeline's knobs are wrong)."""
+        knobs = decode_knobs(self.simulators, config.pipeline_knobs)
+        with self.lock:
+            self.config = config
+            self.knobs = knobs
+            self.tat = 0.0
+            self.window.clear()
+
+    def stats(self, *, brief: bool = False) -> FakeStats:
+        """The counters; ``brief`` leaves out the per-key call counts (one entry per request ever made),
+        which a poller that only wants the totals would otherwise copy and encode every time."""
+        with self.lock:
+            return FakeStats(
+                total_calls=self.total,
+                ok=self.ok,
+                calls={} if brief else dict(self.calls),
+                calls_by_model=dict(self.by_model),
+                faults={f: self.faults[f] for f in FAULTS},
+                input_tokens=self.input_tokens,
+                output_tokens=self.output_tokens,
+                models_calls=self.models_calls,
+                peak_in_flight=self.peak_in_flight,
+            )
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Count a completion call in flight while it is answered."""
+        with self.lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def admit(self, key: str, offset: int, model: str) -> tuple[int, float | None]:
+        """Count the call; returns (attempt number, retry-after seconds if rate limited)."""
+        cfg = self.config
+        with self.lock:
+            self.total += 1
+            self.calls[key] += 1
+            self.by_model[model] += 1
+            if cfg.requests_per_minute and cfg.rate_limit_window_s > 0:
+                now = time.monotonic()
+                window = self.window
+                while window and window[0] <= now - cfg.rate_limit_window_s:
+                    window.popleft()
+                if len(window) >= cfg.requests_per_minute * cfg.rate_limit_window_s / 60.0:
+                    self.faults["rate_limited"] += 1
+                    return -1, window[0] + cfg.rate_limit_window_s - now
+                window.append(now)
+            elif cfg.requests_per_minute:
+                interval = 60.0 / cfg.requests_per_minute
+                burst = cfg.rate_limit_burst or max(1.0, cfg.requests_per_minute / 60.0)
+                now = time.monotonic()
+                new_tat = max(self.tat, now) + interval
+                if new_tat - now > burst * interval + 1e-9:
+                    self.faults["rate_limited"] += 1
+                    return -1, new_tat - now - burst * interval
+                self.tat = new_tat
+            attempt = self.attempts[(key, offset)]
+            self.attempts[(key, offset)] += 1
+            return attempt, None
+
+    def count(self, fault: str) -> None:
+        with self.lock:
+            self.faults[fault] += 1
+
+    def success(self, input_tokens: int, output_tokens: int) -> None:
+        with self.lock:
+            self.ok += 1
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+
+
+def answer_texts(state: ServerState, req: Parsed, offset: int) -> list[str]:
+    """The texts the online endpoints answer ``req`` with (the batch endpoints give the same)."""
+    # Answers ignore ``n`` so that n single calls (with offsets) give the texts of one n call.
+    key = wire_key(req.model, req.messages, req.temperature, req.max_tokens, 1, req.stop, req.seed)
+    cfg = state.config
+    system = "\n\n".join(c for r, c in req.messages if r == "system")
+    user = next((c for r, c in reversed(req.messages) if r == "user"), "")
+    base = SimRequest(
+        key=key,
+        choice=offset,
+        model=req.model,
+        system=system,
+        user=user,
+        temperature=req.temperature,
+        seed=cfg.seed,
+        noise_rate=cfg.noise_rate,
+        format_variant_rate=cfg.format_variant_rate,
+        judge_flip_rate=cfg.judge_flip_rate,
+    )
+    knobs = state.knobs
+    return [
+        apply_stop(answer(msgspec.structs.replace(base, choice=offset + j), state.simulators, knobs), req.stop)
+        for j in range(req.n)
+    ]
+
+
+def knob_models(config: FakeConfig) -> set[str]:
+    """The model ids the pipelines' knobs are keyed by (a per-model table, e.g. a skill per model)."""
+    return {
+        str(model)
+        for table in config.pipeline_knobs.values()
+        for value in table.values()
+        if isinstance(value, dict)
+        for model in value
+    }
+
+
+def completion(state: ServerState, api: str, body: dict[str, Any], offset: int) -> tuple[dict[str, Any], str]:
+    """The online endpoint's 200 body for one request body, and the request's wire key (for batches)."""
+    req = parse(api, body)
+    key = req.key()
+    texts = answer_texts(state, req, offset)
+    input_tokens = sum(tokens(c) for _, c in req.messages)
+    output_tokens = sum(tokens(t) for t in texts)
+    return completion_body(api, req, texts, input_tokens, output_tokens), key
