@@ -49,78 +49,24 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import msgspec
 
+from punchline.workers.fake.batch_records import Batch, BatchRequest, BatchStats
+from punchline.workers.fake.batch_wire import anthropic_result_lines, openai_output_lines, validate
+from punchline.workers.fake.batch_wire import view as batch_view
+
+__all__ = ["BATCH_PATHS", "BatchBook", "BatchStats"]
+
 BATCH_PATHS = ("/v1/files", "/v1/batches", "/v1/messages/batches")
 _OFFSET = re.compile(r"-o(\d+)$")
-
-
-class BatchStats(msgspec.Struct, kw_only=True):
-    """What the batch endpoints saw: ``billed`` and ``submitted`` count requests per custom id."""
-
-    batches_created: int = 0
-    batches_by_api: dict[str, int] = {}
-    files_uploaded: int = 0
-    billed: dict[str, int] = {}
-    billed_keys: dict[str, int] = {}  # per wire key, comparable with ``FakeStats.calls``
-    submitted: dict[str, int] = {}
-    errored: int = 0
-    expired: int = 0
-    cancelled: int = 0
-    results_downloads: int = 0
-    hanging: int = 0  # calls held at a crash point right now
-    crashes: dict[str, int] = {}
-    failed_validation: int = 0  # batches that ended ``failed`` (their input file broke a rule)
-    foreign_batches: int = 0  # other users' batches (seeded); never in the counters above
-    foreign_cancelled: int = 0  # cancel calls on other users' batches
-    foreign_results_downloads: int = 0
-
-
-class _Request(msgspec.Struct):
-    custom_id: str
-    body: dict[str, Any]
-
-
-class _Batch:
-    def __init__(
-        self,
-        api: str,
-        requests: list[_Request],
-        metadata: dict[str, str],
-        input_file_id: str,
-        *,
-        foreign: bool = False,
-        created_at: float | None = None,
-        delay_s: float | None = None,
-    ) -> None:
-        self.id = ("batch_" if api == "openai" else "msgbatch_") + uuid.uuid4().hex[:24]
-        self.api = api
-        self.requests = requests
-        self.metadata = metadata
-        self.input_file_id = input_file_id
-        self.foreign = foreign  # another user's batch on the same account
-        self.delay_s = delay_s  # its own processing delay (else the knob's)
-        self.errors: list[dict[str, Any]] = []  # why validation failed (OpenAI): the batch ends ``failed``
-        self.created_at = time.time() if created_at is None else created_at
-        self.cancel_at: float | None = None
-        self.ended_at: float | None = None
-        self.status = "in_progress"  # in_progress | ended (anthropic) ; completed | expired | cancelled (openai)
-        self.outcomes: dict[str, tuple[str, Any]] = {}  # custom_id -> (kind, payload)
-        self.output_file_id: str | None = None
-        self.error_file_id: str | None = None
 
 
 def _unit(seed: int, *parts: object) -> float:
     digest = hashlib.sha256("|".join(str(p) for p in (seed, *parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
-
-
-def _iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 class BatchBook:
@@ -134,7 +80,7 @@ class BatchBook:
     def reset(self) -> None:
         with self.lock:
             self.files: dict[str, tuple[dict[str, Any], bytes]] = {}
-            self.batches: dict[str, _Batch] = {}
+            self.batches: dict[str, Batch] = {}
             self.order: list[str] = []
             self.processed: Counter[str] = Counter()
             self.stats = BatchStats()
@@ -156,7 +102,7 @@ class BatchBook:
 
     # --- processing ---------------------------------------------------------------------------------
 
-    def _settle(self, batch: _Batch, cfg: Any) -> None:
+    def _settle(self, batch: Batch, cfg: Any) -> None:
         """Decide a batch once its processing delay has passed (or it was cancelled)."""
         if batch.ended_at is not None:
             return
@@ -204,22 +150,10 @@ class BatchBook:
             batch.status = "expired" if any_expired else "completed"
         self._write_files(batch)
 
-    def _write_files(self, batch: _Batch) -> None:
+    def _write_files(self, batch: Batch) -> None:
         if batch.api != "openai":
             return
-        out: list[str] = []
-        err: list[str] = []
-        for r in batch.requests:
-            kind, payload = batch.outcomes[r.custom_id]
-            line: dict[str, Any] = {"id": f"batch_req_{uuid.uuid4().hex[:16]}", "custom_id": r.custom_id}
-            if kind == "succeeded":
-                out.append(json.dumps({**line, "response": {"status_code": 200, "body": payload}, "error": None}))
-            elif kind == "errored":
-                body = {"error": {"message": payload, "type": "server_error"}}
-                out.append(json.dumps({**line, "response": {"status_code": 500, "body": body}, "error": None}))
-            else:
-                code = "batch_expired" if kind == "expired" else "batch_cancelled"
-                err.append(json.dumps({**line, "response": None, "error": {"code": code, "message": kind}}))
+        out, err = openai_output_lines(batch)
         if out:
             batch.output_file_id = self._store_file("batch_output.jsonl", "batch_output", "\n".join(out) + "\n")
         if err:
@@ -239,65 +173,6 @@ class BatchBook:
         }
         self.files[fid] = (meta, data)
         return fid
-
-    # --- views ---------------------------------------------------------------------------------------
-
-    def _counts(self, batch: _Batch) -> dict[str, int]:
-        kinds = Counter(k for k, _ in batch.outcomes.values())
-        return {
-            "processing": len(batch.requests) - len(batch.outcomes),
-            "succeeded": kinds["succeeded"],
-            "errored": kinds["errored"],
-            "canceled": kinds["canceled"],
-            "expired": kinds["expired"],
-        }
-
-    def _view(self, batch: _Batch, base_url: str) -> dict[str, Any]:
-        c = self._counts(batch)
-        if batch.api == "anthropic":
-            return {
-                "id": batch.id,
-                "type": "message_batch",
-                "processing_status": "ended"
-                if batch.ended_at is not None
-                else ("canceling" if batch.cancel_at else "in_progress"),
-                "request_counts": c,
-                "created_at": _iso(batch.created_at),
-                "expires_at": _iso(batch.created_at + 86400),
-                "ended_at": _iso(batch.ended_at),
-                "cancel_initiated_at": _iso(batch.cancel_at),
-                "archived_at": None,
-                "results_url": f"{base_url}/v1/messages/batches/{batch.id}/results" if batch.ended_at else None,
-            }
-        status = batch.status if batch.ended_at is not None else ("cancelling" if batch.cancel_at else "in_progress")
-        if batch.errors and batch.ended_at is None:
-            status = "validating"
-        total = 0 if batch.errors else len(batch.requests)  # a file that failed validation holds no requests
-        return {
-            "id": batch.id,
-            "object": "batch",
-            "endpoint": "/v1/chat/completions",
-            "errors": {"object": "list", "data": batch.errors} if batch.errors else None,
-            "input_file_id": batch.input_file_id,
-            "completion_window": "24h",
-            "status": status,
-            "output_file_id": batch.output_file_id,
-            "error_file_id": batch.error_file_id,
-            "created_at": int(batch.created_at),
-            "in_progress_at": int(batch.created_at),
-            "expires_at": int(batch.created_at + 86400),
-            "completed_at": int(batch.ended_at) if batch.ended_at and status == "completed" else None,
-            "failed_at": int(batch.ended_at) if batch.ended_at and status == "failed" else None,
-            "expired_at": int(batch.ended_at) if batch.ended_at and status == "expired" else None,
-            "cancelled_at": int(batch.ended_at) if batch.ended_at and status == "cancelled" else None,
-            "cancelling_at": int(batch.cancel_at) if batch.cancel_at else None,
-            "request_counts": {
-                "total": total,
-                "completed": c["succeeded"],
-                "failed": c["errored"] + c["expired"] + c["canceled"],
-            },
-            "metadata": batch.metadata,
-        }
 
     # --- routes --------------------------------------------------------------------------------------
 
@@ -370,51 +245,14 @@ class BatchBook:
         h.end_headers()
         h.wfile.write(data)
 
-    def _create(self, api: str, requests: list[_Request], metadata: dict[str, str], file_id: str) -> _Batch:
-        batch = _Batch(api, requests, metadata, file_id)
+    def _create(self, api: str, requests: list[BatchRequest], metadata: dict[str, str], file_id: str) -> Batch:
+        batch = Batch(api, requests, metadata, file_id)
         self.batches[batch.id] = batch
         self.order.append(batch.id)
         self.stats.batches_created += 1
         for r in requests:
             self.submitted[r.custom_id] += 1
         return batch
-
-    @staticmethod
-    def _validate(lines: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
-        """OpenAI's rules for a batch input file; each broken one is an entry of the batch's ``errors``."""
-        if len(lines) > cfg.batch_max_file_requests:
-            return [
-                {
-                    "code": "too_many_requests",
-                    "message": f"The batch input file has {len(lines)} requests, more than the maximum of "
-                    f"{cfg.batch_max_file_requests}.",
-                    "param": None,
-                    "line": None,
-                }
-            ]
-        first = lines[0] if lines else {}
-        for i, ln in enumerate(lines[1:], start=2):
-            if ln.get("url") != first.get("url"):
-                return [
-                    {
-                        "code": "mismatched_endpoint",
-                        "message": "All requests in a batch input file must use the same endpoint.",
-                        "param": "url",
-                        "line": i,
-                    }
-                ]
-            model, model_1 = (ln.get("body") or {}).get("model"), (first.get("body") or {}).get("model")
-            if cfg.batch_one_model_per_file and model != model_1:
-                return [
-                    {
-                        "code": "mismatched_model",
-                        "message": f"The model in line {i} ({model}) differs from the model in line 1 ({model_1}): "
-                        "all requests in a batch input file must use the same model.",
-                        "param": "body.model",
-                        "line": i,
-                    }
-                ]
-        return []
 
     def seed(self, spec: dict[str, Any]) -> list[str]:
         """Add other users' batches: ``api``, ``count``, ``requests`` each, ``created_at`` (epoch s, default
@@ -432,7 +270,7 @@ class BatchBook:
         with self.lock:
             for j in range(int(spec.get("count", 1))):
                 requests = [
-                    _Request(
+                    BatchRequest(
                         str(cid),
                         {
                             "model": model,
@@ -442,7 +280,7 @@ class BatchBook:
                     )
                     for i, cid in enumerate(ids)
                 ]
-                batch = _Batch(
+                batch = Batch(
                     api,
                     requests,
                     {"owner": "someone-else"},
@@ -477,7 +315,7 @@ class BatchBook:
             page, has_more = ids[:limit], len(ids) > limit
         for i in page:
             self._settle(self.batches[i], cfg)
-        data = [self._view(self.batches[i], base_url) for i in page]
+        data = [batch_view(self.batches[i], base_url) for i in page]
         out: dict[str, Any] = {"data": data, "has_more": has_more}
         out["first_id"] = page[0] if page else None
         out["last_id"] = page[-1] if page else None
@@ -506,10 +344,10 @@ class BatchBook:
             with self.lock:
                 meta, data = self.files[body["input_file_id"]]
                 lines = [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()]
-                requests = [_Request(ln["custom_id"], ln["body"]) for ln in lines]
+                requests = [BatchRequest(ln["custom_id"], ln["body"]) for ln in lines]
                 batch = self._create("openai", requests, dict(body.get("metadata") or {}), meta["id"])
-                batch.errors = self._validate(lines, cfg)
-                view = self._view(batch, base_url)
+                batch.errors = validate(lines, cfg)
+                view = batch_view(batch, base_url)
             if cfg.batch_crash_point in ("after_create", "late_create"):
                 if cfg.batch_crash_point == "after_create":
                     self._hang(h, "after_create", cfg, stop)
@@ -539,7 +377,7 @@ class BatchBook:
                 h._send(404, {"error": {"message": f"no route {h.path}", "type": "not_found_error"}})
                 return
             self._settle(batch, cfg)
-            h._send(200, self._view(batch, base_url))
+            h._send(200, batch_view(batch, base_url))
 
     def _anthropic(
         self,
@@ -559,10 +397,10 @@ class BatchBook:
             body = json.loads(raw)
             if cfg.batch_crash_point == "late_create":
                 self._hang(h, "late_create", cfg, stop)
-            requests = [_Request(r["custom_id"], r["params"]) for r in body["requests"]]
+            requests = [BatchRequest(r["custom_id"], r["params"]) for r in body["requests"]]
             with self.lock:
                 batch = self._create("anthropic", requests, {}, "")
-                view = self._view(batch, base_url)
+                view = batch_view(batch, base_url)
             if cfg.batch_crash_point in ("after_create", "late_create"):
                 if cfg.batch_crash_point == "after_create":
                     self._hang(h, "after_create", cfg, stop)
@@ -586,15 +424,7 @@ class BatchBook:
                     self.stats.foreign_results_downloads += 1
                 else:
                     self.stats.results_downloads += 1
-                lines = []
-                for r in batch.requests:
-                    kind, payload = batch.outcomes[r.custom_id]
-                    result: dict[str, Any] = {"type": kind}
-                    if kind == "succeeded":
-                        result["message"] = payload
-                    elif kind == "errored":
-                        result["error"] = {"type": "error", "error": {"type": "api_error", "message": payload}}
-                    lines.append(json.dumps({"custom_id": r.custom_id, "result": result}))
+                lines = anthropic_result_lines(batch)
             self._send_raw(h, ("\n".join(lines) + "\n").encode(), "application/binary")
         else:
             self._one(h, method, rest, cfg, base_url, "anthropic")
