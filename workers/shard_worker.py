@@ -1,4 +1,5 @@
-"""The Ray actor that does the work: it pulls shards from the ledger's queue until none is left.
+"""The worker's logic: it pulls shards from the ledger's queue until none is left (the Ray actor around it is
+:mod:`~punchline.workers.shard_actor`; what it is given and reports, :mod:`~punchline.workers.worker_config`).
 
 Workers are interchangeable and stateless beyond their connections; the coordinator starts them on every
 node, replaces the dead ones, and adds more when nodes join. A shard is processed only under its lease
@@ -15,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import time
 import uuid
 from collections import OrderedDict
@@ -30,13 +29,11 @@ import structlog
 from punchline.data.background import stop_tasks
 from punchline.data.backoff import constant, retry_async
 from punchline.data.errors import BudgetExceeded, LedgerUnavailable, StoreError
-from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.response_spool import ResponseSpool
 from punchline.data.store import Store
 from punchline.data.stores import open_store
-from punchline.data.stores.sentinel import Sentinel, ensure_sees
 from punchline.data.units import (
     ShardOutput,
     ShardUsage,
@@ -54,77 +51,33 @@ from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoCla
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect, connect_async, resolve_url
 from punchline.workers.call_stats import CallStats
-from punchline.workers.driver_watch import DriverGone, DriverWatch, Lifeguard
+from punchline.workers.driver_watch import DriverGone, DriverWatch
 from punchline.workers.group_commit import GroupCommit
-from punchline.workers.logs import configure_logging
 from punchline.workers.provider import Provider
 from punchline.workers.providers import make_provider, wire_calls
 from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
-from punchline.workers.unit_runner import LEDGER_WAIT_S, Slot, UnitRunner
+from punchline.workers.unit_runner import LEDGER_WAIT_S, CallFn, Slot, UnitRunner
+from punchline.workers.worker_config import (
+    WorkerConfig,
+    WorkerReport,
+    answers_waiting,
+    drain_bound_s,
+    lease_ahead,
+)
+
+__all__ = [
+    "ShardProcessor",
+    "WorkerConfig",
+    "WorkerReport",
+    "answers_waiting",
+    "build_processor",
+    "drain_bound_s",
+    "lease_ahead",
+]
 
 LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
 ONCE = RetryPolicy(max_retries=0, max_malformed_retries=0)  # a unit that asks for no retries (UnitSpec.retries)
 SHARD_COMMIT_ATTEMPTS = 60  # a shard's commit waits out an outage this many LEDGER_PAUSEs, then its lease lapses
-DRAIN_SLACK_S = 60.0  # a draining worker's commits and releases: a few Redis round trips, none retried
-
-
-def drain_bound_s(providers: dict[str, ProviderSettings]) -> float:
-    """How long a worker whose driver is gone may take to end: its calls in flight finish (one attempt each:
-    no retry once the driver is gone, so at most the slowest provider's ``timeout_s``), then their answers
-    and shards are committed, without waiting out an unreachable ledger (the store has them: the next driver
-    finds them there). Past the bound the worker's remaining units are cancelled, whatever the ledger or
-    the provider does."""
-    timeout_s = max((p.timeout_s for p in providers.values()), default=60.0)
-    return timeout_s + DRAIN_SLACK_S
-
-
-def lease_ahead(window: int) -> int:
-    """Units that may take their leases while the window's calls are in flight: a lease takes a Redis
-    round trip (and its fsync), a few per cent of a call, so a quarter of the window covers it."""
-    return max(2, window // 4)
-
-
-def answers_waiting(window: int) -> int:
-    """Answers that may wait for the group commit without a call slot: at the provider's pace a worker
-    receives about a window of answers per quarter second, the commit's linger; twice that keeps the
-    call slots free through a slow write. A death loses at most these and the calls in flight."""
-    return 2 * window
-
-
-class WorkerConfig(msgspec.Struct, kw_only=True):
-    """Everything a worker needs, serialisable so it crosses to any node."""
-
-    run_id: str
-    redis_url: str
-    store_url: str
-    providers: dict[str, ProviderSettings]
-    lease_ms: int = 30_000
-    offline: bool = False
-    max_cost_usd: float | None = None
-    log_path: str | None = None
-    spool_dir: str | None = None  # paid answers the store could not take (runs/<id>/spool on each node's disk)
-    max_in_flight: int = 0  # units running at once per worker; 0 = the largest provider max_concurrency
-    store_sentinel: Sentinel | None = None  # checked at start: this node must see the driver's store
-    # redis_url shows its password as ***: the worker reads it from this 0600 file, else from its own
-    # PUNCHLINE_REDIS_URL (credentials never travel in actor arguments)
-    redis_password_file: str | None = None
-    # the value of the driver's claim on the run (host, pid, token): the worker stops taking units once
-    # the claim no longer holds it (the driver was killed); None: no driver to watch
-    driver_claim: str | None = None
-
-    def window(self) -> int:
-        if self.max_in_flight > 0:
-            return self.max_in_flight
-        return max((p.max_concurrency for p in self.providers.values()), default=8)
-
-
-class WorkerReport(msgspec.Struct, kw_only=True):
-    worker_id: str
-    shards_committed: int = 0
-    shards_lost: int = 0
-    budget_exhausted: bool = False
-    stage_reset: bool = False
-    driver_gone: bool = False
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -232,6 +185,40 @@ class ShardProcessor:
         self.stats = CallStats()  # calls in flight and 429s now, published for the driver's /metrics
 
     def _runner(self, stage: str = "") -> UnitRunner:
+        """The unit runner of one stage: its provider calls counted under the stage's name."""
+        limiter = self.limiter
+        return UnitRunner(
+            leases=self.leases,
+            cache=self.cache,
+            commits=GroupCommit(
+                self.cache,
+                self.leases,
+                self.held,
+                max_waiting=answers_waiting(self.cfg.window()),
+                spool=self.spool,
+                stopping=self.stopping,
+            ),
+            providers=self.providers,
+            call=self._provider_call(stage),
+            book=self.held,
+            owner=self.worker_id,
+            lease_ms=self.cfg.lease_ms,
+            rate_scope=limiter.scope if limiter is not None else (lambda provider, model: None),
+            offline=self.cfg.offline,
+            estimate_usd=self._estimate_usd if self.cfg.max_cost_usd is not None else None,
+            spool=self.spool,
+            ledger_wait_s=self.ledger_wait_s,
+            stopping=self.stopping,
+        )
+
+    def _estimate_usd(self, request: ProviderRequest) -> float:
+        """The most a request may cost (what it holds in the run's budget before its call)."""
+        settings = self.cfg.providers.get(request.provider)
+        return 0.0 if settings is None else estimate_request_cost(settings, request)[2]
+
+    def _provider_call(self, stage: str) -> CallFn:
+        """The unit runner's provider call: retried by the provider's policy (or once), counted in the shard's
+        usage and in this worker's call stats (``/metrics``) under ``(stage, provider, model)``."""
         policies = {name: RetryPolicy.from_settings(p.settings) for name, p in self.providers.items()}
         limiter = self.limiter
 
@@ -276,33 +263,7 @@ class ShardProcessor:
             self.stats.answered(scope, time.monotonic() - started)
             return answer
 
-        def estimate(request: ProviderRequest) -> float:
-            settings = self.cfg.providers.get(request.provider)
-            return 0.0 if settings is None else estimate_request_cost(settings, request)[2]
-
-        return UnitRunner(
-            leases=self.leases,
-            cache=self.cache,
-            commits=GroupCommit(
-                self.cache,
-                self.leases,
-                self.held,
-                max_waiting=answers_waiting(self.cfg.window()),
-                spool=self.spool,
-                stopping=self.stopping,
-            ),
-            providers=self.providers,
-            call=call,
-            book=self.held,
-            owner=self.worker_id,
-            lease_ms=self.cfg.lease_ms,
-            rate_scope=limiter.scope if limiter is not None else (lambda provider, model: None),
-            offline=self.cfg.offline,
-            estimate_usd=estimate if self.cfg.max_cost_usd is not None else None,
-            spool=self.spool,
-            ledger_wait_s=self.ledger_wait_s,
-            stopping=self.stopping,
-        )
+        return call
 
     def stopping(self) -> bool:
         """The driver is gone (or the worker was told to stop): no new unit, no retry, no wait on the ledger."""
@@ -591,66 +552,3 @@ def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
         providers=providers,
         limiter=limiter,
     )
-
-
-def _job_ended(job_id: str) -> bool:
-    """Whether Ray has marked this job (the driver that created the worker) dead."""
-    import ray._private.state  # lazy: ray takes seconds to import (the public job API needs the dashboard: GCS here)
-
-    return any(j["JobID"] == job_id and j["IsDead"] for j in ray._private.state.jobs())
-
-
-class ShardWorker:
-    """Ray actor wrapper (decorated in :func:`worker_actor_class`). One per slot on a node.
-
-    Started *detached* by the coordinator: a killed driver does not take it down, so the calls it has in
-    flight finish and are committed; its :class:`Lifeguard` then ends it (``driver_watch.py``)."""
-
-    def __init__(self, cfg_bytes: bytes, worker_id: str) -> None:
-        import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
-
-        cfg = msgspec.msgpack.decode(cfg_bytes, type=WorkerConfig)
-        if cfg.log_path:
-            configure_logging(None, console=False, json_path=cfg.log_path)
-        self.worker_id = f"{worker_id}@{socket.gethostname()}:{os.getpid()}"
-        self.running = 0  # work calls in progress
-        # outside an actor (a test, a script) there is no job to watch, and asking for one would make Ray join
-        # whatever cluster this machine last started
-        job_id = ray.get_runtime_context().get_job_id() if ray.is_initialized() else None
-        url = resolve_url(cfg.redis_url, cfg.redis_password_file)
-        self.lifeguard = Lifeguard(
-            lambda: DriverWatch(connect_async(url), cfg.run_id, cfg.driver_claim),
-            busy=lambda: self.running > 0,
-            leave=lambda: ray.get_runtime_context().current_actor.leave.remote(),
-            owner_gone=lambda: job_id is not None and _job_ended(job_id),
-            drain_s=drain_bound_s(cfg.providers),
-            force=lambda: os._exit(0),  # a work call past the drain bound: exit_actor would wait for it
-        ).start()
-        self.processor = build_processor(cfg, self.worker_id)
-        self.processor.driver.also = self.lifeguard.gone.is_set  # Ray's job record ends the work calls too
-        ensure_sees(self.processor.store, cfg.store_sentinel, f"worker {self.worker_id}")
-
-    async def work(self, plan_bytes: bytes) -> bytes:
-        plan = msgspec.msgpack.decode(plan_bytes, type=StagePlan)
-        self.running += 1
-        try:
-            report = await self.processor.work(plan)
-        finally:
-            self.running -= 1
-        return msgspec.msgpack.encode(report)
-
-    async def leave(self) -> None:
-        """End this actor (its lifeguard calls it once the driver is gone and no work call is left)."""
-        import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
-
-        ray.actor.exit_actor()
-
-    def ping(self) -> str:
-        return self.worker_id
-
-
-def worker_actor_class(max_concurrency: int = 64) -> Any:
-    import ray  # lazy: ray takes seconds to import; only the actor (inside Ray already) needs it
-
-    options: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0, "max_concurrency": max_concurrency}
-    return ray.remote(**options)(ShardWorker)

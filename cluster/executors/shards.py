@@ -33,7 +33,8 @@ from punchline.data.stores.sentinel import is_not_shared
 from punchline.data.units import ShardOutput, ShardResults, StagePlan, shard_key
 from punchline.schedulers.ledger import Ledger, StageCounters, patiently
 from punchline.workers.providers import kind_of
-from punchline.workers.shard_worker import WorkerConfig, WorkerReport, worker_actor_class
+from punchline.workers.shard_actor import worker_actor_class
+from punchline.workers.shard_worker import WorkerConfig, WorkerReport
 
 log = structlog.get_logger("punchline.coordinator")
 

@@ -10,7 +10,8 @@ import pytest
 from punchline.data.errors import StoreError
 from punchline.data.stores import open_store
 from punchline.data.stores.sentinel import plant
-from punchline.workers.shard_worker import ShardWorker, WorkerConfig
+from punchline.workers.shard_actor import ShardWorker
+from punchline.workers.shard_worker import WorkerConfig
 
 
 def test_a_worker_that_cannot_see_the_sentinel_does_not_start(tmp_path: Path, redis_url: str) -> None:
