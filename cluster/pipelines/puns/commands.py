@@ -44,6 +44,15 @@ def _register_puns(sub: Subcommands) -> None:
     ps = puns.add_subparsers(dest="puns_command", metavar="SUBCOMMAND")
     ps.required = True
 
+    _add_validate(ps)
+    _add_rank(ps)
+    _add_cloze(ps)
+    _add_cloze_report(ps)
+    _add_reproduce(ps)
+
+
+def _add_validate(ps: Subcommands) -> None:
+    """The subcommand ``puns validate``."""
     v = ps.add_parser(
         "validate",
         help="check a puns file (exactly one ___, non-empty word lists, unique indices, known tiers)",
@@ -52,6 +61,9 @@ def _register_puns(sub: Subcommands) -> None:
     v.add_argument("puns", help="puns file, e.g. puns_205.json or data/samples/puns_sample.json")
     v.set_defaults(func=cmd_validate)
 
+
+def _add_rank(ps: Subcommands) -> None:
+    """The subcommand ``puns rank`` (stage 5)."""
     r = ps.add_parser(
         "rank",
         help="stage 5: add cloze_* fields (balance, p_straight/p_funny/p_other, tier, per-model funny rate)",
@@ -66,6 +78,9 @@ def _register_puns(sub: Subcommands) -> None:
     r.add_argument("--plot", metavar="PNG", help="also draw the tiers (balance vs P(funny), funny rate per model)")
     r.set_defaults(func=cmd_rank)
 
+
+def _add_cloze(ps: Subcommands) -> None:
+    """The subcommand ``puns cloze`` (stage 6)."""
     c = ps.add_parser(
         "cloze",
         help="stage 6: build contrastive cloze tests (2 per pair: straight-primed, funny-primed)",
@@ -80,6 +95,9 @@ def _register_puns(sub: Subcommands) -> None:
     c.add_argument("--out", required=True, help="where to write the tests file")
     c.set_defaults(func=cmd_cloze)
 
+
+def _add_cloze_report(ps: Subcommands) -> None:
+    """The subcommand ``puns cloze-report``."""
     s = ps.add_parser(
         "cloze-report",
         help="score cloze answers: straight/funny/other rates per model and priming context",
@@ -99,6 +117,9 @@ def _register_puns(sub: Subcommands) -> None:
     s.add_argument("--out", required=True, help="output folder (created if missing)")
     s.set_defaults(func=cmd_cloze_report)
 
+
+def _add_reproduce(ps: Subcommands) -> None:
+    """The subcommand ``puns reproduce``."""
     rp = ps.add_parser(
         "reproduce",
         help="reproduce the published study from upstream's recorded outputs (no provider call, no key)",
