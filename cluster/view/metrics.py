@@ -126,18 +126,32 @@ def _histogram(out: list[str], name: str, doc: str, series: list[tuple[dict[str,
         out.append(f"{name}_count{{{text}}} {running}")
 
 
+_Samples = list[tuple[dict[str, str], float]]
+
+
+def _family(out: list[str], name: str, kind: str, doc: str, samples: _Samples) -> None:
+    """One metric family: its HELP and TYPE lines, then a line per labelled sample."""
+    out.append(f"# HELP {name} {doc}")
+    out.append(f"# TYPE {name} {kind}")
+    for labels, value in samples:
+        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+        out.append(f"{name}{{{text}}} {value:.10g}")
+
+
 def render(runs: list[RunMetrics]) -> str:
     """Prometheus text exposition format (version 0.0.4) for the runs."""
     out: list[str] = []
+    _run_and_stage_families(out, runs)
+    _model_families(out, runs)
+    _provider_families(out, runs)
+    _batch_and_event_families(out, runs)
+    return "\n".join(out) + "\n"
 
-    def family(name: str, kind: str, doc: str, samples: list[tuple[dict[str, str], float]]) -> None:
-        out.append(f"# HELP {name} {doc}")
-        out.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-            out.append(f"{name}{{{text}}} {value:.10g}")
 
-    family(
+def _run_and_stage_families(out: list[str], runs: list[RunMetrics]) -> None:
+    """What each run is, and its stages' counters, plan size and shards (from the ledger or the run record)."""
+    _family(
+        out,
         "punchline_run_info",
         "gauge",
         "a run: its pipeline and state (1); live says its counters come from its ledger now",
@@ -148,14 +162,16 @@ def render(runs: list[RunMetrics]) -> str:
         samples = [
             ({"run": r.run_id, "stage": s}, float(getattr(c, field))) for r in runs for s, c in r.counters.items()
         ]
-        family(f"punchline_stage_{metric}" + ("_total" if kind == "counter" else ""), kind, doc, samples)
-    family(
+        _family(out, f"punchline_stage_{metric}" + ("_total" if kind == "counter" else ""), kind, doc, samples)
+    _family(
+        out,
         "punchline_stage_units_planned",
         "gauge",
         "units the stage's plan has",
         [({"run": r.run_id, "stage": s}, float(c.units_total)) for r in runs for s, c in r.counters.items()],
     )
-    family(
+    _family(
+        out,
         "punchline_stage_shards",
         "gauge",
         "shards by state (done, total, leased: being worked on right now)",
@@ -170,12 +186,17 @@ def render(runs: list[RunMetrics]) -> str:
             )
         ],
     )
+
+
+def _model_families(out: list[str], runs: list[RunMetrics]) -> None:
+    """Per model: tokens and dollars billed, and calls, retries, 429s and latency of committed shards."""
     for metric, attr, doc in (
         ("input_tokens", "input_tokens", "input tokens billed, per model"),
         ("output_tokens", "output_tokens", "output tokens billed, per model"),
         ("cost_usd", "usd", "dollars billed, per model"),
     ):
-        family(
+        _family(
+            out,
             f"punchline_model_{metric}_total",
             "counter",
             doc,
@@ -185,7 +206,8 @@ def render(runs: list[RunMetrics]) -> str:
                 for u in r.usage
             ],
         )
-    family(
+    _family(
+        out,
         "punchline_model_calls_total",
         "counter",
         "provider calls per model (from the stage's shard files: committed shards only)",
@@ -200,7 +222,8 @@ def render(runs: list[RunMetrics]) -> str:
         ("retries", "retries", "failed attempts of the stage's units tried again, per model (committed shards)"),
         ("rate_limited", "rate_limited", "429 answers to the stage's calls, per model (committed shards)"),
     ):
-        family(
+        _family(
+            out,
             f"punchline_model_{metric}_total",
             "counter",
             doc,
@@ -223,12 +246,17 @@ def render(runs: list[RunMetrics]) -> str:
             if u.latency_counts
         ],
     )
+
+
+def _provider_families(out: list[str], runs: list[RunMetrics]) -> None:
+    """The workers' live call figures per provider and model: in flight, ended, 429s, retries, latency."""
     live = [(r.run_id, c) for r in runs for c in r.calls]
 
     def labels(run_id: str, c: CallRow) -> dict[str, str]:
         return {"run": run_id, "stage": c.stage, "provider": c.provider, "model": c.model}
 
-    family(
+    _family(
+        out,
         "punchline_provider_calls_in_flight",
         "gauge",
         "provider calls under way right now (a retry's backoff not counted), from the workers' figures",
@@ -239,7 +267,8 @@ def render(runs: list[RunMetrics]) -> str:
         ("rate_limited", "rate_limited", "429 (rate limited) answers, from the workers' figures"),
         ("retries", "retries", "failed attempts (429s, 5xx, timeouts, malformed) tried again, from the workers"),
     ):
-        family(
+        _family(
+            out,
             f"punchline_provider_{metric}_total",
             "counter",
             doc,
@@ -251,12 +280,17 @@ def render(runs: list[RunMetrics]) -> str:
         "a unit's provider call from its first attempt to its answer, retries and backoff included",
         [(labels(run_id, c), c.latency_counts, c.latency_sum_s) for run_id, c in live if c.latency_counts],
     )
+
+
+def _batch_and_event_families(out: list[str], runs: list[RunMetrics]) -> None:
+    """Provider batches by state, and the run log's events that say something went wrong."""
     states: dict[tuple[str, str, str, str], int] = {}
     for r in runs:
         for b in r.batches:
             k = (r.run_id, b.stage, b.model, b.state)
             states[k] = states.get(k, 0) + 1
-    family(
+    _family(
+        out,
         "punchline_batches",
         "gauge",
         "provider batches by state",
@@ -265,13 +299,13 @@ def render(runs: list[RunMetrics]) -> str:
             for (run, st, m, s), n in sorted(states.items())
         ],
     )
-    family(
+    _family(
+        out,
         "punchline_log_events_total",
         "counter",
         "run log events that say something went wrong (lease losses, failed units, retried malformed answers, ...)",
         [({"run": r.run_id, "event": e}, float(r.events.get(e, 0))) for r in runs for e in EVENTS],
     )
-    return "\n".join(out) + "\n"
 
 
 def from_ledger(run_id: str, pipeline: str, stages: list[str], ledger: Ledger, events: LogEvents | None) -> RunMetrics:
