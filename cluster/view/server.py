@@ -366,6 +366,21 @@ class Viewer:
         return Response(body=pages.artifact_page(run_id, rel, fragment).encode())
 
 
+def _page(viewer: Viewer, path: str, query: dict[str, str]) -> Response:
+    """The viewer's answer to a path, or an error page saying what went wrong in one line."""
+    try:
+        return viewer.handle(path, query)
+    except NotFound as exc:
+        return Response(status=404, body=pages.error_page(404, str(exc)).encode())
+    except InputError as exc:
+        status = 404 if "no run" in str(exc) else 500
+        return Response(status=status, body=pages.error_page(status, str(exc)).encode())
+    except Exception as exc:  # a bug or an unreadable file: one line on the page, the server goes on
+        log.warning("view_error", path=path, error=f"{type(exc).__name__}: {exc}"[:300])
+        message = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return Response(status=500, body=pages.error_page(500, message).encode())
+
+
 def _handler(viewer: Viewer, token: str | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "punchline-view"
@@ -386,17 +401,7 @@ def _handler(viewer: Viewer, token: str | None) -> type[BaseHTTPRequestHandler]:
                     )
                     return
                 extra["Set-Cookie"] = f"punchline_view={token}; HttpOnly; SameSite=Strict; Path=/"
-            try:
-                response = viewer.handle(url.path, query)
-            except NotFound as exc:
-                response = Response(status=404, body=pages.error_page(404, str(exc)).encode())
-            except InputError as exc:
-                status = 404 if "no run" in str(exc) else 500
-                response = Response(status=status, body=pages.error_page(status, str(exc)).encode())
-            except Exception as exc:  # a bug or an unreadable file: one line on the page, the server goes on
-                log.warning("view_error", path=url.path, error=f"{type(exc).__name__}: {exc}"[:300])
-                message = f"{type(exc).__name__}: {str(exc)[:300]}"
-                response = Response(status=500, body=pages.error_page(500, message).encode())
+            response = _page(viewer, url.path, query)
             response.headers.update(extra)
             self._send(response)
 
