@@ -288,6 +288,32 @@ def key_setting(name: str, settings: ProviderSettings) -> str:
     return f"providers.{name}.api_key_env"
 
 
+def _list_models_once(
+    name: str, settings: ProviderSettings, key: str, timeout_s: float, where: str, file: str | None
+) -> str:
+    """One try at listing the provider's models: ``ok``, a note when it answers without a listing, a
+    :class:`ServiceRejected` when the answer says the run cannot work, :class:`_NoAnswer` when nothing answers
+    (tried again until the start wait is over)."""
+    try:
+        _list_models(settings, key, timeout_s)
+    except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:  # nothing to wait for: the URL is wrong
+        raise ServiceRejected(
+            f"{where}: not a usable URL ({exc}): fix base_url", record=f"providers.{name}", field="base_url"
+        ) from None
+    except Exception as exc:
+        status = getattr(exc, "status_code", None)
+        _reject_status(name, settings, where, status, file, "GET models")
+        reason = permanent_network_reason(exc)
+        if reason is not None:
+            raise ServiceRejected(
+                f"{where}: {reason}: fix base_url", record=f"providers.{name}", field="base_url"
+            ) from None
+        if status is None:  # no HTTP answer at all: refused, reset or timed out
+            raise _NoAnswer(type(exc).__name__) from exc
+        return f"models not listed (HTTP {status})"
+    return "ok"
+
+
 def check_provider(
     name: str,
     settings: ProviderSettings,
@@ -324,24 +350,7 @@ def check_provider(
     wait = start_wait_s() if wait_s is None else wait_s
 
     def list_models() -> str:
-        try:
-            _list_models(settings, key, timeout_s)
-        except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:  # nothing to wait for: the URL is wrong
-            raise ServiceRejected(
-                f"{where}: not a usable URL ({exc}): fix base_url", record=f"providers.{name}", field="base_url"
-            ) from None
-        except Exception as exc:
-            status = getattr(exc, "status_code", None)
-            _reject_status(name, settings, where, status, file, "GET models")
-            reason = permanent_network_reason(exc)
-            if reason is not None:
-                raise ServiceRejected(
-                    f"{where}: {reason}: fix base_url", record=f"providers.{name}", field="base_url"
-                ) from None
-            if status is None:  # no HTTP answer at all: refused, reset or timed out
-                raise _NoAnswer(type(exc).__name__) from exc
-            return f"models not listed (HTTP {status})"
-        return "ok"
+        return _list_models_once(name, settings, key, timeout_s, where, file)
 
     try:
         note = retry_sync(
