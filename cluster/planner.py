@@ -17,6 +17,7 @@ from punchline.cluster.executor import stage_providers
 from punchline.cluster.pipeline import StageContext, pipeline_code
 from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
+from punchline.data.provider_settings import ProviderSettings
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 from punchline.schedulers.budget import estimate_request_cost
@@ -35,6 +36,43 @@ class StageEstimate(msgspec.Struct, kw_only=True):
     mode: str = "online"  # how the config sends them: online, batch, or online+batch (some providers each)
     mode_cost_usd: float = 0.0  # what they cost sent as configured (each provider's, or the stage's, mode)
     note: str = ""
+
+
+def _check_batch_api(cfg: RunConfig, stage: str, provider: str, settings: ProviderSettings) -> None:
+    """A stage whose mode sends a provider's units in batches needs a provider kind with a batch API."""
+    if not kind_of(settings.kind).has_batches:
+        raise ConfigError(
+            f'stage {stage} sends its {provider} units in batches (mode = "batch"), but kind '
+            f'{settings.kind!r} has no batch API: set the stage\'s mode = "online"',
+            file=cfg.source or None,
+            record=f"providers.{provider}",
+            field="kind",
+        )
+
+
+def _min_wall_s(
+    cfg: RunConfig,
+    per_provider_req: dict[str, int],
+    per_provider_tok: dict[str, int],
+    per_model_req: dict[tuple[str, str], int],
+    per_model_tok: dict[tuple[str, str], int],
+) -> float:
+    """The least wall time the rate limits allow for these requests and tokens: the slowest of the providers'
+    limits (all models together) and any model's own."""
+    wall = 0.0
+    for name, n in per_provider_req.items():
+        s = cfg.providers[name]
+        if s.requests_per_minute:
+            wall = max(wall, n / s.requests_per_minute * 60)
+        if s.tokens_per_minute:
+            wall = max(wall, per_provider_tok[name] / s.tokens_per_minute * 60)
+    for (name, model), n in per_model_req.items():
+        m_rpm, m_tpm = cfg.providers[name].model_limits(model)
+        if m_rpm:
+            wall = max(wall, n / m_rpm * 60)
+        if m_tpm:
+            wall = max(wall, per_model_tok[(name, model)] / m_tpm * 60)
+    return wall
 
 
 def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool, note: str = "") -> StageEstimate:
@@ -57,14 +95,8 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
         tin, tout, usd = tin + i, tout + o, usd + c
         batch_usd += c * settings.batch_price_factor
         mode = as_run[u.request.provider].mode
-        if mode == "batch" and not kind_of(settings.kind).has_batches:  # a stage's own mode asked for batches
-            raise ConfigError(
-                f'stage {stage} sends its {u.request.provider} units in batches (mode = "batch"), but kind '
-                f'{settings.kind!r} has no batch API: set the stage\'s mode = "online"',
-                file=cfg.source or None,
-                record=f"providers.{u.request.provider}",
-                field="kind",
-            )
+        if mode == "batch":  # a stage's own mode asked for batches
+            _check_batch_api(cfg, stage, u.request.provider, settings)
         modes.add(mode)
         mode_usd += c * settings.batch_price_factor if mode == "batch" else c
         calls = wire_calls(settings, u.request)
@@ -72,19 +104,7 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
         per_provider_tok[u.request.provider] += i + o
         per_model_req[(u.request.provider, u.request.model)] += calls
         per_model_tok[(u.request.provider, u.request.model)] += i + o
-    wall = 0.0
-    for name, n in per_provider_req.items():
-        s = cfg.providers[name]
-        if s.requests_per_minute:
-            wall = max(wall, n / s.requests_per_minute * 60)
-        if s.tokens_per_minute:
-            wall = max(wall, per_provider_tok[name] / s.tokens_per_minute * 60)
-    for (name, model), n in per_model_req.items():
-        m_rpm, m_tpm = cfg.providers[name].model_limits(model)
-        if m_rpm:
-            wall = max(wall, n / m_rpm * 60)
-        if m_tpm:
-            wall = max(wall, per_model_tok[(name, model)] / m_tpm * 60)
+    wall = _min_wall_s(cfg, per_provider_req, per_provider_tok, per_model_req, per_model_tok)
     return StageEstimate(
         stage=stage,
         requests=sum(per_model_req.values()),
