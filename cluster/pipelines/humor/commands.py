@@ -44,6 +44,22 @@ def register(sub: Subcommands) -> None:
     v.add_argument("--json", action="store_true", help="machine-readable output")
     v.set_defaults(func=cmd_validate)
 
+    _add_score(hs)
+
+    r = hs.add_parser(
+        "run",
+        help="run a model (and optionally a judge) on Humor from a TOML config",
+        description="Collect answers on the engine (resumable), then score them like `humor score`.",
+    )
+    r.add_argument("config", help='run config (TOML) with pipeline = "humor"')
+    add_run_options(r)
+    r.set_defaults(func=cmd_run)
+
+    _add_submission(hs)
+
+
+def _add_score(hs: Subcommands) -> None:
+    """The subcommand ``humor score``."""
     s = hs.add_parser(
         "score",
         help="score model answers: EM (MERA's reading and ours), per-class metrics, both judges",
@@ -68,15 +84,9 @@ def register(sub: Subcommands) -> None:
     s.add_argument("--json", action="store_true", help="print report.json instead of a table")
     s.set_defaults(func=cmd_score)
 
-    r = hs.add_parser(
-        "run",
-        help="run a model (and optionally a judge) on Humor from a TOML config",
-        description="Collect answers on the engine (resumable), then score them like `humor score`.",
-    )
-    r.add_argument("config", help='run config (TOML) with pipeline = "humor"')
-    add_run_options(r)
-    r.set_defaults(func=cmd_run)
 
+def _add_submission(hs: Subcommands) -> None:
+    """The subcommand ``humor submission``."""
     sb = hs.add_parser(
         "submission",
         help="pack a Humor run's answers as MERA's log_to_submission_v2.py would (Humor.json + logs)",
