@@ -120,9 +120,9 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}"
 
 
-def render_markdown(report: HumorReport) -> str:
-    r = report
-    out = [
+def _summary_lines(r: HumorReport) -> list[str]:
+    """The headline table and the intervals' note."""
+    return [
         "# Humor (MERA) results",
         "",
         "| metric | value |",
@@ -142,6 +142,11 @@ def render_markdown(report: HumorReport) -> str:
         f"Intervals: 95 % percentile bootstrap, {r.bootstrap_resamples} resamples, seed {r.bootstrap_seed}.",
         "",
     ]
+
+
+def _judge_lines(r: HumorReport) -> list[str]:
+    """A section per configured judge (MERA's, ours)."""
+    out: list[str] = []
     if r.judge_mera is not None:
         ci = r.judge_mera_ci95
         interval = f" [{_pct(ci.low)}, {_pct(ci.high)}]" if ci is not None else ""
@@ -169,7 +174,12 @@ def render_markdown(report: HumorReport) -> str:
             f"| Cohen's kappa with EM | {kappa} |",
             "",
         ]
-    out += [
+    return out
+
+
+def _per_class_lines(r: HumorReport) -> list[str]:
+    """The per-class table with its intervals."""
+    out = [
         "## Per class",
         "",
         "| class | support | predicted | correct | precision [95 % CI] | recall [95 % CI] | F1 [95 % CI] |",
@@ -186,8 +196,13 @@ def render_markdown(report: HumorReport) -> str:
             f"{cell(st.precision, class_ci.precision)} | {cell(st.recall, class_ci.recall)} | "
             f"{cell(st.f1, class_ci.f1)} |"
         )
+    return out
+
+
+def _letter_and_confusion_lines(r: HumorReport) -> list[str]:
+    """The letters' position bias and the confusion matrix."""
     letters = list(r.predicted_letters)
-    out += [
+    out = [
         "",
         "## Letters (position bias)",
         "",
@@ -203,6 +218,12 @@ def render_markdown(report: HumorReport) -> str:
     ]
     for name, row in zip(r.confusion.rows, r.confusion.counts, strict=True):
         out.append(f"| {name} | " + " | ".join(str(c) for c in row) + " |")
+    return out
+
+
+def render_markdown(report: HumorReport) -> str:
+    r = report
+    out = [*_summary_lines(r), *_judge_lines(r), *_per_class_lines(r), *_letter_and_confusion_lines(r)]
     return "\n".join(out) + "\n"
 
 
