@@ -177,6 +177,33 @@ def per_class_bootstrap(
     return {c: ClassIntervals(*(interval(v) for v in draws[c])) for c in CLASSES}
 
 
+def _tallies(scores: Sequence[ItemScore]) -> tuple[list[list[int]], dict[str, int], dict[str, int]]:
+    """The confusion counts (rows: reference class; columns: predicted class, then unparsed) and the letters
+    predicted and referenced."""
+    col_index = {c: j for j, c in enumerate(CLASSES)}
+    counts = [[0] * (len(CLASSES) + 1) for _ in CLASSES]
+    predicted_letters = dict.fromkeys((*LETTERS, UNPARSED), 0)
+    reference_letters = dict.fromkeys(LETTERS, 0)
+    for s in scores:
+        ref_cls, ref_letter = _reference_of(s)
+        j = col_index[s.parsed.cls] if s.parsed.cls is not None else len(CLASSES)
+        counts[col_index[ref_cls]][j] += 1
+        predicted_letters[s.parsed.letter or UNPARSED] += 1
+        reference_letters[ref_letter] += 1
+    return counts, predicted_letters, reference_letters
+
+
+def _per_class(counts: list[list[int]]) -> dict[str, ClassStats]:
+    """Support, predictions, hits and precision/recall/F1 of each class, from the confusion counts."""
+    per_class: dict[str, ClassStats] = {}
+    for i, cls in enumerate(CLASSES):
+        support = sum(counts[i])
+        predicted = sum(row[i] for row in counts)
+        correct = counts[i][i]
+        per_class[cls] = ClassStats(support, predicted, correct, *_prf(correct, predicted, support))
+    return per_class
+
+
 def compute_metrics(
     items: Sequence[HumorItem],
     predictions: Mapping[int, str],
@@ -191,22 +218,8 @@ def compute_metrics(
         raise InputError(f"predictions for ids not in the data: {unknown[:10]}", field="id")
     scores = [score_item(item, predictions.get(item.id, "")) for item in items]
     n = len(scores)
-    col_index = {c: j for j, c in enumerate(CLASSES)}
-    counts = [[0] * (len(CLASSES) + 1) for _ in CLASSES]
-    predicted_letters = dict.fromkeys((*LETTERS, UNPARSED), 0)
-    reference_letters = dict.fromkeys(LETTERS, 0)
-    for s in scores:
-        ref_cls, ref_letter = _reference_of(s)
-        j = col_index[s.parsed.cls] if s.parsed.cls is not None else len(CLASSES)
-        counts[col_index[ref_cls]][j] += 1
-        predicted_letters[s.parsed.letter or UNPARSED] += 1
-        reference_letters[ref_letter] += 1
-    per_class: dict[str, ClassStats] = {}
-    for i, cls in enumerate(CLASSES):
-        support = sum(counts[i])
-        predicted = sum(row[i] for row in counts)
-        correct = counts[i][i]
-        per_class[cls] = ClassStats(support, predicted, correct, *_prf(correct, predicted, support))
+    counts, predicted_letters, reference_letters = _tallies(scores)
+    per_class = _per_class(counts)
     present = [st for st in per_class.values() if st.support]
     em = [s.em for s in scores]
     cls_ok = [s.class_correct for s in scores]
