@@ -56,8 +56,8 @@ from punchline.cluster.local_ledger import (
     same_process,
     start_ticks,
 )
+from punchline.cluster.private_files import open_private, private_dir, read_private, write_private
 from punchline.cluster.ray_runtime import RaySettings
-from punchline.cluster.redis_server import _private_dir, _write_private, open_private, read_private
 from punchline.data.errors import ConfigError, InfraError
 from punchline.data.settings import LOCAL_RAY_DASHBOARD_PORT, LOCAL_RAY_LINGER_S
 
@@ -68,6 +68,8 @@ READY_TEXT = "Ray runtime started"  # what `ray start` prints once the head's GC
 HEARTBEAT_S = 5.0
 KEEPER_POLL_S = 1.0
 STOP_WAIT_S = 60.0  # SIGTERM, then this long for the head's processes to end, then SIGKILL for those left
+SLOW_START_TEXT = "timed out during startup"  # Ray gives its raylet 30 s (hard-coded): a loaded machine misses it
+START_TRIES = 3  # a head that ended with SLOW_START_TEXT is started again, this many times in all
 START_TIMEOUT_S = 300.0  # a loaded 2-core machine took 45 s; a driver that needs Ray gives up after this
 DRAIN_MAX_S = 900.0  # a killed driver's workers past this are stuck, not draining: the head is stopped anyway
 WORKER_TITLE = "ray::ShardWorker"
@@ -208,6 +210,7 @@ class LocalRay:
         self.started = False  # whether this driver started the head
         self._client_file: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None  # the head, when this driver started it
+        self._tries = 1  # heads this driver started (one more after each start Ray itself timed out)
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._env_before: dict[str, str | None] = {}  # what auth_for_join changed in os.environ, restored on leave
@@ -249,7 +252,7 @@ class LocalRay:
 
     def _write_token(self) -> None:
         """A new random token for a head about to start (under ``join.lock``): 0600, never through a link."""
-        _write_private(self.token_path, secrets.token_hex(32))
+        write_private(self.token_path, secrets.token_hex(32))
 
     @property
     def address(self) -> str:
@@ -260,13 +263,13 @@ class LocalRay:
         if self._client_file is None:
             name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
             self._client_file = self.folder / "clients" / name
-        _write_private(self._client_file, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+        write_private(self._client_file, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
 
     def join(self) -> LocalRay:
         """Register, and find the folder's head if one runs (a resume, the next run); never starts one."""
-        _private_dir(self.folder.parent)
-        _private_dir(self.folder)
-        _private_dir(self.folder / "clients")
+        private_dir(self.folder.parent)
+        private_dir(self.folder)
+        private_dir(self.folder / "clients")
         with _flock(self.folder / "join.lock"):
             self._register()
             self.head = read_head(self.folder)
@@ -337,7 +340,7 @@ class LocalRay:
             started_at=time.time(),
             dashboard=f"http://127.0.0.1:{dashboard_port}" if dashboard_port else "",
         )
-        _write_private(self.folder / "head.json", msgspec.json.encode(head).decode())
+        write_private(self.folder / "head.json", msgspec.json.encode(head).decode())
         log.info("local_ray_starting", address=head.address, pid=head.pid)
         if head.dashboard:  # the dashboard asks for the token: a browser takes it once, then keeps a cookie
             log.info("local_ray_dashboard", url=head.dashboard, token_file=str(self.token_path))
@@ -360,12 +363,23 @@ class LocalRay:
         text = read_private(self.folder / "head.log") or ""
         return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
 
+    def _start_timed_out(self) -> bool:
+        """The head this driver started ended because Ray's own start-up wait ran out (not a real failure)."""
+        return self._proc is not None and SLOW_START_TEXT in (read_private(self.folder / "head.log") or "")
+
     def ready(self) -> bool:
         """The head is up (never waits; starts it if none runs); InfraError when it died before or after
         coming up."""
         self.start()
         assert self.head is not None
         ended = self._proc.poll() is not None if self._proc is not None else not _is_head(self.head)
+        if ended and self._start_timed_out() and self._tries < START_TRIES:
+            self._tries += 1
+            log.warning("local_ray_start_again", reason=SLOW_START_TEXT, attempt=self._tries, of=START_TRIES)
+            with _flock(self.folder / "join.lock"):
+                self.head = self._start_head()
+            spawn_keeper(self.folder)  # the last one may have left with the head that ended
+            return False
         if ended:
             raise InfraError(f"the local Ray head ({self.folder}) ended: {self._log_tail() or 'no output'}")
         return READY_TEXT in (read_private(self.folder / "head.log") or "")
