@@ -33,9 +33,10 @@ tmp=$$(mktemp -d -t punchline-home.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
 	unset RAY_AUTH_TOKEN RAY_AUTH_TOKEN_PATH RAY_AUTH_MODE RAY_ADDRESS
 endef
 
-# Two pytest workers, a whole test file each (the tests mostly wait on processes they start: about 0.6 of the
-# two cores in use): 19-20 min of pytest in a fresh clone instead of 32 with one. PYTEST_WORKERS=1 runs them serially.
-PYTEST_WORKERS ?= 2
+# Three pytest workers, a whole test file each: the tests mostly wait on processes they start (a two-worker run
+# used 10 of its 20 min x 2 cores of CPU), so a third worker shortens the wall time (pytest 18 min at load 15 with
+# three, 19 min at load 4 with two). PYTEST_WORKERS=1 runs them serially.
+PYTEST_WORKERS ?= 3
 
 test: $(STAMP) lint typecheck
 	$(EMPTY_HOME) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
