@@ -168,8 +168,11 @@ class LocalWorker:
         """Start the child (a failure to is logged, not raised: the Ray workers carry on without it)."""
         job = msgspec.msgpack.encode(LocalJob(cfg=self.cfg, plan=self.plan))
         self._stderr = tempfile.TemporaryFile(prefix="punchline-local-worker-")  # noqa: SIM115 (no name: none left)
+        forked = forkable()
+        # its start (a fork, or a new interpreter importing the SDKs) can take a second or two: said, not silent
+        log.info("local_worker_starting", stage=self.plan.stage, how="fork" if forked else "spawn")
         try:
-            self._child = _Child.fork(self._stderr) if forkable() else _Child.spawn(self._stderr)
+            self._child = _Child.fork(self._stderr) if forked else _Child.spawn(self._stderr)
             write_frame(self._child.stdin, job)
         except OSError as exc:
             self._failed(f"{type(exc).__name__}: {exc}")

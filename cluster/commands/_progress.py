@@ -50,6 +50,7 @@ PHASES: dict[str, Callable[[Event], str]] = {
     "ledger_joined": lambda e: "joined the shared ledger",
     "plan_start": lambda e: f"{_stage(e)}planning (cutting its units into shards)",
     "plan_done": lambda e: f"{_stage(e)}planned {e.get('units', '?')} units: working (waiting for the first shard)",
+    "local_worker_starting": lambda e: f"{_stage(e)}starting the driver's own worker process",
     "stage_skipped": lambda e: f"{_stage(e)}already done: skipped",
     "reduce_start": lambda e: f"{_stage(e)}reducing {e.get('units', '?')} units (reports, plots)",
     "reduce_done": lambda e: f"{_stage(e)}reduced in {e.get('seconds', '?')} s",
@@ -99,7 +100,7 @@ class Phase:
         particular about it (reducing, waiting on a batch)."""
         with self._lock:
             text = self.text
-        if not text.startswith(f"{stage}: ") or text.startswith(f"{stage}: planned"):
+        if not text.startswith(f"{stage}: ") or text.startswith((f"{stage}: planned", f"{stage}: starting")):
             self.set(f"{stage}: working")
 
     def set(self, text: str) -> None:

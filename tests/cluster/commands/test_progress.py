@@ -39,6 +39,8 @@ def test_the_phase_line_follows_the_log(logging_to: Path) -> None:
         log.info("shard_done", shard=3)  # not a phase: nothing changes
         assert "planning" in phase.line()
         log.info("plan_done", run_id="r", stage="generate", units=600)
+        log.info("local_worker_starting", stage="generate", how="fork")  # a second or two: said
+        assert phase.line() == "now: generate: starting the driver's own worker process"
         bars("generate", StageCounters(units_total=600, units_done=20))
         assert phase.line() == "now: generate: working"
         log.info("batch_poll", stage="judge", batch_id="msgbatch_01", status="in_progress", total=10, succeeded=3)
