@@ -31,7 +31,7 @@ link planted where the server will open a file by name (the next AOF file of a r
 run, one line naming it, before anything is written through it.
 
 Every file of the folder is opened without following symbolic links and only if this user owns it
-(``redis_server.open_private``).
+(``private_files.open_private``).
 """
 
 from __future__ import annotations
@@ -53,14 +53,8 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from punchline.cluster.redis_server import (
-    EmbeddedRedis,
-    _private_dir,
-    _write_private,
-    check_folder_files,
-    open_private,
-    read_private,
-)
+from punchline.cluster.private_files import check_folder_files, open_private, private_dir, read_private, write_private
+from punchline.cluster.redis_server import EmbeddedRedis
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.data.settings import LEDGER_STALE_S
 from punchline.schedulers.redis_client import redact_url
@@ -211,11 +205,11 @@ class LocalLedger:
             name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
             self._client_file = self.folder / "clients" / name
         record = {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
-        _write_private(self._client_file, json.dumps(record))
+        write_private(self._client_file, json.dumps(record))
 
     def join(self) -> LocalLedger:
-        _private_dir(self.folder)
-        _private_dir(self.folder / "clients")
+        private_dir(self.folder)
+        private_dir(self.folder / "clients")
         full = disk_full(self.folder, "")
         if full is not None:
             raise LedgerFailed(full.replace("the ledger stopped: ", "cannot start the ledger: "))

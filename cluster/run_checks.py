@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from punchline.cluster.config import SIMULATED, RunConfig, check_run_id, check_service_url
 from punchline.cluster.planner import StageEstimate, plan_run
-from punchline.cluster.redis_server import check_folder_files
+from punchline.cluster.private_files import check_folder_files
 from punchline.cluster.registry import pipeline_of
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, LedgerUnavailable
