@@ -28,6 +28,12 @@ ADDRESS_HELP = (
 
 
 def register(sub: Subcommands) -> None:
+    _register_submit(sub)
+    _register_job_commands(sub)
+
+
+def _register_submit(sub: Subcommands) -> None:
+    """``punchline submit``: a run as a Ray job, with what the job carries and may set."""
     s = sub.add_parser(
         "submit",
         help=summary("submit"),
@@ -66,6 +72,9 @@ def register(sub: Subcommands) -> None:
     )
     s.set_defaults(func=cmd_submit)
 
+
+def _register_job_commands(sub: Subcommands) -> None:
+    """``punchline jobs | logs | stop | delete``: the Ray jobs already submitted."""
     j = sub.add_parser("jobs", help=summary("jobs"))
     j.add_argument("--address", help=ADDRESS_HELP)
     j.add_argument("--all", action="store_true", help="every submitted Ray job, not only punchline runs")
