@@ -87,9 +87,12 @@ class ForkWarmup:
             except Exception as exc:  # the worker imports it itself, and says why it cannot
                 log.debug("fork_warmup_failed", module=module, error=f"{type(exc).__name__}: {exc}")
 
-    def settle(self) -> None:
-        """Wait for the imports to end (a fork must not happen during one)."""
+    def settle(self, stage: str = "") -> None:
+        """Wait for the imports to end (a fork must not happen during one); a wait is logged (it can last a second
+        or two: matplotlib, an SDK), so the progress line says what the run waits for."""
         if self._thread is not None:
+            if self._thread.is_alive():
+                log.info("fork_warmup_settling", stage=stage, modules=len(self.modules))
             self._thread.join()
 
 

@@ -50,6 +50,7 @@ PHASES: dict[str, Callable[[Event], str]] = {
     "ledger_joined": lambda e: "joined the shared ledger",
     "plan_start": lambda e: f"{_stage(e)}planning (cutting its units into shards)",
     "plan_done": lambda e: f"{_stage(e)}planned {e.get('units', '?')} units: working (waiting for the first shard)",
+    "fork_warmup_settling": lambda e: f"{_stage(e)}starting its worker once the SDK and plot imports it inherits end",
     "local_worker_starting": lambda e: f"{_stage(e)}starting the driver's own worker process",
     "stage_skipped": lambda e: f"{_stage(e)}already done: skipped",
     "reduce_start": lambda e: f"{_stage(e)}reducing {e.get('units', '?')} units (reports, plots)",

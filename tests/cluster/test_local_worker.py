@@ -21,6 +21,8 @@ from typing import Any
 import msgspec
 import pytest
 import redis
+import structlog
+import structlog.testing
 
 from punchline.cluster import local_worker
 from punchline.cluster.local_worker import LocalWorker
@@ -315,7 +317,7 @@ def test_fork_warmup_imports_the_next_workers_modules_and_settles_before_a_fork(
     cannot be imported is left to the worker (which says why), and nothing is imported when the workers
     will not be forked."""
     name = f"warm_probe_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.3)\nLOADED = True\n")
+    (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(1.0)\nLOADED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     idle = local_worker.ForkWarmup([name], when=lambda: False)
     idle.start()
@@ -323,7 +325,9 @@ def test_fork_warmup_imports_the_next_workers_modules_and_settles_before_a_fork(
     assert name not in sys.modules
     warm = local_worker.ForkWarmup(["punchline_no_such_module", name], when=lambda: True)
     warm.start()
-    warm.settle()
+    with structlog.testing.capture_logs() as logged:
+        warm.settle("classify")  # the import takes 1 s: the wait is said, for the progress line
+    assert {"event": "fork_warmup_settling", "stage": "classify", "modules": 2, "log_level": "info"} in logged
     try:
         assert sys.modules[name].LOADED is True
     finally:
