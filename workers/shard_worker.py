@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -40,19 +39,19 @@ from punchline.data.units import (
     StagePlan,
     UnitResult,
     UnitSpec,
-    decode_page,
-    plan_page_key,
     shard_key,
 )
 from punchline.schedulers.budget import estimate_request_cost, usage_field
 from punchline.schedulers.inflight import RunWideSlots
 from punchline.schedulers.keys import NAMESPACE, StageKeys
-from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, NoClaim
+from punchline.schedulers.leases import BudgetTerms, Claim, Leases, NoClaim
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect, connect_async, resolve_url
 from punchline.workers.call_stats import CallStats
 from punchline.workers.driver_watch import DriverGone, DriverWatch
 from punchline.workers.group_commit import GroupCommit
+from punchline.workers.held_leases import HeldLeases
+from punchline.workers.plan_pages import PlanPages
 from punchline.workers.provider import Provider
 from punchline.workers.providers import make_provider, wire_calls
 from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
@@ -81,73 +80,7 @@ SHARD_COMMIT_ATTEMPTS = 60  # a shard's commit waits out an outage this many LED
 
 
 _encoder = msgspec.msgpack.Encoder()
-
-
-class _Held:
-    """The leases a worker holds right now (renewed together by its heartbeat).
-
-    A lease whose commit or release is on its way is *closing*: the heartbeat still renews it (the commit
-    may have to wait out a Redis outage), but a renewal that finds it gone is not a loss, because the
-    commit that raced the renewal removed it. Only a lease that is still held, and not closing, when the
-    renewal's answer comes back was really lost."""
-
-    def __init__(self) -> None:
-        self.requests: dict[tuple[str, int], Grant] = {}
-        self.shards: dict[int, Claim] = {}
-        self.closing_requests: set[tuple[str, int]] = set()
-        self.closing_shards: set[tuple[int, int]] = set()
-
-    def hold(self, grant: Grant) -> None:
-        self.requests[(grant.key, grant.token)] = grant
-
-    def closing(self, grant: Grant) -> None:
-        self.closing_requests.add((grant.key, grant.token))
-
-    def drop(self, grant: Grant) -> None:
-        self.requests.pop((grant.key, grant.token), None)
-        self.closing_requests.discard((grant.key, grant.token))
-
-    def close_shard(self, claim: Claim) -> None:
-        self.closing_shards.add((claim.shard, claim.token))
-
-    def drop_shard(self, claim: Claim) -> None:
-        if self.shards.get(claim.shard) == claim:
-            del self.shards[claim.shard]
-        self.closing_shards.discard((claim.shard, claim.token))
-
-    def really_lost(self, requests: list[Grant], shards: list[Claim]) -> tuple[list[Grant], list[Claim]]:
-        """Of the leases a renewal found gone, those this worker neither committed nor released meanwhile."""
-        lost_requests = [
-            g for g in requests if (g.key, g.token) in self.requests and (g.key, g.token) not in self.closing_requests
-        ]
-        lost_shards = [
-            c for c in shards if self.shards.get(c.shard) == c and (c.shard, c.token) not in self.closing_shards
-        ]
-        return lost_requests, lost_shards
-
-
-class _PlanPages:
-    """A few recently read plan pages: consecutive claims mostly land on the same page."""
-
-    def __init__(self, store: Store, keep: int = 4) -> None:
-        self.store = store
-        self.keep = keep
-        self.pages: OrderedDict[tuple[str, int], list[list[UnitSpec]]] = OrderedDict()
-
-    def _read(self, plan: StagePlan, page: int) -> list[list[UnitSpec]]:
-        raw = self.store.get(plan_page_key(plan.run_id, plan.stage, page))
-        if raw is None:
-            raise FileNotFoundError(f"plan page {page} of stage {plan.stage} is missing from {self.store.url}")
-        return decode_page(raw).shards
-
-    async def shard(self, plan: StagePlan, shard: int) -> list[UnitSpec]:
-        page = plan.page_of(shard)
-        key = (plan.stage, page)
-        if key not in self.pages:
-            self.pages[key] = await asyncio.to_thread(self._read, plan, page)
-            if len(self.pages) > self.keep:
-                self.pages.popitem(last=False)
-        return self.pages[key][shard - page * plan.shards_per_page]
+_Held = HeldLeases  # the name the worker's tests know it by
 
 
 class ShardProcessor:
@@ -173,8 +106,8 @@ class ShardProcessor:
         self.limiter = limiter
         self.ns = namespace
         self.log = structlog.get_logger("punchline.worker").bind(run_id=cfg.run_id, worker=worker_id)
-        self.pages = _PlanPages(store)
-        self.held = _Held()
+        self.pages = PlanPages(store)
+        self.held = HeldLeases()
         self._executor_set = False
         self.spool = ResponseSpool(cfg.spool_dir) if cfg.spool_dir else None
         self.driver = DriverWatch(leases.r, cfg.run_id, cfg.driver_claim)
