@@ -7,12 +7,16 @@ here; a :class:`~punchline.data.errors.PunchlineError` becomes one clear line on
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
+import os
 import pkgutil
 import sys
+import threading
 from collections.abc import Sequence
 from importlib import metadata
-from typing import Any
+from typing import Any, NoReturn
 
 from punchline.cluster import commands
 from punchline.data.errors import PluginError, PunchlineError
@@ -128,5 +132,21 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def entry() -> NoReturn:
+    """The ``punchline`` script: :func:`main`, then the interpreter's own shutdown steps that matter (its other
+    threads joined, the ``atexit`` handlers: logging's flush, a server's stop), then the end of the process.
+    What it skips is tearing down the objects a run leaves (300,000 of them after the demo, with matplotlib and
+    the SDKs loaded): 1-1.5 s after every run, while every file was flushed and closed already."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more to say anyway
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

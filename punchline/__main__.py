@@ -1,5 +1,5 @@
 """``python -m punchline``: the same CLI as the ``punchline`` script."""
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli import entry
 
-raise SystemExit(main())
+entry()
