@@ -42,7 +42,9 @@ LocalStart = Literal["working", "complete"]  # what ShardExecutor.start_local di
 # while Ray is not joined yet: the driver's own worker finishes a stage alone when it would take less than this
 # (joining Ray and starting its workers costs about as much CPU on a small machine: a cached rerun is faster alone)
 LOCAL_ALONE_S = 10.0
-FIRST_POLL_S = 0.05  # a stage's first wait for its workers' reports; doubled up to poll_s
+# A stage's first wait for its workers' reports, doubled each poll up to poll_s: a stage over at once (its answers
+# cached, a few units) is seen over at once, not after a whole poll_s (the demo, cached: 2 s of waiting in all).
+FIRST_POLL_S = 0.05
 # how long the driver's own worker is watched before its pace is trusted
 PACE_WINDOW_S = 3.0
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
@@ -343,8 +345,6 @@ class ShardExecutor:
         # while Ray starts the first poll goes to the driver's own worker: it may have finished the stage
         pool = self._pool_now(stage, plan_bytes) if self.ray_start is None else self.pool or _RayStarting()
         began, done_at_start = time.monotonic(), -1  # the driver's own worker's pace on this stage, while alone
-        # the first polls come quickly, then every poll_s: a stage over at once (its answers cached, a few units)
-        # is seen over at once instead of after a whole poll_s (four stages of the demo, cached: 2 s of waiting)
         wait_s = min(FIRST_POLL_S, self.poll_s)
         while True:
             if not budget_hit:

@@ -8,6 +8,8 @@ import importlib
 import json
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 from punchline.cluster import commands
 from punchline.cluster.cli import build_parser, command_modules, main, package_version
@@ -101,3 +103,35 @@ def test_a_mistyped_command_is_one_usage_error() -> None:
         assert exc.code == 2
     else:
         raise AssertionError("a mistyped command must exit 2")
+
+
+def test_the_script_ends_after_its_threads_and_atexit_handlers_with_main_s_code(tmp_path: Path) -> None:
+    """``entry`` ends the process without the interpreter's teardown, but only after what that teardown would wait
+    for: another thread still writing, the atexit handlers (a log's flush, a server's stop), stdout's buffer."""
+    script = textwrap.dedent(
+        f"""
+        import atexit, sys, threading, time
+        from pathlib import Path
+        from punchline.cluster import cli
+
+        def late_write() -> None:
+            time.sleep(0.5)
+            Path({str(tmp_path / "late.txt")!r}).write_text("written")
+
+        threading.Thread(target=late_write).start()  # not a daemon: the process waits for it
+        atexit.register(lambda: print("atexit ran"))
+        sys.argv = ["punchline", "runs", "--runs-dir", {str(tmp_path / "runs")!r}]
+        cli.entry()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.rstrip().endswith("atexit ran") and len(done.stdout.splitlines()) >= 2
+    assert (tmp_path / "late.txt").read_text() == "written"
+    bad = subprocess.run(
+        [sys.executable, "-c", script.replace('"runs", "--runs-dir"', '"status", "no-such-run", "--runs-dir"')],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("punchline: error:")  # main's code, its one line
