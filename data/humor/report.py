@@ -11,9 +11,11 @@ import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from punchline.data.drawing import drawing
 from punchline.data.humor.judge import (
     DEFAULT_THRESHOLD,
     JudgeStats,
@@ -233,6 +235,11 @@ def render_confusion_png(report: HumorReport) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: as above (after choosing the Agg backend)
 
+    with drawing():  # pyplot's figures are the process's: one drawing at a time (data/drawing.py)
+        return _confusion_png(report, plt)
+
+
+def _confusion_png(report: HumorReport, plt: Any) -> bytes:
     conf = report.confusion
     fig, ax = plt.subplots(figsize=(10, 8.5))
     try:

@@ -16,15 +16,14 @@ processes and threads. What a reviewer asks of a figure, and how these meet it:
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from punchline.data.drawing import DRAWING, drawing
 from punchline.data.puns.intervals import newcombe_difference, wilson_interval
 from punchline.data.puns.schemas import ClozeReport, ContextSummary, PunEntry
 from punchline.data.puns.tiers import (
@@ -63,16 +62,11 @@ _METADATA: dict[Format, dict[str, str | None]] = {
 _RC: dict[str, Any] = {"svg.hashsalt": "punchline", "svg.fonttype": "path", "pdf.fonttype": 42, "hatch.linewidth": 0.6}
 
 
-# matplotlib's rcParams are one global dict that rc_context changes and restores: two runs of one process (threads
-# of a notebook, or a test's) drawing at once would see each other's settings and write different bytes
-_DRAWING = threading.RLock()
-
-
 def render(fig: Figure, fmt: Format) -> bytes:
     """The figure's bytes in ``fmt``, the same on every run."""
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    with _DRAWING, matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # (its stubs list every key as a Literal)
+    with drawing(_RC):
         fig.savefig(buf, format=fmt, dpi=DPI, bbox_inches="tight", metadata=_METADATA[fmt])
     return buf.getvalue()
 
@@ -181,12 +175,12 @@ def figure_funny_shift(report: ClozeReport) -> Figure:
 
 
 def plot_context_effect(report: ClozeReport, fmt: Format = "png") -> bytes:
-    with _DRAWING:
+    with DRAWING:
         return render(figure_context_effect(report), fmt)
 
 
 def plot_funny_shift(report: ClozeReport, fmt: Format = "png") -> bytes:
-    with _DRAWING:
+    with DRAWING:
         return render(figure_funny_shift(report), fmt)
 
 
@@ -248,5 +242,5 @@ def figure_tiers(puns: Sequence[PunEntry]) -> Figure:
 
 
 def plot_tiers(puns: Sequence[PunEntry], fmt: Format = "png") -> bytes:
-    with _DRAWING:
+    with DRAWING:
         return render(figure_tiers(puns), fmt)

@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from typing import Any, cast
 
 from punchline.cluster.pipeline import StageContext
+from punchline.data.drawing import drawing
 from punchline.data.errors import ConfigError
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#F0E442", "#999999")
@@ -51,7 +52,6 @@ def bar_plot(
     fmt = PurePosixPath(name).suffix.lstrip(".").lower()
     if fmt not in _METADATA:
         raise ConfigError(f"a plot is .png or .svg, not {name!r}", field="bar_plot")
-    import matplotlib  # lazy: seconds to import, and only a pipeline that draws needs it
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: as above
     from matplotlib.figure import Figure  # lazy: as above
 
@@ -79,7 +79,7 @@ def bar_plot(
         ax.legend(frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     buf = io.BytesIO()
-    with matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # (its stubs list every key as a Literal)
+    with drawing(_RC):  # matplotlib's settings are the process's: one figure at a time (data/drawing.py)
         fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=_METADATA[fmt])
     ctx.write_artifact(name, buf.getvalue())
     return name
