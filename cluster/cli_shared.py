@@ -20,6 +20,7 @@ from punchline.cluster.commands._progress import Bars
 from punchline.cluster.commands._tables import counters_table
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.cluster.pipeline import StageContext
 from punchline.cluster.planner import StageEstimate
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.runs import with_batch_records
@@ -114,7 +115,8 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
     for name in record.artifacts:
         out.print(f"  {name}")
     cfg = cfg if cfg is not None else load_config(config)
-    for text in pipeline_of(cfg).headlines(cfg, open_store(record.services.store_url), record.run_id):
+    ctx = StageContext(cfg, record.run_id, open_store(record.services.store_url))
+    for text in pipeline_of(cfg).headlines(ctx):
         out.print(Markdown(text))
     if record.failures:
         out.print(

@@ -129,8 +129,9 @@ class Pipeline(Protocol):
         the planner prices them). Empty for a stage without provider calls."""
         ...
 
-    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
-        """What a person wants to see first after a run (markdown), read from the run's artifacts."""
+    def headlines(self, ctx: StageContext) -> list[str]:
+        """What a person wants to see first after a run (markdown), read from the run's artifacts
+        (``ctx.read_artifact``; ``ctx.cfg``, ``ctx.store``, ``ctx.run_id``)."""
         ...
 
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:

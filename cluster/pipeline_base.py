@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import msgspec
 
-from punchline.cluster.pipeline import AnswerParser, Stage
+from punchline.cluster.pipeline import AnswerParser, Stage, StageContext
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig, SimRequest
-from punchline.data.store import Store
 from punchline.data.units import StageManifest, UnitSpec
 
 if TYPE_CHECKING:  # the config module imports the registry, which imports this module
@@ -190,11 +189,11 @@ class BasePipeline:
                 return list(own(cfg))
         return []
 
-    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+    def headlines(self, ctx: StageContext) -> list[str]:
         """Each finished stage's artifacts, one line a stage."""
         out = []
-        for stage in self.stages(cfg):
-            raw = store.get(RunLayout(run_id).manifest(stage.name))
+        for stage in self.stages(ctx.cfg):
+            raw = ctx.store.get(RunLayout(ctx.run_id).manifest(stage.name))
             if raw is not None:
                 artifacts = msgspec.json.decode(raw, type=StageManifest).artifacts
                 out.append(f"**{stage.name}**: {', '.join(artifacts) or 'no artifacts'}")

@@ -14,14 +14,16 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from punchline.cluster.pipeline import PIPELINE_METHODS, Pipeline
-from punchline.cluster.pipeline_base import NoSettings, with_defaults
+from punchline.cluster.pipeline_base import NoSettings, WithDefaults, with_defaults
 from punchline.data.errors import ConfigError
 
 GROUP = "punchline.pipelines"  # the entry-point group a package declares its pipelines in (punchline's own too)
@@ -86,7 +88,20 @@ def check_pipeline(obj: object, ref: str, file: str | None = None) -> Pipeline:
             field=FIELD,
         )
     pipeline: Pipeline = with_defaults(obj, PIPELINE_METHODS)
+    own = getattr(obj, "headlines", None)
+    if callable(own) and _takes_cfg_store_run_id(own):  # written before headlines took the stage context
+        adapted = WithDefaults(obj, PIPELINE_METHODS)
+        adapted.headlines = lambda ctx: own(ctx.cfg, ctx.store, ctx.run_id)  # type: ignore[method-assign]
+        pipeline = adapted
     return pipeline
+
+
+def _takes_cfg_store_run_id(method: Callable[..., object]) -> bool:
+    """``headlines(cfg, store, run_id)``: the signature before ``headlines(ctx)``."""
+    try:
+        return len(inspect.signature(method).parameters) == 3
+    except (TypeError, ValueError):
+        return False
 
 
 def resolve(ref: str, file: str | None = None) -> Pipeline:

@@ -250,7 +250,8 @@ def test_a_stage_of_ones_own_resolves_its_models_by_the_documented_rule(
     assert type(pipeline_of(cfg)).__name__ == ("WithDefaults" if ref == "Duck" else "Echo")
     refs = pipeline_of(cfg).provider_refs(cfg.settings)
     assert refs == ([] if ":" not in model else [("echo.model", provider)])
-    assert pipeline_of(cfg).headlines(cfg, LocalStore(str(tmp_path / "store")), "r") == []  # a default
+    ctx = plugin.StageContext(cfg, "r", LocalStore(str(tmp_path / "store")))
+    assert pipeline_of(cfg).headlines(ctx) == []  # a default
     config.write_text(text.format(provider=provider, model="nope:big"))
     with pytest.raises(ConfigError, match="unknown provider 'nope'") as err:
         load_config(config)

@@ -383,7 +383,7 @@ def test_headlines_per_model_from_the_outputs() -> None:
         assert len(units) == 36 * 2 * 3 - 3  # the failed request's 3 samples have nothing to judge
         verdict = ProviderResponse(texts=["VERDICT: correct"], input_tokens=10, output_tokens=3)
         judge.reduce(ctx, {u.unit_id: UnitResult(unit_id=u.unit_id, key="k", response=verdict) for u in units})
-        lines = prompts.PIPELINE.headlines(cfg, store, "h")
+        lines = prompts.PIPELINE.headlines(StageContext(cfg, "h", store))
     assert lines == [
         f"**8b**: {36 * 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3}",
         f"**70b**: {36 * 3 - 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3 - 3}",  # unit 1 failed

@@ -14,8 +14,10 @@ import punchline
 from punchline.cluster import registry
 from punchline.cluster.cli import main
 from punchline.cluster.config import load_config
+from punchline.cluster.pipeline import StageContext
 from punchline.cluster.planner import plan_run
 from punchline.data.errors import ConfigError
+from punchline.data.stores.local import LocalStore
 
 ROOT = Path(punchline.__file__).parent
 
@@ -173,11 +175,16 @@ class Echo:
     def estimate(self, cfg, stage):
         return []
 
-    def headlines(self, cfg, store, run_id):
-        return [f"echoed {cfg.settings.count}"]
+    def headlines(self, ctx):
+        return [f"echoed {ctx.cfg.settings.count}"]
 
     def simulator_knobs(self, cfg, sim):
         return sim
+
+
+class OldEcho(Echo):
+    def headlines(self, cfg, store, run_id):  # written before headlines took the stage context
+        return [f"echoed {cfg.settings.count} of {run_id}"]
 
 
 class Partial:
@@ -237,6 +244,13 @@ def test_a_module_name_reference_loads_the_users_pipeline(plugin: Path) -> None:
     assert cfg.settings.count == 4 and type(cfg.settings).__name__ == "EchoSettings"
     (estimate,) = plan_run(cfg)  # the planner runs any pipeline's stages
     assert (estimate.stage, estimate.requests, estimate.exact) == ("echo", 4, True)
+    assert pipeline.headlines(StageContext(cfg, "r1", LocalStore(str(plugin / "store")))) == ["echoed 4"]
+
+
+def test_a_plugin_with_the_old_headlines_signature_still_says_its_headlines(plugin: Path) -> None:
+    cfg = load_config(config(plugin, "echo_plugin:OldEcho", count=3))
+    ctx = StageContext(cfg, "r2", LocalStore(str(plugin / "store")))
+    assert registry.pipeline_of(cfg).headlines(ctx) == ["echoed 3 of r2"]  # (cfg, store, run_id) from the context
 
 
 def test_the_users_table_is_checked_with_file_and_key_path(plugin: Path) -> None:

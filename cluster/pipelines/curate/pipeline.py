@@ -324,8 +324,8 @@ class CuratePipeline:
             ]
         return []
 
-    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
-        return headlines(store, run_id)
+    def headlines(self, ctx: StageContext) -> list[str]:
+        return headlines(ctx.store, ctx.run_id)
 
     def simulate(self, request: SimRequest) -> str | None:
         """Its prompts' simulated answers (:mod:`.simulate`)."""

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from punchline.cluster.config import RunConfig, resolve_path
-from punchline.cluster.pipeline import Stage, repeated
+from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.cluster.pipelines.humor.run_submission import submission_of_run
 from punchline.cluster.pipelines.humor.settings import (
     REPORT_PREFIX,
@@ -61,7 +61,6 @@ from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
 from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig, SimRequest
-from punchline.data.store import Store
 from punchline.data.units import UnitSpec
 
 # Upper bound of a judge request for `plan` (the real ones quote answers that do not exist yet): the
@@ -157,12 +156,13 @@ class HumorPipeline:
         mera = msgspec.structs.replace(req, max_tokens=MERA_JUDGE_MAX_TOKENS)
         return [*repeated(req, items), *repeated(mera, items * MAX_MERA_READINGS)]
 
-    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+    def headlines(self, ctx: StageContext) -> list[str]:
         """Each model's scores, from its ``report/<model>/report.json``."""
+        cfg = ctx.cfg
         settings = settings_of(cfg)
         out = []
         for nick in settings.models:
-            raw = store.get(RunLayout(run_id).artifact(report_artifact(nick, REPORT_JSON)))
+            raw = ctx.store.get(RunLayout(ctx.run_id).artifact(report_artifact(nick, REPORT_JSON)))
             if raw is not None:
                 report = msgspec.json.decode(raw, type=HumorReport)
                 out.append(headline(nick, cfg.provider(settings.provider).model_id(nick), report))

@@ -373,8 +373,8 @@ class PromptsPipeline:
         """The judge before any answer exists (generate's plan is exact: it needs no earlier artifact)."""
         return judge_upper_bound(cfg) if stage == "judge" else []
 
-    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
-        return summary_lines(cfg, store, run_id)
+    def headlines(self, ctx: StageContext) -> list[str]:
+        return summary_lines(ctx.cfg, ctx.store, ctx.run_id)
 
     def simulator_knobs(self, cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
         """The simulator needs nothing of the run: it answers an ``Options:`` prompt from the prompt itself."""

@@ -432,8 +432,8 @@ class PunsPipeline:
             return _estimate_evaluate(cfg, puns)
         return []
 
-    def headlines(self, cfg: RunConfig, store: Store, run_id: str) -> list[str]:
-        return headlines(store, run_id)
+    def headlines(self, ctx: StageContext) -> list[str]:
+        return headlines(ctx.store, ctx.run_id)
 
     def simulate(self, request: SimRequest) -> str | None:
         """Its prompts' simulated answers (:mod:`.simulate`)."""

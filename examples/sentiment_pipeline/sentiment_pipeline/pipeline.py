@@ -209,11 +209,11 @@ class Sentiment:
             for n, r in enumerate(reviews)
         ]
 
-    def headlines(self, cfg: Any, store: Any, run_id: str) -> list[str]:
-        raw = store.get(f"{run_id}/artifacts/summary.json")
-        if raw is None:
+    def headlines(self, ctx: Any) -> list[str]:
+        try:
+            summary = msgspec.json.decode(ctx.read_artifact("summary.json"))
+        except FileNotFoundError:
             return []
-        summary = msgspec.json.decode(raw)
         labels = ", ".join(f"{k} {v}" for k, v in summary["labels"].items())
         verdicts = ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items())
         return [f"**sentiment** of {summary['reviews']} reviews: {labels}; the judge: {verdicts}"]
