@@ -91,7 +91,7 @@ def _estimate(cfg: RunConfig, stage: str, units: Iterable[UnitSpec], exact: bool
     for u in units:
         settings = cfg.provider(u.request.provider)
         check_model(cfg, stage, u.request.provider, u.request.model)
-        i, o, c = estimate_request_cost(settings, u.request)
+        i, o, c = estimate_request_cost(settings, u.request, wire_calls(settings, u.request))
         tin, tout, usd = tin + i, tout + o, usd + c
         batch_usd += c * settings.batch_price_factor
         mode = as_run[u.request.provider].mode

@@ -156,11 +156,16 @@ def usage_rows(ledger: list[UsageRow], store: Mapping[str, ShardUsage]) -> list[
     return [rows[k] for k in sorted(rows)]
 
 
-def estimate_request_cost(settings: ProviderSettings, request: ProviderRequest) -> tuple[int, int, float]:
+def estimate_request_cost(
+    settings: ProviderSettings, request: ProviderRequest, calls: int | None = None
+) -> tuple[int, int, float]:
     """(input tokens, output tokens, dollars) a request may cost: input is chars / 4 per call, output is
-    ``max_tokens`` per choice (an upper bound); a model without a price costs 0."""
+    ``max_tokens`` per choice (an upper bound); a model without a price costs 0. ``calls``: the HTTP calls the
+    request makes, which its provider kind knows (``workers.providers.wire_calls``: a kind that never returns
+    ``n`` choices in one call splits it); else ``n`` when the settings say ``supports_n = false``, else one."""
     chars = sum(len(m.content) for m in request.messages)
-    calls = request.n if request.n > 1 and (not settings.supports_n or settings.kind == "anthropic") else 1
+    if calls is None:
+        calls = request.n if request.n > 1 and not settings.supports_n else 1
     input_tokens = math.ceil(chars / 4) * calls
     output_tokens = request.max_tokens * request.n
     return input_tokens, output_tokens, settings.cost_usd(request.model, input_tokens, output_tokens)

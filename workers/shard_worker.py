@@ -147,7 +147,7 @@ class ShardProcessor:
     def _estimate_usd(self, request: ProviderRequest) -> float:
         """The most a request may cost (what it holds in the run's budget before its call)."""
         settings = self.cfg.providers.get(request.provider)
-        return 0.0 if settings is None else estimate_request_cost(settings, request)[2]
+        return 0.0 if settings is None else estimate_request_cost(settings, request, wire_calls(settings, request))[2]
 
     def _provider_call(self, stage: str) -> CallFn:
         """The unit runner's provider call: retried by the provider's policy (or once), counted in the shard's

@@ -10,6 +10,7 @@ from punchline.cluster.executors.batch_state import BatchRunnerState
 from punchline.schedulers.batches import BatchRecord, batch_owner, now_s
 from punchline.schedulers.budget import Budget, estimate_request_cost
 from punchline.workers.batch_provider import parts
+from punchline.workers.providers import wire_calls
 
 log = structlog.get_logger("punchline.batches")  # one logger for the batches executor, whatever module logs
 # a batch's hold on the run's budget outlives the provider's longest batch (24 h) with a margin: it is
@@ -28,7 +29,8 @@ class BatchPricing(BatchRunnerState):
         for k in rec.keys:
             request = self.specs[k].request
             asked, whole = len(self._todo(k)), len(parts(s, request))
-            total += estimate_request_cost(s, request)[2] * s.batch_price_factor * (asked / whole if whole else 1.0)
+            usd = estimate_request_cost(s, request, wire_calls(s, request))[2]
+            total += usd * s.batch_price_factor * (asked / whole if whole else 1.0)
         return total
 
     def _budget(self, rec: BatchRecord) -> Budget | None:

@@ -81,6 +81,7 @@ def test_estimate_and_make_budget(redis_client: redis.Redis) -> None:
     assert usd == pytest.approx((tin * 1.0 + tout * 2.0) / 1e6)
     split = ProviderSettings(supports_n=False, models=settings.models)
     assert estimate_request_cost(split, req)[0] == tin * 20
+    assert estimate_request_cost(settings, req, calls=20)[0] == tin * 20  # what the provider kind says it makes
     budget, estimate = make_budget(redis_client, "r4", 0.01, {"together": settings})
     assert estimate(req) == pytest.approx(usd)
     assert estimate(sample_request("unknown", "m8", "x")) == 0.0

@@ -35,7 +35,7 @@ from punchline.schedulers.ledger import request_key
 from punchline.workers.batch_provider import part_id, parts
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.fake.batches import BatchStats
-from punchline.workers.providers import make_batch_provider
+from punchline.workers.providers import make_batch_provider, wire_calls
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
 # fault tests inject 20-30 % failures per round: 8 rounds keep a request from failing every one of them
@@ -524,7 +524,10 @@ def test_an_intent_whose_create_never_started_is_created_at_once_whatever_the_ac
 
 def _price(settings: ProviderSettings, units: list[UnitSpec]) -> float:
     """What the runner holds for a batch of these units: each request's upper bound at the batch price."""
-    return sum(estimate_request_cost(settings, u.request)[2] * settings.batch_price_factor for u in units)
+    return sum(
+        estimate_request_cost(settings, u.request, wire_calls(settings, u.request))[2] * settings.batch_price_factor
+        for u in units
+    )
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
