@@ -337,6 +337,17 @@ class ShardExecutor:
             )
         return self.pool
 
+    def _check_pool(self, stage: str, pool: WorkerPool | _RayStarting) -> None:
+        """A stage no worker can finish fails now: every node blind to the store, or workers dying in a row."""
+        blind = pool.every_node_excluded()
+        if blind is not None:
+            raise InfraError(f"stage {stage}: no node can see the store: {blind}")
+        if pool.deaths_since_progress >= self.max_deaths_without_progress:
+            raise InfraError(
+                f"stage {stage}: {pool.deaths_since_progress} workers died in a row without committing a shard; "
+                f"last error: {pool.last_death}"
+            )
+
     def _drive(self, plan: StagePlan, plan_bytes: bytes) -> None:
         run_id, stage = self.ctx.run_id, plan.stage
         budget_hit = False
@@ -363,14 +374,7 @@ class ShardExecutor:
                 )
             if counters.shards_done != shards_done:
                 shards_done, pool.deaths_since_progress = counters.shards_done, 0
-            blind = pool.every_node_excluded()
-            if blind is not None:
-                raise InfraError(f"stage {stage}: no node can see the store: {blind}")
-            if pool.deaths_since_progress >= self.max_deaths_without_progress:
-                raise InfraError(
-                    f"stage {stage}: {pool.deaths_since_progress} workers died in a row without committing a shard; "
-                    f"last error: {pool.last_death}"
-                )
+            self._check_pool(stage, pool)
             if self.progress:
                 self.progress(stage, counters)
             now = time.monotonic()

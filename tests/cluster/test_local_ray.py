@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import msgspec
@@ -306,6 +308,23 @@ def test_default_local_ray_kill_9_and_resume_adopt_the_head_each_request_asked_o
     assert not twice, f"{len(twice)} request(s) asked twice: {twice}"
 
 
+def _dashboard_asks_for_the_token(dashboard: str, token: str) -> None:
+    """Ray's dashboard answers with the head's token (once it listens), and refuses without it."""
+
+    def status(headers: dict[str, str]) -> int:
+        request = urllib.request.Request(f"{dashboard}/api/version", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0  # not listening yet
+
+    wait_for(lambda: status({"Authorization": f"Bearer {token}"}) == 200, timeout_s=180)
+    assert status({}) in (401, 403), "the dashboard answered without the head's token"
+
+
 def _title(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
@@ -401,8 +420,6 @@ def test_joining_writes_the_heads_token_privately_and_never_into_home(
 def test_the_heads_dashboard_behind_a_flag_asks_for_the_heads_token(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linger: float
 ) -> None:
-    import urllib.error
-    import urllib.request
 
     from tests.fixtures.ray_start import free_port
 
@@ -417,19 +434,7 @@ def test_the_heads_dashboard_behind_a_flag_asks_for_the_heads_token(
         head = read_head(folder)
         assert head is not None and head.dashboard == f"http://127.0.0.1:{port}"
         token = (folder / "auth_token").read_text()
-        url = f"{head.dashboard}/api/version"
-
-        def status(headers: dict[str, str]) -> int:
-            try:
-                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
-                    return int(resp.status)
-            except urllib.error.HTTPError as exc:
-                return exc.code
-            except OSError:
-                return 0  # not listening yet
-
-        wait_for(lambda: status({"Authorization": f"Bearer {token}"}) == 200, timeout_s=180)
-        assert status({}) in (401, 403), "the dashboard answered without the head's token"
+        _dashboard_asks_for_the_token(head.dashboard, token)
     finally:
         member.communicate("", timeout=60)
     _head_gone(pid)
@@ -478,8 +483,6 @@ def test_ray_dashboard_flag_is_a_run_option_with_an_optional_port(capsys: pytest
 def test_ray_dashboard_flag_on_a_free_port_prints_its_url_and_asks_for_the_token(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linger: float
 ) -> None:
-    import urllib.error
-    import urllib.request
 
     monkeypatch.delenv("PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT", raising=False)
     member = _dashboard_member(tmp_path / "runs", "0")  # 0: a free port
@@ -492,19 +495,7 @@ def test_ray_dashboard_flag_on_a_free_port_prints_its_url_and_asks_for_the_token
         assert int(head.dashboard.rsplit(":", 1)[1]) > 0
         _wait_ready(member)
         token = (folder / "auth_token").read_text()
-
-        def status(headers: dict[str, str]) -> int:
-            request = urllib.request.Request(f"{head.dashboard}/api/version", headers=headers)
-            try:
-                with urllib.request.urlopen(request, timeout=10) as resp:
-                    return int(resp.status)
-            except urllib.error.HTTPError as exc:
-                return exc.code
-            except OSError:
-                return 0  # not listening yet
-
-        wait_for(lambda: status({"Authorization": f"Bearer {token}"}) == 200, timeout_s=180)
-        assert status({}) in (401, 403), "the dashboard answered without the head's token"
+        _dashboard_asks_for_the_token(head.dashboard, token)
     finally:
         _out, err = member.communicate("", timeout=60)
     said = [ln for ln in err.splitlines() if "dashboard" in ln]
