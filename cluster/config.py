@@ -225,6 +225,13 @@ def check_http_url(value: str, *, file: str | None, record: str | None, field: s
         )
 
 
+def check_service_urls(values: list[tuple[str | None, str]], file: str | None = None) -> None:
+    """:func:`check_service_url` of each ``(value, field)`` given (None: not set), in order."""
+    for value, field in values:
+        if value is not None:
+            check_service_url(value, field, file)
+
+
 def check_service_url(value: str, field: str, file: str | None = None) -> None:
     """The form of a store or Redis URL given in a config, flag or environment (never echoes a password)."""
     if not value.strip():

@@ -24,10 +24,10 @@ from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.preflight import read_store
-from punchline.cluster.ray_runtime import RaySettings, check_address, driver_node_ip, ray_running
+from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ray_running
 from punchline.cluster.registry import pipeline_of
-from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_outputs, check_run
-from punchline.cluster.run_record import RunRecord, Services, load_record
+from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
+from punchline.cluster.run_record import RunRecord, Services, check_run_id, load_record
 from punchline.cluster.run_services import Prepared, RunServices, snapshot_at_end
 from punchline.cluster.shared_store import config_store
 from punchline.data import settings as env_registry
@@ -90,18 +90,18 @@ def pipeline_stages(cfg: RunConfig) -> list[Stage]:
 def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prepared | RunRecord:
     """The whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes. A run that
     finished already is answered by its record (no service is started for it)."""
-    check_options(opts)
     check_environment()
     cfg = load_config(config_path)  # every value range-checked: a bad config writes nothing
+    if opts.run_id is not None:  # first: the folder checks below read paths under it
+        check_run_id(opts.run_id)
+    store_url = opts.store or config_store(cfg) or opts.runs_dir
+    check_options(opts, cfg, store_url)  # the flags over the config, the folders, the address, the URLs
     ray_address = opts.ray_address or cfg.run.ray_address
-    check_address(ray_address)  # nothing listening there: one line now, not a hang after the ledger started
     ray_settings = RaySettings.from_env()
     if ray_address:
         ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
     check_run(cfg)  # every stage's inputs, settings against inputs, and models
     run_id = opts.run_id or new_run_id(cfg)
-    store_url = opts.store or config_store(cfg) or opts.runs_dir
-    check_outputs(store_url, opts.runs_dir, opts.run_id)  # an unwritable store or a planted link stops here
     store = open_store(store_url)
     layout = RunLayout(run_id)
     existing = read_store(store, layout.record)  # a wrong key or bucket stops here, at once
@@ -138,6 +138,12 @@ def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prep
         max_cost_usd=opts.max_cost_usd if opts.max_cost_usd is not None else cfg.run.max_cost_usd,
         created_at=created_at,
         marks=marks,
+        redis_url=opts.redis_url or cfg.run.redis_url,
+        runs_dir=opts.runs_dir,
+        verbose=opts.verbose,
+        metrics_port=opts.metrics_port,
+        ray_dashboard_port=opts.ray_dashboard_port,
+        max_workers=opts.max_workers,
     )
 
 
@@ -172,17 +178,12 @@ def run(
     # started once the driver's own worker is ready, and never waited for (cluster/local_ray.py)
     services = RunServices(
         prep,
-        redis_url=opts.redis_url or prep.cfg.run.redis_url,
-        runs_dir=opts.runs_dir,
-        verbose=opts.verbose,
-        metrics_port=opts.metrics_port,
-        ray_dashboard_port=opts.ray_dashboard_port,
         local_first=prep.local and not ray_running(),
         # on a cluster the simulator listens where the workers on other nodes can reach it
         sim_host="127.0.0.1" if prep.local else driver_node_ip(),
     )
     with services as svc:
-        coord = _coordinator(prep, svc, progress, request_resources, opts.max_workers)
+        coord = _coordinator(prep, svc, progress, request_resources)
         svc.log.info("run_start", stages=svc.record.stages, store=prep.store.url)
         try:
             _run_stages(prep, svc, coord)
@@ -203,7 +204,6 @@ def _coordinator(
     svc: RunServices,
     progress: ProgressFn | None,
     request_resources: RequestResources | None,
-    max_workers: int | None,
 ) -> Coordinator:
     run = prep.cfg.run
     return Coordinator(
@@ -221,7 +221,7 @@ def _coordinator(
             run.max_workers,
             run.workers_per_node,
             run.worker_cpus,
-            flag=max_workers,
+            flag=prep.max_workers,
             request_resources=request_resources or _ray_request_resources,
         ),
     )

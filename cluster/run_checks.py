@@ -5,8 +5,10 @@ before its cloze stage refused it), and one found after the run folder or the le
 litter behind. So ``punchline run`` (and ``plan``, with the same checks) first checks, in this
 order and without touching the network or the disk beyond reading:
 
-1. flags and environment variables (``--max-workers``, ``--store``, ``PUNCHLINE_MAX_WORKERS``, ...);
-2. the config (ranges, providers named by stages: :func:`punchline.cluster.config.load_config`);
+1. the config (ranges, providers named by stages: :func:`punchline.cluster.config.load_config`);
+2. flags and environment variables over it (``--max-workers``, ``--store``, ``PUNCHLINE_MAX_WORKERS``, ...),
+   the cluster address and every folder the run will write: :func:`check_options`, the one place a run's
+   options are checked (each goes one way, downwards, from here);
 3. every input file of every stage, and every stage's settings against those inputs (the
    pipeline's ``check_inputs``: e.g. enough jokes for the cloze pairs);
 4. every stage's units as ``plan`` expands them (earlier artifacts missing: the pipeline's upper
@@ -28,9 +30,10 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from punchline.cluster.config import SIMULATED, RunConfig, check_run_id, check_service_url
+from punchline.cluster.config import SIMULATED, RunConfig, check_service_urls
 from punchline.cluster.planner import StageEstimate, plan_run
 from punchline.cluster.private_files import check_folder_files
+from punchline.cluster.ray_runtime import check_address
 from punchline.cluster.registry import pipeline_of
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, LedgerUnavailable
@@ -41,18 +44,15 @@ if TYPE_CHECKING:
     from punchline.cluster.driver import RunOptions
 
 
-def check_options(opts: RunOptions) -> None:
-    """Flags and the environment variables behind them, checked like the config."""
-    if opts.run_id is not None:
-        check_run_id(opts.run_id)
+def check_options(opts: RunOptions, cfg: RunConfig, store_url: str) -> None:
+    """Flags and the environment variables behind them (over the loaded config), checked like the config: their
+    values, every folder the run will write (:func:`check_outputs`), the cluster's address and the services'
+    URLs. The run id was checked first, by the driver: the folders here are read under it. Each check below
+    sends an option one way, down to the module that knows its form (the walk of a run's options visits
+    every module once)."""
     if opts.max_cost_usd is not None and not (math.isfinite(opts.max_cost_usd) and 0 <= opts.max_cost_usd <= 1e9):
         raise ConfigError(f"must be a finite number of dollars >= 0, got {opts.max_cost_usd}", field="--max-cost-usd")
-    if opts.max_workers is not None:
-        env_registry.MAX_WORKERS.check(opts.max_workers, "--max-workers")
-    if opts.redis_url is not None:
-        check_service_url(opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")
     if opts.store is not None:
-        check_service_url(opts.store, "--store / PUNCHLINE_STORE")
         local = Path(opts.store).expanduser() if "://" not in opts.store else None
         if local is not None and local.exists() and not local.is_dir():
             raise ConfigError("is a file, not a folder", file=opts.store, field="--store / PUNCHLINE_STORE")
@@ -63,6 +63,13 @@ def check_options(opts: RunOptions) -> None:
         raise ConfigError("is a file, not a folder", file=str(runs), field="--runs-dir")
     if opts.run_id is not None and (runs / opts.run_id).exists() and not (runs / opts.run_id).is_dir():
         raise ConfigError("is a file, not a run's folder", file=str(runs / opts.run_id), field="--run-id")
+    check_outputs(store_url, opts.runs_dir, opts.run_id)  # an unwritable store or a planted link stops here
+    check_address(opts.ray_address or cfg.run.ray_address)  # nothing listening there: one line now, not a hang
+    check_service_urls(  # their form, before anything connects
+        [(opts.store, "--store / PUNCHLINE_STORE"), (opts.redis_url, "--redis-url / PUNCHLINE_REDIS_URL")]
+    )
+    if opts.max_workers is not None:
+        env_registry.MAX_WORKERS.check(opts.max_workers, "--max-workers")
 
 
 def check_outputs(store_url: str, runs_dir: str, run_id: str | None = None) -> None:
@@ -92,20 +99,19 @@ def check_run_files(runs: Path, run_id: str | None) -> None:
     the entry (exit 2), before anything is created or started."""
     for name in ("_ledger", "_ray"):
         _own(runs / name, folder=True)
+    if run_id is not None:
+        run_dir = runs / run_id
+        _own(run_dir, folder=True)
+        for name in RUN_FILES:
+            _own(run_dir / name, folder=False)
+        for name in RUN_FOLDERS:
+            if _own(run_dir / name, folder=True):
+                for entry in sorted((run_dir / name).iterdir()):
+                    _own(entry, folder=False)
     try:
         check_folder_files(runs / "_ledger")
     except LedgerUnavailable as exc:
         raise ConfigError(str(exc), file=str(runs / "_ledger"), field="--runs-dir") from None
-    if run_id is None:
-        return
-    run_dir = runs / run_id
-    _own(run_dir, folder=True)
-    for name in RUN_FILES:
-        _own(run_dir / name, folder=False)
-    for name in RUN_FOLDERS:
-        if _own(run_dir / name, folder=True):
-            for entry in sorted((run_dir / name).iterdir()):
-                _own(entry, folder=False)
 
 
 def _own(path: Path, *, folder: bool) -> bool:

@@ -74,6 +74,14 @@ class Prepared:
     max_cost_usd: float | None
     created_at: float | None = None  # a resumed run keeps the time it was first created
     marks: dict[str, float] = field(default_factory=dict)  # start-up phases, logged as one `start_phases` event
+    # the run's options as the flags over the config settled them (cluster/driver.py RunOptions): read here,
+    # never from the options again
+    redis_url: str | None = None  # None: the runs folder's embedded Redis
+    runs_dir: str = "runs"
+    verbose: bool = False
+    metrics_port: int | None = None
+    ray_dashboard_port: int | None = None
+    max_workers: int | None = None  # --max-workers over [run] max_workers (the autoscaler's bound)
 
     @property
     def local(self) -> bool:
@@ -254,15 +262,13 @@ class RunServices:
     Inside: ``record`` (written to the store), ``ledger``, ``worker_cfg`` (what every worker of the run gets),
     ``lazy_ray`` (None when this process does not start the runs folder's head) and ``log`` (bound to the run)."""
 
-    def __init__(self, prep: Prepared, *, redis_url: str | None, runs_dir: str, verbose: bool,
-                 metrics_port: int | None, local_first: bool, sim_host: str,
-                 ray_dashboard_port: int | None = None) -> None:  # fmt: skip
+    def __init__(self, prep: Prepared, *, local_first: bool, sim_host: str) -> None:
         self.prep = prep
-        self.redis_url = redis_url
-        self.runs_dir = runs_dir
-        self.verbose = verbose
-        self.metrics_port = metrics_port
-        self.ray_dashboard_port = ray_dashboard_port
+        self.redis_url = prep.redis_url
+        self.runs_dir = prep.runs_dir
+        self.verbose = prep.verbose
+        self.metrics_port = prep.metrics_port
+        self.ray_dashboard_port = prep.ray_dashboard_port
         self.local_first = local_first
         self.sim_host = sim_host
         self._stack = contextlib.ExitStack()
