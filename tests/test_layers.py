@@ -150,3 +150,31 @@ def test_layers_are_not_top_level_packages(name: str) -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"`import {name}` reaches the project: {done.stdout}{done.stderr}"
+
+
+# the pipelines' own data code: a package of data/ per built-in pipeline's data (curate's is Puns')
+PIPELINE_DATA = ("punchline.data.puns", "punchline.data.humor", "punchline.data.prompts")
+# who may import it: the pipelines, and the plug-in facade and notebook (Generate/Judge are prompts' machinery)
+PIPELINE_DATA_USERS = ("punchline.cluster.pipelines", "punchline.plugin", "punchline.notebook")
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_shared_vocabulary_is_apart_from_pipeline_data() -> None:
+    """``data/`` holds two things: the shared vocabulary, storage and settings (its modules and ``stores/``),
+    which every floor speaks, and each pipeline's data code (``data/puns/``, ``humor/``, ``prompts/``), which
+    only pipelines use. The engine and the vocabulary never import a pipeline's data, and one pipeline's data
+    never imports another's: a workload's logic cannot leak into the engine by an import."""
+    found = modules()
+    assert any(_within(m, PIPELINE_DATA) for m, _ in found), "the walk found the pipelines' data packages"
+    leaks = []
+    for module, path in found:
+        own = next((p for p in PIPELINE_DATA if _within(module, (p,))), None)
+        for line, target in imports_of(module, path):
+            theirs = next((p for p in PIPELINE_DATA if _within(target, (p,))), None)
+            if theirs is None or theirs == own or _within(module, PIPELINE_DATA_USERS):
+                continue
+            leaks.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {target}")
+    assert leaks == [], "pipeline data imported outside the pipelines:\n" + "\n".join(leaks)
