@@ -57,16 +57,12 @@ import msgspec
 from punchline.workers.fake.batch_records import Batch, BatchRequest, BatchStats
 from punchline.workers.fake.batch_wire import anthropic_result_lines, openai_output_lines, validate
 from punchline.workers.fake.batch_wire import view as batch_view
+from punchline.workers.fake.draws import unit
 
 __all__ = ["BATCH_PATHS", "BatchBook", "BatchStats"]
 
 BATCH_PATHS = ("/v1/files", "/v1/batches", "/v1/messages/batches")
 _OFFSET = re.compile(r"-o(\d+)$")
-
-
-def _unit(seed: int, *parts: object) -> float:
-    digest = hashlib.sha256("|".join(str(p) for p in (seed, *parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 class BatchBook:
@@ -129,12 +125,12 @@ class BatchBook:
             request = hashlib.sha256(f"{json.dumps(r.body, sort_keys=True)}|{offset}".encode()).hexdigest()
             attempt = self.processed[request]
             self.processed[request] += 1
-            if cfg.batch_expire_rate > 0 and _unit(cfg.seed, request, attempt, "expire") < cfg.batch_expire_rate:
+            if cfg.batch_expire_rate > 0 and unit(cfg.seed, request, attempt, "expire") < cfg.batch_expire_rate:
                 batch.outcomes[r.custom_id] = ("expired", None)
                 self.stats.expired += 1
                 any_expired = True
                 continue
-            if cfg.batch_error_rate > 0 and _unit(cfg.seed, request, attempt, "error") < cfg.batch_error_rate:
+            if cfg.batch_error_rate > 0 and unit(cfg.seed, request, attempt, "error") < cfg.batch_error_rate:
                 batch.outcomes[r.custom_id] = ("errored", "injected batch request error")
                 self.stats.errored += 1
                 continue

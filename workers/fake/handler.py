@@ -17,7 +17,8 @@ import msgspec
 
 from punchline.data.simulator import FakeConfig
 from punchline.workers.fake.batches import BATCH_PATHS
-from punchline.workers.fake.state import ServerState, answer_texts, knob_models, unit
+from punchline.workers.fake.draws import unit
+from punchline.workers.fake.state import ServerState, answer_texts, knob_models
 from punchline.workers.fake.wire import Parsed, completion_body, error_body, parse, tokens
 from punchline.workers.providers.base import CHOICE_OFFSET_HEADER
 

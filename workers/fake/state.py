@@ -2,14 +2,13 @@
 
 Why a module of its own: the HTTP handler (:mod:`punchline.workers.fake.handler`) and the batch endpoints
 (:mod:`punchline.workers.fake.batches`) both answer from this state, and the determinism rules of
-:mod:`punchline.workers.fake.server` (faults decided by a hash, attempts counted per key and offset) live here,
-behind one lock.
+:mod:`punchline.workers.fake.server` (faults decided by a hash, :func:`punchline.workers.fake.draws.unit`;
+attempts counted per key and offset) live here, behind one lock.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 import time
 from collections import Counter, deque
@@ -47,11 +46,6 @@ class FakeStats(msgspec.Struct, kw_only=True):
     output_tokens: int = 0
     models_calls: int = 0  # GET /v1/models (free: not in total_calls)
     peak_in_flight: int = 0  # the most completion calls it held at once (a client's in-flight bound, seen from here)
-
-
-def unit(seed: int, *parts: object) -> float:
-    digest = hashlib.sha256("|".join(str(p) for p in (seed, *parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 class ServerState:
