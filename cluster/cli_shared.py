@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -24,7 +24,7 @@ from punchline.cluster.pipeline import StageContext
 from punchline.cluster.planner import StageEstimate
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.runs import with_batch_records
-from punchline.data.errors import PluginError
+from punchline.data.errors import ConfigError, PluginError
 from punchline.data.run_layout import RunLayout
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.stores import open_store
@@ -42,8 +42,48 @@ def port(text: str) -> int:
     return value
 
 
+def add_run_command(
+    sub: Subcommands,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    *,
+    help: str,
+    description: str,
+    config_help: str,
+) -> argparse.ArgumentParser:
+    """A command that runs a pipeline from a config: ``run``, and a family's alias of it such as ``humor run``
+    (whose ``func`` calls :func:`run_config` naming its pipeline). The config argument and the run options are
+    spelled here once, so the alias and ``run`` cannot drift apart."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.add_argument("config", help=config_help)
+    add_run_options(p)
+    p.set_defaults(func=func)
+    return p
+
+
+def run_config(args: argparse.Namespace, *, pipeline: str | None = None, command: str = "run") -> int:
+    """What a command of :func:`add_run_command` does: load ``args.config``, run it with progress bars and print
+    its summary (:func:`run_and_report`); the exit status is :func:`exit_status`'s. With ``pipeline``, a config
+    of another pipeline is refused before anything starts, naming run.pipeline and pointing at ``punchline run``
+    (``command`` is the alias's name in that message)."""
+    cfg = load_config(args.config)
+    if pipeline is not None and pipeline_of(cfg).name != pipeline:
+        raise ConfigError(
+            f'run.pipeline is {cfg.run.pipeline!r}; `{command}` needs pipeline = "{pipeline}" (use `punchline run`)',
+            file=args.config,
+            field="run.pipeline",
+        )
+    return exit_status(run_and_report(args.config, run_options(args), no_bars(args), cfg))
+
+
+def no_bars(args: argparse.Namespace) -> bool:
+    """No progress bars for parsed :func:`add_run_options` arguments: --no-progress, or --verbose (whose log
+    lines on stderr take the bars' place)."""
+    return bool(args.no_progress or args.verbose)
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of every command that runs a pipeline (``run`` and its aliases)."""
+    """The options of every command that runs a pipeline (``run`` and its aliases, ``puns reproduce``)."""
     p.add_argument("--run-id", help="resume this run (or name a new one)")
     p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
     p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")

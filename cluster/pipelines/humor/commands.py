@@ -10,11 +10,9 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
-from punchline.cluster.config import load_config
+from punchline.cluster.cli_shared import Subcommands, add_run_command, run_config
 from punchline.cluster.pipelines.humor.cli import summary
 from punchline.cluster.pipelines.humor.pipeline import PIPELINE, submission_of_run
-from punchline.cluster.registry import pipeline_of
 from punchline.data.errors import ConfigError
 from punchline.data.humor.judge import DEFAULT_THRESHOLD
 from punchline.data.humor.loaders import load_items
@@ -46,14 +44,14 @@ def register(sub: Subcommands) -> None:
 
     _add_score(hs)
 
-    r = hs.add_parser(
+    add_run_command(
+        hs,
         "run",
+        cmd_run,
         help="run a model (and optionally a judge) on Humor from a TOML config",
         description="Collect answers on the engine (resumable), then score them like `humor score`.",
+        config_help='run config (TOML) with pipeline = "humor"',
     )
-    r.add_argument("config", help='run config (TOML) with pipeline = "humor"')
-    add_run_options(r)
-    r.set_defaults(func=cmd_run)
 
     _add_submission(hs)
 
@@ -202,20 +200,6 @@ def cmd_submission(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return int(run_humor(args) or 0)
-
-
-# --- `punchline humor run CONFIG [options]` ---------------------------------------------------------
-
-
-def run_humor(args: argparse.Namespace) -> int:
-    """An alias of ``punchline run`` for a ``pipeline = "humor"`` config (which prints each model's scores
-    as the pipeline's headlines); any other pipeline is refused, naming ``run.pipeline``."""
-    cfg = load_config(args.config)
-    if pipeline_of(cfg).name != PIPELINE.name:
-        raise ConfigError(
-            f'run.pipeline is {cfg.run.pipeline!r}; `humor run` needs pipeline = "humor" (use `punchline run`)',
-            file=args.config,
-            field="run.pipeline",
-        )
-    return exit_status(run_and_report(args.config, run_options(args), args.no_progress or args.verbose, cfg))
+    """``punchline humor run``: ``punchline run`` for a ``pipeline = "humor"`` config (which prints each model's
+    scores as the pipeline's headlines); any other pipeline is refused, naming ``run.pipeline``."""
+    return run_config(args, pipeline=PIPELINE.name, command="humor run")

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import argparse
 
-from punchline.cluster.cli_shared import Subcommands, add_run_options, exit_status, run_and_report, run_options
+from punchline.cluster.cli_shared import (
+    Subcommands,
+    add_run_options,
+    exit_status,
+    no_bars,
+    run_and_report,
+    run_options,
+)
 from punchline.cluster.pipelines.puns.cli import summary
 from punchline.cluster.pipelines.puns.legacy import import_legacy_files
 from punchline.cluster.pipelines.puns.reproduce import (
@@ -190,7 +197,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         published_tests=args.published_tests,
     )
     print(prepared.imported.describe(prepared.store_url), flush=True)
-    record = run_and_report(prepared.config_path, prepared.opts, args.no_progress or args.verbose, prepared.cfg)
+    record = run_and_report(prepared.config_path, prepared.opts, no_bars(args), prepared.cfg)
     result = reproduction_of(record, prepared.upstream)
     print(render_reproduction(result, prepared.upstream))
     return exit_status(record) or (0 if result.matches else 1)
