@@ -12,11 +12,11 @@ from rich.table import Table
 
 from punchline.cluster.cli_shared import (
     Subcommands,
-    add_run_options,
+    add_run_command,
     exit_status,
     plan_cost_title,
     run_and_report,
-    run_options,
+    run_config,
 )
 from punchline.cluster.commands import summary
 from punchline.cluster.config import load_config
@@ -27,16 +27,16 @@ from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 
 
 def register(sub: Subcommands) -> None:
-    p = sub.add_parser(
+    add_run_command(
+        sub,
         "run",
+        cmd_run,
         help=summary("run"),
         description="Run a pipeline. With no services configured, starts an embedded redis-server, a local Ray "
         "and stores checkpoints under runs/<run-id>/. An existing --run-id resumes that run: finished stages "
         "are skipped, committed shards kept, cached answers never paid twice.",
+        config_help="run config (TOML), e.g. configs/demo.toml",
     )
-    p.add_argument("config", help="run config (TOML), e.g. configs/demo.toml")
-    add_run_options(p)
-    p.set_defaults(func=cmd_run)
 
     pl = sub.add_parser(
         "plan",
@@ -61,8 +61,7 @@ def register(sub: Subcommands) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    return exit_status(run_and_report(args.config, run_options(args), args.no_progress or args.verbose, cfg))
+    return run_config(args)
 
 
 def cmd_retry_failed(args: argparse.Namespace) -> int:
