@@ -257,6 +257,16 @@ LOCAL_RAY_DASHBOARD_PORT: EnvVar[int] = EnvVar(
     le=65535,
     flag="--ray-dashboard",
 )
+LOCAL_RAY_CPU_SHARE: EnvVar[float] = EnvVar(
+    "PUNCHLINE_LOCAL_RAY_CPU_SHARE",
+    "float",
+    0.85,
+    "a local run adds Ray's workers to a long stage (10 s or more left) only when the driver's own worker uses "
+    "at least this share of a core, or its window holds fewer calls than the stage's providers allow: a worker "
+    "waiting on its calls gains nothing from more (0: whenever the stage is long)",
+    ge=0.0,
+    le=1.0,
+)
 DEBUG: EnvVar[bool] = EnvVar(
     "PUNCHLINE_DEBUG",
     "bool",
@@ -380,6 +390,7 @@ ENV_VARS: tuple[EnvVar[Any], ...] = (
     LEDGER_STALE_S,
     LOCAL_RAY_LINGER_S,
     LOCAL_RAY_DASHBOARD_PORT,
+    LOCAL_RAY_CPU_SHARE,
     DEBUG,
     S3_ENDPOINT_URL,
     S3_ADDRESSING_STYLE,
