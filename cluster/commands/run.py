@@ -21,8 +21,10 @@ from punchline.cluster.cli_shared import (
 from punchline.cluster.commands import summary
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
+from punchline.cluster.planner import StageEstimate, plan_run
 from punchline.cluster.retry_failed import drop_failed
 from punchline.cluster.run_checks import cap_warning, check_environment, check_run
+from punchline.cluster.wall_estimate import cache_lookup, estimate_wall, store_of
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 
 
@@ -43,10 +45,13 @@ def register(sub: Subcommands) -> None:
         help=summary("plan"),
         description="Expand the config's stages into provider requests and estimate input tokens "
         "(characters / 4), output tokens (max_tokens per choice, an upper bound), dollars from the "
-        "configured prices, and the least wall time the configured rate limits allow.",
+        "configured prices, the least wall time the configured rate limits allow, and the run's wall time: "
+        "its calls (only those the response cache does not answer) and its fixed costs (start, plans, "
+        "reduces), as the runs folder's latest finished run of the pipeline measured them.",
     )
     pl.add_argument("config")
     pl.add_argument("--json", action="store_true")
+    pl.add_argument("--runs-dir", help=RUNS_DIR_HELP + "; its cache and earlier runs time the estimate")
     pl.set_defaults(func=cmd_plan)
 
     f = sub.add_parser(
@@ -76,6 +81,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_environment()
     cfg = load_config(args.config)
     estimates = check_run(cfg)  # the checks `run` makes before anything starts
+    runs = runs_dir(args.runs_dir)
+    cached = cache_lookup(store_of(cfg, runs))
+    if cached is not None:  # the same plan, each request looked up in the response cache
+        estimates = plan_run(cfg, cached)
+    wall = estimate_wall(cfg, estimates, runs)
     warning = cap_warning(cfg, estimates)
     if warning is not None:  # on stderr, so --json stays one document
         print(f"punchline: warning: {warning}", file=sys.stderr)
@@ -94,7 +104,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             str(e.output_tokens),
             f"{e.mode_cost_usd:.4f}",
             f"{e.min_wall_s:.0f}s",
-            e.note or ("" if e.mode == "online" else e.mode),
+            "; ".join(filter(None, [e.note or ("" if e.mode == "online" else e.mode), _cached(e)])),
         )
     table.add_row(
         "total",
@@ -106,4 +116,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "",
     )
     Console(width=max(Console().width, 110)).print(table)
+    print(wall.describe())
     return 0
+
+
+def _cached(e: StageEstimate) -> str:
+    return f"{e.cached_requests} cached" if e.cached_requests else ""

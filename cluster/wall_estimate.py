@@ -1,0 +1,332 @@
+"""How long a run will take: ``plan``'s wall-time estimate, its calls and its fixed costs.
+
+The rate limits only bound a run from below: a run also starts (the driver's preflight, the embedded ledger,
+its first worker's fork), plans and reduces each stage, waits out each stage's first and last round trips,
+and ends (the report, the services' stop). So the estimate is the stages' calls (each the longer of the rate
+limits' and the concurrency's bounds over its uncached requests, ``call_time.py``) plus those fixed costs.
+
+The fixed costs come from the runs folder when it holds a finished run of the same pipeline: its log
+(``runs/<id>/log.jsonl``) times every stage's plan, calls and reduce, and what its calls should have taken
+(the same model, over the requests that run did not find cached) is taken out, the rest being that stage's
+own cost on this machine. Without such a run, the defaults below (the demos' on a quiet 2-core machine) say it.
+What the log cannot see, Python's start before the driver and the report after it, is :data:`PROCESS_S`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from punchline.cluster.config import RunConfig
+from punchline.cluster.executors.local_pace import LOCAL_ALONE_S
+from punchline.cluster.registry import pipeline_of
+from punchline.cluster.run_record import load_record
+from punchline.cluster.shared_store import config_store
+from punchline.data.errors import InputError
+from punchline.data.requests import ProviderRequest
+from punchline.data.response_cache import CACHE_PREFIX, ResponseCache
+from punchline.data.run_layout import RECORD, RunLayout
+from punchline.data.settings import STORE
+from punchline.data.stores.local import LocalStore
+
+#: what the plan asks of the response cache: whether it holds a request's answer
+CacheLookup = Callable[[ProviderRequest], bool]
+
+
+class StageEstimate(Protocol):
+    """What the estimate reads of a stage's plan (``planner.StageEstimate``; the planner is a floor up)."""
+
+    @property
+    def stage(self) -> str: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def cached_requests(self) -> int: ...
+    @property
+    def units(self) -> int: ...
+    @property
+    def min_wall_s(self) -> float: ...
+    @property
+    def all_calls_s(self) -> float: ...
+    @property
+    def calls_s(self) -> float: ...
+
+
+START_S = 0.4  # the driver's start to its first stage's plan: preflight, the embedded ledger, the run's claim
+FIRST_WORKER_S = 0.6  # the first stage's worker: a fork that imports its providers' SDK
+STAGE_S = 0.8  # a stage with calls: its plan, its worker's fork, its first and last round trips, its reduce
+PLAIN_STAGE_S = 0.2  # a stage without calls: its plan and its reduce
+PROCESS_S = 1.0  # outside the driver's log: Python and the CLI's imports before it, the report and the stop after
+RAY_S = 5.0  # a stage long for the driver's worker alone (not held by the rate limits): Ray's and its workers' start
+WARMUP_S = 2.0  # the first worker's ready to the end of the imports the next stages' forks wait for
+WARMUP_WAIT_MIN_S = 0.25  # a fork's wait that measures the warm-up
+RUNS_TRIED = 5  # the most recent finished runs looked at for one with a readable log
+
+
+class MeasuredRun(msgspec.Struct, kw_only=True):
+    """The fixed costs and paces finished runs of the same pipeline had in this runs folder."""
+
+    run_id: str  # the latest: its start and its stages' own costs
+    start_s: float  # the driver's start to its first stage's plan
+    stages_s: dict[str, float]  # each stage's own time: plan, worker's fork, reduce (calls and warm-up wait apart)
+    paces_s: dict[str, float] = {}  # per stage: seconds of its calls per unit, from a run that called most of them
+    warmup_s: float | None = None  # the first worker's ready to the warm-up's end, when a fork waited for it
+    ray_joined: bool = False
+
+
+class WallEstimate(msgspec.Struct, kw_only=True):
+    total_s: float
+    calls_s: float  # the stages' calls, one after the other
+    fixed_s: float  # start, plans, reduces, round trips, the report (and Ray's start, ``ray_s``)
+    least_s: float  # the rate limits' bound alone (every request called): a lower bound
+    ray_s: float = 0.0
+    measured_in: str = ""  # the run whose fixed costs these are; "" = the defaults
+    requests: int = 0
+    cached_requests: int = 0  # of ``requests``, answered by the response cache already
+
+    def describe(self) -> str:
+        """One line: the estimate with its parts, and the lower bound."""
+        where = f"measured in run {self.measured_in}" if self.measured_in else "defaults, no earlier run here"
+        ray = f", {_secs(self.ray_s)} Ray's start" if self.ray_s else ""
+        cache = (
+            f"; {self.cached_requests} of {self.requests} requests answered by the response cache"
+            if self.cached_requests
+            else ""
+        )
+        return (
+            f"wall time: about {_secs(self.total_s)} ({_secs(self.calls_s)} calls, {_secs(self.fixed_s)} start, "
+            f"plans, reduces and report{ray}: {where}); the rate limits alone, every request called: at least "
+            f"{_secs(self.least_s)}{cache}"
+        )
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: str | Path) -> WallEstimate:
+    """The run's wall time: its stages' calls (``estimates``, from ``plan_run``) and its fixed costs, from the
+    runs folder's latest finished runs of the pipeline if there are any, else the defaults."""
+    by_stage = {e.stage: e for e in estimates}
+    measured = measure(runs_dir, cfg.run.pipeline, by_stage)
+    fixed = measured.start_s if measured is not None else START_S
+    calls_s = 0.0
+    since_first_worker: float | None = None  # the time from the first worker's start to the next fork
+    long_stage = False
+    for name in [s.name for s in pipeline_of(cfg).stages(cfg)]:
+        e = by_stage.get(name)
+        calls = _calls_s(e, measured.paces_s.get(name) if measured is not None else None)
+        own = measured.stages_s.get(name) if measured is not None else None
+        if own is None:
+            own = PLAIN_STAGE_S if e is None else STAGE_S + (FIRST_WORKER_S if since_first_worker is None else 0.0)
+        if e is not None and since_first_worker is not None:  # its fork waits for the warm-up's imports
+            warmup_s = measured.warmup_s if measured is not None and measured.warmup_s is not None else WARMUP_S
+            fixed += max(0.0, warmup_s - since_first_worker)
+            since_first_worker = float("inf")
+        elif since_first_worker is not None:
+            since_first_worker += own
+        if e is not None and since_first_worker is None:
+            since_first_worker = calls
+        fixed += own
+        calls_s += calls
+        long_stage = long_stage or (e is not None and _needs_ray(e, calls))
+    ray_s = RAY_S if long_stage and not (measured is not None and measured.ray_joined) else 0.0
+    fixed += PROCESS_S + ray_s
+    return WallEstimate(
+        total_s=calls_s + fixed,
+        calls_s=calls_s,
+        fixed_s=fixed,
+        least_s=sum(e.min_wall_s for e in estimates),
+        ray_s=ray_s,
+        measured_in=measured.run_id if measured is not None else "",
+        requests=sum(e.requests for e in estimates),
+        cached_requests=sum(e.cached_requests for e in estimates),
+    )
+
+
+def _needs_ray(estimate: StageEstimate, calls_s: float) -> bool:
+    """A stage the driver's own worker would take long over alone, and not because the rate limits hold it
+    (then more workers would only wait with it: ``executors/local_pace.py`` starts no Ray for it)."""
+    uncached = 1 - estimate.cached_requests / estimate.requests if estimate.requests else 0.0
+    return calls_s >= LOCAL_ALONE_S and calls_s > 1.05 * estimate.min_wall_s * uncached
+
+
+def _calls_s(estimate: StageEstimate | None, pace_s: float | None) -> float:
+    """A stage's calls: the rate limits' and the concurrency's bound, or the pace an earlier run of it kept
+    per unit (the worker's own time per call included), over the units the cache does not answer."""
+    if estimate is None:
+        return 0.0
+    if pace_s is None or not estimate.requests:
+        return estimate.calls_s
+    uncached_units = estimate.units * (1 - estimate.cached_requests / estimate.requests)
+    return max(estimate.calls_s, pace_s * uncached_units)
+
+
+def store_of(cfg: RunConfig, runs_dir: str) -> str:
+    """The store a run of ``cfg`` would use (the driver's order: ``PUNCHLINE_STORE``, ``[run] store``, the runs
+    folder), where its response cache is."""
+    return STORE.get() or config_store(cfg) or runs_dir
+
+
+def cache_lookup(store_url: str) -> CacheLookup | None:
+    """Whether the response cache of a local store holds a request's answer (its packs indexed once, then a
+    look-up per request); None for a remote store (listing its packs costs requests: none taken as cached)
+    or a store without a cache."""
+    if "://" in store_url or not (Path(store_url) / CACHE_PREFIX).is_dir():
+        return None
+    cache = ResponseCache(LocalStore(store_url))
+    cache.refresh()
+
+    def cached(request: ProviderRequest) -> bool:
+        key = request.key()
+        return cache.pack_of(key) is not None or (Path(store_url) / cache.path(key)).is_file()
+
+    return cached
+
+
+# --- a finished run's fixed costs, from its log --------------------------------------------------------
+
+
+class _Event(msgspec.Struct, kw_only=True):
+    """The fields of a log line the estimate reads (the others are skipped unread)."""
+
+    event: str = ""
+    timestamp: str = ""
+    stage: str = ""
+    state: str = ""
+    driver_start: float | None = None
+    ray_up: float | None = None
+
+
+_decode_event = msgspec.json.Decoder(_Event)
+_STAGE_EVENTS = ("plan_start", "stage_start", "reduce_start")
+_WORKER_EVENTS = ("fork_warmup_settling", "local_worker_starting", "local_worker_ready")
+_READ = tuple(f'"{e}"'.encode() for e in ("run_start", "run_end", "start_phases", *_STAGE_EVENTS, *_WORKER_EVENTS))
+PACE_MIN_UNITS = 20  # a stage's pace is taken from a run that called at least this many of its units (and most)
+
+
+class _Stage(msgspec.Struct, kw_only=True):
+    own_s: float
+    calls_span_s: float
+    units: int  # its units in that run
+    called: int  # of them, called (not found cached)
+
+
+class _Session(msgspec.Struct, kw_only=True):
+    start_s: float
+    stages: dict[str, _Stage]
+    warmup_s: float | None
+    ray_joined: bool
+
+
+def measure(runs_dir: str | Path, pipeline: str, estimates: dict[str, StageEstimate]) -> MeasuredRun | None:
+    """The fixed costs of the latest finished run of ``pipeline`` under ``runs_dir`` whose log has its last
+    session whole, with each stage's pace and the warm-up from the latest that shows them; None: no such run."""
+    found: MeasuredRun | None = None
+    for run_id, counters in _finished_runs(Path(runs_dir), pipeline):
+        session = None
+        with contextlib.suppress(OSError, ValueError, msgspec.DecodeError):
+            session = _measure_log(RunLayout(run_id).local(runs_dir).log, counters)
+        if session is None:
+            continue
+        if found is None:
+            own = {name: st.own_s + (0.0 if _paced(st) else st.calls_span_s) for name, st in session.stages.items()}
+            found = MeasuredRun(
+                run_id=run_id, start_s=session.start_s, stages_s=own, ray_joined=session.ray_joined, paces_s={}
+            )
+        for name, st in session.stages.items():
+            if _paced(st) and name not in found.paces_s:
+                found.paces_s[name] = st.calls_span_s / st.units
+        if found.warmup_s is None:
+            found.warmup_s = session.warmup_s
+    return found
+
+
+def _paced(stage: _Stage) -> bool:
+    """Whether the run called enough of the stage's units for its calls' span to say their pace."""
+    return stage.called >= max(PACE_MIN_UNITS, stage.units / 2)
+
+
+def _finished_runs(root: Path, pipeline: str) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
+    """Finished runs of the pipeline, latest first, with each stage's units and how many it called."""
+    found: list[tuple[float, str, dict[str, tuple[int, int]]]] = []
+    if not root.is_dir():
+        return
+    for path in root.glob(f"*/{RECORD}"):
+        try:
+            rec = load_record(path.read_bytes(), str(path))
+        except (InputError, OSError):
+            continue
+        if rec.state == "finished" and rec.pipeline == pipeline and rec.finished_at:
+            units = {s: (c.units_total, max(0, c.units_total - c.cache_hits)) for s, c in rec.counters.items()}
+            found.append((rec.finished_at, rec.run_id, units))
+    for _, run_id, units in sorted(found, reverse=True)[:RUNS_TRIED]:
+        yield run_id, units
+
+
+def _at(event: _Event) -> float:
+    return datetime.fromisoformat(event.timestamp).timestamp()
+
+
+def _events(log: Path) -> list[_Event]:
+    """The events of the log's last session (from its last ``run_start``) the estimate reads."""
+    events: list[_Event] = []
+    with log.open("rb") as lines:
+        for line in lines:
+            if not any(word in line for word in _READ):  # the shards' lines, most of a log: not decoded
+                continue
+            event = _decode_event.decode(line)
+            if event.event == "run_start":
+                events = []
+            events.append(event)
+    return events
+
+
+def _measure_log(log: Path, units: dict[str, tuple[int, int]]) -> _Session | None:
+    """A finished session's start, each stage's own time (its plan, fork and reduce: the time outside its
+    calls, less any wait for the warm-up) and its calls' span, and the warm-up's length."""
+    events = _events(log)
+    ends = [e for e in events if e.event == "run_end" and e.state == "finished"]
+    if not events or events[0].event != "run_start" or not ends:
+        return None
+    driver = next((e.driver_start for e in events if e.event == "start_phases" and e.driver_start), None)
+    marks: dict[str, dict[str, float]] = {}  # stage -> its events' first times, in the order the stages ran
+    for e in events:
+        if e.stage and e.event in (*_STAGE_EVENTS, *_WORKER_EVENTS):
+            marks.setdefault(e.stage, {}).setdefault(e.event, _at(e))
+    order = [name for name, m in marks.items() if "plan_start" in m]
+    if not order:
+        return None
+    stages: dict[str, _Stage] = {}
+    warmup_s = None
+    first_ready = next((marks[n]["local_worker_ready"] for n in order if "local_worker_ready" in marks[n]), None)
+    for i, name in enumerate(order):
+        m = marks[name]
+        if not all(k in m for k in _STAGE_EVENTS):
+            continue
+        until = marks[order[i + 1]]["plan_start"] if i + 1 < len(order) else _at(ends[-1])
+        waited = 0.0
+        if "fork_warmup_settling" in m and "local_worker_starting" in m:
+            waited = max(0.0, m["local_worker_starting"] - m["fork_warmup_settling"])
+            # a fork that hardly waited shows the end of imports that shared the CPU with the calls (slower
+            # than a rerun's, which waits for them alone): only a real wait measures the warm-up
+            if warmup_s is None and first_ready is not None and waited >= WARMUP_WAIT_MIN_S:
+                warmup_s = max(0.0, m["local_worker_starting"] - first_ready)
+        total, called = units.get(name, (0, 0))
+        stages[name] = _Stage(
+            own_s=max(0.0, (m["stage_start"] - m["plan_start"]) + (until - m["reduce_start"]) - waited),
+            calls_span_s=max(0.0, m["reduce_start"] - m["stage_start"]),
+            units=total,
+            called=called,
+        )
+    return _Session(
+        start_s=max(0.0, marks[order[0]]["plan_start"] - (driver if driver is not None else _at(events[0]))),
+        stages=stages,
+        warmup_s=warmup_s,
+        ray_joined=any(e.event == "start_phases" and e.ray_up for e in events),
+    )

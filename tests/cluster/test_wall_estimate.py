@@ -1,0 +1,199 @@
+"""``punchline plan``'s wall-time estimate: calls (rate limits, latency over concurrency, the cache) and fixed
+costs, from an earlier run's log in the runs folder or from the defaults."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from punchline.cluster import wall_estimate as w
+from punchline.cluster.cli import main
+from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.planner import plan_run
+from punchline.cluster.run_record import RunRecord, Services
+from punchline.data.run_layout import RunLayout
+from punchline.schedulers.ledger import StageCounters
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "configs" / "demo.toml"
+
+
+def _demo(tmp_path: Path, replace: dict[str, str] | None = None) -> RunConfig:
+    """The demo's config, its sample path made absolute, with some text replaced."""
+    text = DEMO.read_text().replace('"../data/', f'"{REPO}/data/')
+    for old, new in (replace or {}).items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "demo.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def test_the_defaults_add_the_fixed_costs_to_the_calls(tmp_path: Path) -> None:
+    cfg = _demo(tmp_path)
+    estimates = plan_run(cfg)
+    collect = next(e for e in estimates if e.stage == "collect")
+    # 630 requests at 6,000 a minute: the rate limits bind (22.5 ms each over 8 slots would take 1.8 s)
+    assert collect.calls_s == pytest.approx(630 / 6000 * 60) == collect.min_wall_s
+    wall = w.estimate_wall(cfg, estimates, tmp_path / "runs")  # no runs folder yet
+    assert wall.measured_in == "" and "defaults" in wall.describe()
+    calls = sum(e.calls_s for e in estimates)
+    # collect, classify, evaluate call; rank and cloze only reduce; classify's fork comes after the warm-up
+    fixed = w.START_S + w.FIRST_WORKER_S + 3 * w.STAGE_S + 2 * w.PLAIN_STAGE_S + w.PROCESS_S
+    assert wall.calls_s == pytest.approx(calls)
+    assert wall.fixed_s == pytest.approx(fixed)
+    assert wall.total_s == pytest.approx(calls + fixed) and wall.total_s > wall.least_s
+
+
+def test_latency_over_the_concurrency_bounds_a_stage_without_rate_limits(tmp_path: Path) -> None:
+    cfg = _demo(
+        tmp_path,
+        {
+            "latency_ms_min = 5\nlatency_ms_max = 40\nerror_503_rate = 0.02": "latency_ms_min = 900\n"
+            "latency_ms_max = 1100",
+            "requests_per_minute = 6000\nmax_concurrency = 8": "max_concurrency = 3",
+        },
+    )
+    collect = next(e for e in plan_run(cfg) if e.stage == "collect")
+    assert collect.min_wall_s == 0  # no rate limit: the old estimate said nothing
+    assert collect.calls_s == pytest.approx(630 * 1.0 / 3)
+
+
+def test_requests_the_cache_answers_are_not_called(tmp_path: Path) -> None:
+    cfg = _demo(tmp_path)
+    cached = plan_run(cfg, cached=lambda request: True)
+    assert all(e.cached_requests == e.requests and e.calls_s == 0 for e in cached)
+    half = {e.stage: e for e in plan_run(cfg, cached=lambda request: request.model.endswith("405B-Instruct-Turbo"))}
+    collect = half["collect"]
+    assert collect.cached_requests == 630 // 5 and collect.calls_s == pytest.approx(504 / 100)
+    # an upper-bound stage takes the cached share of the exact ones before it
+    assert half["evaluate"].cached_requests == round(90 / 5)
+    assert half["evaluate"].calls_s == pytest.approx(half["evaluate"].all_calls_s * 4 / 5)
+
+
+def _ts(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _recorded_run(runs: Path, run_id: str, units: dict[str, tuple[int, int]], events: list[tuple]) -> None:
+    """A finished demo run in ``runs``: its record (units and cache hits per stage) and its log."""
+    folder = RunLayout(run_id).local(runs)
+    folder.folder.mkdir(parents=True)
+    record = RunRecord(
+        run_id=run_id,
+        pipeline="puns",
+        config_path="demo.toml",
+        config_toml="",
+        created_at=100.0,
+        finished_at=200.0,
+        state="finished",
+        services=Services(redis_url="redis://x", store_url=str(runs)),
+        stages=["collect", "classify", "rank", "cloze", "evaluate"],
+        counters={s: StageCounters(units_total=n, units_done=n, cache_hits=hits) for s, (n, hits) in units.items()},
+    )
+    folder.record.write_bytes(msgspec.json.encode(record))
+    lines = [{"event": "run_start", "timestamp": _ts(100.0)}]
+    for t, event, stage, *more in events:
+        lines.append({"event": event, "stage": stage, "timestamp": _ts(t), **(more[0] if more else {})})
+    lines.append({"event": "shard_done", "stage": "collect", "timestamp": _ts(101.0), "elapsed_s": 0.2})
+    lines.append({"event": "run_end", "state": "finished", "timestamp": _ts(113.6)})
+    folder.log.write_text("".join(msgspec.json.encode(x).decode() + "\n" for x in lines))
+
+
+EVENTS = [
+    (100.1, "plan_start", "collect"),
+    (100.6, "local_worker_ready", "collect"),
+    (100.6, "start_phases", "", {"driver_start": 99.5}),
+    (100.7, "stage_start", "collect"),
+    (108.7, "reduce_start", "collect"),
+    (108.9, "plan_start", "classify"),
+    (109.0, "fork_warmup_settling", "classify"),  # its fork waited 0.5 s for the warm-up: not its own cost
+    (109.5, "local_worker_starting", "classify"),
+    (109.7, "stage_start", "classify"),
+    (110.0, "reduce_start", "classify"),
+    (110.1, "plan_start", "rank"),
+    (110.1, "stage_start", "rank"),
+    (110.1, "reduce_start", "rank"),
+    (110.5, "plan_start", "evaluate"),
+    (110.6, "stage_start", "evaluate"),
+    (111.6, "reduce_start", "evaluate"),
+]
+
+
+def test_an_earlier_run_in_the_runs_folder_times_the_fixed_costs_and_the_calls(tmp_path: Path) -> None:
+    cfg = _demo(tmp_path)
+    runs = tmp_path / "runs"
+    _recorded_run(runs, "demo-1", {"collect": (630, 0), "classify": (1, 0), "evaluate": (90, 0)}, EVENTS)
+    estimates = {e.stage: e for e in plan_run(cfg)}
+    measured = w.measure(runs, "puns", estimates)
+    assert measured is not None and measured.run_id == "demo-1"
+    assert measured.start_s == pytest.approx(0.6)  # the driver's start to collect's plan
+    assert measured.stages_s["collect"] == pytest.approx(0.8)  # plan to calls, reduce to the next plan
+    assert measured.stages_s["classify"] == pytest.approx(0.7)  # 0.4 of its own, its one call's 0.3 (no pace)
+    assert measured.stages_s["rank"] == pytest.approx(0.4)
+    assert measured.stages_s["evaluate"] == pytest.approx(2.1)
+    assert measured.paces_s == pytest.approx({"collect": 8.0 / 630, "evaluate": 1.0 / 90})
+    assert measured.warmup_s == pytest.approx(109.5 - 100.6)
+
+    wall = w.estimate_wall(cfg, list(estimates.values()), runs)
+    assert wall.measured_in == "demo-1" and "demo-1" in wall.describe()
+    # collect kept 8 s for its 630 units (slower than its rate limits' 6.3 s); cloze was not in that run's log
+    calls = 8.0 + estimates["classify"].calls_s + max(1.0, estimates["evaluate"].calls_s)
+    warmup_wait = (109.5 - 100.6) - 8.0  # classify's fork waits for the warm-up the first worker started
+    fixed = 0.6 + 0.8 + warmup_wait + 0.7 + 0.4 + w.PLAIN_STAGE_S + 2.1 + w.PROCESS_S
+    assert wall.calls_s == pytest.approx(calls)
+    assert wall.total_s == pytest.approx(calls + fixed)
+
+    # everything cached: no calls, the fixed costs stay, and the warm-up is waited for in full
+    cached = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request: True), runs)
+    assert cached.calls_s == 0 and cached.cached_requests == cached.requests > 0
+    assert cached.total_s == pytest.approx(fixed - warmup_wait + (109.5 - 100.6))
+
+
+def test_the_latest_run_gives_the_fixed_costs_an_earlier_one_the_paces(tmp_path: Path) -> None:
+    cfg = _demo(tmp_path)
+    runs = tmp_path / "runs"
+    _recorded_run(runs, "demo-1", {"collect": (630, 0), "classify": (1, 0), "evaluate": (90, 0)}, EVENTS)
+    _recorded_run(runs, "demo-2", {"collect": (630, 630), "classify": (1, 1), "evaluate": (90, 90)}, EVENTS)
+    record = RunLayout("demo-2").local(runs).record
+    rec = msgspec.json.decode(record.read_bytes(), type=RunRecord)
+    record.write_bytes(msgspec.json.encode(msgspec.structs.replace(rec, finished_at=300.0)))
+    measured = w.measure(runs, "puns", {e.stage: e for e in plan_run(cfg)})
+    assert measured is not None and measured.run_id == "demo-2"
+    # demo-2 found every answer cached: its calls' spans are its own costs, the paces are demo-1's
+    assert measured.stages_s["collect"] == pytest.approx(0.8 + 8.0)
+    assert measured.paces_s["collect"] == pytest.approx(8.0 / 630)
+    # another pipeline's runs are not measured; an unreadable record hides none of the others
+    assert w.measure(runs, "prompts", {}) is None
+    (runs / "junk").mkdir()
+    (runs / "junk" / "run.json").write_text("{")
+    assert w.measure(runs, "puns", {}) is not None
+
+
+def test_plan_prints_the_estimate_with_its_parts(tmp_path: Path, capsys) -> None:
+    _demo(tmp_path)
+    assert main(["plan", str(tmp_path / "demo.toml"), "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "wall time: about" in out and "calls" in out and "defaults, no earlier run here" in out
+
+
+def test_a_stage_long_enough_for_ray_adds_its_start(tmp_path: Path) -> None:
+    quick = _demo(tmp_path)
+    assert w.estimate_wall(quick, plan_run(quick), tmp_path / "runs").ray_s == 0
+    # collect held 63 s by its rate limit: more workers would only wait with the driver's (no Ray)
+    held = _demo(tmp_path, {"requests_per_minute = 6000": "requests_per_minute = 600"})
+    assert w.estimate_wall(held, plan_run(held), tmp_path / "runs").ray_s == 0
+    # collect 63 s long at 0.8 s a call over 8 call places, no rate limit: Ray's workers are started
+    slow = _demo(
+        tmp_path,
+        {
+            "latency_ms_min = 5\nlatency_ms_max = 40\n": "latency_ms_min = 800\nlatency_ms_max = 800\n",
+            "requests_per_minute = 6000\n": "",
+        },
+    )
+    wall = w.estimate_wall(slow, plan_run(slow), tmp_path / "runs")
+    assert wall.ray_s == w.RAY_S and "Ray's start" in wall.describe()
+    assert wall.total_s == pytest.approx(wall.calls_s + wall.fixed_s)
