@@ -331,30 +331,54 @@ class BatchBook:
         base_url: str,
     ) -> None:
         if method == "POST" and not rest:
-            if cfg.batch_crash_point == "before_create":
-                self._hang(h, "before_create", cfg, stop)
-                return
-            body = json.loads(raw)
-            if cfg.batch_crash_point == "late_create":
-                self._hang(h, "late_create", cfg, stop)
-            with self.lock:
-                meta, data = self.files[body["input_file_id"]]
-                lines = [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()]
-                requests = [BatchRequest(ln["custom_id"], ln["body"]) for ln in lines]
-                batch = self._create("openai", requests, dict(body.get("metadata") or {}), meta["id"])
-                batch.errors = validate(lines, cfg)
-                view = batch_view(batch, base_url)
-            if cfg.batch_crash_point in ("after_create", "late_create"):
-                if cfg.batch_crash_point == "after_create":
-                    self._hang(h, "after_create", cfg, stop)
-                h.close_connection = True
-                return
-            h._send(200, view)
+            self._post_batch(h, raw, cfg, stop, base_url, lambda body: self._openai_batch(body, cfg))
         elif method == "GET" and not rest:
             with self.lock:
                 h._send(200, self._listing("openai", query, cfg, base_url, "after"))
         else:
             self._one(h, method, rest, cfg, base_url, "openai")
+
+    def _post_batch(
+        self,
+        h: Any,
+        raw: bytes,
+        cfg: Any,
+        stop: threading.Event,
+        base_url: str,
+        create: Callable[[dict[str, Any]], Batch],
+    ) -> None:
+        """Create a batch (``create`` makes it from the request body, under the lock) with the crash points around
+        its creation, the same for both APIs: ``before_create`` hangs before it exists; ``late_create`` hangs
+        after reading the body, then creates it and drops the connection; ``after_create`` creates it, hangs and
+        drops the connection, so the client never sees the id of a batch that exists."""
+        if cfg.batch_crash_point == "before_create":
+            self._hang(h, "before_create", cfg, stop)
+            return
+        body = json.loads(raw)
+        if cfg.batch_crash_point == "late_create":
+            self._hang(h, "late_create", cfg, stop)
+        with self.lock:
+            view = batch_view(create(body), base_url)
+        if cfg.batch_crash_point in ("after_create", "late_create"):
+            if cfg.batch_crash_point == "after_create":
+                self._hang(h, "after_create", cfg, stop)
+            h.close_connection = True
+            return
+        h._send(200, view)
+
+    def _openai_batch(self, body: dict[str, Any], cfg: Any) -> Batch:
+        """An OpenAI batch from its uploaded input file, with the file's validation errors (the lock held)."""
+        meta, data = self.files[body["input_file_id"]]
+        lines = [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()]
+        requests = [BatchRequest(ln["custom_id"], ln["body"]) for ln in lines]
+        batch = self._create("openai", requests, dict(body.get("metadata") or {}), meta["id"])
+        batch.errors = validate(lines, cfg)
+        return batch
+
+    def _anthropic_batch(self, body: dict[str, Any]) -> Batch:
+        """An Anthropic batch from the requests in its body (the lock held)."""
+        requests = [BatchRequest(r["custom_id"], r["params"]) for r in body["requests"]]
+        return self._create("anthropic", requests, {}, "")
 
     def _one(self, h: Any, method: str, rest: list[str], cfg: Any, base_url: str, api: str) -> None:
         with self.lock:
@@ -387,22 +411,7 @@ class BatchBook:
         base_url: str,
     ) -> None:
         if method == "POST" and not rest:
-            if cfg.batch_crash_point == "before_create":
-                self._hang(h, "before_create", cfg, stop)
-                return
-            body = json.loads(raw)
-            if cfg.batch_crash_point == "late_create":
-                self._hang(h, "late_create", cfg, stop)
-            requests = [BatchRequest(r["custom_id"], r["params"]) for r in body["requests"]]
-            with self.lock:
-                batch = self._create("anthropic", requests, {}, "")
-                view = batch_view(batch, base_url)
-            if cfg.batch_crash_point in ("after_create", "late_create"):
-                if cfg.batch_crash_point == "after_create":
-                    self._hang(h, "after_create", cfg, stop)
-                h.close_connection = True
-                return
-            h._send(200, view)
+            self._post_batch(h, raw, cfg, stop, base_url, self._anthropic_batch)
         elif method == "GET" and not rest:
             with self.lock:
                 h._send(200, self._listing("anthropic", query, cfg, base_url, "after_id"))
