@@ -63,6 +63,7 @@ STAGE_S = 0.8  # a stage with calls: its plan, its worker's fork, its first and 
 PLAIN_STAGE_S = 0.2  # a stage without calls: its plan and its reduce
 PROCESS_S = 1.0  # outside the driver's log: Python and the CLI's imports before it, the report and the stop after
 RAY_S = 5.0  # a stage long for the driver's worker alone (not held by the rate limits): Ray's and its workers' start
+CACHED_REDUCE_S = 0.05  # a reduce in a rerun that calls nothing, when no such rerun was measured (figures kept)
 WARMUP_S = 2.0  # the first worker's ready to the end of the imports the next stages' forks wait for
 WARMUP_WAIT_MIN_S = 0.25  # a fork's wait that measures the warm-up
 RUNS_TRIED = 5  # the most recent finished runs looked at for one with a readable log
@@ -73,7 +74,10 @@ class MeasuredRun(msgspec.Struct, kw_only=True):
 
     run_id: str  # the latest: its start and its stages' own costs
     start_s: float  # the driver's start to its first stage's plan
-    stages_s: dict[str, float]  # each stage's own time: plan, worker's fork, reduce (calls and warm-up wait apart)
+    stages_s: dict[str, float]  # each stage's own time: plan, worker's fork (its calls, reduce, warm-up wait apart)
+    reduces_s: dict[str, float] = {}  # each stage's reduce, in the latest run that called (a fresh run's)
+    cached_reduces_s: dict[str, float] = {}  # and in the latest that called nothing (a rerun's: figures kept)
+    figure_stages: list[str] = []  # the stages whose reduce wrote figures in that fresh run
     paces_s: dict[str, float] = {}  # per stage: seconds of its calls per unit, from a run that called most of them
     warmup_s: float | None = None  # the first worker's ready to the warm-up's end, when a fork waited for it
     ray_joined: bool = False
@@ -114,6 +118,7 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
     runs folder's latest finished runs of the pipeline if there are any, else the defaults."""
     by_stage = {e.stage: e for e in estimates}
     measured = measure(runs_dir, cfg.run.pipeline, by_stage)
+    rerun = all(e.cached_requests >= e.requests for e in estimates)  # every answer cached: nothing is called
     fixed = measured.start_s if measured is not None else START_S
     calls_s = 0.0
     since_first_worker: float | None = None  # the time from the first worker's start to the next fork
@@ -121,7 +126,7 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
     for name in [s.name for s in pipeline_of(cfg).stages(cfg)]:
         e = by_stage.get(name)
         calls = _calls_s(e, measured.paces_s.get(name) if measured is not None else None)
-        own = measured.stages_s.get(name) if measured is not None else None
+        own = _own_s(measured, name, rerun)
         if own is None:
             own = PLAIN_STAGE_S if e is None else STAGE_S + (FIRST_WORKER_S if since_first_worker is None else 0.0)
         if e is not None and since_first_worker is not None:  # its fork waits for the warm-up's imports
@@ -130,8 +135,8 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
             since_first_worker = float("inf")
         elif since_first_worker is not None:
             since_first_worker += own
-        if e is not None and since_first_worker is None:
-            since_first_worker = calls
+        if e is not None and since_first_worker is None:  # the warm-up starts once its worker calls
+            since_first_worker = calls if calls > 0 else float("inf")
         fixed += own
         calls_s += calls
         long_stage = long_stage or (e is not None and _needs_ray(e, calls))
@@ -147,6 +152,22 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
         requests=sum(e.requests for e in estimates),
         cached_requests=sum(e.cached_requests for e in estimates),
     )
+
+
+def _own_s(measured: MeasuredRun | None, stage: str, rerun: bool) -> float | None:
+    """A stage's own time besides its calls, from the runs measured: its plan and fork, and its reduce as a run
+    like this one had it; a rerun that calls nothing, not measured yet, copies the figures a fresh run drew
+    (``_cache/figures/``) and redoes the rest of a reduce. None: not measured."""
+    if measured is None or stage not in measured.stages_s:
+        return None
+    fresh, cached = measured.reduces_s.get(stage), measured.cached_reduces_s.get(stage)
+    if rerun and cached is None and stage in measured.figure_stages:
+        reduce_s = min(fresh or 0.0, CACHED_REDUCE_S)
+    elif rerun:
+        reduce_s = cached if cached is not None else (fresh or 0.0)
+    else:
+        reduce_s = fresh if fresh is not None else (cached or 0.0)
+    return measured.stages_s[stage] + reduce_s
 
 
 def _needs_ray(estimate: StageEstimate, calls_s: float) -> bool:
@@ -204,14 +225,15 @@ class _Event(msgspec.Struct, kw_only=True):
 
 
 _decode_event = msgspec.json.Decoder(_Event)
-_STAGE_EVENTS = ("plan_start", "stage_start", "reduce_start")
+_STAGE_EVENTS = ("plan_start", "stage_start", "reduce_start", "reduce_done")
 _WORKER_EVENTS = ("fork_warmup_settling", "local_worker_starting", "local_worker_ready")
 _READ = tuple(f'"{e}"'.encode() for e in ("run_start", "run_end", "start_phases", *_STAGE_EVENTS, *_WORKER_EVENTS))
 PACE_MIN_UNITS = 20  # a stage's pace is taken from a run that called at least this many of its units (and most)
 
 
 class _Stage(msgspec.Struct, kw_only=True):
-    own_s: float
+    own_s: float  # its plan, its fork, and the gaps after its reduce (its calls, reduce and warm-up wait apart)
+    reduce_s: float
     calls_span_s: float
     units: int  # its units in that run
     called: int  # of them, called (not found cached)
@@ -228,7 +250,7 @@ def measure(runs_dir: str | Path, pipeline: str, estimates: dict[str, StageEstim
     """The fixed costs of the latest finished run of ``pipeline`` under ``runs_dir`` whose log has its last
     session whole, with each stage's pace and the warm-up from the latest that shows them; None: no such run."""
     found: MeasuredRun | None = None
-    for run_id, counters in _finished_runs(Path(runs_dir), pipeline):
+    for run_id, counters, store_url in _finished_runs(Path(runs_dir), pipeline):
         session = None
         with contextlib.suppress(OSError, ValueError, msgspec.DecodeError):
             session = _measure_log(RunLayout(run_id).local(runs_dir).log, counters)
@@ -239,6 +261,12 @@ def measure(runs_dir: str | Path, pipeline: str, estimates: dict[str, StageEstim
             found = MeasuredRun(
                 run_id=run_id, start_s=session.start_s, stages_s=own, ray_joined=session.ray_joined, paces_s={}
             )
+        called_none = not any(st.called for st in session.stages.values())
+        reduces = found.cached_reduces_s if called_none else found.reduces_s
+        if not reduces:  # the latest run of its kind
+            reduces.update({name: st.reduce_s for name, st in session.stages.items()})
+            if not called_none:
+                found.figure_stages = [name for name in session.stages if _drew_figures(store_url, run_id, name)]
         for name, st in session.stages.items():
             if _paced(st) and name not in found.paces_s:
                 found.paces_s[name] = st.calls_span_s / st.units
@@ -252,9 +280,30 @@ def _paced(stage: _Stage) -> bool:
     return stage.called >= max(PACE_MIN_UNITS, stage.units / 2)
 
 
-def _finished_runs(root: Path, pipeline: str) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
-    """Finished runs of the pipeline, latest first, with each stage's units and how many it called."""
-    found: list[tuple[float, str, dict[str, tuple[int, int]]]] = []
+FIGURES = (".png", ".svg", ".pdf")  # a reduce's artifacts that are figures (kept for a rerun: _cache/figures/)
+
+
+class _Manifest(msgspec.Struct):
+    artifacts: list[str] = []
+
+
+def _drew_figures(store_url: str, run_id: str, stage: str) -> bool:
+    """Whether the stage's artifacts in a local store (its manifest) hold figures."""
+    if "://" in store_url:
+        return False
+    try:
+        manifest = msgspec.json.decode(
+            (Path(store_url) / RunLayout(run_id).manifest(stage)).read_bytes(), type=_Manifest
+        )
+    except (OSError, msgspec.DecodeError):
+        return False
+    return any(name.endswith(FIGURES) for name in manifest.artifacts)
+
+
+def _finished_runs(root: Path, pipeline: str) -> Iterator[tuple[str, dict[str, tuple[int, int]], str]]:
+    """Finished runs of the pipeline, latest first, with each stage's units and how many it called, and their
+    store."""
+    found: list[tuple[float, str, dict[str, tuple[int, int]], str]] = []
     if not root.is_dir():
         return
     for path in root.glob(f"*/{RECORD}"):
@@ -264,9 +313,9 @@ def _finished_runs(root: Path, pipeline: str) -> Iterator[tuple[str, dict[str, t
             continue
         if rec.state == "finished" and rec.pipeline == pipeline and rec.finished_at:
             units = {s: (c.units_total, max(0, c.units_total - c.cache_hits)) for s, c in rec.counters.items()}
-            found.append((rec.finished_at, rec.run_id, units))
-    for _, run_id, units in sorted(found, reverse=True)[:RUNS_TRIED]:
-        yield run_id, units
+            found.append((rec.finished_at, rec.run_id, units, rec.services.store_url))
+    for _, run_id, units, store_url in sorted(found, reverse=True)[:RUNS_TRIED]:
+        yield run_id, units, store_url
 
 
 def _at(event: _Event) -> float:
@@ -318,8 +367,10 @@ def _measure_log(log: Path, units: dict[str, tuple[int, int]]) -> _Session | Non
             if warmup_s is None and first_ready is not None and waited >= WARMUP_WAIT_MIN_S:
                 warmup_s = max(0.0, m["local_worker_starting"] - first_ready)
         total, called = units.get(name, (0, 0))
+        reduce_s = max(0.0, m["reduce_done"] - m["reduce_start"])
         stages[name] = _Stage(
-            own_s=max(0.0, (m["stage_start"] - m["plan_start"]) + (until - m["reduce_start"]) - waited),
+            own_s=max(0.0, (m["stage_start"] - m["plan_start"]) + (until - m["reduce_start"]) - waited - reduce_s),
+            reduce_s=reduce_s,
             calls_span_s=max(0.0, m["reduce_start"] - m["stage_start"]),
             units=total,
             called=called,

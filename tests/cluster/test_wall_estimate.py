@@ -101,6 +101,10 @@ def _recorded_run(runs: Path, run_id: str, units: dict[str, tuple[int, int]], ev
     lines.append({"event": "shard_done", "stage": "collect", "timestamp": _ts(101.0), "elapsed_s": 0.2})
     lines.append({"event": "run_end", "state": "finished", "timestamp": _ts(113.6)})
     folder.log.write_text("".join(msgspec.json.encode(x).decode() + "\n" for x in lines))
+    for stage, artifacts in {"rank": ["puns_ranked.json", "tiers.png"], "collect": ["raw_completions.json"]}.items():
+        manifest = runs / RunLayout(run_id).manifest(stage)
+        manifest.parent.mkdir(parents=True)
+        manifest.write_bytes(msgspec.json.encode({"stage": stage, "artifacts": artifacts}))
 
 
 EVENTS = [
@@ -109,17 +113,21 @@ EVENTS = [
     (100.6, "start_phases", "", {"driver_start": 99.5}),
     (100.7, "stage_start", "collect"),
     (108.7, "reduce_start", "collect"),
+    (108.8, "reduce_done", "collect"),
     (108.9, "plan_start", "classify"),
     (109.0, "fork_warmup_settling", "classify"),  # its fork waited 0.5 s for the warm-up: not its own cost
     (109.5, "local_worker_starting", "classify"),
     (109.7, "stage_start", "classify"),
     (110.0, "reduce_start", "classify"),
+    (110.05, "reduce_done", "classify"),
     (110.1, "plan_start", "rank"),
     (110.1, "stage_start", "rank"),
     (110.1, "reduce_start", "rank"),
+    (110.4, "reduce_done", "rank"),  # its figures: drawn in 0.3 s
     (110.5, "plan_start", "evaluate"),
     (110.6, "stage_start", "evaluate"),
     (111.6, "reduce_start", "evaluate"),
+    (113.1, "reduce_done", "evaluate"),
 ]
 
 
@@ -131,10 +139,14 @@ def test_an_earlier_run_in_the_runs_folder_times_the_fixed_costs_and_the_calls(t
     measured = w.measure(runs, "puns", estimates)
     assert measured is not None and measured.run_id == "demo-1"
     assert measured.start_s == pytest.approx(0.6)  # the driver's start to collect's plan
-    assert measured.stages_s["collect"] == pytest.approx(0.8)  # plan to calls, reduce to the next plan
-    assert measured.stages_s["classify"] == pytest.approx(0.7)  # 0.4 of its own, its one call's 0.3 (no pace)
-    assert measured.stages_s["rank"] == pytest.approx(0.4)
-    assert measured.stages_s["evaluate"] == pytest.approx(2.1)
+    # plan to calls, and reduce's end to the next plan; the reduces apart
+    assert measured.stages_s["collect"] == pytest.approx(0.7)
+    assert measured.stages_s["classify"] == pytest.approx(0.35 + 0.3)  # its one call's 0.3 s too (no pace)
+    assert measured.stages_s["rank"] == pytest.approx(0.1)
+    assert measured.stages_s["evaluate"] == pytest.approx(0.6)
+    assert measured.reduces_s == pytest.approx({"collect": 0.1, "classify": 0.05, "rank": 0.3, "evaluate": 1.5})
+    assert measured.cached_reduces_s == {}  # no run that called nothing
+    assert measured.figure_stages == ["rank"]  # its manifest lists a figure
     assert measured.paces_s == pytest.approx({"collect": 8.0 / 630, "evaluate": 1.0 / 90})
     assert measured.warmup_s == pytest.approx(109.5 - 100.6)
 
@@ -147,10 +159,11 @@ def test_an_earlier_run_in_the_runs_folder_times_the_fixed_costs_and_the_calls(t
     assert wall.calls_s == pytest.approx(calls)
     assert wall.total_s == pytest.approx(calls + fixed)
 
-    # everything cached: no calls, the fixed costs stay, and the warm-up is waited for in full
+    # everything cached: no calls, no warm-up (no worker calls); rank's reduce copies its figure, the others redo
     cached = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request: True), runs)
     assert cached.calls_s == 0 and cached.cached_requests == cached.requests > 0
-    assert cached.total_s == pytest.approx(fixed - warmup_wait + (109.5 - 100.6))
+    own = 0.6 + 0.7 + 0.65 + 0.1 + w.PLAIN_STAGE_S + 0.6 + w.PROCESS_S
+    assert cached.total_s == pytest.approx(own + 0.1 + 0.05 + w.CACHED_REDUCE_S + 1.5)
 
 
 def test_the_latest_run_gives_the_fixed_costs_an_earlier_one_the_paces(tmp_path: Path) -> None:
@@ -163,9 +176,16 @@ def test_the_latest_run_gives_the_fixed_costs_an_earlier_one_the_paces(tmp_path:
     record.write_bytes(msgspec.json.encode(msgspec.structs.replace(rec, finished_at=300.0)))
     measured = w.measure(runs, "puns", {e.stage: e for e in plan_run(cfg)})
     assert measured is not None and measured.run_id == "demo-2"
-    # demo-2 found every answer cached: its calls' spans are its own costs, the paces are demo-1's
-    assert measured.stages_s["collect"] == pytest.approx(0.8 + 8.0)
+    # demo-2 found every answer cached: its calls' spans are its own costs, its reduces a rerun's; the paces
+    # and a fresh run's reduces are demo-1's
+    assert measured.stages_s["collect"] == pytest.approx(0.7 + 8.0)
     assert measured.paces_s["collect"] == pytest.approx(8.0 / 630)
+    assert measured.cached_reduces_s["evaluate"] == pytest.approx(1.5) == measured.reduces_s["evaluate"]
+    rerun = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request: True), runs)
+    fresh = w.estimate_wall(cfg, plan_run(cfg), runs)
+    assert rerun.measured_in == fresh.measured_in == "demo-2"
+    # the same reduces, measured both ways: the calls and the wait for the warm-up (8.9 s) after collect's 8 s apart
+    assert fresh.total_s - rerun.total_s == pytest.approx(fresh.calls_s + (109.5 - 100.6) - 8.0)
     # another pipeline's runs are not measured; an unreadable record hides none of the others
     assert w.measure(runs, "prompts", {}) is None
     (runs / "junk").mkdir()
