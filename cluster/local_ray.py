@@ -5,8 +5,9 @@ takes it down, and with it the detached worker actors that would have finished a
 they had in flight (``workers/driver_watch.py``): those calls were paid again on resume. And every run
 and every resume waited for a fresh Ray (seconds of CPU on a small machine), then for its shutdown.
 
-So the default local Ray belongs to the runs folder (``runs/_ray/<env>/``), like the embedded ledger
-(``cluster/local_ledger.py``, whose locks and client registrations this module reuses):
+So the default local Ray belongs to the runs folder (``runs/_ray/<env>/``), like the embedded Redis server
+(``cluster/local_redis.py``), and is kept as it is, by the runs folder's keeper (``cluster/keeper.py``: the
+folder's locks, the drivers' registrations, the keeper process and its loop):
 
 * the first driver that needs it starts ``ray start --head --block`` (loopback only, no dashboard,
   sized by :class:`RaySettings`) as a process in its own session, so a ``kill -9`` of the driver does
@@ -48,14 +49,8 @@ from pathlib import Path
 import msgspec
 import structlog
 
-from punchline.cluster.local_ledger import (
-    _flock,
-    _pid_alive,
-    live_clients,
-    open_keeper,
-    same_process,
-    start_ticks,
-)
+from punchline.cluster import keeper
+from punchline.cluster.keeper import ClientFile, cmdline, folder_lock, live_clients, pid_alive, stat_fields
 from punchline.cluster.private_files import open_private, private_dir, read_private, write_private
 from punchline.cluster.ray_runtime import RaySettings
 from punchline.data.errors import ConfigError, InfraError
@@ -65,6 +60,7 @@ log = structlog.get_logger("punchline.local_ray")
 
 RAY_DIR = "_ray"
 READY_TEXT = "Ray runtime started"  # what `ray start` prints once the head's GCS and raylet are up
+KEEPER_MODULE = "punchline.cluster.local_ray"  # the keeper's entry point (this module's __main__)
 HEARTBEAT_S = 5.0
 KEEPER_POLL_S = 1.0
 STOP_WAIT_S = 60.0  # SIGTERM, then this long for the head's processes to end, then SIGKILL for those left
@@ -154,15 +150,8 @@ def read_head(folder: Path) -> HeadRecord | None:
 
 
 def _is_head(head: HeadRecord) -> bool:
-    cmdline = _cmdline(head.pid)
-    return "--head" in cmdline and f"--port={head.address.rsplit(':', 1)[1]}" in cmdline
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
+    argv = cmdline(head.pid)
+    return "--head" in argv and f"--port={head.address.rsplit(':', 1)[1]}" in argv
 
 
 def session_processes(sid: int) -> list[int]:
@@ -171,11 +160,7 @@ def session_processes(sid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        fields = stat_fields(int(entry.name))
         if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":  # a zombie has ended (its parent reaps it)
             found.append(int(entry.name))
     return found
@@ -183,7 +168,7 @@ def session_processes(sid: int) -> list[int]:
 
 def shard_workers(sid: int) -> list[int]:
     """The head's shard-worker actors still alive (a killed driver's, draining): Ray titles their processes."""
-    return [pid for pid in session_processes(sid) if " ".join(_cmdline(pid)).startswith(WORKER_TITLE)]
+    return [pid for pid in session_processes(sid) if " ".join(cmdline(pid)).startswith(WORKER_TITLE)]
 
 
 class LocalRay:
@@ -208,7 +193,7 @@ class LocalRay:
         self.folder = ray_dir(runs_dir) / head_key(settings)
         self.head: HeadRecord | None = None  # None until found (join) or started (start)
         self.started = False  # whether this driver started the head
-        self._client_file: Path | None = None
+        self._client = ClientFile(self.folder)
         self._proc: subprocess.Popen[bytes] | None = None  # the head, when this driver started it
         self._tries = 1  # heads this driver started (one more after each start Ray itself timed out)
         self._stop = threading.Event()
@@ -259,19 +244,13 @@ class LocalRay:
         assert self.head is not None, "start() first"
         return self.head.address
 
-    def _register(self) -> None:
-        if self._client_file is None:
-            name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
-            self._client_file = self.folder / "clients" / name
-        write_private(self._client_file, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
-
     def join(self) -> LocalRay:
         """Register, and find the folder's head if one runs (a resume, the next run); never starts one."""
         private_dir(self.folder.parent)
         private_dir(self.folder)
         private_dir(self.folder / "clients")
-        with _flock(self.folder / "join.lock"):
-            self._register()
+        with folder_lock(self.folder / "join.lock"):
+            self._client.write()
             self.head = read_head(self.folder)
             if self.head is None:
                 self.check_startable()
@@ -287,7 +266,7 @@ class LocalRay:
         """Start the folder's head unless one runs; never waits for it to be up."""
         if self.head is not None:
             return
-        with _flock(self.folder / "join.lock"):
+        with folder_lock(self.folder / "join.lock"):
             self.head = read_head(self.folder)  # another driver may have started one meanwhile
             if self.head is None:
                 self.head = self._start_head()
@@ -376,7 +355,7 @@ class LocalRay:
         if ended and self._start_timed_out() and self._tries < START_TRIES:
             self._tries += 1
             log.warning("local_ray_start_again", reason=SLOW_START_TEXT, attempt=self._tries, of=START_TRIES)
-            with _flock(self.folder / "join.lock"):
+            with folder_lock(self.folder / "join.lock"):
                 self.head = self._start_head()
             spawn_keeper(self.folder)  # the last one may have left with the head that ended
             return False
@@ -399,11 +378,7 @@ class LocalRay:
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                if self._client_file is not None and not self._client_file.exists():
-                    with _flock(self.folder / "join.lock"):
-                        self._register()  # pruned while this driver was paused
-                elif self._client_file is not None:
-                    os.utime(self._client_file, follow_symlinks=False)
+                self._client.beat()
                 if self.head is not None:  # a killed keeper is replaced: the head is never left without one
                     spawn_keeper(self.folder)
             except Exception as exc:  # a vanished folder must not kill the heartbeat quietly
@@ -414,9 +389,7 @@ class LocalRay:
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
-        if self._client_file is not None:
-            self._client_file.unlink(missing_ok=True)
-            self._client_file = None
+        self._client.remove()
         for key, value in self._env_before.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -440,21 +413,10 @@ def refresh_ray_auth() -> None:
 
 
 def spawn_keeper(folder: Path) -> None:
-    """Start the head's keeper unless one already watches it (it holds ``keeper.lock``)."""
-    with _flock(folder / "keeper.lock", blocking=False) as free:
-        if not free:
-            return
+    """Start the head's keeper unless one already watches it."""
     head = read_head(folder)
-    pid = head.pid if head is not None else 0
-    argv = [str(folder), str(LOCAL_RAY_LINGER_S.get()), str(pid), str(start_ticks(pid) if pid else 0)]
-    subprocess.Popen(
-        [sys.executable, "-m", "punchline.cluster.local_ray", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
+    linger_s = str(LOCAL_RAY_LINGER_S.get())
+    keeper.spawn_keeper(KEEPER_MODULE, folder, head.pid if head is not None else 0, (linger_s,))
 
 
 def stop_head(sid: int, wait_s: float = STOP_WAIT_S) -> None:
@@ -469,64 +431,48 @@ def stop_head(sid: int, wait_s: float = STOP_WAIT_S) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def keep(folder: Path, linger_s: float, head_pid: int = 0, head_ticks: int = 0) -> int:
-    """The keeper's loop: stop the head once no live driver and no shard worker has been there for
-    ``linger_s``; exit when the head is gone. ``head_pid`` and ``head_ticks``: the head the spawning driver saw
-    (its pid and start time, :func:`same_process`), stopped if the folder is deleted under it (``rm -rf runs``).
-    The folder is held open (:class:`FolderHold`): a runs folder moved or renamed during the linger is still kept,
-    and its head stopped after the linger as if it had not moved."""
-    opened = open_keeper(folder)
-    if opened is None:
-        _stop_orphan(head_pid, head_ticks)
-        return 0
-    hold, fd = opened
-    here = hold.path
-    try:
-        if fd < 0:
-            return 0  # another keeper watches this head
-        idle_since: float | None = None
-        alone_since: float | None = None  # no driver left (workers may still drain)
-        while True:
-            head = None if hold.deleted else read_head(here)
-            if head is None:
-                if hold.deleted:
-                    _stop_orphan(head_pid, head_ticks)
-                else:
-                    _stop_leftovers(here)
-                return 0
-            if head.pid != head_pid:
-                head_pid, head_ticks = head.pid, start_ticks(head.pid)
-            stop = False
-            with contextlib.suppress(OSError), _flock(here / "join.lock", blocking=False) as free:  # OSError: rm -rf
-                if free:
-                    now = time.monotonic()
-                    drivers = bool(live_clients(here))
-                    alone_since = None if drivers else (alone_since or now)
-                    draining = not drivers and bool(shard_workers(head.pid))
-                    stuck = alone_since is not None and now - alone_since > DRAIN_MAX_S
-                    busy = drivers or (draining and not stuck)
-                    idle_since = None if busy else (idle_since or now)
-                    if idle_since is not None and now - idle_since >= linger_s:
-                        (here / "head.json").unlink(missing_ok=True)  # a driver joining now starts a new head
-                        stop = True
-            if stop:
-                os.close(fd)  # the next head's keeper must be able to start while this one cleans up
-                fd = -1
-                stop_head(head.pid)
-                return 0
-            time.sleep(KEEPER_POLL_S)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        hold.close()
+class KeptHead:
+    """What the keeper (:func:`keeper.keep`) keeps here: the folder's head, in use while a driver is registered
+    or a killed driver's shard workers still drain (for ``DRAIN_MAX_S`` at the most)."""
 
+    def __init__(self) -> None:
+        self.alone_since: float | None = None  # no driver left (workers may still drain)
 
-def _stop_orphan(pid: int, ticks: int) -> None:
-    """Stop the head whose folder is gone, if ``pid`` is still that head (the same process: pid and start time,
-    a ``ray start --head --block`` in a session of its own), never a process that reused the pid."""
-    cmdline = _cmdline(pid) if pid else []
-    if same_process(pid, ticks) and "--head" in cmdline and "--block" in cmdline and session_processes(pid):
+    def running(self, folder: Path) -> int | None:
+        head = read_head(folder)
+        return head.pid if head is not None else None
+
+    def in_use(self, folder: Path, pid: int) -> bool:
+        now = time.monotonic()
+        drivers = bool(live_clients(folder))
+        self.alone_since = None if drivers else (self.alone_since or now)
+        draining = not drivers and bool(shard_workers(pid))
+        stuck = self.alone_since is not None and now - self.alone_since > DRAIN_MAX_S
+        return drivers or (draining and not stuck)
+
+    def retire(self, folder: Path) -> None:
+        (folder / "head.json").unlink(missing_ok=True)  # a driver joining now starts a new head
+
+    def stop(self, pid: int) -> None:
         stop_head(pid)
+
+    def ended(self, folder: Path) -> None:
+        _stop_leftovers(folder)
+
+    def stop_orphan(self, pid: int) -> None:
+        """Stop the head whose folder is gone if ``pid`` (the same process) is still a ``ray start --head --block``
+        in a session of its own."""
+        argv = cmdline(pid)
+        if "--head" in argv and "--block" in argv and session_processes(pid):
+            stop_head(pid)
+
+
+def keep(folder: Path, linger_s: float, head_pid: int = 0, head_ticks: int = 0) -> int:
+    """The keeper's loop (:func:`keeper.keep`): stop the head once no live driver and no shard worker has been
+    there for ``linger_s``; exit when the head is gone. ``head_pid`` and ``head_ticks``: the head the spawning
+    driver saw, stopped if the folder is deleted under it (``rm -rf runs``). A runs folder moved or renamed
+    during the linger is still kept, and its head stopped after the linger as if it had not moved."""
+    return keeper.keep(folder, KeptHead(), linger_s=linger_s, poll_s=KEEPER_POLL_S, pid=head_pid, ticks=head_ticks)
 
 
 def _stop_leftovers(folder: Path) -> None:
@@ -536,7 +482,7 @@ def _stop_leftovers(folder: Path) -> None:
         head = msgspec.json.decode(raw or "", type=HeadRecord)
     except msgspec.DecodeError:
         return
-    if head.host == socket.gethostname() and not _pid_alive(head.pid):
+    if head.host == socket.gethostname() and not pid_alive(head.pid):
         (folder / "head.json").unlink(missing_ok=True)
         stop_head(head.pid, wait_s=0.0)
 

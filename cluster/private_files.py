@@ -1,7 +1,7 @@
 """The files and folders of a folder the engine keeps on a shared machine (the embedded ledger's, the local Ray
 head's): mode 0600 / 0700 from the start, never through a symbolic link, never a file or folder another user
 owns. One place spells these checks for every such folder (:mod:`~punchline.cluster.redis_server`,
-:mod:`~punchline.cluster.local_ledger`, :mod:`~punchline.cluster.local_ray`).
+:mod:`~punchline.cluster.local_redis`, :mod:`~punchline.cluster.local_ray`).
 """
 
 from __future__ import annotations

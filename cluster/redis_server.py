@@ -283,7 +283,7 @@ class EmbeddedRedis:
 
     def check_files(self) -> None:
         """The same check while the server runs: the server opens new AOF files by name at a rewrite (their
-        names are predictable), so the ledger's watcher runs it every ``WATCH_S`` (``cluster/local_ledger.py``)."""
+        names are predictable), so the ledger's watcher runs it every ``WATCH_S`` (``cluster/local_redis.py``)."""
         check_folder_files(self.data_dir)
 
     def _lock(self) -> int:

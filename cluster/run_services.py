@@ -27,8 +27,8 @@ import msgspec
 import structlog
 
 from punchline.cluster.config import SIMULATED, RunConfig
-from punchline.cluster.local_ledger import LocalLedger
 from punchline.cluster.local_ray import LocalRay, notice
+from punchline.cluster.local_redis import LocalRedis
 from punchline.cluster.pipeline import Stage
 from punchline.cluster.preflight import check_providers, check_redis
 from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
@@ -110,7 +110,7 @@ def open_redis(url: str | None, runs_dir: Path) -> Iterator[RedisConn]:
                 url=url, public_url=redact_url(url), password_file=password_file, identity=redis_identity(url)
             )
         return
-    with LocalLedger(runs_dir) as shared:  # restarted from its AOF if it dies; LedgerFailed if it cannot be
+    with LocalRedis(runs_dir) as shared:  # restarted from its AOF if it dies; LedgerFailed if it cannot be
         log.info("ledger_joined", url=shared.public_url, started=shared.started)
         try:
             yield RedisConn(

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from punchline.cluster.local_ledger import ledger_dir
+from punchline.cluster.local_redis import redis_dir
 from punchline.cluster.redis_server import EmbeddedRedis
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.shard_worker import answers_waiting
@@ -138,7 +138,7 @@ def _artifact(runs: Path, run_id: str) -> bytes:
 
 
 def _server_pid(runs: Path) -> int:
-    return int(json.loads((ledger_dir(runs) / "redis.lock").read_text())["pid"])
+    return int(json.loads((redis_dir(runs) / "redis.lock").read_text())["pid"])
 
 
 def test_the_ledger_killed_mid_run_is_restarted_and_the_run_carries_on(
@@ -166,7 +166,7 @@ def test_a_paused_driver_restarts_the_ledger_its_keeper_stopped(
         old = _server_pid(runs)
         os.kill(proc.pid, signal.SIGSTOP)  # a laptop closed
         try:
-            wait_for(lambda: EmbeddedRedis.find_running(ledger_dir(runs)) is None, timeout_s=60)
+            wait_for(lambda: EmbeddedRedis.find_running(redis_dir(runs)) is None, timeout_s=60)
             time.sleep(1)
         finally:
             os.kill(proc.pid, signal.SIGCONT)
@@ -211,7 +211,7 @@ def test_a_disk_filling_up_mid_run_fails_it_in_seconds_and_resume_works_once_fre
         assert _artifact(runs, "full") == setup.expected
     finally:
         with contextlib.suppress(Exception):
-            EmbeddedRedis.stop_running(ledger_dir(runs))
+            EmbeddedRedis.stop_running(redis_dir(runs))
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from punchline.cluster.local_ledger import LocalLedger, ledger_dir
+from punchline.cluster.local_redis import LocalRedis, redis_dir
 from punchline.cluster.redis_server import EmbeddedRedis
 from punchline.cluster.store_guard import OtherLedger, StoreGuard, redis_identity
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
@@ -40,31 +40,31 @@ def wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> float:
 
 
 def _server_pid(runs: Path) -> int:
-    return int(json.loads((ledger_dir(runs) / "redis.lock").read_text())["pid"])
+    return int(json.loads((redis_dir(runs) / "redis.lock").read_text())["pid"])
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Iterator[LocalLedger]:
-    member = LocalLedger(tmp_path).join()
+def ledger(tmp_path: Path) -> Iterator[LocalRedis]:
+    member = LocalRedis(tmp_path).join()
     try:
         yield member
     finally:
         member.leave()
 
 
-def test_a_killed_server_is_restarted_from_its_aof_on_the_same_url(tmp_path: Path, ledger: LocalLedger) -> None:
+def test_a_killed_server_is_restarted_from_its_aof_on_the_same_url(tmp_path: Path, ledger: LocalRedis) -> None:
     client = redis.Redis.from_url(ledger.url)
     client.set("pl:kept", "1")  # acknowledged, so in the AOF (appendfsync always)
     old = _server_pid(tmp_path)
     os.kill(old, signal.SIGKILL)
-    took = wait_for(lambda: EmbeddedRedis.find_running(ledger_dir(tmp_path)) is not None, timeout_s=10)
+    took = wait_for(lambda: EmbeddedRedis.find_running(redis_dir(tmp_path)) is not None, timeout_s=10)
     assert took < 10 and _server_pid(tmp_path) != old
-    assert EmbeddedRedis.find_running(ledger_dir(tmp_path)) == ledger.url  # same port and password
+    assert EmbeddedRedis.find_running(redis_dir(tmp_path)) == ledger.url  # same port and password
     assert client.get("pl:kept") == b"1"
     assert ledger.restarts == 1 and ledger.failure is None
 
 
-def test_the_ledger_refuses_commands_that_wipe_or_walk_it(ledger: LocalLedger) -> None:
+def test_the_ledger_refuses_commands_that_wipe_or_walk_it(ledger: LocalRedis) -> None:
     client = redis.Redis.from_url(ledger.url)
     client.set("pl:x", "1")
     for command in (("FLUSHALL",), ("FLUSHDB",), ("SCRIPT", "FLUSH"), ("KEYS", "*"), ("SWAPDB", "0", "1"),
@@ -87,12 +87,12 @@ LEDGER_FILES = ["server.conf", "redis.lock", "password", "join.lock", "keeper.lo
 def test_a_symlink_planted_in_the_ledger_folder_is_refused(tmp_path: Path, name: str) -> None:
     target = tmp_path / "victim.txt"
     target.write_text("precious\n")
-    folder = ledger_dir(tmp_path / "runs")
+    folder = redis_dir(tmp_path / "runs")
     folder.mkdir(parents=True, mode=0o700)
     (folder / name).parent.mkdir(mode=0o700, exist_ok=True)
     (folder / name).symlink_to(target)
     with pytest.raises(LedgerUnavailable, match="symbolic link"):
-        LocalLedger(tmp_path / "runs").join()
+        LocalRedis(tmp_path / "runs").join()
     assert target.read_text() == "precious\n"  # never written through the link
     assert EmbeddedRedis.find_running(folder) is None
 
@@ -105,8 +105,8 @@ def test_a_link_planted_while_the_ledger_runs_stops_it_before_it_writes_through(
     starts again, with everything it acknowledged, once the link is gone."""
     target = tmp_path / "victim.txt"
     target.write_text("precious\n")
-    member = LocalLedger(tmp_path / "runs").join()
-    folder = ledger_dir(tmp_path / "runs")
+    member = LocalRedis(tmp_path / "runs").join()
+    folder = redis_dir(tmp_path / "runs")
     redis.Redis.from_url(member.url).set("pl:kept", "1")
     try:
         with pytest.raises(LedgerFailed) as caught:
@@ -118,9 +118,9 @@ def test_a_link_planted_while_the_ledger_runs_stops_it_before_it_writes_through(
     assert f"{name} is a symbolic link" in message and "resume the run" in message and "\n" not in message
     assert EmbeddedRedis.find_running(folder) is None and target.read_text() == "precious\n"
     with pytest.raises(LedgerUnavailable, match="symbolic link"):
-        LocalLedger(tmp_path / "runs").join()  # refused until the link is removed
+        LocalRedis(tmp_path / "runs").join()  # refused until the link is removed
     (folder / name).unlink()
-    again = LocalLedger(tmp_path / "runs").join()
+    again = LocalRedis(tmp_path / "runs").join()
     try:
         assert redis.Redis.from_url(again.url).get("pl:kept") == b"1"
     finally:
@@ -138,7 +138,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         with contextlib.suppress(Exception):
-            EmbeddedRedis.stop_running(ledger_dir(mount / "runs"))
+            EmbeddedRedis.stop_running(redis_dir(mount / "runs"))
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
@@ -148,7 +148,7 @@ def test_a_full_disk_stops_the_driver_with_one_line_and_resumes_once_freed(small
     ledger starts again from its AOF with everything acknowledged."""
     ballast = small_disk / "ballast"
     ballast.write_bytes(b"\0" * 1_200_000)
-    member = LocalLedger(small_disk / "runs").join()
+    member = LocalRedis(small_disk / "runs").join()
     client = redis.Redis.from_url(member.url)
     acknowledged = 0
     started = time.monotonic()
@@ -164,7 +164,7 @@ def test_a_full_disk_stops_the_driver_with_one_line_and_resumes_once_freed(small
     assert took < 20 and acknowledged > 10
     member.leave()
     ballast.unlink()  # space freed: the next driver starts the ledger again, nothing acknowledged is lost
-    again = LocalLedger(small_disk / "runs").join()
+    again = LocalRedis(small_disk / "runs").join()
     try:
         fresh = redis.Redis.from_url(again.url)
         assert fresh.exists(*[f"pl:big:{i}" for i in range(acknowledged)]) == acknowledged
@@ -175,14 +175,14 @@ def test_a_full_disk_stops_the_driver_with_one_line_and_resumes_once_freed(small
 def test_a_full_disk_refuses_to_start_the_ledger(small_disk: Path) -> None:
     (small_disk / "ballast").write_bytes(b"\0" * (3 * 1024 * 1024 - 100 * 1024))
     with pytest.raises(LedgerFailed, match="cannot start the ledger: no space left"):
-        LocalLedger(small_disk / "runs").join()
+        LocalRedis(small_disk / "runs").join()
 
 
 _JOINER = textwrap.dedent(
     """
     import sys, time
-    from punchline.cluster.local_ledger import LocalLedger
-    ledger = LocalLedger(sys.argv[1]).join()
+    from punchline.cluster.local_redis import LocalRedis
+    ledger = LocalRedis(sys.argv[1]).join()
     print(ledger.public_url, flush=True)
     time.sleep(600)
     """
@@ -195,7 +195,7 @@ def _keepers(folder: Path) -> list[int]:
         if proc.name.isdigit():
             with contextlib.suppress(OSError):
                 argv = (proc / "cmdline").read_bytes().split(b"\0")
-                if b"punchline.cluster.local_ledger" in argv and str(folder).encode() in argv:
+                if b"punchline.cluster.local_redis" in argv and str(folder).encode() in argv:
                     found.append(int(proc.name))
     return found
 
@@ -205,7 +205,7 @@ def test_keeper_killed_then_driver_killed_leaves_no_server(tmp_path: Path) -> No
     driver = subprocess.Popen([sys.executable, "-c", _JOINER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE)
     try:
         assert driver.stdout is not None and b":***@" in driver.stdout.readline()
-        folder = ledger_dir(tmp_path)
+        folder = redis_dir(tmp_path)
         wait_for(lambda: len(_keepers(folder)) == 1)
         first = _keepers(folder)[0]
         os.kill(first, signal.SIGKILL)
@@ -219,7 +219,7 @@ def test_keeper_killed_then_driver_killed_leaves_no_server(tmp_path: Path) -> No
         driver.kill()
         driver.wait()
     server = _server_pid(tmp_path)
-    wait_for(lambda: EmbeddedRedis.find_running(ledger_dir(tmp_path)) is None, timeout_s=30)
+    wait_for(lambda: EmbeddedRedis.find_running(redis_dir(tmp_path)) is None, timeout_s=30)
     wait_for(lambda: _exited(server), timeout_s=15)
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from punchline.cluster import local_ray
 from punchline.cluster.executors.shards import LOCAL_ALONE_S, _time_left
-from punchline.cluster.local_ledger import start_ticks
+from punchline.cluster.keeper import start_ticks
 from punchline.cluster.local_ray import (
     HeadRecord,
     LocalRay,

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.local_ledger import LocalLedger, ledger_dir, live_clients
+from punchline.cluster.keeper import live_clients
+from punchline.cluster.local_redis import LocalRedis, redis_dir
 from punchline.cluster.redis_server import EmbeddedRedis
 from punchline.cluster.run_claim import RunAlreadyRunning, RunClaim, claim_key
 from punchline.workers.fake.server import FakeProviderServer
@@ -36,27 +37,27 @@ def wait_for(cond: Callable[[], bool], timeout_s: float = 60.0) -> None:
 
 
 def _running(runs: Path) -> str | None:
-    return EmbeddedRedis.find_running(ledger_dir(runs))
+    return EmbeddedRedis.find_running(redis_dir(runs))
 
 
 # --- the shared server, without Ray -----------------------------------------------------------------
 
 
 def test_drivers_share_one_server_and_the_last_to_leave_stops_it(tmp_path: Path) -> None:
-    a = LocalLedger(tmp_path).join()
-    b = LocalLedger(tmp_path).join()
+    a = LocalRedis(tmp_path).join()
+    b = LocalRedis(tmp_path).join()
     try:
         assert a.url == b.url and a.started and not b.started
         assert a.public_url == b.public_url and ":***@" in a.public_url
-        assert len(live_clients(ledger_dir(tmp_path))) == 2
+        assert len(live_clients(redis_dir(tmp_path))) == 2
         assert a.leave() is False  # b still uses it
         assert _running(tmp_path) == b.url
-        client = EmbeddedRedis.find_running(ledger_dir(tmp_path))
+        client = EmbeddedRedis.find_running(redis_dir(tmp_path))
         assert client is not None
     finally:
         assert b.leave() is True  # the last one stops it
     assert _running(tmp_path) is None
-    c = LocalLedger(tmp_path).join()  # and the next one starts it again on the same AOF
+    c = LocalRedis(tmp_path).join()  # and the next one starts it again on the same AOF
     try:
         assert c.started
     finally:
@@ -66,8 +67,8 @@ def test_drivers_share_one_server_and_the_last_to_leave_stops_it(tmp_path: Path)
 _JOINER = textwrap.dedent(
     """
     import sys, time
-    from punchline.cluster.local_ledger import LocalLedger
-    ledger = LocalLedger(sys.argv[1]).join()
+    from punchline.cluster.local_redis import LocalRedis
+    ledger = LocalRedis(sys.argv[1]).join()
     print(ledger.public_url, flush=True)
     time.sleep(600)
     """
@@ -99,7 +100,7 @@ def test_a_killed_driver_does_not_stop_the_server_under_another(tmp_path: Path) 
         first.wait()
         time.sleep(8)  # past the keeper's grace: the live driver keeps it up
         assert _running(tmp_path) == url
-        assert len(live_clients(ledger_dir(tmp_path))) == 1
+        assert len(live_clients(redis_dir(tmp_path))) == 1
     finally:
         os.kill(second.pid, signal.SIGKILL)
         second.wait()
@@ -116,7 +117,7 @@ def test_a_server_whose_folder_was_deleted_or_moved_is_stopped(tmp_path: Path, h
     runs = tmp_path / "runs"
     runs.mkdir()
     driver = _joiner(runs)
-    pid = json.loads((ledger_dir(runs) / "redis.lock").read_text())["pid"]
+    pid = json.loads((redis_dir(runs) / "redis.lock").read_text())["pid"]
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     if how == "deleted":
