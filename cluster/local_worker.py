@@ -67,8 +67,9 @@ class ForkWarmup:
     that the workers it forks for the next stages have them already (a child imports an SDK in 1-3 s before its
     first call, on every stage: the demo's classify and evaluate workers waited that long each).
 
-    Started once the first stage's worker calls; :meth:`settle` before every later fork, since a fork while
-    another thread imports would leave the child an import lock nobody releases."""
+    Started once a stage's worker calls (it says so when it builds its first provider: a run whose answers are
+    all cached imports none of it); :meth:`settle` before every later fork, since a fork while another thread
+    imports would leave the child an import lock nobody releases. Only the thread that forks starts it."""
 
     def __init__(self, modules: list[str], *, when: Callable[[], bool] = forkable) -> None:
         self.modules = modules
@@ -156,6 +157,7 @@ class LocalWorker:
         self._stderr: IO[bytes] | None = None  # where the child's stray output goes
         self._collected = False
         self._ready = threading.Event()
+        self.calling = threading.Event()  # it built a provider: it pays for calls (the driver warms SDKs then)
         self._reader = threading.Thread(target=self._read, name="punchline-local-worker", daemon=True)
 
     @property
@@ -200,6 +202,8 @@ class LocalWorker:
                 if message.kind == "ready":
                     log.info("local_worker_ready", stage=self.plan.stage, worker_pid=self._child.pid)
                     self._ready.set()
+                elif message.kind == "calling":
+                    self.calling.set()
                 elif message.kind == "report":
                     self.report = message.report
                 else:
@@ -222,7 +226,7 @@ class LocalWorker:
             return ""
 
     def wait_ready(self, timeout_s: float) -> bool:
-        """Wait until it has its connections and providers (or failed): what it needs the CPU for most."""
+        """Wait until it has its connections (or failed); its providers are built at their first call."""
         return self._ready.wait(timeout_s)
 
     def running(self) -> bool:
@@ -235,10 +239,9 @@ class LocalWorker:
         self._collected = True
         return [self.report] if self.report is not None else []
 
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """No new unit; wait (up to ``timeout_s``) for the calls in flight to finish and be committed.
-
-        Past ``timeout_s`` the child is left to finish them on its own (it exits when it has)."""
+    def ask_stop(self) -> None:
+        """No new unit, without waiting: the child drains and ends meanwhile (its stage is over: the driver
+        reduces it while the child ends, instead of waiting for that before the next stage's worker)."""
         if self._child is None:
             return
         stdin = self._child.stdin
@@ -248,6 +251,14 @@ class LocalWorker:
                 stdin.flush()
             with contextlib.suppress(OSError):  # closed even when the flush fails
                 stdin.close()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """No new unit; wait (up to ``timeout_s``) for the calls in flight to finish and be committed.
+
+        Past ``timeout_s`` the child is left to finish them on its own (it exits when it has)."""
+        if self._child is None:
+            return
+        self.ask_stop()
         self._reader.join(timeout_s)
         if self._reader.is_alive():
             log.warning(

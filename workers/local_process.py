@@ -17,20 +17,22 @@ The protocol, all msgspec and nothing on the command line (the Redis password st
 
 * stdin: one frame (a 4-byte big-endian length, then a msgpack :class:`LocalJob`), then any line or EOF
   means "stop";
-* stdout: frames of :class:`LocalMessage`: ``ready`` once the connections and providers are built (what
-  the worker needs the CPU for most), then ``report`` with the :class:`WorkerReport` (or ``failed``).
+* stdout: frames of :class:`LocalMessage`: ``ready`` once the connections are built, ``calling`` when the
+  first unit the cache cannot answer builds its provider (:mod:`punchline.workers.lazy_provider`: a worker
+  whose units are all cached imports no SDK), then ``report`` with the :class:`WorkerReport` (or ``failed``).
 
 Two ways to start it, one body (:func:`serve`):
 
 * **forked** from the driver (:func:`forked`), as long as Ray is not in the driver yet (a local run's first
-  stage: the one whose first call is waited for). The child has the worker's modules and the providers'
-  SDKs imported already, so it is ready as fast as the thread it replaces (a fresh interpreter imports them
-  again: 0.8 CPU-seconds for the worker's path, 1.4 for the openai SDK, 2.4 more for anthropic's, measured;
-  the first call would be seconds later). It leaves the driver's files, sockets and log sinks behind first;
+  stage: the one whose first call is waited for). The child has the worker's modules imported already, and
+  the providers' SDKs once the driver has warmed them (after a worker of the run called), so it is ready as
+  fast as the thread it replaces (a fresh interpreter imports them again: 0.8 CPU-seconds for the worker's
+  path, 1.4 for the openai SDK, 2.4 more for anthropic's, measured; the first call would be seconds later).
+  It leaves the driver's files, sockets and log sinks behind first;
 * **a fresh interpreter** (:func:`main`, ``python -m``) once Ray is in the driver: a fork would hold the
   driver's Ray sockets (Ray would not see the driver die) and inherit the locks of Ray's threads. It
-  imports only the worker's path (``shard_worker``) and, through ``make_provider``, the SDKs of the
-  providers its stage calls.
+  imports only the worker's path (``shard_worker``) and, at their first call, the SDKs of the providers its
+  stage calls.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import structlog
 
 from punchline.data.units import StagePlan
 from punchline.workers.driver_watch import DriverWatch
+from punchline.workers.lazy_provider import LazyProvider
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig, WorkerReport, build_processor
 
@@ -70,9 +73,11 @@ class LocalJob(msgspec.Struct, kw_only=True):
 
 
 class LocalMessage(msgspec.Struct, kw_only=True):
-    """What the worker process tells its driver: ``ready``, then ``report`` (or ``failed`` with why)."""
+    """What the worker process tells its driver: ``ready``, ``calling`` when it builds its first provider (it
+    is about to pay for a call: the driver may warm the next workers' SDKs then), then ``report`` (or
+    ``failed`` with why)."""
 
-    kind: Literal["ready", "report", "failed"]
+    kind: Literal["ready", "calling", "report", "failed"]
     worker_id: str = ""
     report: WorkerReport | None = None
     error: str = ""
@@ -137,7 +142,12 @@ def serve(stdin: IO[bytes], out: IO[bytes]) -> int:
         signal.signal(signum, lambda _signum, _frame: stop.set())
     threading.Thread(target=_wait_for_stop, args=(stdin, stop), name="punchline-stop", daemon=True).start()
     try:
-        processor = build_processor(job.cfg, worker_id)
+        calling = LocalMessage(kind="calling", worker_id=worker_id)
+        processor = build_processor(
+            job.cfg,
+            worker_id,
+            make=lambda name, settings: LazyProvider(name, settings, on_build=lambda: _send(out, calling)),
+        )
         processor.driver = StoppableWatch(processor.driver.r, job.cfg.run_id, job.cfg.driver_claim, stop)
         _send(out, LocalMessage(kind="ready", worker_id=worker_id))
         log.info("local_worker_start", run_id=job.plan.run_id, stage=job.plan.stage, worker=worker_id)

@@ -28,6 +28,7 @@ import structlog
 from punchline.data.background import stop_tasks
 from punchline.data.backoff import constant, retry_async
 from punchline.data.errors import BudgetExceeded, LedgerUnavailable, StoreError
+from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.response_spool import ResponseSpool
@@ -472,8 +473,11 @@ class _StageRun:
                 self.log.warning("shard_lease_lost", shard=c.shard)
 
 
-def build_processor(cfg: WorkerConfig, worker_id: str) -> ShardProcessor:
-    providers = {name: make_provider(name, s) for name, s in cfg.providers.items()}
+def build_processor(
+    cfg: WorkerConfig, worker_id: str, *, make: Callable[[str, ProviderSettings], Provider] = make_provider
+) -> ShardProcessor:
+    """``make``: how each provider is built (the driver's own worker builds them at their first call)."""
+    providers = {name: make(name, s) for name, s in cfg.providers.items()}
     url = resolve_url(cfg.redis_url, cfg.redis_password_file)
     budget = BudgetTerms(run_id=cfg.run_id, cap_usd=cfg.max_cost_usd, holder=uuid.uuid4().hex)
     limiter = RedisRateLimiter(connect(url), cfg.providers, RateLimitSettings.from_env())

@@ -45,6 +45,9 @@ LOCAL_ALONE_S = 10.0
 # A stage's first wait for its workers' reports, doubled each poll up to poll_s: a stage over at once (its answers
 # cached, a few units) is seen over at once, not after a whole poll_s (the demo, cached: 2 s of waiting in all).
 FIRST_POLL_S = 0.05
+# the longest wait while the driver's own worker has the stage alone: a stage of cached units ends within a
+# second, and the doubling above had the driver see it 0.2 s late (a look at the ledger costs a millisecond)
+LOCAL_POLL_S = 0.1
 # how long the driver's own worker is watched before its pace is trusted
 PACE_WINDOW_S = 3.0
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
@@ -260,7 +263,6 @@ class ShardExecutor:
         # its first call before Ray's start: Ray's processes and imports would otherwise share the CPU with
         # the worker's own (the providers' SDKs), and both would be late
         self.local.wait_ready(LOCAL_READY_WAIT_S)
-        self._warmup.start()  # the next stages' workers, forked from here, find their SDKs imported
         return "working"
 
     def close(self) -> None:
@@ -314,6 +316,8 @@ class ShardExecutor:
             except BaseException:
                 self.close()
                 raise
+            if self.local is not None and self.local.stage == stage_name:  # every shard is committed: it ends
+                self.local.ask_stop()  # while the stage is reduced (the next stage's start_local reaps it)
         if self.progress:
             self.progress(stage_name, patiently(self.ledger.counters, run_id, stage_name))
         return self._results(plan, first_ids)
@@ -361,10 +365,12 @@ class ShardExecutor:
             if not budget_hit:
                 pool.reconcile()
             reports = pool.poll(wait_s)
-            wait_s = min(2 * wait_s, self.poll_s)
+            wait_s = min(2 * wait_s, self.poll_s if self.pool is not None else min(LOCAL_POLL_S, self.poll_s))
             self.pool_warm |= bool(reports)
             if self.local is not None and self.local.stage == stage:
                 reports += self.local.poll()
+                if self.local.calling.is_set():  # it pays: the next stages' workers, forked from here (this
+                    self._warmup.start()  # thread, never during an import), find their SDKs imported
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)

@@ -120,6 +120,25 @@ def test_it_works_a_queued_stage_to_the_end(
     assert Ledger(redis_client).counters(plan.run_id, "s").shards_done == plan.shards_total
 
 
+def test_a_worker_whose_units_are_all_cached_builds_no_provider(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str
+) -> None:
+    """A worker that pays builds its provider at its first call and says so (the driver then warms the next
+    workers' SDKs); one whose units are all in the response cache (the same requests under a new run id) answers
+    them all from it, builds none (no SDK imported) and says nothing."""
+    cfg, plan, store = _queued_stage(tmp_path, redis_client, fake, 6)
+    paying = LocalWorker(cfg, plan).start()
+    _wait(paying)
+    assert paying.poll()[0].shards_committed == plan.shards_total and paying.calling.is_set()
+    assert fake.stats().total_calls == 6
+    cfg2, plan2, _ = _queued_stage(tmp_path, redis_client, fake, 6)  # the same store: its cache answers them all
+    cached = LocalWorker(cfg2, plan2).start()
+    _wait(cached)
+    assert cached.poll()[0].shards_committed == plan2.shards_total and not cached.calling.is_set()
+    assert sorted(_committed(store, plan2)) == [f"u{i:03d}" for i in range(6)]
+    assert fake.stats().total_calls == 6  # nothing paid twice
+
+
 @pytest.mark.slow  # processes killed and resumed: the full suite, not `make test-fast`
 def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
     tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer, launch: str

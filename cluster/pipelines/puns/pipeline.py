@@ -19,6 +19,7 @@ from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.cluster.pipelines.puns.simulate import PunsSimKnobs, simulate
 from punchline.data.errors import ConfigError, InputError
+from punchline.data.figure_cache import FigureCache
 from punchline.data.jsonio import decode_bytes, dumps_upstream, upstream_object_chunks
 from punchline.data.provider_settings import Mode
 from punchline.data.puns.classify import Verdicts, batches, classify_request, merge_all, parse_verdicts
@@ -124,6 +125,8 @@ RAW = "raw_completions.json"
 CLASSIFIED = "classified_completions.json"
 RANKED = "puns_ranked.json"
 TIERS_PLOT = "tiers.png"
+# the code the figures and the cloze report are drawn by (their figure cache's digest covers all of it)
+DRAWING_CODE = ("punchline.data", "punchline.data.puns")
 TESTS = "contextual_cloze_tests.json"
 CONTEXTS_PER_PAIR = 3  # jokes one cloze pair uses: its target and two context jokes (data/puns/cloze.py)
 RESPONSES = "cloze_responses.json"
@@ -232,14 +235,20 @@ class RankStage:
         return []
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
-        from punchline.data.puns.plots import plot_tiers  # lazy: matplotlib takes a second to import
-
         classified: ClassifiedCompletions = decode_bytes(
             ctx.read_artifact(CLASSIFIED), ClassifiedCompletions, source=ctx.artifact_key(CLASSIFIED)
         )
         ranked = apply_rankings(_jokes(ctx), rank(classified))
         ctx.write_artifact(RANKED, dumps_upstream(ranked).encode())
-        ctx.write_artifact(TIERS_PLOT, plot_tiers(ranked))
+
+        def draw() -> dict[str, bytes]:
+            from punchline.data.puns.plots import plot_tiers  # lazy: matplotlib takes a second to import
+
+            return {TIERS_PLOT: plot_tiers(ranked)}
+
+        drawn_from = msgspec.json.encode(ranked)  # every field (the figure's input), not the upstream file's
+        plots = FigureCache(ctx.store, DRAWING_CODE).files("puns/tiers", drawn_from, draw)  # a rerun draws none
+        ctx.write_artifact(TIERS_PLOT, plots[TIERS_PLOT])
         return [RANKED, TIERS_PLOT]
 
 
@@ -302,12 +311,18 @@ class EvaluateStage:
         else:
             lists = decode_bytes(ctx.read_artifact(RANKED), list[PunEntry], source=ctx.artifact_key(RANKED))
         report = build_report(responses, tests, lists)
+
+        def draw() -> dict[str, bytes]:
+            with tempfile.TemporaryDirectory() as tmp:
+                write_report(report, Path(tmp))
+                return {f.name: f.read_bytes() for f in Path(tmp).iterdir()}
+
+        # the report's files (its figures above all) drawn once per report: a rerun copies them
+        files = FigureCache(ctx.store, DRAWING_CODE).files("puns/cloze_report", msgspec.json.encode(report), draw)
         names = [RESPONSES]
-        with tempfile.TemporaryDirectory() as tmp:
-            write_report(report, Path(tmp))
-            for f in sorted(Path(tmp).iterdir()):
-                ctx.write_artifact(f"cloze_report/{f.name}", f.read_bytes())
-                names.append(f"cloze_report/{f.name}")
+        for name in sorted(files):
+            ctx.write_artifact(f"cloze_report/{name}", files[name])
+            names.append(f"cloze_report/{name}")
         return names
 
 
