@@ -50,6 +50,7 @@ class StageEstimate(msgspec.Struct, kw_only=True):
     all_calls_s: float = 0.0
     calls_s: float = 0.0
     cached_requests: int = 0
+    providers: int = 0  # the providers its requests call online (the driver's worker holds one's call places)
 
 
 def _check_batch_api(cfg: RunConfig, stage: str, provider: str, settings: ProviderSettings) -> None:
@@ -169,6 +170,7 @@ def _estimate(
         all_calls_s=fresh.wall_s(cfg),
         calls_s=uncached.wall_s(cfg),
         cached_requests=hits,
+        providers=len(fresh.load.req),
     )
 
 

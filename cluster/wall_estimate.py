@@ -55,6 +55,8 @@ class StageEstimate(Protocol):
     def all_calls_s(self) -> float: ...
     @property
     def calls_s(self) -> float: ...
+    @property
+    def providers(self) -> int: ...
 
 
 START_S = 0.4  # the driver's start to its first stage's plan: preflight, the embedded ledger, the run's claim
@@ -62,7 +64,8 @@ FIRST_WORKER_S = 0.6  # the first stage's worker: a fork that imports its provid
 STAGE_S = 0.8  # a stage with calls: its plan, its worker's fork, its first and last round trips, its reduce
 PLAIN_STAGE_S = 0.2  # a stage without calls: its plan and its reduce
 PROCESS_S = 1.0  # outside the driver's log: Python and the CLI's imports before it, the report and the stop after
-RAY_S = 5.0  # a stage long for the driver's worker alone (not held by the rate limits): Ray's and its workers' start
+RAY_S = 5.0  # a long stage the driver's worker asks help for: Ray's and its workers' start (assumed, not measured)
+CPU_BOUND_PACE = 1.2  # an earlier run's pace this much slower than the limits and latency allow: a busy CPU
 CACHED_REDUCE_S = 0.05  # a reduce in a rerun that calls nothing, when no such rerun was measured (figures kept)
 WARMUP_S = 2.0  # the first worker's ready to the end of the imports the next stages' forks wait for
 WARMUP_WAIT_MIN_S = 0.25  # a fork's wait that measures the warm-up
@@ -171,10 +174,11 @@ def _own_s(measured: MeasuredRun | None, stage: str, rerun: bool) -> float | Non
 
 
 def _needs_ray(estimate: StageEstimate, calls_s: float) -> bool:
-    """A stage the driver's own worker would take long over alone, and not because the rate limits hold it
-    (then more workers would only wait with it: ``executors/local_pace.py`` starts no Ray for it)."""
-    uncached = 1 - estimate.cached_requests / estimate.requests if estimate.requests else 0.0
-    return calls_s >= LOCAL_ALONE_S and calls_s > 1.05 * estimate.min_wall_s * uncached
+    """Whether the driver's own worker would call for Ray's workers (``executors/local_pace.py``): a stage long
+    for it alone whose calls need more places than its window holds (more than one provider), or that keeps the
+    worker busy on its CPU (an earlier run's pace well past what the limits and the latency allow). A stage held
+    by its rate limits or by its provider's latency starts no Ray: more workers would wait with it."""
+    return calls_s >= LOCAL_ALONE_S and (estimate.providers > 1 or calls_s > CPU_BOUND_PACE * estimate.calls_s)
 
 
 def _calls_s(estimate: StageEstimate | None, pace_s: float | None) -> float:

@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo.toml"
 
 
-def _demo(tmp_path: Path, replace: dict[str, str] | None = None) -> RunConfig:
-    """The demo's config, its sample path made absolute, with some text replaced."""
-    text = DEMO.read_text().replace('"../data/', f'"{REPO}/data/')
+def _demo(tmp_path: Path, replace: dict[str, str] | None = None, config: Path = DEMO) -> RunConfig:
+    """The demo's config (or another of configs/), its sample path made absolute, with some text replaced."""
+    text = config.read_text().replace('"../data/', f'"{REPO}/data/')
     for old, new in (replace or {}).items():
         assert old in text
         text = text.replace(old, new)
@@ -200,20 +200,26 @@ def test_plan_prints_the_estimate_with_its_parts(tmp_path: Path, capsys) -> None
     assert "wall time: about" in out and "calls" in out and "defaults, no earlier run here" in out
 
 
-def test_a_stage_long_enough_for_ray_adds_its_start(tmp_path: Path) -> None:
+def test_a_stage_long_enough_for_ray_adds_its_start_when_the_worker_needs_help(tmp_path: Path) -> None:
     quick = _demo(tmp_path)
     assert w.estimate_wall(quick, plan_run(quick), tmp_path / "runs").ray_s == 0
     # collect held 63 s by its rate limit: more workers would only wait with the driver's (no Ray)
     held = _demo(tmp_path, {"requests_per_minute = 6000": "requests_per_minute = 600"})
     assert w.estimate_wall(held, plan_run(held), tmp_path / "runs").ray_s == 0
-    # collect 63 s long at 0.8 s a call over 8 call places, no rate limit: Ray's workers are started
-    slow = _demo(
-        tmp_path,
-        {
-            "latency_ms_min = 5\nlatency_ms_max = 40\n": "latency_ms_min = 800\nlatency_ms_max = 800\n",
-            "requests_per_minute = 6000\n": "",
-        },
-    )
-    wall = w.estimate_wall(slow, plan_run(slow), tmp_path / "runs")
+    # 64 s long at 0.8 s a call over its provider's 8 call places: the worker's window holds them all (no Ray) ...
+    slow = {"latency_ms_min = 5\nlatency_ms_max = 40\n": "latency_ms_min = 800\nlatency_ms_max = 800\n"}
+    one = _demo(tmp_path, {**slow, "requests_per_minute = 6000\n": ""})
+    assert w.estimate_wall(one, plan_run(one), tmp_path / "runs").ray_s == 0
+    # ... but a stage that calls two providers needs more places than one worker's window
+    two_providers = {
+        "latency_ms_min = 5\nlatency_ms_max = 40\n": "latency_ms_min = 2000\nlatency_ms_max = 2000\n",
+        "requests_per_minute = 6000\n": "",
+        '["8b", "70b"]': '["8b", "70b", "anthropic:sonnet"]',
+    }
+    two = _demo(tmp_path, two_providers, REPO / "configs" / "prompts_demo.toml")
+    estimates = plan_run(two)
+    generate = next(e for e in estimates if e.stage == "generate")
+    assert generate.providers == 2 and generate.calls_s >= 10
+    wall = w.estimate_wall(two, estimates, tmp_path / "runs")
     assert wall.ray_s == w.RAY_S and "Ray's start" in wall.describe()
     assert wall.total_s == pytest.approx(wall.calls_s + wall.fixed_s)
