@@ -1,4 +1,4 @@
-"""The exactly-once submission ledger of provider batches: intents and batch ids in the store, unit leases in Redis.
+"""The exactly-once submission records of provider batches: intents and batch ids in the store, unit leases in Redis.
 
 Why both: the store survives Redis and is the record of what was *submitted* (a batch is paid for when it is
 created, so its id must outlive any process); Redis holds the request leases that keep every other runner
@@ -43,7 +43,7 @@ writes ``<run>/batches/control/foreign.json``; a live runner reads it at every l
 
 **Cancels.** ``punchline batches RUN --cancel`` writes ``<run>/batches/control/cancel.json`` (when) before it
 cancels anything and marks the records it cancelled; a live runner that sees a cancel newer than its own start
-stops resending (:meth:`BatchLedger.cancel_requested`).
+stops resending (:meth:`BatchRecords.cancel_requested`).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ _decoder = msgspec.json.Decoder(BatchRecord)
 _parts_decoder = msgspec.json.Decoder(HeldParts)
 
 
-class BatchLedger:
+class BatchRecords:
     """Batch records of one run in the store, and the request leases its batches hold in Redis."""
 
     def __init__(self, client: redis.Redis, store: Store, run_id: str, *, namespace: str = NAMESPACE) -> None:
@@ -322,17 +322,17 @@ class HeldLeases:
     pay for a unit its batch pays for too. Takes and releases go through here so that the thread renews what
     is held and nothing else (one lock: a lease released is never renewed after its release)."""
 
-    def __init__(self, ledger: BatchLedger, lease_ms: int) -> None:
-        self.ledger = ledger
+    def __init__(self, batches: BatchRecords, lease_ms: int) -> None:
+        self.batches = batches
         self.lease_ms = lease_ms
         self._held: dict[str, set[str]] = {}  # owner -> request keys
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
     def take(self, owner: str, keys: Sequence[str], *, adopt: str = "") -> list[str]:
-        """:meth:`BatchLedger.take`; what it took (adopted from this run's other batches included) is renewed."""
+        """:meth:`BatchRecords.take`; what it took (adopted from this run's other batches included) is renewed."""
         with self._lock:
-            got = self.ledger.take(owner, keys, self.lease_ms, adopt=adopt)
+            got = self.batches.take(owner, keys, self.lease_ms, adopt=adopt)
             if got:
                 for other, held in self._held.items():
                     if other != owner:
@@ -341,19 +341,19 @@ class HeldLeases:
             return got
 
     def release(self, owner: str, keys: Sequence[str], packs: Mapping[str, str | None] | None = None) -> None:
-        """:meth:`BatchLedger.release`; no longer renewed."""
+        """:meth:`BatchRecords.release`; no longer renewed."""
         with self._lock:
             held = self._held.get(owner)
             if held is not None:
                 held.difference_update(keys)
                 if not held:
                     del self._held[owner]
-            self.ledger.release(owner, keys, packs)
+            self.batches.release(owner, keys, packs)
 
     def renew(self) -> None:
         with self._lock:
             for owner, held in list(self._held.items()):
-                self._held[owner] = set(self.ledger.take(owner, sorted(held), self.lease_ms))
+                self._held[owner] = set(self.batches.take(owner, sorted(held), self.lease_ms))
 
     def held(self, owner: str) -> set[str]:
         with self._lock:

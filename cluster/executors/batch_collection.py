@@ -37,7 +37,7 @@ class BatchCollection(BatchPricing):
             log.warning("batch_gone", batch_id=rec.batch_id, error=str(exc))
             self._settle_budget(rec, 0.0)
             rec.state, rec.failed, rec.provider_status, rec.collected_at = "collected", rec.requests, "gone", now_s()
-            self.ledger.write(rec)
+            self.batches.write(rec)
             self._release(rec, owner)
             return True
         except ProviderError as exc:
@@ -55,7 +55,7 @@ class BatchCollection(BatchPricing):
         if info.status != "ended":
             if info.provider_status != rec.provider_status:
                 rec.provider_status = info.provider_status
-                self.ledger.write(rec)
+                self.batches.write(rec)
             return False
         rec.provider_status = info.provider_status
         if info.error:  # refused as a whole (validation): nothing ran, nothing was billed
@@ -70,7 +70,7 @@ class BatchCollection(BatchPricing):
             return False
         self._collect(rec, got)
         self._settle_budget(rec, rec.cost_usd)
-        self.ledger.write(rec)
+        self.batches.write(rec)
         self._release(rec, owner)
         log.info(
             "batch_collected",
@@ -111,10 +111,10 @@ class BatchCollection(BatchPricing):
                 succeeded += len(fresh)
                 if self._cached(key):  # someone else's answer arrived meanwhile: nothing to keep
                     if self.held.pop(key, None) is not None:
-                        self.ledger.drop_parts(key)
+                        self.batches.drop_parts(key)
                 elif fresh:
                     self.held[key] = have
-                    self.ledger.write_parts(HeldParts(key=key, parts=have))
+                    self.batches.write_parts(HeldParts(key=key, parts=have))
             elif done:
                 succeeded += len(fresh)
                 answered += 1

@@ -38,7 +38,7 @@ class BatchPricing(BatchRunnerState):
         if self.max_cost_usd is None:
             return None
         holder = batch_owner(rec.run_id, rec.batch_key)
-        return Budget(self.ledger.r, rec.run_id, self.max_cost_usd, holder=holder, reservation_ttl_s=BATCH_HOLD_S)
+        return Budget(self.batches.r, rec.run_id, self.max_cost_usd, holder=holder, reservation_ttl_s=BATCH_HOLD_S)
 
     def _hold_budget(self, rec: BatchRecord, *, exists: bool) -> bool:
         """Hold the batch's price in the run's budget (once; a batch that ``exists`` already is held whatever
@@ -64,7 +64,7 @@ class BatchPricing(BatchRunnerState):
             f"(${spent:.6g} spent or held)"
         )
         rec.collected_at = now_s()
-        self.ledger.write(rec)
+        self.batches.write(rec)
         self.leases.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
         self.over_budget.append(rec)
         log.warning("batch_over_budget", stage=self.stage, batch_key=rec.batch_key, error=rec.error)
@@ -84,7 +84,7 @@ class BatchPricing(BatchRunnerState):
             self.totals.online_fallback += len(keys)
         else:
             self.refused.append(rec)
-        self.ledger.write(rec)
+        self.batches.write(rec)
         self.leases.release(batch_owner(rec.run_id, rec.batch_key), rec.keys)
         log.warning(
             "batch_refused",

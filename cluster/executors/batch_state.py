@@ -19,7 +19,7 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.units import UnitSpec
-from punchline.schedulers.batches import BatchLedger, BatchRecord, HeldLeases, now_s
+from punchline.schedulers.batches import BatchRecord, BatchRecords, HeldLeases, now_s
 from punchline.workers.batch_provider import BatchProvider, Part, merge_parts, parts
 from punchline.workers.validators import validator
 
@@ -66,7 +66,7 @@ class BatchRunnerState:
     def __init__(
         self,
         *,
-        ledger: BatchLedger,
+        batches: BatchRecords,
         cache: ResponseCache,
         settings: dict[str, ProviderSettings],
         clients: dict[str, BatchProvider],
@@ -75,7 +75,7 @@ class BatchRunnerState:
         sleep: Callable[[float], None] = time.sleep,
         max_cost_usd: float | None = None,
     ) -> None:
-        self.ledger = ledger
+        self.batches = batches
         self.max_cost_usd = max_cost_usd  # the run's cap: a batch is priced and held in it before it is created
         self.cache = cache
         self.settings = settings
@@ -95,7 +95,7 @@ class BatchRunnerState:
         self.exhausted: dict[str, str] = {}  # request key -> last reason, after max_rounds batches (may not go online)
         self.over_budget: list[BatchRecord] = []  # batches not created: they would have taken the run past its cap
         self.unsure: dict[str, float] = {}  # batch key -> when a create of unknown outcome failed (monotonic)
-        self.leases = HeldLeases(ledger, self.opt.lease_ms)  # the batches' request leases, renewed meanwhile
+        self.leases = HeldLeases(batches, self.opt.lease_ms)  # the batches' request leases, renewed meanwhile
 
     def _cached(self, key: str) -> bool:
         if key in self.answered:
@@ -113,12 +113,12 @@ class BatchRunnerState:
     def _load_held(self) -> None:
         """Read back the part files of this stage's requests (one listing): answered parts are never asked
         for again. A file whose request is cached meanwhile is stale and goes."""
-        for key, file in self.ledger.held_parts().items():
+        for key, file in self.batches.held_parts().items():
             unit = self.specs.get(key)
             if unit is None:  # another stage's request: that stage's runner reads it
                 continue
             if key in self.answered:
-                self.ledger.drop_parts(key)
+                self.batches.drop_parts(key)
                 continue
             ids = {p.custom_id for p in parts(self.settings[unit.request.provider], unit.request) if p.n == 1}
             held = {cid: r for cid, r in file.parts.items() if cid in ids}  # (settings may have changed since)
@@ -145,5 +145,5 @@ class BatchRunnerState:
                 log.info("batch_answer_already_cached", key=key)
             self.answered.add(key)
         if self.held.pop(key, None) is not None:  # only after the cache put: a kill before it loses nothing
-            self.ledger.drop_parts(key)
+            self.batches.drop_parts(key)
         return ok

@@ -21,23 +21,23 @@ class BatchSubmission(BatchPricing):
 
     def _intent(self, provider: str, model: str, keys: list[str]) -> BatchRecord | None:
         # a partly answered request's lease stayed with this run's earlier batch: this one adopts it
-        adopt = run_owners(self.ledger.run_id)
-        key = self.ledger.new_key(keys)
-        owner = batch_owner(self.ledger.run_id, key)
+        adopt = run_owners(self.batches.run_id)
+        key = self.batches.new_key(keys)
+        owner = batch_owner(self.batches.run_id, key)
         held = set(self.leases.take(owner, keys, adopt=adopt))
         if len(held) < len(keys):  # some are someone else's right now: they wait for the cache
             self.leases.release(owner, list(held))
             keys = [k for k in keys if k in held]
             if not keys:
                 return None
-            key = self.ledger.new_key(keys)
-            owner = batch_owner(self.ledger.run_id, key)
+            key = self.batches.new_key(keys)
+            owner = batch_owner(self.batches.run_id, key)
             if set(self.leases.take(owner, keys, adopt=adopt)) != set(keys):
                 self.leases.release(owner, keys)
                 return None
         rec = BatchRecord(
             batch_key=key,
-            run_id=self.ledger.run_id,
+            run_id=self.batches.run_id,
             stage=self.stage,
             provider=provider,
             model=model,
@@ -52,7 +52,7 @@ class BatchSubmission(BatchPricing):
         rec.estimate_usd = self._price(rec)
         for k in keys:
             self.rounds[k] = self.rounds.get(k, 0) + 1
-        self.ledger.write(rec)
+        self.batches.write(rec)
         log.info(
             "batch_intent",
             stage=self.stage,
@@ -94,7 +94,7 @@ class BatchSubmission(BatchPricing):
                 rec.predates = self._look_alikes(rec)
             rec.create_at = now_s()
         rec.last_create_at = now_s()  # a create tried again (after a timeout) widens the window to its own call
-        self.ledger.write(rec)
+        self.batches.write(rec)
         try:
             info = client.create(rec.batch_key, requests, skip=set(rec.held_parts), tag=rec.tag)
         except FatalProviderError as exc:  # refused at create (Anthropic validates there): never created
@@ -124,7 +124,7 @@ class BatchSubmission(BatchPricing):
         rec.state = "submitted"
         rec.submitted_at = now_s()
         rec.provider_status = info.provider_status
-        self.ledger.write(rec)  # the id reaches the store before anything else happens
+        self.batches.write(rec)  # the id reaches the store before anything else happens
         self.totals.batches += 1
         log.info("batch_submitted", stage=self.stage, batch_key=rec.batch_key, batch_id=info.batch_id)
 
@@ -137,7 +137,7 @@ class BatchSubmission(BatchPricing):
         if rec.create_at == 0.0:  # the create call was never started: there is nothing to find
             return "absent"
         client = self.clients[rec.provider]
-        known = {r.batch_id for r in self.ledger.records() if r.batch_id}
+        known = {r.batch_id for r in self.batches.records() if r.batch_id}
         listed = client.listing(since=rec.intent_at - self.opt.clock_skew_s)  # every page back to the intent
         if client.has_metadata:  # the batch key and the intent's tag are in the batch's metadata
             hits = sorted(
@@ -149,7 +149,7 @@ class BatchSubmission(BatchPricing):
             return self._adopt(rec, hits[0]) if hits else "absent"
         # no metadata (Anthropic): count and time narrow it down; only the custom ids in the results prove it
         earliest, latest = self._create_window(rec)
-        ruled_out = known | self.foreign | set(rec.predates) | self.ledger.declared_foreign()
+        ruled_out = known | self.foreign | set(rec.predates) | self.batches.declared_foreign()
         candidates = [
             b
             for b in listed
@@ -171,7 +171,7 @@ class BatchSubmission(BatchPricing):
         status = f"checking {', '.join(still_open)}"
         if rec.provider_status != status:
             rec.provider_status = status
-            self.ledger.write(rec)
+            self.batches.write(rec)
             log.warning(
                 "batch_unresolved",
                 batch_key=rec.batch_key,
@@ -213,4 +213,4 @@ class BatchSubmission(BatchPricing):
         except ProviderError as exc:  # ended meanwhile, or unreachable: the poll tells
             log.warning("batch_cancel_failed", batch_id=rec.batch_id, error=str(exc))
         rec.cancelled_at = rec.cancelled_at or self.cancelled_at
-        self.ledger.write(rec)
+        self.batches.write(rec)

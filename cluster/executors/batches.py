@@ -3,7 +3,7 @@ submission.
 
 It runs in the driver (which waits anyway) before the stage's shards are worked by the shards executor
 (:class:`BatchExecutor`): it groups the stage's uncached units of batch-mode providers into batches
-(``batch_max_requests`` / ``batch_max_bytes``), submits them through the exactly-once ledger
+(``batch_max_requests`` / ``batch_max_bytes``), submits them through the exactly-once batch records
 (:mod:`punchline.schedulers.batches`), polls them with backoff, and writes every answer into the **same
 response-cache keys** the online path uses. The shards that follow then find every answer in the cache, so
 artifacts are byte-identical whichever mode paid for them. Requests that errored, expired or were cancelled go
@@ -56,7 +56,7 @@ from punchline.data.errors import BudgetExceeded
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.response_cache import ResponseCache
 from punchline.data.units import ShardResults, StagePlan, UnitSpec
-from punchline.schedulers.batches import BatchLedger, BatchRecord, HeldLeases, now_s
+from punchline.schedulers.batches import BatchRecord, BatchRecords, HeldLeases, now_s
 from punchline.schedulers.ledger import Ledger
 from punchline.workers.providers import make_batch_provider
 from punchline.workers.shard_worker import WorkerConfig
@@ -74,7 +74,7 @@ class BatchRunner(BatchSubmission, BatchCollection):
     # --- the loop ------------------------------------------------------------------------------------
 
     def run(self, units: Iterable[UnitSpec]) -> BatchTotals:
-        self.leases = HeldLeases(self.ledger, self.opt.lease_ms)
+        self.leases = HeldLeases(self.batches, self.opt.lease_ms)
         with self.leases.keep():  # renewed every lease_ms / 4, whatever the loop is waiting for
             return self._run(units)
 
@@ -87,7 +87,7 @@ class BatchRunner(BatchSubmission, BatchCollection):
         self.answered = {k for k in self.specs if self.cache.contains(k)}
         self._load_held()
         active: list[BatchRecord] = []
-        for rec in self.ledger.records(self.stage):  # resume: every unfinished batch first
+        for rec in self.batches.records(self.stage):  # resume: every unfinished batch first
             if rec.state in ("intent", "submitted"):
                 self._hold(rec)
                 active.append(rec)
@@ -164,7 +164,7 @@ class BatchRunner(BatchSubmission, BatchCollection):
     def _check_cancel(self, active: list[BatchRecord]) -> None:
         """A cancel recorded after this runner started: cancel what is open (the command may have missed a
         batch created meanwhile; every one here is provably ours) and send nothing more."""
-        at = self.ledger.cancel_requested()
+        at = self.batches.cancel_requested()
         if at < self.started_at or at <= self.cancelled_at:
             return
         self.cancelled_at = at
@@ -225,7 +225,7 @@ class BatchExecutor:
         clients = {name: make_batch_provider(name, s) for name, s in settings.items() if s.mode == "batch"}
         try:
             runner = BatchRunner(
-                ledger=BatchLedger(self.ledger.r, self.ctx.store, self.ctx.run_id, namespace=self.ledger.ns),
+                batches=BatchRecords(self.ledger.r, self.ctx.store, self.ctx.run_id, namespace=self.ledger.ns),
                 cache=ResponseCache(self.ctx.store),
                 settings=settings,
                 clients=clients,

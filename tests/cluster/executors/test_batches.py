@@ -22,8 +22,8 @@ from punchline.data.response_cache import ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 from punchline.schedulers.batches import (
-    BatchLedger,
     BatchRecord,
+    BatchRecords,
     batch_key,
     batch_owner,
     new_tag,
@@ -74,7 +74,7 @@ def _runner(
 ) -> BatchRunner:
     settings = {"p": _settings(fake, kind, **kw)}
     return BatchRunner(
-        ledger=BatchLedger(redis_client, store, run_id),
+        batches=BatchRecords(redis_client, store, run_id),
         cache=ResponseCache(store),
         settings=settings,
         clients={"p": make_batch_provider("p", settings["p"])},
@@ -93,7 +93,7 @@ def test_batch_answers_go_into_the_online_cache_keys_at_half_price(
     totals = _runner(fake, redis_client, store, kind, batch_max_requests=8).run(units)
     cache = ResponseCache(store)
     assert all(cache.contains(u.request.key()) for u in units)
-    records = BatchLedger(redis_client, store, "r1").records()
+    records = BatchRecords(redis_client, store, "r1").records()
     assert all(r.state == "collected" and r.batch_id for r in records)
     per_request = 2 if kind == "anthropic" else 1  # anthropic has no n: two single calls per request
     assert sum(r.requests for r in records) == 10 * per_request
@@ -161,7 +161,7 @@ def test_only_errored_and_expired_requests_are_resubmitted(
     assert set(billed_parts(stats).values()) == {1}
     parts_total = 60 * samples
     assert len(stats.billed) == parts_total
-    records = BatchLedger(redis_client, store, "r1").records()
+    records = BatchRecords(redis_client, store, "r1").records()
     first, *later = records
     assert first.failed > 0 and first.requests == parts_total and first.succeeded + first.failed == parts_total
     # each later batch holds exactly what failed before it: every failure is asked for once more, and no part
@@ -196,19 +196,19 @@ def test_a_driver_killed_after_keeping_parts_before_collected_resumes_billing_ea
     fake.configure(batch_error_rate=0.25, batch_expire_rate=0.05, seed=11)
     store = LocalStore(tmp_path)
     runner = _runner(fake, redis_client, store, kind, **kw)
-    write = runner.ledger.write
+    write = runner.batches.write
 
     def killing_write(rec: BatchRecord) -> None:
         if rec.state == "collected":  # the part files are written; the record never says collected
             raise Killed
         write(rec)
 
-    monkeypatch.setattr(runner.ledger, "write", killing_write)
+    monkeypatch.setattr(runner.batches, "write", killing_write)
     with pytest.raises(Killed):
         runner.run(units)
-    [rec] = BatchLedger(redis_client, store, "r1").records()
+    [rec] = BatchRecords(redis_client, store, "r1").records()
     assert rec.state == "submitted"
-    held = BatchLedger(redis_client, store, "r1").held_parts()
+    held = BatchRecords(redis_client, store, "r1").held_parts()
     assert held, "no request was partly answered: pick another seed"
     billed_before = billed_parts(fake.batch_stats())
     assert all(cid in billed_before for h in held.values() for cid in h.parts)
@@ -217,7 +217,7 @@ def test_a_driver_killed_after_keeping_parts_before_collected_resumes_billing_ea
     assert _answers(store, units) == expected
     stats = fake.batch_stats()
     assert set(billed_parts(stats).values()) == {1} and len(stats.billed) == 36
-    records = BatchLedger(redis_client, store, "r1").records()
+    records = BatchRecords(redis_client, store, "r1").records()
     assert records[0].batch_id == rec.batch_id and records[0].state == "collected"
     assert stats.batches_created == len(records)
     assert any(r.held_parts for r in records[1:])
@@ -248,11 +248,11 @@ def test_a_batch_of_missing_parts_created_by_a_dead_driver_is_found_by_its_count
     monkeypatch.setattr(client, "create", dying_create)
     with pytest.raises(Killed):
         runner.run(units)
-    intent = [r for r in BatchLedger(redis_client, store, "r1").records() if r.state == "intent"]
+    intent = [r for r in BatchRecords(redis_client, store, "r1").records() if r.state == "intent"]
     assert len(intent) == 1 and intent[0].held_parts
     fake.configure()
     _runner(fake, redis_client, store, "anthropic").run(units)
-    records = BatchLedger(redis_client, store, "r1").records()
+    records = BatchRecords(redis_client, store, "r1").records()
     assert fake.batch_stats().batches_created == len(records)  # adopted, never created again
     assert all(r.state == "collected" and r.batch_id for r in records)
     assert set(billed_parts(fake.batch_stats()).values()) == {1} and len(fake.batch_stats().billed) == 36
@@ -271,13 +271,13 @@ def test_an_intent_whose_batch_was_created_is_adopted_not_submitted_again(
     # the create call times out after the batch was made: the runner asks the listing and finds it
     runner.run(units)
     assert fake.batch_stats().batches_created == 1
-    [rec] = BatchLedger(redis_client, store, "r1").records()
+    [rec] = BatchRecords(redis_client, store, "r1").records()
     assert rec.state == "collected" and rec.batch_id
     assert set(billed_parts(fake.batch_stats()).values()) == {1}
 
 
 def _intent_left_behind(
-    ledger: BatchLedger, units: list[UnitSpec], requests: int, create_started: bool = True
+    ledger: BatchRecords, units: list[UnitSpec], requests: int, create_started: bool = True
 ) -> BatchRecord:
     """What a driver killed after writing an intent leaves behind: its create call started (a batch may or may
     not exist), or not yet."""
@@ -308,7 +308,7 @@ def test_a_dead_drivers_batch_is_found_behind_150_newer_batches_of_others(
     nothing is created or billed twice."""
     store = LocalStore(tmp_path)
     units = _units(5)
-    ledger = BatchLedger(redis_client, store, "r1")
+    ledger = BatchRecords(redis_client, store, "r1")
     per_request = 2 if kind == "anthropic" else 1
     rec = _intent_left_behind(ledger, units, requests=5 * per_request)
     client = make_batch_provider("p", _settings(fake, kind))
@@ -335,7 +335,7 @@ def test_a_foreign_anthropic_batch_with_the_same_count_and_time_is_never_adopted
     is created while it might be ours) until its results rule it out too; then the run creates its own."""
     store = LocalStore(tmp_path)
     units = _units(4, samples=1)
-    ledger = BatchLedger(redis_client, store, "r1")
+    ledger = BatchRecords(redis_client, store, "r1")
     rec = _intent_left_behind(ledger, units, requests=4)
     settings = _settings(fake, "anthropic")
     same = sorted(p.custom_id for u in units for p in parts(settings, u.request))
@@ -371,7 +371,7 @@ def test_batches_hold_one_model_each_so_openai_validates_them(
     runner = _runner(fake, redis_client, store, "openai")
     runner.settings["p"].models["70b"] = ModelSettings(id=other, input_usd_per_mtok=3.0, output_usd_per_mtok=4.0)
     totals = runner.run(units)  # the fake enforces one model per input file (the default, as OpenAI)
-    records = BatchLedger(redis_client, store, "r1").records()
+    records = BatchRecords(redis_client, store, "r1").records()
     assert sorted(r.model for r in records) == sorted([MODEL, other])
     assert all(r.state == "collected" and r.succeeded == r.requests == 6 for r in records)
     assert fake.batch_stats().failed_validation == 0 and totals.requests_answered == 12
@@ -393,7 +393,7 @@ def test_a_batch_the_provider_refuses_is_recorded_with_its_reason_and_never_paid
         assert "\n" not in line and "too_many_requests" in line and 'batch_fallback = "online"' in line
     else:
         assert runner.run(units).online_fallback == 8
-    refused, ok = BatchLedger(redis_client, store, "r1").records()
+    refused, ok = BatchRecords(redis_client, store, "r1").records()
     assert refused.state == "failed" and "too_many_requests" in refused.error and refused.requests == 8
     assert ok.state == "collected" and ok.succeeded == 2
     assert (refused.fallback, refused.online_requests) == (("online", 8) if fallback == "online" else ("", 0))
@@ -416,7 +416,7 @@ def test_requests_failing_every_round_stop_the_stage_unless_online_is_allowed(
             runner.run(_units(3))
     else:
         assert runner.run(_units(3)).online_fallback == 3
-    records = BatchLedger(redis_client, store, "r1").records()
+    records = BatchRecords(redis_client, store, "r1").records()
     assert len(records) == 2 and fake.batch_stats().billed == {}
     assert records[-1].online_requests == (3 if fallback == "online" else 0)
 
@@ -442,7 +442,7 @@ def test_a_cancel_recorded_while_the_runner_is_live_stops_it_resending(
     with pytest.raises(BatchesCancelled) as err:
         runner.run(units)
     assert "6 requests are unanswered" in str(err.value) and "\n" not in str(err.value)
-    records = BatchLedger(redis_client, store, "r1").records()
+    records = BatchRecords(redis_client, store, "r1").records()
     assert len(records) == 2 and all(r.cancelled_at and r.state == "collected" for r in records)
     stats = fake.batch_stats()
     assert stats.batches_created == 2 and stats.cancelled == 6 and stats.billed == {}
@@ -496,7 +496,7 @@ def test_a_create_that_lands_after_the_client_gave_up_is_adopted_not_made_twice(
 
     runner.sleep = sleep
     runner.run(units)
-    [rec] = BatchLedger(redis_client, store, "r1").records()
+    [rec] = BatchRecords(redis_client, store, "r1").records()
     assert rec.state == "collected" and fake.batch_stats().batches_created == 1
     assert set(billed_parts(fake.batch_stats()).values()) == {1}
     assert all(ResponseCache(store).contains(u.request.key()) for u in units)
@@ -509,7 +509,7 @@ def test_an_intent_whose_create_never_started_is_created_at_once_whatever_the_ac
     and another user's open batch with the same count and time neither holds the run back nor is touched."""
     store = LocalStore(tmp_path)
     units = _units(4, samples=1)
-    ledger = BatchLedger(redis_client, store, "r1")
+    ledger = BatchRecords(redis_client, store, "r1")
     rec = _intent_left_behind(ledger, units, requests=4, create_started=False)
     [slow] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.intent_at, delay_s=300)
     _runner(fake, redis_client, store, "anthropic").run(units)
@@ -546,7 +546,7 @@ def test_max_cost_usd_counts_batches_one_that_would_pass_the_cap_is_never_create
     with pytest.raises(BudgetExceeded, match=r"not created.*max_cost_usd") as stopped:
         runner.run(units)
     assert "resume with a higher --max-cost-usd" in str(stopped.value)
-    records = sorted(BatchLedger(redis_client, store, "r1").records(), key=lambda r: r.intent_at)
+    records = sorted(BatchRecords(redis_client, store, "r1").records(), key=lambda r: r.intent_at)
     assert [r.state for r in records] == ["collected", "failed"], records
     assert records[0].estimate_usd == pytest.approx(one_batch) and "max_cost_usd" in records[1].error
     assert fake.batch_stats().batches_created == 1  # the second was never created, so never paid
@@ -573,7 +573,7 @@ def test_an_open_look_alike_created_outside_the_intents_create_call_never_holds_
     run creates its own batch at once (after the create grace) and never touches the other one."""
     store = LocalStore(tmp_path)
     units = _units(4, samples=1)
-    ledger = BatchLedger(redis_client, store, "r1")
+    ledger = BatchRecords(redis_client, store, "r1")
     rec = _intent_left_behind(ledger, units, requests=4)
     [other] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.create_at + offset_s, delay_s=3600)
     polls = 0
@@ -618,7 +618,7 @@ def test_an_open_batch_holds_its_leases_for_the_runs_lease_ms_renewed_between_po
 
     runner.sleep = sleep
     runner.run(units)
-    [rec] = BatchLedger(redis_client, store, "r1").records()
+    [rec] = BatchRecords(redis_client, store, "r1").records()
     assert rec.state == "collected" and fake.batch_stats().batches_created == 1
     owner = batch_owner("r1", rec.batch_key).encode()
     assert owners[0] == {owner}  # 2.5 s after the create, 1 s leases: still the batch's (renewed)
@@ -643,7 +643,7 @@ def test_a_look_alike_on_the_account_before_the_create_call_is_ruled_out_by_the_
     monkeypatch.setattr(runner.clients["p"], "create", dying_create)
     with pytest.raises(Killed):
         runner.run(units)
-    ledger = BatchLedger(redis_client, store, "r1")
+    ledger = BatchRecords(redis_client, store, "r1")
     [rec] = ledger.records()
     assert rec.state == "intent" and rec.create_at > 0 and rec.predates == [other]
     polls = 0
@@ -674,7 +674,7 @@ def test_an_open_look_alike_created_during_the_cut_off_create_call_waits_until_i
     records it foreign; the live runner creates its batch at its next look and never touches the other one."""
     store = LocalStore(tmp_path)
     units = _units(4, samples=1)
-    ledger = BatchLedger(redis_client, store, "r1")
+    ledger = BatchRecords(redis_client, store, "r1")
     rec = _intent_left_behind(ledger, units, requests=4)
     [other] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.create_at + 1, delay_s=3600)
     waited = 0
