@@ -24,6 +24,7 @@ import structlog
 
 from punchline.cluster.autoscale import Autoscaler
 from punchline.cluster.executor import ExecutorName, ProgressFn, RayStart
+from punchline.cluster.executors.local_pace import LocalPace
 from punchline.cluster.local_worker import ForkWarmup, LocalWorker
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
@@ -31,7 +32,7 @@ from punchline.data.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores.sentinel import is_not_shared
 from punchline.data.units import ShardOutput, ShardResults, StagePlan, shard_key
-from punchline.schedulers.ledger import Ledger, StageCounters, patiently
+from punchline.schedulers.ledger import Ledger, patiently
 from punchline.workers.providers import kind_of
 from punchline.workers.shard_actor import worker_actor_class
 from punchline.workers.shard_worker import WorkerConfig, WorkerReport
@@ -39,17 +40,12 @@ from punchline.workers.shard_worker import WorkerConfig, WorkerReport
 log = structlog.get_logger("punchline.coordinator")
 
 LocalStart = Literal["working", "complete"]  # what ShardExecutor.start_local did
-# while Ray is not joined yet: the driver's own worker finishes a stage alone when it would take less than this
-# (joining Ray and starting its workers costs about as much CPU on a small machine: a cached rerun is faster alone)
-LOCAL_ALONE_S = 10.0
 # A stage's first wait for its workers' reports, doubled each poll up to poll_s: a stage over at once (its answers
 # cached, a few units) is seen over at once, not after a whole poll_s (the demo, cached: 2 s of waiting in all).
 FIRST_POLL_S = 0.05
 # the longest wait while the driver's own worker has the stage alone: a stage of cached units ends within a
 # second, and the doubling above had the driver see it 0.2 s late (a look at the ledger costs a millisecond)
 LOCAL_POLL_S = 0.1
-# how long the driver's own worker is watched before its pace is trusted
-PACE_WINDOW_S = 3.0
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
 
 
@@ -175,14 +171,6 @@ class WorkerPool:
         self.slots.clear()
 
 
-def _time_left(counters: StageCounters, done_at_start: int, elapsed_s: float) -> float | None:
-    """How long the stage's missing shards take at the pace seen since ``elapsed_s`` ago (None: too soon to say)."""
-    if elapsed_s < PACE_WINDOW_S:  # a worker's first shards are slow (its connections, the SDK's first call)
-        return None
-    pace = (counters.shards_done - done_at_start) / elapsed_s
-    return (counters.shards_total - counters.shards_done) / pace if pace > 0 else float("inf")
-
-
 class _RayStarting:
     """The pool's place while Ray starts: no workers; the driver's own worker has the stage."""
 
@@ -240,9 +228,9 @@ class ShardExecutor:
         self.pool: WorkerPool | None = None
         self.autoscaler = autoscaler  # asks for worker nodes while shards outnumber workers
         self.local: LocalWorker | None = None  # the driver's own worker on the current stage
-        self._ending: list[LocalWorker] = []  # those of earlier stages, asked to stop, reaped by close()
         self.ray_start = ray_start  # None: this process is connected to Ray already
         self.pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
+        self._ray_wanted_said = False  # the stage's `local_ray_wanted` line is written
         kinds = sorted({p.kind for p in worker_cfg.providers.values()})
         sdks = [m for k in kinds for m in kind_of(k).warm_modules()]  # each kind's module and its SDK
         self._warmup = ForkWarmup([*sdks, *warm_imports])
@@ -254,9 +242,8 @@ class ShardExecutor:
         missing = self._missing(plan)
         if not missing:
             return "complete"
-        if self.local is not None:  # the last stage's (all committed): it ends beside this one, close() reaps it
-            self.local.ask_stop()
-            self._ending.append(self.local)
+        if self.local is not None:  # the last stage's: drained, so this returns at once
+            self.local.stop()
         self._init(plan, missing)
         # only the providers this stage calls: each SDK costs seconds to import, before the first call
         providers = {n: s for n, s in self.worker_cfg.providers.items() if n in calls}
@@ -269,9 +256,6 @@ class ShardExecutor:
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""
-        for ending in self._ending:
-            ending.stop()
-        self._ending.clear()
         if self.local is not None:
             self.local.stop()
             self.local = None
@@ -327,14 +311,17 @@ class ShardExecutor:
             self.progress(stage_name, patiently(self.ledger.counters, run_id, stage_name))
         return self._results(plan, first_ids)
 
-    def _pool_now(self, stage: str, plan_bytes: bytes, alone_s: float | None = None) -> WorkerPool | _RayStarting:
-        """The Ray workers' pool, started once Ray is up and the stage has work the driver's own worker cannot
-        finish alone soon (``alone_s``: how long it would take, None while its pace is not known yet); waits
-        for Ray only when that worker is not (or no longer) working this stage."""
+    def _pool_now(self, stage: str, plan_bytes: bytes, pace: LocalPace | None = None) -> WorkerPool | _RayStarting:
+        """The Ray workers' pool, started once Ray is up and the driver's own worker needs help with the stage
+        (``pace``: its pace and CPU so far, cluster/executors/local_pace.py); waits for Ray only when that worker
+        is not (or no longer) working this stage."""
         if self.pool is None:
             local_busy = self.local is not None and self.local.stage == stage and self.local.running()
-            if local_busy and (alone_s is None or alone_s < LOCAL_ALONE_S):
-                return _RayStarting()  # joining Ray and starting its workers would cost more CPU than it saves
+            if local_busy and (pace is None or not pace.ray_helps()):
+                return _RayStarting()  # joining Ray and starting its workers would cost more than it saves
+            if local_busy and pace is not None and not self._ray_wanted_said:
+                self._ray_wanted_said = True
+                log.info("local_ray_wanted", run_id=self.ctx.run_id, stage=stage, **pace.why())
             if self.ray_start is not None and not self.ray_start(not local_busy):
                 return _RayStarting()
             self.pool = WorkerPool(
@@ -345,6 +332,17 @@ class ShardExecutor:
                 plan_bytes=plan_bytes,
             )
         return self.pool
+
+    def _local_pace(self, stage: str) -> LocalPace | None:
+        """A watch on the driver's own worker, when it works this stage: its window against the calls in flight
+        the stage's providers allow together (another worker adds calls only below that)."""
+        local = self.local
+        if local is None or local.stage != stage:
+            return None
+        self._ray_wanted_said = False
+        providers = local.cfg.providers.values()
+        capacity = sum(p.max_concurrency for p in providers)
+        return LocalPace(local.pid, window=local.cfg.window(), capacity=capacity)
 
     def _check_pool(self, stage: str, pool: WorkerPool | _RayStarting) -> None:
         """A stage no worker can finish fails now: every node blind to the store, or workers dying in a row."""
@@ -364,7 +362,7 @@ class ShardExecutor:
         shards_done = -1
         # while Ray starts the first poll goes to the driver's own worker: it may have finished the stage
         pool = self._pool_now(stage, plan_bytes) if self.ray_start is None else self.pool or _RayStarting()
-        began, done_at_start = time.monotonic(), -1  # the driver's own worker's pace on this stage, while alone
+        pace = self._local_pace(stage)  # the driver's own worker on this stage, while alone
         wait_s = min(FIRST_POLL_S, self.poll_s)
         while True:
             if not budget_hit:
@@ -411,9 +409,10 @@ class ShardExecutor:
                 )
             if not budget_hit:
                 pool.resume_idle()
-            if self.pool is None:  # Ray's workers join when it is up (this stage's local worker works on)
-                done_at_start = counters.shards_done if done_at_start < 0 else done_at_start
-                pool = self._pool_now(stage, plan_bytes, _time_left(counters, done_at_start, now - began))
+            if self.pool is None:  # Ray's workers join when it is up and helps (this stage's local worker works on)
+                if pace is not None:
+                    pace.see(counters.shards_done, counters.shards_total)
+                pool = self._pool_now(stage, plan_bytes, pace)
 
     def _results(self, plan: StagePlan, first_ids: list[str]) -> ShardResults:
         decoder = msgspec.msgpack.Decoder(ShardOutput)
