@@ -228,6 +228,7 @@ class ShardExecutor:
         self.pool: WorkerPool | None = None
         self.autoscaler = autoscaler  # asks for worker nodes while shards outnumber workers
         self.local: LocalWorker | None = None  # the driver's own worker on the current stage
+        self._ending: list[LocalWorker] = []  # those of earlier stages, asked to stop, reaped by close()
         self.ray_start = ray_start  # None: this process is connected to Ray already
         self.pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
         self._ray_wanted_said = False  # the stage's `local_ray_wanted` line is written
@@ -242,8 +243,9 @@ class ShardExecutor:
         missing = self._missing(plan)
         if not missing:
             return "complete"
-        if self.local is not None:  # the last stage's: drained, so this returns at once
-            self.local.stop()
+        if self.local is not None:  # the last stage's (all committed): it ends beside this one, close() reaps it
+            self.local.ask_stop()
+            self._ending.append(self.local)
         self._init(plan, missing)
         # only the providers this stage calls: each SDK costs seconds to import, before the first call
         providers = {n: s for n, s in self.worker_cfg.providers.items() if n in calls}
@@ -256,6 +258,9 @@ class ShardExecutor:
 
     def close(self) -> None:
         """Stop the run's workers (at the end of the run, or when a stage fails)."""
+        for ending in self._ending:
+            ending.stop()
+        self._ending.clear()
         if self.local is not None:
             self.local.stop()
             self.local = None
