@@ -5,17 +5,18 @@ its first worker's fork), plans and reduces each stage, waits out each stage's f
 and ends (the report, the services' stop). So the estimate is the stages' calls (each the longer of the rate
 limits' and the concurrency's bounds over its uncached requests, ``call_time.py``) plus those fixed costs.
 
-The fixed costs come from the runs folder when it holds a finished run of the same pipeline: its log
-(``runs/<id>/log.jsonl``) times every stage's plan, calls and reduce, and what its calls should have taken
-(the same model, over the requests that run did not find cached) is taken out, the rest being that stage's
-own cost on this machine. Without such a run, the defaults below (the demos' on a quiet 2-core machine) say it.
+The fixed costs come from the runs folder when it holds finished runs of the same pipeline: their logs
+(``runs/<id>/log.jsonl``) time every stage's plan, fork, calls and reduce, and the medians of the latest runs like
+the one to come (a rerun that calls nothing, or one that calls) are taken; a stage whose units such a run called
+gives its pace per unit too. Without such a run, the defaults below (the demos' on a 2-core machine) say it.
 What the log cannot see, Python's start before the driver and the report after it, is :data:`PROCESS_S`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -75,7 +76,8 @@ RUNS_TRIED = 5  # the most recent finished runs looked at for one with a readabl
 class MeasuredRun(msgspec.Struct, kw_only=True):
     """The fixed costs and paces finished runs of the same pipeline had in this runs folder."""
 
-    run_id: str  # the latest: its start and its stages' own costs
+    run_id: str  # the latest of the runs whose start and stages' own costs are taken
+    runs: int = 1  # how many: the medians of their figures
     start_s: float  # the driver's start to its first stage's plan
     stages_s: dict[str, float]  # each stage's own time: plan, worker's fork (its calls, reduce, warm-up wait apart)
     reduces_s: dict[str, float] = {}  # each stage's reduce, in the latest run that called (a fresh run's)
@@ -92,13 +94,16 @@ class WallEstimate(msgspec.Struct, kw_only=True):
     fixed_s: float  # start, plans, reduces, round trips, the report (and Ray's start, ``ray_s``)
     least_s: float  # the rate limits' bound alone (every request called): a lower bound
     ray_s: float = 0.0
-    measured_in: str = ""  # the run whose fixed costs these are; "" = the defaults
+    measured_in: str = ""  # the (latest) run whose fixed costs these are; "" = the defaults
+    measured_runs: int = 0  # of how many runs they are the medians
     requests: int = 0
     cached_requests: int = 0  # of ``requests``, answered by the response cache already
 
     def describe(self) -> str:
         """One line: the estimate with its parts, and the lower bound."""
         where = f"measured in run {self.measured_in}" if self.measured_in else "defaults, no earlier run here"
+        if self.measured_runs > 1:
+            where = f"medians of {self.measured_runs} runs here, the latest {self.measured_in}"
         ray = f", {_secs(self.ray_s)} Ray's start" if self.ray_s else ""
         cache = (
             f"; {self.cached_requests} of {self.requests} requests answered by the response cache"
@@ -120,8 +125,8 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
     """The run's wall time: its stages' calls (``estimates``, from ``plan_run``) and its fixed costs, from the
     runs folder's latest finished runs of the pipeline if there are any, else the defaults."""
     by_stage = {e.stage: e for e in estimates}
-    measured = measure(runs_dir, cfg.run.pipeline, by_stage)
     rerun = all(e.cached_requests >= e.requests for e in estimates)  # every answer cached: nothing is called
+    measured = measure(runs_dir, cfg.run.pipeline, rerun=rerun)
     fixed = measured.start_s if measured is not None else START_S
     calls_s = 0.0
     since_first_worker: float | None = None  # the time from the first worker's start to the next fork
@@ -152,6 +157,7 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
         least_s=sum(e.min_wall_s for e in estimates),
         ray_s=ray_s,
         measured_in=measured.run_id if measured is not None else "",
+        measured_runs=measured.runs if measured is not None else 0,
         requests=sum(e.requests for e in estimates),
         cached_requests=sum(e.cached_requests for e in estimates),
     )
@@ -249,34 +255,61 @@ class _Session(msgspec.Struct, kw_only=True):
     warmup_s: float | None
     ray_joined: bool
 
+    @property
+    def called_none(self) -> bool:
+        """A rerun: every answer was in the cache."""
+        return not any(st.called for st in self.stages.values())
 
-def measure(runs_dir: str | Path, pipeline: str, estimates: dict[str, StageEstimate]) -> MeasuredRun | None:
-    """The fixed costs of the latest finished run of ``pipeline`` under ``runs_dir`` whose log has its last
-    session whole, with each stage's pace and the warm-up from the latest that shows them; None: no such run."""
-    found: MeasuredRun | None = None
+
+def measure(runs_dir: str | Path, pipeline: str, *, rerun: bool = False) -> MeasuredRun | None:
+    """The fixed costs of the latest finished runs of ``pipeline`` under ``runs_dir`` (at most
+    :data:`RUNS_TRIED`, each with its log's last session whole): the median of those like the run to come (a rerun
+    that calls nothing, or a run that calls), else of all of them; each stage's pace and the warm-up from the
+    latest that shows them. None: no such run."""
+    sessions: list[tuple[str, _Session, str]] = []
     for run_id, counters, store_url in _finished_runs(Path(runs_dir), pipeline):
-        session = None
         with contextlib.suppress(OSError, ValueError, msgspec.DecodeError):
             session = _measure_log(RunLayout(run_id).local(runs_dir).log, counters)
-        if session is None:
-            continue
-        if found is None:
-            own = {name: st.own_s + (0.0 if _paced(st) else st.calls_span_s) for name, st in session.stages.items()}
-            found = MeasuredRun(
-                run_id=run_id, start_s=session.start_s, stages_s=own, ray_joined=session.ray_joined, paces_s={}
-            )
-        called_none = not any(st.called for st in session.stages.values())
-        reduces = found.cached_reduces_s if called_none else found.reduces_s
-        if not reduces:  # the latest run of its kind
-            reduces.update({name: st.reduce_s for name, st in session.stages.items()})
-            if not called_none:
-                found.figure_stages = [name for name in session.stages if _drew_figures(store_url, run_id, name)]
+            if session is not None:
+                sessions.append((run_id, session, store_url))
+    if not sessions:
+        return None
+    fresh = [x for x in sessions if not x[1].called_none]
+    alike = [x for x in sessions if x[1].called_none == rerun] or sessions
+    paces: dict[str, float] = {}
+    for _, session, _ in sessions:
         for name, st in session.stages.items():
-            if _paced(st) and name not in found.paces_s:
-                found.paces_s[name] = st.calls_span_s / st.units
-        if found.warmup_s is None:
-            found.warmup_s = session.warmup_s
-    return found
+            if _paced(st):
+                paces.setdefault(name, st.calls_span_s / st.units)
+    latest_fresh = fresh[0] if fresh else None
+    return MeasuredRun(
+        run_id=alike[0][0],
+        runs=len(alike),
+        start_s=statistics.median(session.start_s for _, session, _ in alike),
+        stages_s=_medians(
+            {name: st.own_s + (0.0 if _paced(st) else st.calls_span_s) for name, st in session.stages.items()}
+            for _, session, _ in alike
+        ),
+        reduces_s=_medians({n: st.reduce_s for n, st in session.stages.items()} for _, session, _ in fresh),
+        cached_reduces_s=_medians(
+            {n: st.reduce_s for n, st in session.stages.items()} for _, session, _ in sessions if session.called_none
+        ),
+        figure_stages=[]
+        if latest_fresh is None
+        else [n for n in latest_fresh[1].stages if _drew_figures(latest_fresh[2], latest_fresh[0], n)],
+        paces_s=paces,
+        warmup_s=next((session.warmup_s for _, session, _ in sessions if session.warmup_s is not None), None),
+        ray_joined=alike[0][1].ray_joined,
+    )
+
+
+def _medians(runs: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Per stage, the median of the runs that measured it."""
+    seen: dict[str, list[float]] = {}
+    for run in runs:
+        for name, seconds in run.items():
+            seen.setdefault(name, []).append(seconds)
+    return {name: statistics.median(values) for name, values in seen.items()}
 
 
 def _paced(stage: _Stage) -> bool:

@@ -136,7 +136,7 @@ def test_an_earlier_run_in_the_runs_folder_times_the_fixed_costs_and_the_calls(t
     runs = tmp_path / "runs"
     _recorded_run(runs, "demo-1", {"collect": (630, 0), "classify": (1, 0), "evaluate": (90, 0)}, EVENTS)
     estimates = {e.stage: e for e in plan_run(cfg)}
-    measured = w.measure(runs, "puns", estimates)
+    measured = w.measure(runs, "puns")
     assert measured is not None and measured.run_id == "demo-1"
     assert measured.start_s == pytest.approx(0.6)  # the driver's start to collect's plan
     # plan to calls, and reduce's end to the next plan; the reduces apart
@@ -174,8 +174,8 @@ def test_the_latest_run_gives_the_fixed_costs_an_earlier_one_the_paces(tmp_path:
     record = RunLayout("demo-2").local(runs).record
     rec = msgspec.json.decode(record.read_bytes(), type=RunRecord)
     record.write_bytes(msgspec.json.encode(msgspec.structs.replace(rec, finished_at=300.0)))
-    measured = w.measure(runs, "puns", {e.stage: e for e in plan_run(cfg)})
-    assert measured is not None and measured.run_id == "demo-2"
+    measured = w.measure(runs, "puns", rerun=True)
+    assert measured is not None and measured.run_id == "demo-2" and measured.runs == 1
     # demo-2 found every answer cached: its calls' spans are its own costs, its reduces a rerun's; the paces
     # and a fresh run's reduces are demo-1's
     assert measured.stages_s["collect"] == pytest.approx(0.7 + 8.0)
@@ -183,14 +183,22 @@ def test_the_latest_run_gives_the_fixed_costs_an_earlier_one_the_paces(tmp_path:
     assert measured.cached_reduces_s["evaluate"] == pytest.approx(1.5) == measured.reduces_s["evaluate"]
     rerun = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request: True), runs)
     fresh = w.estimate_wall(cfg, plan_run(cfg), runs)
-    assert rerun.measured_in == fresh.measured_in == "demo-2"
-    # the same reduces, measured both ways: the calls and the wait for the warm-up (8.9 s) after collect's 8 s apart
-    assert fresh.total_s - rerun.total_s == pytest.approx(fresh.calls_s + (109.5 - 100.6) - 8.0)
+    assert rerun.measured_in == "demo-2" and fresh.measured_in == "demo-1"  # each from the runs like it
+    own = 0.6 + (0.7 + 8.0) + (0.35 + 0.3) + 0.1 + w.PLAIN_STAGE_S + (0.6 + 1.0) + w.PROCESS_S
+    assert rerun.total_s == pytest.approx(own + 0.1 + 0.05 + 0.3 + 1.5)  # demo-2's own reduces
+    # a third run, fresh, started 0.4 s slower: a fresh run's start is the median of the two fresh runs'
+    _recorded_run(runs, "demo-3", {"collect": (630, 0), "classify": (1, 0), "evaluate": (90, 0)}, EVENTS)
+    log = RunLayout("demo-3").local(runs).log
+    log.write_text(log.read_text().replace('"driver_start":99.5', '"driver_start":99.1'))
+    both = w.measure(runs, "puns")
+    assert both is not None and both.run_id == "demo-3" and both.runs == 2
+    assert both.start_s == pytest.approx((0.6 + 1.0) / 2)
+    assert "medians of 2 runs here" in w.estimate_wall(cfg, plan_run(cfg), runs).describe()
     # another pipeline's runs are not measured; an unreadable record hides none of the others
-    assert w.measure(runs, "prompts", {}) is None
+    assert w.measure(runs, "prompts") is None
     (runs / "junk").mkdir()
     (runs / "junk" / "run.json").write_text("{")
-    assert w.measure(runs, "puns", {}) is not None
+    assert w.measure(runs, "puns") is not None
 
 
 def test_plan_prints_the_estimate_with_its_parts(tmp_path: Path, capsys) -> None:
