@@ -53,8 +53,6 @@ class StageEstimate(Protocol):
     @property
     def min_wall_s(self) -> float: ...
     @property
-    def all_calls_s(self) -> float: ...
-    @property
     def calls_s(self) -> float: ...
     @property
     def providers(self) -> int: ...
@@ -80,15 +78,17 @@ class MeasuredRun(msgspec.Struct, kw_only=True):
     runs: int = 1  # how many: the medians of their figures
     start_s: float  # the driver's start to its first stage's plan
     stages_s: dict[str, float]  # each stage's own time: plan, worker's fork (its calls, reduce, warm-up wait apart)
-    reduces_s: dict[str, float] = {}  # each stage's reduce, in the latest run that called (a fresh run's)
-    cached_reduces_s: dict[str, float] = {}  # and in the latest that called nothing (a rerun's: figures kept)
-    figure_stages: list[str] = []  # the stages whose reduce wrote figures in that fresh run
+    reduces_s: dict[str, float] = {}  # each stage's reduce (median) in the runs that called: fresh runs
+    cached_reduces_s: dict[str, float] = {}  # and in those that called nothing: reruns (their figures copied)
+    figure_stages: list[str] = []  # the stages whose reduce wrote figures in the latest fresh run
     paces_s: dict[str, float] = {}  # per stage: seconds of its calls per unit, from a run that called most of them
     warmup_s: float | None = None  # the first worker's ready to the warm-up's end, when a fork waited for it
     ray_joined: bool = False
 
 
 class WallEstimate(msgspec.Struct, kw_only=True):
+    """A run's expected wall time and its parts (``total_s`` = ``calls_s`` + ``fixed_s``)."""
+
     total_s: float
     calls_s: float  # the stages' calls, one after the other
     fixed_s: float  # start, plans, reduces, round trips, the report (and Ray's start, ``ray_s``)
@@ -133,6 +133,8 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
     long_stage = False
     for name in [s.name for s in pipeline_of(cfg).stages(cfg)]:
         e = by_stage.get(name)
+        if e is not None and not e.requests:  # an upper bound of no calls: a stage that only reduces
+            e = None
         calls = _calls_s(e, measured.paces_s.get(name) if measured is not None else None)
         own = _own_s(measured, name, rerun)
         if own is None:
