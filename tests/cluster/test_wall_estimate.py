@@ -12,9 +12,14 @@ import pytest
 from punchline.cluster import wall_estimate as w
 from punchline.cluster.cli import main
 from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.pipeline import StageContext
 from punchline.cluster.planner import plan_run
+from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_record import RunRecord, Services
+from punchline.data.requests import ProviderResponse
+from punchline.data.response_cache import ResponseCache
 from punchline.data.run_layout import RunLayout
+from punchline.data.stores.local import LocalStore
 from punchline.schedulers.ledger import StageCounters
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,3 +236,18 @@ def test_a_stage_long_enough_for_ray_adds_its_start_when_the_worker_needs_help(t
     wall = w.estimate_wall(two, estimates, tmp_path / "runs")
     assert wall.ray_s == w.RAY_S and "Ray's start" in wall.describe()
     assert wall.total_s == pytest.approx(wall.calls_s + wall.fixed_s)
+
+
+def test_the_cache_lookup_reads_the_runs_folders_packs(tmp_path: Path, capsys) -> None:
+    cfg = _demo(tmp_path)
+    runs = tmp_path / "runs"
+    assert w.cache_lookup(str(runs)) is None  # no cache yet: nothing looked up
+    collect = pipeline_of(cfg).stages(cfg)[0]
+    requests = [u.request for u in collect.plan(StageContext(cfg, "plan", LocalStore(tmp_path / "scratch")))]
+    ResponseCache(LocalStore(runs)).put(requests[0], ProviderResponse(texts=["a pun"]))
+    cached = w.cache_lookup(w.store_of(cfg, str(runs)))
+    assert cached is not None and cached(requests[0]) and not cached(requests[1])
+    assert main(["plan", str(tmp_path / "demo.toml"), "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "1 cached" in out and f"1 of {sum(e.requests for e in plan_run(cfg))} requests answered" in out
+    assert w.cache_lookup("s3://bucket/prefix") is None  # a remote store's packs are not listed
