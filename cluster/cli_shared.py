@@ -51,7 +51,7 @@ def add_run_command(
     description: str,
     config_help: str,
 ) -> argparse.ArgumentParser:
-    """A command that runs a pipeline from a config: ``run``, and a family's alias of it such as ``humor run``
+    """A command that runs a pipeline from a config: ``run``, and and a pipeline family's alias of it (``<family> run``)
     (whose ``func`` calls :func:`run_config` naming its pipeline). The config argument and the run options are
     spelled here once, so the alias and ``run`` cannot drift apart."""
     p = sub.add_parser(name, help=help, description=description)
@@ -83,7 +83,7 @@ def no_bars(args: argparse.Namespace) -> bool:
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of every command that runs a pipeline (``run`` and its aliases, ``puns reproduce``)."""
+    """The options of every command that runs a pipeline (``run``, its aliases, a family's run commands)."""
     p.add_argument("--run-id", help="resume this run (or name a new one)")
     p.add_argument("--redis-url", help="use this Redis instead of an embedded one (env PUNCHLINE_REDIS_URL)")
     p.add_argument("--store", help="checkpoint store: a folder or s3://bucket/prefix (env PUNCHLINE_STORE)")
