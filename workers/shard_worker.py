@@ -26,7 +26,7 @@ import msgspec
 import structlog
 
 from punchline.data.background import stop_tasks
-from punchline.data.backoff import constant, retry_async
+from punchline.data.backoff import retry_async
 from punchline.data.errors import BudgetExceeded, LedgerUnavailable, StoreError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
@@ -43,9 +43,10 @@ from punchline.data.units import (
     shard_key,
 )
 from punchline.schedulers.budget import estimate_request_cost, usage_field
+from punchline.schedulers.claims import LEDGER_PAUSE, ClaimEnd, claim_shards
 from punchline.schedulers.inflight import RunWideSlots
 from punchline.schedulers.keys import NAMESPACE, StageKeys
-from punchline.schedulers.leases import BudgetTerms, Claim, Leases, NoClaim
+from punchline.schedulers.leases import BudgetTerms, Claim, Leases
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect, connect_async, resolve_url
 from punchline.workers.call_stats import CallStats
@@ -75,7 +76,6 @@ __all__ = [
     "lease_ahead",
 ]
 
-LEDGER_PAUSE = constant(1.0)  # between attempts while Redis is unreachable
 ONCE = RetryPolicy(max_retries=0, max_malformed_retries=0)  # a unit that asks for no retries (UnitSpec.retries)
 SHARD_COMMIT_ATTEMPTS = 60  # a shard's commit waits out an outage this many LEDGER_PAUSEs, then its lease lapses
 
@@ -303,52 +303,58 @@ class _StageRun:
             await asyncio.wait_for(self.room.wait(), timeout_s)
 
     async def _claim_loop(self) -> None:
-        cfg = self.p.cfg
-        while not self.stop:
-            if self.pending_units >= self.window:
-                await self._wait_for_room()
-                continue
-            try:  # a Redis outage is waited out, unless the worker is told to stop meanwhile
-                claim = await retry_async(
-                    lambda: self.p.leases.claim(self.keys, self.p.worker_id, cfg.lease_ms),
-                    retry_on=(LedgerUnavailable,),
-                    backoff=LEDGER_PAUSE,
-                    deadline_s=self.p.ledger_wait_s,
-                    when=lambda _exc: not (self.stop or self.p.stopping()),
-                    on_retry=lambda exc, _n, _d: self.log.warning("ledger_unavailable", error=str(exc)),
-                )
-            except LedgerUnavailable as exc:
-                if self.p.stopping():
-                    self.report.driver_gone = True
-                elif not self.stop and self.failed is None:  # past its bound: the work call fails
-                    self.failed = exc
-                self.stop = True
-                continue
-            if claim is NoClaim.DRAINED:  # what we hold finishes in go()
-                return
-            if claim is NoClaim.STAGE_UNKNOWN:  # Redis lost the stage: the coordinator rebuilds it from the store
-                self.report.stage_reset = True
-                return
-            if isinstance(claim, int):  # everything left is held by others: wait for them or our own units
-                wait_s = min(claim, 1_000) / 1000
-                if self.tasks:
-                    await self._wait_for_room(wait_s)
-                else:
-                    await asyncio.sleep(wait_s)
-                continue
-            self.p.held.shards[claim.shard] = claim
-            try:
-                units = await self.p.pages.shard(self.plan, claim.shard)
-            except BaseException:
-                self.p.held.close_shard(claim)
-                self.p.held.drop_shard(claim)
-                with contextlib.suppress(LedgerUnavailable):
-                    await self.p.leases.release_shard(self.keys, claim)
-                raise
-            self.pending_units += len(units)
-            task = asyncio.create_task(self._shard(claim, units))
-            self.tasks.add(task)
-            task.add_done_callback(self._shard_ended)
+        """Claim shards while the window has room (the scheduler is ``schedulers/claims.py``); each claimed shard
+        runs as a task of its own. How the claims ended goes into the report (or fails the work call)."""
+        end, error = await claim_shards(
+            self.p.leases,
+            self.keys,
+            self.p.worker_id,
+            self.p.cfg.lease_ms,
+            self,
+            self._start_shard,
+            ledger_wait_s=self.p.ledger_wait_s,
+            stopping=self.p.stopping,
+            log=self.log,
+        )
+        if end is ClaimEnd.LEDGER_LOST:
+            if self.p.stopping():
+                self.report.driver_gone = True
+            elif not self.stop and self.failed is None:  # past its bound: the work call fails
+                self.failed = error
+            self.stop = True
+        elif end is ClaimEnd.STAGE_RESET:  # Redis lost the stage: the coordinator rebuilds it from the store
+            self.report.stage_reset = True
+        # DRAINED: what we hold finishes in go(); STOPPED: told to stop
+
+    # the window, as schedulers/claims.py asks about it
+    def stopped(self) -> bool:
+        return self.stop
+
+    def full(self) -> bool:
+        return self.pending_units >= self.window
+
+    def busy(self) -> bool:
+        return bool(self.tasks)
+
+    async def wait_for_room(self, timeout_s: float | None = None) -> None:
+        await self._wait_for_room(timeout_s)
+
+    async def _start_shard(self, claim: Claim) -> None:
+        """A claimed shard: its units from the plan page, then a task that runs them (its lease is given back
+        if the page cannot be read)."""
+        self.p.held.shards[claim.shard] = claim
+        try:
+            units = await self.p.pages.shard(self.plan, claim.shard)
+        except BaseException:
+            self.p.held.close_shard(claim)
+            self.p.held.drop_shard(claim)
+            with contextlib.suppress(LedgerUnavailable):
+                await self.p.leases.release_shard(self.keys, claim)
+            raise
+        self.pending_units += len(units)
+        task = asyncio.create_task(self._shard(claim, units))
+        self.tasks.add(task)
+        task.add_done_callback(self._shard_ended)
 
     async def _unit(self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None) -> UnitResult:
         """A unit counts against the window until its call is done (not until its answer is committed:
