@@ -306,7 +306,7 @@ class ShardExecutor:
             if self.pool is not None:  # workers outlive a stage: starting Ray worker processes costs seconds
                 self.pool.switch(stage_name, plan_bytes)
             try:
-                self._drive(plan, plan_bytes)
+                self._supervise(plan, plan_bytes)
             except BaseException:
                 self.close()
                 raise
@@ -360,7 +360,10 @@ class ShardExecutor:
                 f"last error: {pool.last_death}"
             )
 
-    def _drive(self, plan: StagePlan, plan_bytes: bytes) -> None:
+    def _supervise(self, plan: StagePlan, plan_bytes: bytes) -> None:
+        """Watch the stage until every shard file is in the store. Not a scheduler: each worker claims its next
+        shard itself (schedulers/claims.py); this loop keeps the workers there (the pool, Ray's joining, the
+        autoscaler), rebuilds a queue Redis lost, stops at the budget, and fails a stage no worker can finish."""
         run_id, stage = self.ctx.run_id, plan.stage
         budget_hit = False
         last_check = 0.0
