@@ -361,9 +361,8 @@ class ShardExecutor:
             )
 
     def _supervise(self, plan: StagePlan, plan_bytes: bytes) -> None:
-        """Watch the stage until every shard file is in the store. Not a scheduler: each worker claims its next
-        shard itself (schedulers/claims.py); this loop keeps the workers there (the pool, Ray's joining, the
-        autoscaler), rebuilds a queue Redis lost, stops at the budget, and fails a stage no worker can finish."""
+        """Watch the stage until every shard file is stored. Workers claim their shards (schedulers/claims.py); this
+        keeps workers there (pool, Ray, autoscaler), rebuilds a lost queue, stops at the budget or a dead end."""
         run_id, stage = self.ctx.run_id, plan.stage
         budget_hit = False
         last_check = 0.0
