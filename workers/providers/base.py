@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -110,6 +111,7 @@ class SdkProvider:
         # at most ``max_concurrency`` HTTP calls in flight from this provider object (one per worker)
         self._slots = asyncio.Semaphore(max(1, settings.max_concurrency))
         self._client: Any = None
+        self._wire: Wire | None = None  # built at the first call (the subclass makes the SDK client)
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.settings.base_url!r})"
@@ -118,17 +120,74 @@ class SdkProvider:
         await self._client.close()
 
     async def _post(self, path: str, body: dict[str, Any], *, offset: int, where: str) -> bytes:
-        """One call, its body as sent. ``post`` is the SDK's documented way to reach any endpoint: it keeps
-        the SDK's auth, headers, timeouts and error types but skips validating the answer into pydantic
-        models, which cost as much CPU as the rest of a unit; the caller decodes the fields it keeps with
-        msgspec (:func:`decode_body`)."""
-        headers = {CHOICE_OFFSET_HEADER: str(offset)} if offset else None
-        with sdk_errors(self.sdk, where, self._secret, self.settings.timeout_s):
-            async with self._slots:
-                raw = await self._client.post(
-                    path, cast_to=httpx2.Response, body=body, options={"headers": headers} if headers else {}
-                )
-        return bytes(raw.content)
+        """One call, its body as sent: straight through the SDK's own HTTP client (its connection pool, its
+        timeouts) with the SDK's headers (auth, version, user agent), built once per provider. The SDK's
+        ``post`` rebuilt all of that per call (options models, header merging, URL parsing, its auth retry
+        layer): a third of a unit's CPU at 0 ms latency (BENCHMARKS.md, the peers' job). Nothing is retried
+        here; errors become ours as the SDK's would (:func:`wire_error`). The caller decodes the fields it
+        keeps with msgspec (:func:`decode_body`)."""
+        wire = self._wire or self._make_wire()
+        headers = wire.headers if not offset else {**wire.headers, CHOICE_OFFSET_HEADER: str(offset)}
+        request = httpx2.Request(
+            "POST", wire.url_of(path), headers=headers, content=_encode(body), extensions=wire.extensions
+        )
+        async with self._slots:
+            try:
+                response = await wire.http.send(request)
+            except httpx2.TimeoutException:
+                raise RetryableProviderError(f"{where}: timed out after {self.settings.timeout_s} s") from None
+            except Exception as exc:  # as the SDK did: anything else on the way is a connection failure
+                text = redact(f"{type(exc).__name__}: {exc}", self._secret)[:200]
+                raise RetryableProviderError(f"{where}: connection failed: {text}") from None
+        if response.status_code >= 400:
+            message = error_body_message(response.status_code, response.content)
+            raise status_error(where, response.status_code, message, response.headers, self._secret)
+        return response.content
+
+    def _make_wire(self) -> Wire:
+        client = self._client
+        headers = httpx2.Headers(client._client.headers)  # the HTTP client's own (accept-encoding...)
+        sdk_headers = {**client.default_headers, **client.auth_headers}
+        headers.update({k: v for k, v in sdk_headers.items() if isinstance(v, str)})  # not the SDK's Omit markers
+        self._wire = Wire(client._client, str(client.base_url), dict(headers.items()), self.settings.timeout_s)
+        return self._wire
+
+
+class Wire:
+    """What every call of one provider shares: the SDK's HTTP client, the base URL, headers and timeouts."""
+
+    __slots__ = ("base", "extensions", "headers", "http", "urls")
+
+    def __init__(self, http: httpx2.AsyncClient, base_url: str, headers: dict[str, str], timeout_s: float) -> None:
+        self.http = http
+        self.base = base_url.rstrip("/")
+        self.headers = headers
+        self.extensions = {"timeout": httpx2.Timeout(timeout_s).as_dict()}
+        self.urls: dict[str, httpx2.URL] = {}
+
+    def url_of(self, path: str) -> httpx2.URL:
+        url = self.urls.get(path)
+        if url is None:
+            url = self.urls[path] = httpx2.URL(f"{self.base}/{path.lstrip('/')}")
+        return url
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def error_body_message(status: int, content: bytes) -> str:
+    """The provider's own message in an error body (``{"error": {"message": ...}}``, both APIs), else the
+    body itself, as the SDKs' ``APIStatusError`` says it."""
+    text = content.decode("utf-8", "replace").strip()
+    try:
+        body: Any = json.loads(text)
+    except ValueError:
+        body = text
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return f"Error code: {status} - {body}"
 
 
 def decode_body(decoder: msgspec.json.Decoder[T], where: str, body: bytes) -> T:
