@@ -13,7 +13,7 @@ MESSAGES_PATH = "/v1/messages"  # the anthropic one
 
 OPENAI = ProviderKind(
     "openai",
-    "punchline.workers.providers.openai_compat:OpenAICompatProvider",
+    "punchline.workers.providers.openai_http:OpenAIProvider",
     batches="punchline.workers.providers.batch_openai:OpenAIBatches",
     base_url_env="OPENAI_BASE_URL",
     default_base_url="https://api.openai.com/v1",

@@ -1,33 +1,23 @@
-"""OpenAI-compatible chat completions (OpenAI, Together, vLLM, the fake provider) via ``openai.AsyncOpenAI``.
+"""The ``openai`` kind's provider built on ``openai.AsyncOpenAI``: the SDK's client, base URL and headers.
 
-The SDK's own retries are off (``max_retries=0``): retries, backoff and rate limiting belong to
-:mod:`punchline.workers.retry` and :mod:`punchline.schedulers.rate_limit`, which see every attempt cluster-wide.
-
-When ``settings.supports_n`` is false and ``request.n > 1``, :meth:`complete` makes ``n`` calls with
-the same parameters (``n=1``) one after another and concatenates their texts and token counts; a
-failure of any call fails the whole request (the retry repeats all ``n``). Each call carries the
-choice offset header (``sample_slot * n + i``) so the fake provider returns distinct samples.
+The kind itself uses :class:`~punchline.workers.providers.openai_http.OpenAIProvider` (plain HTTP, no SDK to
+import: a worker's and its driver's CPU-second, BENCHMARKS.md); this one stays for code that names it, and for
+where the SDK's own settings (its environment variables, its client) are wanted. Both call the same way: the
+body from :func:`chat_body`, posted through the HTTP client, decoded by :func:`response_of`.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-import msgspec
 import openai
 
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.requests import ProviderRequest, ProviderResponse, joined
-from punchline.workers.providers.base import (
-    MalformedResponse,
-    SdkProvider,
-    decode_body,
-)
-from punchline.workers.providers.kinds import CHAT_PATH
+from punchline.workers.providers.base import SdkProvider, Wire
+from punchline.workers.providers.openai_http import OpenAIProvider, chat_body, response_of
+
+__all__ = ["OpenAICompatProvider", "chat_body", "response_of"]
 
 
-class OpenAICompatProvider(SdkProvider):
+class OpenAICompatProvider(OpenAIProvider):
     sdk = openai
 
     def __init__(self, name: str, settings: ProviderSettings) -> None:
@@ -39,84 +29,8 @@ class OpenAICompatProvider(SdkProvider):
             timeout=settings.timeout_s,
         )
 
-    async def complete(self, request: ProviderRequest) -> ProviderResponse:
-        if request.n > 1 and not self.settings.supports_n:
-            parts = [await self._call(request, 1, request.sample_slot * request.n + i) for i in range(request.n)]
-            return joined(parts)
-        return await self._call(request, request.n, request.sample_slot * request.n)
+    def _make_wire(self) -> Wire:
+        return SdkProvider._make_wire(self)
 
-    async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
-        where = f"{self.name}/{request.model}"
-        body = await self._post(CHAT_PATH, chat_body(request, n), offset=offset, where=where)
-        return response_of(where, decode_body(_completion, where, body))
-
-
-def chat_body(request: ProviderRequest, n: int) -> dict[str, Any]:
-    """The chat-completions body of ``request`` asking for ``n`` choices (also a batch line's body)."""
-    params: dict[str, Any] = {
-        "model": request.model,
-        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-        "temperature": request.temperature,
-        "max_tokens": request.max_tokens,
-        "n": n,
-    }
-    if request.stop:
-        params["stop"] = list(request.stop)
-    if request.seed is not None:
-        params["seed"] = request.seed
-    if request.top_p is not None:
-        params["top_p"] = request.top_p
-    if request.response_schema is not None:  # structured output: the provider holds the answer to the schema
-        params["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "response", "schema": json.loads(request.response_schema)},
-        }
-    return params
-
-
-class _Message(msgspec.Struct):
-    content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    message: _Message
-    index: int | None = None
-    finish_reason: str | None = None
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-class _Completion(msgspec.Struct):
-    """The fields of a chat completion we keep (the rest of the body is ignored, not validated)."""
-
-    choices: list[_Choice] | None = None
-    usage: _Usage | None = None
-    model: str | None = None
-
-
-_completion = msgspec.json.Decoder(_Completion)
-
-
-def response_of(where: str, resp: Any) -> ProviderResponse:
-    """A chat completion as a :class:`ProviderResponse`: the online call's decoded body or a batch line's
-    SDK object (both have ``choices``, ``usage`` and ``model``)."""
-    choices = getattr(resp, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        raise MalformedResponse(f"{where}: malformed response: no choices")
-    try:
-        ordered = sorted(choices, key=lambda c: c.index or 0)
-        texts = [c.message.content or "" for c in ordered]
-        reasons = [str(getattr(c, "finish_reason", None) or "") for c in ordered]
-    except AttributeError as exc:
-        raise MalformedResponse(f"{where}: malformed response: {exc}") from None
-    usage = getattr(resp, "usage", None)
-    return ProviderResponse(
-        texts=texts,
-        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        model=str(getattr(resp, "model", "") or ""),
-        finish_reasons=reasons,
-    )
+    async def aclose(self) -> None:
+        await self._client.close()
