@@ -90,10 +90,10 @@ def pipeline_stages(cfg: RunConfig) -> list[Stage]:
 def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prepared | RunRecord:
     """The whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes. A run that
     finished already is answered by its record (no service is started for it)."""
+    if opts.run_id is not None:  # first: a run id never names a path outside the runs folder (read below)
+        check_run_id(opts.run_id)
     check_environment()
     cfg = load_config(config_path)  # every value range-checked: a bad config writes nothing
-    if opts.run_id is not None:  # first: the folder checks below read paths under it
-        check_run_id(opts.run_id)
     store_url = opts.store or config_store(cfg) or opts.runs_dir
     check_options(opts, cfg, store_url)  # the flags over the config, the folders, the address, the URLs
     ray_address = opts.ray_address or cfg.run.ray_address

@@ -5,7 +5,8 @@ before its cloze stage refused it), and one found after the run folder or the le
 litter behind. So ``punchline run`` (and ``plan``, with the same checks) first checks, in this
 order and without touching the network or the disk beyond reading:
 
-1. the config (ranges, providers named by stages: :func:`punchline.cluster.config.load_config`);
+1. the run id (``--run-id``), then the config (ranges, providers named by stages:
+   :func:`punchline.cluster.config.load_config`);
 2. flags and environment variables over it (``--max-workers``, ``--store``, ``PUNCHLINE_MAX_WORKERS``, ...),
    the cluster address and every folder the run will write: :func:`check_options`, the one place a run's
    options are checked (each goes one way, downwards, from here);
