@@ -132,7 +132,11 @@ class TreeMeter:
     """CPU and RSS of a process and everything it starts (Ray's daemons and workers, the ledger), read every
     0.25 s from /proc. A process seen once is followed by pid (with its start time) until it ends, also once
     it is no longer a descendant (a daemon that detached); the CPU of one that ended since its last reading is
-    lost (at most 0.25 s of it), except what a waited child leaves in ``RUSAGE_CHILDREN``."""
+    lost (at most 0.25 s of it), except what a waited child leaves in ``RUSAGE_CHILDREN``.
+
+    ``RUSAGE_CHILDREN`` holds the root *and* every descendant reaped down the chain (the driver waits for its
+    forked worker): those processes are counted once, as the larger of that figure and their polled sum (it
+    used to be added to their polled CPU, counting punchline's worker twice)."""
 
     def __init__(self, root: int, exclude: set[int]) -> None:
         import psutil  # lazy: a bench dependency only
@@ -141,6 +145,7 @@ class TreeMeter:
         self.root = root
         self.exclude = exclude
         self.cpu: dict[tuple[int, float], float] = {}
+        self.parent: dict[tuple[int, float], int] = {}  # each process's parent pid when first seen
         self.peak_rss = 0
         self.children_before = self._children_cpu()
         self.stop = threading.Event()
@@ -174,6 +179,7 @@ class TreeMeter:
                     key = (p.pid, p.create_time())
                     t = p.cpu_times()
                     self.cpu[key] = max(self.cpu.get(key, 0.0), t.user + t.system)
+                    self.parent.setdefault(key, p.ppid())
                     rss += p.memory_info().rss
             self.peak_rss = max(self.peak_rss, rss)
             if self.stop.wait(0.25):
@@ -184,15 +190,23 @@ class TreeMeter:
         self.stop.set()
         self.thread.join()
         waited = self._children_cpu() - self.children_before
-        # a waited child's own CPU is in both: count it once (the larger reading)
-        root_key = next((k for k in self.cpu if k[0] == self.root), None)
-        polled = sum(self.cpu.values())
-        if root_key is not None:
-            polled -= self.cpu[root_key]
-            root_cpu = max(self.cpu[root_key], waited)
-        else:
-            root_cpu = waited
-        return polled + root_cpu, self.peak_rss / 2**20
+        # the reaped chain: the root, then each ended process whose parent is in it (its parent waited for it)
+        reaped = {k for k in self.cpu if k[0] == self.root}
+        grew = True
+        while grew:
+            pids = {k[0] for k in reaped}
+            more = {k for k in self.cpu if k not in reaped and self.parent.get(k) in pids and not self._alive(k)}
+            reaped |= more
+            grew = bool(more)
+        polled_reaped = sum(self.cpu[k] for k in reaped)
+        others = sum(v for k, v in self.cpu.items() if k not in reaped)
+        return others + max(polled_reaped, waited), self.peak_rss / 2**20
+
+    def _alive(self, key: tuple[int, float]) -> bool:
+        with contextlib.suppress(self.psutil.Error):
+            p = self.psutil.Process(key[0])
+            return bool(p.create_time() == key[1] and p.status() != self.psutil.STATUS_ZOMBIE)
+        return False
 
 
 def leftovers(meter: TreeMeter) -> None:
