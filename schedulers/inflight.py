@@ -14,7 +14,10 @@ run's ``lease_ms``) runs out: a crash never leaks a slot for longer than a lease
 
 **Few round trips.** A slot a unit gives back goes straight to the next unit of the same worker waiting for
 the same scope (no Redis call); only a slot nobody in the worker waits for goes back to Redis, batched with
-the others given back in the same turn of the event loop. A worker's waiting units share one poller per
+the others given back in the same turn of the event loop. A unit that asks before that batch is sent (the
+worker's next unit, woken by the call slot the last one freed, takes its place within the same turn or the next)
+gets one of those slots, still held in Redis: no round trip either way (at 200 ms latency, two per call before).
+A worker's waiting units share one poller per
 scope, which asks for as many slots as there are waiters in one round trip and, when the scope is full
 (other workers hold it), polls again after a backoff (``POLL_FIRST_S`` doubling to ``POLL_MAX_S``, jittered):
 one request per worker and scope at most every few ms, however many units wait. Slots are therefore not
@@ -137,6 +140,10 @@ class RunWideSlots:
         scope = self._scope(provider, model)
         if scope is None:
             return None
+        if scope.giving and not scope.waiters:  # given back this turn, not yet sent: still ours in Redis
+            token = scope.giving.pop()
+            scope.held.add(token)
+            return Ticket((provider, model), token)
         fut: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
         scope.waiters.append(fut)
         if scope.poller is None or scope.poller.done():
