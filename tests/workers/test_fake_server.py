@@ -83,6 +83,26 @@ def test_stats_and_reset_over_http(fake: FakeProviderServer) -> None:
     assert fetch_stats(fake.url).total_calls == 0
 
 
+def test_a_call_still_held_at_a_reset_is_not_the_next_tests_in_flight(fake: FakeProviderServer) -> None:
+    """The peak of calls held at once counts the calls since the last reset: a call an earlier test left hanging
+    (a timed-out client's) ends unseen, so a test measuring a client's in-flight bound sees only its own."""
+
+    async def go() -> int:
+        fake.configure(latency_ms_for_model={"slow": 1500.0})
+        hung = asyncio.create_task(_complete(fake, greedy_request("fake", "slow", "Left hanging")))
+        while fake.stats().peak_in_flight < 1:
+            await asyncio.sleep(0.01)
+        fake.reset()  # the next test starts while it is held
+        assert fake.stats().peak_in_flight == 0
+        await asyncio.gather(*(_complete(fake, greedy_request("fake", M3, f"Own call {i}")) for i in range(2)))
+        peak = fake.stats().peak_in_flight
+        await hung
+        after = fake.stats().peak_in_flight
+        return peak if peak == after else -1
+
+    assert asyncio.run(go()) in (1, 2)  # its own two calls, never the hung one (3)
+
+
 def test_configure_over_http_then_defaults_restored(fake: FakeProviderServer) -> None:
     body = json.dumps({"status_for_model": {"x": 404}}).encode()
     req = urllib.request.Request(f"{fake.url}/configure", data=body, method="POST")

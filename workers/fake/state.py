@@ -60,7 +60,8 @@ class ServerState:
         self.knobs = decode_knobs(self.simulators, config.pipeline_knobs)  # each pipeline's, decoded once
         self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
         self.window: deque[float] = deque()  # admitted calls' times, with rate_limit_window_s
-        self.in_flight = 0  # completion calls being answered (holding)
+        self.in_flight = 0  # completion calls since the last reset being answered (holding)
+        self.generation = 0  # counts resets: a call that came before the last one is no longer counted in flight
         self.reset()
 
     def reset(self) -> None:
@@ -74,7 +75,10 @@ class ServerState:
             self.input_tokens = 0
             self.output_tokens = 0
             self.models_calls = 0
-            self.peak_in_flight = self.in_flight  # calls being answered now still end (and count down)
+            # calls being answered now (a hung call of an earlier test) end unseen: the peak is this test's own
+            self.generation += 1
+            self.in_flight = 0
+            self.peak_in_flight = 0
             self.tat = 0.0
             self.window.clear()
         self.batches.reset()
@@ -108,13 +112,15 @@ class ServerState:
     def holding(self) -> Iterator[None]:
         """Count a completion call in flight while it is answered."""
         with self.lock:
+            generation = self.generation
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
             yield
         finally:
             with self.lock:
-                self.in_flight -= 1
+                if generation == self.generation:
+                    self.in_flight -= 1
 
     def admit(self, key: str, offset: int, model: str) -> tuple[int, float | None]:
         """Count the call; returns (attempt number, retry-after seconds if rate limited)."""
