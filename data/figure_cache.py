@@ -30,9 +30,10 @@ from pathlib import Path
 
 import msgspec
 
+from punchline.data.response_cache import CACHE_PREFIX
 from punchline.data.store import Store
 
-FIGURE_PREFIX = "_cache/figures/"
+FIGURE_PREFIX = f"{CACHE_PREFIX}figures/"  # beside the response cache's packs (one place spells ``_cache/``)
 INDEX = "files.json"
 FORMAT = b"punchline figure cache 1"
 LIBRARIES = ("matplotlib", "numpy", "pillow", "fonttools")  # what turns a figure into bytes
