@@ -25,14 +25,15 @@ import msgspec
 from punchline.cluster.pipeline import PIPELINE_METHODS, Pipeline
 from punchline.cluster.pipeline_base import NoSettings, WithDefaults, with_defaults
 from punchline.data.errors import ConfigError
+from punchline.data.plugins import PIPELINES
 
-GROUP = "punchline.pipelines"  # the entry-point group a package declares its pipelines in (punchline's own too)
+GROUP = PIPELINES.name  # the entry-point group a package declares its pipelines in (punchline's own too)
 FIELD = "run.pipeline"
 
 
 def _entry_points() -> dict[str, str]:
     """Installed plug-ins: entry-point name -> ``module:attr`` (read afresh: a test may add a dist-info)."""
-    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=GROUP)}
+    return PIPELINES.targets()
 
 
 def _load(ref: str, file: str | None) -> object:

@@ -13,7 +13,6 @@ pipeline's ``simulate_knobs`` Struct. So this module, on the ground floor, is al
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import math
 import random
 import re
@@ -22,13 +21,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from punchline.data.plugins import PIPELINES
+
 #: the entry-point group a package declares its pipelines in (punchline's own built-ins too)
-PIPELINES_GROUP = "punchline.pipelines"
+PIPELINES_GROUP = PIPELINES.name
 
 
 def installed_pipelines() -> dict[str, str]:
     """Installed pipelines: entry-point name -> ``module:attr`` (read afresh: a test may add a dist-info)."""
-    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=PIPELINES_GROUP)}
+    return PIPELINES.targets()
 
 
 Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]  # a probability per attempt

@@ -19,14 +19,15 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from punchline.data.plugins import PROVIDER_KINDS
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 
 if TYPE_CHECKING:  # batch_provider asks the registry how a kind splits n: at run time it imports this module
     from punchline.workers.batch_provider import BatchProvider
 
-# the entry-point group a package declares its provider kinds in (punchline's own too)
-KIND_GROUP = "punchline.providers"
+# the entry-point group a package declares its provider kinds in (punchline's own too): data/plugins.py
+KIND_GROUP = PROVIDER_KINDS.name
 
 
 class Provider(Protocol):

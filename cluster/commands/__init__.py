@@ -15,6 +15,8 @@ import importlib.metadata
 import warnings
 from typing import NamedTuple, TypeAlias
 
+from punchline.data.plugins import COMMANDS
+
 #: what ``build_parser`` hands each command family's ``register``: ``add_parser`` makes one sub-command
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -47,7 +49,7 @@ INDEX: dict[str, Command] = {
 
 #: the entry-point group a package declares its pipelines' commands in: ``<name> = "package.module:COMMANDS"``, a dict
 #: of command -> (the module that registers it, its one-line help) in a module light enough for ``--help`` to import
-COMMANDS_GROUP = "punchline.commands"
+COMMANDS_GROUP = COMMANDS.name
 
 
 @functools.cache

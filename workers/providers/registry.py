@@ -8,11 +8,10 @@ only its light module, never its SDK.
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING
 
 from punchline.data.errors import ConfigError
+from punchline.data.plugins import PROVIDER_KINDS
 from punchline.data.provider_settings import ProviderSettings
 from punchline.workers.provider import KIND_GROUP, Provider, ProviderKind
 
@@ -25,7 +24,7 @@ _loaded: dict[str, ProviderKind] = {}
 
 def _read() -> dict[str, str]:
     global _targets
-    _targets = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=KIND_GROUP)}
+    _targets = PROVIDER_KINDS.targets()
     return _targets
 
 
@@ -52,16 +51,7 @@ def kind_of(kind: str, *, record: str | None = None, file: str | None = None) ->
     target = (_targets or _read()).get(kind) or _read().get(kind)
     if target is None:
         raise _unknown(kind, record, file)
-    module_name, _, attr = target.partition(":")
-    try:
-        value = getattr(importlib.import_module(module_name), attr) if attr else importlib.import_module(module_name)
-    except Exception as exc:  # a plug-in's own import error, whatever it is, is one line naming it
-        raise ConfigError(
-            f"provider kind {kind!r} ({target}) cannot be loaded: {type(exc).__name__}: {exc}",
-            file=file,
-            record=record,
-            field="kind",
-        ) from None
+    value = PROVIDER_KINDS.load(kind, target, file=file, record=record, field="kind")
     if not isinstance(value, ProviderKind):  # a module: its KIND
         value = getattr(value, "KIND", value)
     if not isinstance(value, ProviderKind):
