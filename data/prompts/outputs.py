@@ -20,14 +20,16 @@ row group, not the run.
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import pyarrow as pa
-import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # pyarrow is imported when a Parquet file is written (a second and 40 MB otherwise)
+    import pyarrow as pa
 
 
 class OutputRow(msgspec.Struct, kw_only=True, omit_defaults=False):
@@ -56,14 +58,20 @@ OUTPUT_NAMES = frozenset(OutputRow.__struct_fields__)
 _JSON = msgspec.json.Encoder(order="deterministic")
 _DECODER = msgspec.json.Decoder(OutputRow)
 
-# a parsed field's JSON-schema type -> its Parquet column ("json": JSON text)
-_ARROW: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "integer": pa.int64(),
-    "number": pa.float64(),
-    "boolean": pa.bool_(),
-    "json": pa.string(),
-}
+# a parsed field's JSON-schema type -> its Parquet column's Arrow type ("json": JSON text)
+_ARROW = {"string": "string", "integer": "int64", "number": "float64", "boolean": "bool_", "json": "string"}
+
+
+def _arrow() -> Any:
+    """pyarrow, imported the first time a Parquet file is laid out (the simulated provider imports every
+    installed pipeline: a run of another pipeline never pays it)."""
+    import pyarrow  # lazy: a second to import; only Parquet output needs it
+
+    return pyarrow
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    return getattr(_arrow(), name)()
 
 
 def _as_int(v: Any) -> int | None:
@@ -93,6 +101,7 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
 
 def _infer(values: list[Any]) -> pa.DataType | None:
     """The Arrow type of an input column's values, or None when they have none in common (JSON text)."""
+    pa = _arrow()
     try:
         return pa.array(values).type
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -113,24 +122,32 @@ class Layout:
         for fields in inputs:
             order.update(dict.fromkeys(fields))
         self.inputs = [(k, f"input.{k}" if k in OUTPUT_NAMES else k) for k in order]
-        self._input_types = {k: _infer([f.get(k) for f in inputs]) for k in order}
+        self._values = {k: [f.get(k) for f in inputs] for k in order}  # typed when a Parquet file is laid out
         self.parsed = dict(parsed or {})
         self.judge_parsed = dict(judge_parsed or {})
+
+    @functools.cached_property
+    def _input_types(self) -> dict[str, pa.DataType | None]:
+        return {k: _infer(values) for k, values in self._values.items()}
+
+    @functools.cached_property
+    def schema(self) -> pa.Schema:
+        """The Parquet file's columns: the inputs', then the answer's (a parsed field's own columns)."""
         columns: list[tuple[str, pa.DataType]] = [
-            (name, self._input_types[k] or pa.string()) for k, name in self.inputs
+            (name, self._input_types[k] or _arrow_type("string")) for k, name in self.inputs
         ]
         for field, arrow in SCHEMA_TAIL:
             if field in ("parsed", "judge_parsed"):
                 columns += self._parsed_columns(field)
             else:
-                columns.append((field, arrow))
-        self.schema = pa.schema(columns)
+                columns.append((field, _arrow_type(arrow)))
+        return _arrow().schema(columns)
 
     def _parsed_columns(self, field: str) -> list[tuple[str, pa.DataType]]:
         types = self.parsed if field == "parsed" else self.judge_parsed
         if not types:
-            return [(field, pa.string())]
-        return [(f"{field}.{name}", _ARROW[kind]) for name, kind in types.items()]
+            return [(field, _arrow_type("string"))]
+        return [(f"{field}.{name}", _arrow_type(_ARROW[kind])) for name, kind in types.items()]
 
     def input_values(self, fields: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
         """The input row's columns as output columns (renamed on a clash), in the layout's order."""
@@ -155,29 +172,30 @@ class Layout:
                 for name, kind in types.items():
                     got = value.get(name) if value is not None else None
                     columns[f"{field}.{name}"].append(None if got is None else _CONVERT[kind](got))
-        return pa.table(columns, schema=self.schema)
+        return _arrow().table(columns, schema=self.schema)
 
 
-SCHEMA_TAIL: list[tuple[str, pa.DataType]] = [
-    ("row_id", pa.string()),
-    ("model", pa.string()),
-    ("sample", pa.int32()),
-    ("text", pa.string()),
-    ("parsed", pa.string()),
-    ("parse_error", pa.string()),
-    ("finish_reason", pa.string()),
-    ("input_tokens", pa.int64()),
-    ("output_tokens", pa.int64()),
-    ("cost_usd", pa.float64()),
-    ("mode", pa.string()),
-    ("request_key", pa.string()),
-    ("error", pa.string()),
-    ("judge_text", pa.string()),
-    ("judge_parsed", pa.string()),
-    ("judge_parse_error", pa.string()),
-    ("judge_request_key", pa.string()),
-    ("judge_cost_usd", pa.float64()),
-    ("judge_mode", pa.string()),
+# each answer column and its Arrow type's name (``pyarrow.<name>()``)
+SCHEMA_TAIL: list[tuple[str, str]] = [
+    ("row_id", "string"),
+    ("model", "string"),
+    ("sample", "int32"),
+    ("text", "string"),
+    ("parsed", "string"),
+    ("parse_error", "string"),
+    ("finish_reason", "string"),
+    ("input_tokens", "int64"),
+    ("output_tokens", "int64"),
+    ("cost_usd", "float64"),
+    ("mode", "string"),
+    ("request_key", "string"),
+    ("error", "string"),
+    ("judge_text", "string"),
+    ("judge_parsed", "string"),
+    ("judge_parse_error", "string"),
+    ("judge_request_key", "string"),
+    ("judge_cost_usd", "float64"),
+    ("judge_mode", "string"),
 ]
 assert [f for f, _ in SCHEMA_TAIL] == list(OutputRow.__struct_fields__)
 
@@ -210,6 +228,8 @@ def parquet_chunks(rows: Rows, layout: Layout | None = None, row_group: int = RO
     layout = layout or Layout()
     sink = io.BytesIO()
     it = iter(rows)
+    import pyarrow.parquet as pq  # lazy: a second to import; only Parquet output needs it
+
     with pq.ParquetWriter(sink, layout.schema, compression="zstd") as writer:
         while batch := list(islice(it, row_group)):
             writer.write_table(layout.table(batch))

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from punchline.data.errors import InputError
 
@@ -117,6 +115,9 @@ def _csv(raw: bytes, file: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _parquet(raw: bytes, file: str) -> list[tuple[str, dict[str, Any]]]:
+    import pyarrow as pa  # lazy: only Parquet input needs it (a second and 40 MB, in every simulated run else)
+    import pyarrow.parquet as pq  # lazy: as above
+
     try:
         table = pq.read_table(pa.BufferReader(raw))
     except (pa.ArrowException, OSError) as exc:
