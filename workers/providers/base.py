@@ -14,7 +14,7 @@ import contextlib
 import email.utils
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import httpx2
@@ -22,6 +22,7 @@ import msgspec
 
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
+from punchline.data.requests import ProviderRequest, ProviderResponse, joined
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 T = TypeVar("T")
@@ -259,3 +260,14 @@ class SdkBatches:
 
     def close(self) -> None:
         self._client.close()
+
+
+async def choices(
+    request: ProviderRequest, supports_n: bool, call: Callable[[int, int], Awaitable[ProviderResponse]]
+) -> ProviderResponse:
+    """``request``'s ``n`` choices through ``call(n, choice_offset)``: one call asking for ``n`` where the endpoint
+    takes ``n``, else ``n`` calls of one, one after another, each with its own choice offset (``sample_slot * n +
+    i``: the simulator's samples differ by it), their texts and tokens concatenated (a failure of any fails all)."""
+    if request.n > 1 and not supports_n:
+        return joined([await call(1, request.sample_slot * request.n + i) for i in range(request.n)])
+    return await call(request.n, request.sample_slot * request.n)

@@ -25,9 +25,9 @@ from typing import Any
 
 from punchline.data.errors import ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.requests import ProviderRequest, ProviderResponse, joined
+from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.workers.provider import ProviderKind
-from punchline.workers.providers.base import CHOICE_OFFSET_HEADER, redact, status_error
+from punchline.workers.providers.base import CHOICE_OFFSET_HEADER, choices, redact, status_error
 
 KIND = ProviderKind(
     "litellm",
@@ -67,10 +67,7 @@ class LiteLLMProvider:
         return None  # LiteLLM keeps its own HTTP clients (cached per process)
 
     async def complete(self, request: ProviderRequest) -> ProviderResponse:
-        if request.n > 1 and not self.settings.supports_n:
-            parts = [await self._call(request, 1, request.sample_slot * request.n + i) for i in range(request.n)]
-            return joined(parts)
-        return await self._call(request, request.n, request.sample_slot * request.n)
+        return await choices(request, self.settings.supports_n, lambda n, offset: self._call(request, n, offset))
 
     async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
         from punchline.workers.providers.openai_compat import chat_body, response_of  # lazy: the openai SDK

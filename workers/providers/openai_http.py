@@ -24,8 +24,8 @@ from typing import Any
 import httpx2
 import msgspec
 
-from punchline.data.requests import ProviderRequest, ProviderResponse, joined
-from punchline.workers.providers.base import MalformedResponse, SdkProvider, Wire, decode_body
+from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.workers.providers.base import MalformedResponse, SdkProvider, Wire, choices, decode_body
 from punchline.workers.providers.kinds import CHAT_PATH, OPENAI
 
 # the SDK's own pool bounds (a worker's calls in flight stay far below them)
@@ -49,10 +49,7 @@ class OpenAIProvider(SdkProvider):
             await self._wire.http.aclose()
 
     async def complete(self, request: ProviderRequest) -> ProviderResponse:
-        if request.n > 1 and not self.settings.supports_n:
-            parts = [await self._call(request, 1, request.sample_slot * request.n + i) for i in range(request.n)]
-            return joined(parts)
-        return await self._call(request, request.n, request.sample_slot * request.n)
+        return await choices(request, self.settings.supports_n, lambda n, offset: self._call(request, n, offset))
 
     async def _call(self, request: ProviderRequest, n: int, offset: int) -> ProviderResponse:
         where = f"{self.name}/{request.model}"
