@@ -297,7 +297,7 @@ class _StageRun:
         self.pending_units -= 1
         self.room.set()
 
-    async def _wait_for_room(self, timeout_s: float | None = None) -> None:
+    async def wait_for_room(self, timeout_s: float | None = None) -> None:
         self.room.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.room.wait(), timeout_s)
@@ -335,9 +335,6 @@ class _StageRun:
 
     def busy(self) -> bool:
         return bool(self.tasks)
-
-    async def wait_for_room(self, timeout_s: float | None = None) -> None:
-        await self._wait_for_room(timeout_s)
 
     async def _start_shard(self, claim: Claim) -> None:
         """A claimed shard: its units from the plan page, then a task that runs them (its lease is given back
