@@ -1,5 +1,6 @@
 """The runs folder's own Redis server (it holds the ledger): one embedded Redis shared by every driver that uses
-the folder, kept by the runs folder's keeper (``cluster/keeper.py``, shared with the local Ray head).
+the folder, kept by the runs folder's keeper (``cluster/redis_keeper.py``; its loop, ``cluster/keeper.py``, is the
+local Ray head's keeper's too).
 
 Why shared: the ledger is what stops two runs from paying for one request twice (the request lease
 ``pl:req:<key>`` is global). Two drivers with a Redis each would each grant the lease, and both
@@ -10,7 +11,7 @@ would call. So the embedded server belongs to the runs folder (``runs/_ledger/``
 * every driver registers itself in ``runs/_ledger/clients/`` (a file per driver, touched every
   ``HEARTBEAT_S``) and finds the running server through its lock record;
 * a driver that leaves removes its file and stops the server if no live driver is left;
-* a detached keeper process (``python -m punchline.cluster.local_redis DIR``) stops the server
+* a detached keeper process (``python -m punchline.cluster.redis_keeper DIR``) stops the server
   once no live driver has been registered for a while, so a driver killed with ``kill -9`` does
   not keep it alive forever. A driver is live while its process exists and its heartbeat is fresh
   (the heartbeat also guards against a reused pid).
@@ -37,12 +38,9 @@ Every file of the folder is opened without following symbolic links and only if 
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -50,9 +48,10 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from punchline.cluster import keeper
 from punchline.cluster.keeper import ClientFile, folder_lock, live_clients
-from punchline.cluster.private_files import check_folder_files, private_dir, read_private
+from punchline.cluster.private_files import check_folder_files, private_dir
+from punchline.cluster.redis_folder import find_running, lock_record, stop_running
+from punchline.cluster.redis_keeper import spawn_keeper
 from punchline.cluster.redis_server import EmbeddedRedis
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.schedulers.redis_client import redact_url
@@ -60,10 +59,7 @@ from punchline.schedulers.redis_client import redact_url
 log = structlog.get_logger("punchline.ledger")
 
 REDIS_DIR = "_ledger"  # the folder's name in a runs folder, kept from before the module's rename: existing ones work
-KEEPER_MODULE = "punchline.cluster.local_redis"  # the keeper's entry point (this module's __main__)
 HEARTBEAT_S = 5.0
-KEEPER_POLL_S = 2.0
-KEEPER_GRACE_S = 4.0  # no live driver for this long (three polls in a row) before the keeper stops the server
 WATCH_S = 0.5  # how often a member checks that the server is still there
 LOW_SPACE_BYTES = 256 * 1024  # less free than this beside the AOF: the disk is full, a restart would die again
 MAX_RESTARTS = 5  # restarts within RESTART_WINDOW_S before the server counts as dying for good
@@ -116,7 +112,7 @@ class LocalRedis:
         with folder_lock(self.folder / "join.lock"):
             self._client.write()
             try:
-                url = EmbeddedRedis.find_running(self.folder)
+                url = find_running(self.folder)
                 if url is None:
                     server = EmbeddedRedis(self.folder)
                     server.start()
@@ -154,7 +150,7 @@ class LocalRedis:
                 if full is not None:
                     raise LedgerFailed(full)
                 self._check_files()
-                if EmbeddedRedis._record(self.folder) is None and not self._stop.is_set():
+                if lock_record(self.folder) is None and not self._stop.is_set():
                     self._revive()
             except LedgerFailed as exc:
                 self._fail(str(exc))
@@ -172,7 +168,7 @@ class LocalRedis:
         except LedgerUnavailable as exc:
             if self._stop.is_set():
                 return
-            EmbeddedRedis.stop_running(self.folder)
+            stop_running(self.folder)
             raise LedgerFailed(f"the ledger stopped: {exc}; then resume the run (same command with --run-id)") from None
 
     def _revive(self) -> None:
@@ -181,7 +177,7 @@ class LocalRedis:
             if self._stop.is_set():
                 return
             self._client.write()
-            if EmbeddedRedis.find_running(self.folder) is not None:
+            if find_running(self.folder) is not None:
                 return  # another member restarted it first
             server = EmbeddedRedis(self.folder, port=urlsplit(self.url).port)
             full = disk_full(self.folder, server._log_tail())
@@ -224,7 +220,7 @@ class LocalRedis:
             self._client.remove()
             if live_clients(self.folder):
                 return False
-            return EmbeddedRedis.stop_running(self.folder)
+            return stop_running(self.folder)
 
     def __enter__(self) -> LocalRedis:
         return self.join()
@@ -248,53 +244,3 @@ def disk_full(folder: Path, log_tail: str) -> str | None:
         f"the ledger stopped: no space left on the disk of {folder} ({free // 1024} KiB free); "
         "free some space, then resume the run (same command with --run-id)"
     )
-
-
-def spawn_keeper(folder: Path) -> None:
-    """Start the folder's keeper unless one is already watching it."""
-    keeper.spawn_keeper(KEEPER_MODULE, folder, _server_pid(folder))
-
-
-class KeptRedis:
-    """What the keeper (:func:`keeper.keep`) keeps here: the folder's server, in use while a driver is registered."""
-
-    def running(self, folder: Path) -> int | None:
-        return _server_pid(folder) if EmbeddedRedis.find_running(folder) is not None else None
-
-    def in_use(self, folder: Path, pid: int) -> bool:
-        return bool(live_clients(folder))
-
-    def retire(self, folder: Path) -> None:
-        EmbeddedRedis.stop_running(folder)  # under join.lock: a driver joining next starts a new server
-
-    def stop(self, pid: int) -> None:
-        """Stopped by :meth:`retire` already."""
-
-    def ended(self, folder: Path) -> None:
-        """Nothing to clear: the next driver starts the server again from its AOF."""
-
-    def stop_orphan(self, pid: int) -> None:
-        """SIGTERM the server whose folder is gone (the keeper checked it is still that server)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-
-
-def keep(folder: Path, server_pid: int = 0, server_ticks: int = 0) -> int:
-    """The keeper's loop (:func:`keeper.keep`): stop the server once no live driver has been registered for
-    ``KEEPER_GRACE_S`` (the last driver was killed before it could leave); exit when the server is gone.
-    ``server_pid`` and ``server_ticks`` name the server the spawning driver saw: it is stopped if its folder is
-    deleted under it."""
-    return keeper.keep(
-        folder, KeptRedis(), linger_s=KEEPER_GRACE_S, poll_s=KEEPER_POLL_S, pid=server_pid, ticks=server_ticks
-    )
-
-
-def _server_pid(folder: Path) -> int:
-    try:
-        return int(json.loads(read_private(folder / "redis.lock") or "")["pid"])
-    except (ValueError, KeyError, TypeError):
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(keep(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:4])))

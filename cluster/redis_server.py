@@ -49,6 +49,7 @@ from punchline.cluster.private_files import (
     write_private,
 )
 from punchline.cluster.redis_binary import MIN_VERSION, find_redis_server, server_version
+from punchline.cluster.redis_folder import LOCK_FILE, PASSWORD_FILE, find_running, lock_record, serves_dir, stop_running
 from punchline.data.errors import LedgerUnavailable
 from punchline.schedulers.redis_client import connect, redact_url
 
@@ -152,7 +153,7 @@ class EmbeddedRedis:
 
     @property
     def password_file(self) -> Path:
-        return self.data_dir / "password"
+        return self.data_dir / PASSWORD_FILE
 
     @property
     def conf_path(self) -> Path:
@@ -160,7 +161,7 @@ class EmbeddedRedis:
 
     @property
     def lock_path(self) -> Path:
-        return self.data_dir / "redis.lock"
+        return self.data_dir / LOCK_FILE
 
     @property
     def password(self) -> str:
@@ -299,55 +300,9 @@ class EmbeddedRedis:
             raise LedgerUnavailable(f"{self.data_dir} is already served by another redis-server ({owner})") from None
         return fd
 
-    @staticmethod
-    def _record(data_dir: Path) -> dict[str, object] | None:
-        """The lock file's record if a live process holds the folder's lock, else None."""
-        lock_path = data_dir / "redis.lock"
-        try:
-            fd = open_private(lock_path, os.O_RDONLY)
-        except (OSError, LedgerUnavailable):
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return None  # nobody holds it: no server
-        except BlockingIOError:
-            pass
-        finally:
-            os.close(fd)
-        try:
-            record = json.loads(read_private(lock_path) or "")
-        except ValueError:
-            return None
-        return record if isinstance(record, dict) else None
-
-    @classmethod
-    def find_running(cls, data_dir: str | os.PathLike[str]) -> str | None:
-        """The URL (with password) of a live server already serving ``data_dir`` (e.g. left by a
-        killed driver), else None. Reuse it instead of starting a second server on the same files."""
-        folder = Path(data_dir).resolve()
-        record = cls._record(folder)
-        password = read_password(folder / "password")
-        if record is None or password is None:
-            return None
-        public = str(record.get("url", ""))
-        url = public.replace(":***@", f":{quote(password, safe='')}@", 1)
-        return url if serves_dir(url, folder) else None
-
-    @classmethod
-    def stop_running(cls, data_dir: str | os.PathLike[str], timeout_s: float = 15.0) -> bool:
-        """Stop the server serving ``data_dir`` (started by any process): SIGTERM once its identity
-        is checked, then wait for the folder's lock to be released. False if none was running."""
-        folder = Path(data_dir).resolve()
-        url = cls.find_running(folder)
-        record = cls._record(folder)
-        if url is None or record is None:
-            return False
-        with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
-            os.kill(int(str(record["pid"])), signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while cls._record(folder) is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return True
+    _record = staticmethod(lock_record)  # the folder's record while its server lives (cluster/redis_folder.py)
+    find_running = staticmethod(find_running)
+    stop_running = staticmethod(stop_running)
 
     def _wait_ready(self) -> tuple[str, str]:
         """('', server id) once PING answers, else (a description of why not, '')."""
@@ -428,28 +383,3 @@ class EmbeddedRedis:
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running() else "stopped"
         return f"EmbeddedRedis({self.public_url!r}, dir={str(self.data_dir)!r}, {state})"
-
-
-def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float = 2.0) -> bool:
-    """Whether the Redis at ``url`` answers and is the server recorded in ``data_dir``'s lock file
-    (same process id and server run id).
-
-    Use before reusing a server recorded by an earlier (killed) driver: the port may since have
-    been taken by another run's server, which must not be mistaken for ours.
-    """
-    try:
-        record = json.loads(read_private(Path(data_dir) / "redis.lock") or "")
-    except ValueError:
-        return False
-    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-    try:
-        info = client.info("server")
-    except (redis.exceptions.RedisError, OSError, ValueError):
-        return False
-    finally:
-        client.close()
-    return (
-        isinstance(record, dict)
-        and str(info.get("run_id", "")) == str(record.get("server_id"))
-        and int(info.get("process_id", -1)) == int(record.get("pid", -2))
-    )

@@ -195,7 +195,7 @@ def _keepers(folder: Path) -> list[int]:
         if proc.name.isdigit():
             with contextlib.suppress(OSError):
                 argv = (proc / "cmdline").read_bytes().split(b"\0")
-                if b"punchline.cluster.local_redis" in argv and str(folder).encode() in argv:
+                if b"punchline.cluster.redis_keeper" in argv and str(folder).encode() in argv:
                     found.append(int(proc.name))
     return found
 
