@@ -1,6 +1,6 @@
 """Benchmark: the peers' job (issue 32) through punchline and through a hand-written asyncio loop, side by side.
 
-    .venv/bin/python bench/peers.py [--prompts 2000] [--rounds 2] [--latencies 0,200] [--quick]
+    .venv/bin/python bench/peers.py [--prompts 2000] [--rounds 2] [--latencies 0,200] [--quick] [--by-process]
 
 The job: ``--prompts`` distinct prompts (2,000), one model, n = 1, 16 calls in flight, against the fake
 provider (``punchline fake-provider``, its own process) at each latency. Each contender runs as the user
@@ -23,7 +23,8 @@ Rounds are interleaved (loop, punchline at each latency, then again), every roun
 * the most calls the provider held at once (the bound: 16), and the wall time of the process.
 
 curator and inspect_ai are run only when importable (they are not dependencies of punchline); a line says
-they were skipped. ``--quick``: 300 prompts, one round (a smoke run, a minute or two).
+they were skipped. ``--quick``: 300 prompts, one round (a smoke run, a minute or two). ``--by-process``: after
+each run, every process's own CPU ms per call (its polled CPU; a reaped child's last 0.25 s may be missing).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ class TreeMeter:
         self.exclude = exclude
         self.cpu: dict[tuple[int, float], float] = {}
         self.parent: dict[tuple[int, float], int] = {}  # each process's parent pid when first seen
+        self.name: dict[tuple[int, float], str] = {}  # each process's command line, shortened (--by-process)
         self.peak_rss = 0
         self.children_before = self._children_cpu()
         self.stop = threading.Event()
@@ -180,6 +182,8 @@ class TreeMeter:
                     t = p.cpu_times()
                     self.cpu[key] = max(self.cpu.get(key, 0.0), t.user + t.system)
                     self.parent.setdefault(key, p.ppid())
+                    if key not in self.name:
+                        self.name[key] = short_cmdline(p.cmdline())
                     rss += p.memory_info().rss
             self.peak_rss = max(self.peak_rss, rss)
             if self.stop.wait(0.25):
@@ -209,6 +213,20 @@ class TreeMeter:
         return False
 
 
+def short_cmdline(argv: list[str]) -> str:
+    """A process's command line as a reader knows it: the program's file name and its module or first arguments."""
+    if not argv:
+        return "?"
+    words = [Path(argv[0]).name, *(Path(a).name if "/" in a else a for a in argv[1:4])]
+    return " ".join(words)[:60]
+
+
+def by_process(meter: TreeMeter, calls: int) -> list[str]:
+    """Where the tree's CPU went: each process's CPU ms per call, largest first (what ``--by-process`` prints)."""
+    rows = sorted(meter.cpu.items(), key=lambda kv: -kv[1])
+    return [f"      {v * 1000 / calls:6.3f} ms/call  {meter.name.get(k, '?')} (pid {k[0]})" for k, v in rows if v > 0]
+
+
 def leftovers(meter: TreeMeter) -> None:
     """End what a run left running (its ledger or Ray, if they outlive it), by pid: the next run starts cold."""
     ps = meter.psutil
@@ -228,7 +246,9 @@ def leftovers(meter: TreeMeter) -> None:
 # --- one measured run ---------------------------------------------------------------------------------------
 
 
-def measure(name: str, cmd: list[str], fake: Fake, calls: int, latency_ms: float, cwd: Path) -> dict[str, float]:
+def measure(
+    name: str, cmd: list[str], fake: Fake, calls: int, latency_ms: float, cwd: Path, show_processes: bool = False
+) -> dict[str, float]:
     fake.reset()
     clock = CallClock(fake)
     started = time.monotonic()
@@ -240,6 +260,8 @@ def measure(name: str, cmd: list[str], fake: Fake, calls: int, latency_ms: float
     clock.finish()
     cpu_s, rss_mb = meter.finish()
     leftovers(meter)
+    if show_processes:
+        print("\n".join(by_process(meter, calls)), flush=True)
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed ({proc.returncode}):\n{out.decode()[-2000:]}\n{err.decode()[-3000:]}")
     stats = fake.stats(brief=True)
@@ -267,6 +289,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--latencies", default="0,200", help="provider latencies, ms")
     ap.add_argument("--quick", action="store_true", help="300 prompts, one round")
+    ap.add_argument("--by-process", action="store_true", help="print each process's CPU ms per call after each run")
     ap.add_argument("--loop-child", nargs=2, metavar=("BASE_URL", "PROMPTS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.loop_child:
@@ -301,7 +324,7 @@ def main() -> None:
                             runs = tmp / f"runs-{tag}"
                             cmd = [punchline, "run", str(config), "--runs-dir", str(runs), "--no-progress"]
                             cmd += ["--store", str(tmp / f"store-{tag}")]
-                        m = measure(name, cmd, fake, args.prompts, latency, tmp)
+                        m = measure(name, cmd, fake, args.prompts, latency, tmp, args.by_process)
                         results.setdefault((name, latency), []).append(m)
                         print(
                             f"round {r + 1} {latency:4.0f} ms {name:9}: {m['cpu_ms']:6.2f} CPU ms/call, steady "
