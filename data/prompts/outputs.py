@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from punchline.data.arrow_columns import column, infer_type
+
 if TYPE_CHECKING:  # pyarrow is imported when a Parquet file is written (a second and 40 MB otherwise)
     import pyarrow as pa
 
@@ -103,7 +105,7 @@ def _infer(values: list[Any]) -> pa.DataType | None:
     """The Arrow type of an input column's values, or None when they have none in common (JSON text)."""
     pa = _arrow()
     try:
-        return pa.array(values).type
+        return infer_type(pa, values)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         return None
 
@@ -172,7 +174,9 @@ class Layout:
                 for name, kind in types.items():
                     got = value.get(name) if value is not None else None
                     columns[f"{field}.{name}"].append(None if got is None else _CONVERT[kind](got))
-        return _arrow().table(columns, schema=self.schema)
+        pa = _arrow()
+        arrays = [column(pa, columns[f.name], f.type) for f in self.schema]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
 # each answer column and its Arrow type's name (``pyarrow.<name>()``)
