@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -70,8 +70,10 @@ class Coordinator:
         local_first: bool = False,
         ray_start: RayStart | None = None,
         warm_imports: Sequence[str] = (),
+        calls_later: Mapping[str, bool] | None = None,
     ) -> None:
-        """``warm_imports``: modules the stages' reduces will import (:class:`Stage` says why)."""
+        """``warm_imports``: modules the stages' reduces will import (:class:`Stage` says why); ``calls_later``:
+        per stage, whether a later stage calls a provider (its worker is forked with the SDKs warmed then)."""
         self.ctx = ctx
         self.store: Store = ctx.store
         self.ledger = ledger
@@ -96,6 +98,7 @@ class Coordinator:
             autoscaler=autoscaler,
             ray_start=ray_start,
             warm_imports=warm_imports,
+            calls_later=calls_later,
         )
         self.batches = BatchExecutor(ctx=ctx, ledger=ledger, worker_cfg=worker_cfg, shards=self.shards)
 

@@ -100,7 +100,7 @@ def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prep
     ray_settings = RaySettings.from_env()
     if ray_address:
         ray_settings = msgspec.structs.replace(ray_settings, address=ray_address)
-    check_run(cfg)  # every stage's inputs, settings against inputs, and models
+    estimates = check_run(cfg)  # every stage's inputs, settings against inputs, and models
     run_id = opts.run_id or new_run_id(cfg)
     store = open_store(store_url)
     layout = RunLayout(run_id)
@@ -144,7 +144,13 @@ def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prep
         metrics_port=opts.metrics_port,
         ray_dashboard_port=opts.ray_dashboard_port,
         max_workers=opts.max_workers,
+        calls_later=calls_later([s.name for s in stages], {e.stage for e in estimates if e.requests}),
     )
+
+
+def calls_later(order: list[str], calling: set[str]) -> dict[str, bool]:
+    """Per stage, whether a stage after it calls a provider (``calling``: those whose plan has requests)."""
+    return {name: any(later in calling for later in order[i + 1 :]) for i, name in enumerate(order)}
 
 
 def finished(record: RunRecord, store: Store, stages: list[str]) -> bool:
@@ -217,6 +223,7 @@ def _coordinator(
         local_first=svc.lazy_ray is not None,
         ray_start=svc.lazy_ray,
         warm_imports=sorted({m for stage in prep.stages for m in getattr(stage, "warm_imports", ())}),
+        calls_later=prep.calls_later,
         autoscaler=autoscale.for_run(
             run.max_workers,
             run.workers_per_node,

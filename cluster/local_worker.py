@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO
 
 import msgspec
@@ -68,18 +68,24 @@ class ForkWarmup:
     first call, on every stage: the demo's classify and evaluate workers waited that long each).
 
     Started once a stage's worker calls (it says so when it builds its first provider: a run whose answers are
-    all cached imports none of it); :meth:`settle` before every later fork, since a fork while another thread
-    imports would leave the child an import lock nobody releases. Only the thread that forks starts it."""
+    all cached imports none of it), with the SDKs only when a later stage calls too (a one-stage run would import
+    an SDK into the driver for no fork: about a second of CPU and 50 MB for the anthropic kind's). :meth:`settle`
+    before every later fork, since a fork while another thread imports would leave the child an import lock nobody
+    releases. Only the thread that forks starts it."""
 
     def __init__(self, modules: list[str], *, when: Callable[[], bool] = forkable) -> None:
         self.modules = modules
         self.when = when  # whether the next workers will be forked (not once Ray is in this process)
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        if self._thread is None and self.modules and self.when():
-            self._thread = threading.Thread(target=self._import, name="punchline-fork-warmup", daemon=True)
-            self._thread.start()
+    def start(self, first: Sequence[str] = ()) -> None:
+        """Import ``first`` (the SDKs a later stage's fork will want, if one will: the caller knows), then the
+        modules given at construction, in a thread; once a run (later calls do nothing)."""
+        if self._thread is None and self.when():
+            self.modules = [*first, *(m for m in self.modules if m not in first)]
+            if self.modules:
+                self._thread = threading.Thread(target=self._import, name="punchline-fork-warmup", daemon=True)
+                self._thread.start()
 
     def _import(self) -> None:
         for module in self.modules:

@@ -82,6 +82,7 @@ class Prepared:
     metrics_port: int | None = None
     ray_dashboard_port: int | None = None
     max_workers: int | None = None  # --max-workers over [run] max_workers (the autoscaler's bound)
+    calls_later: dict[str, bool] = field(default_factory=dict)  # per stage: does a later one call a provider
 
     @property
     def local(self) -> bool:

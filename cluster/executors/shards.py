@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -214,8 +214,10 @@ class ShardExecutor:
         autoscaler: Autoscaler | None = None,
         ray_start: RayStart | None = None,
         warm_imports: Sequence[str] = (),
+        calls_later: Mapping[str, bool] | None = None,
     ) -> None:
-        """``warm_imports``: modules the stages' reduces will import (:class:`Stage` says why)."""
+        """``warm_imports``: modules the stages' reduces will import (:class:`Stage` says why). ``calls_later``:
+        per stage, whether a stage after it calls a provider (the plan's upper bound; a stage not named: yes)."""
         self.ctx = ctx
         self.store: Store = ctx.store
         self.ledger = ledger
@@ -233,8 +235,9 @@ class ShardExecutor:
         self.pool_warm = False  # a Ray worker has returned a report: the pool works, no more local starts
         self._ray_wanted_said = False  # the stage's `local_ray_wanted` line is written
         kinds = sorted({p.kind for p in worker_cfg.providers.values()})
-        sdks = [m for k in kinds for m in kind_of(k).warm_modules()]  # each kind's module and its SDK
-        self._warmup = ForkWarmup([*sdks, *warm_imports])
+        self._sdks = [m for k in kinds for m in kind_of(k).warm_modules()]  # each kind's module and its SDK
+        self._calls_later = dict(calls_later or {})
+        self._warmup = ForkWarmup(list(warm_imports))
 
     def start_local(self, plan: StagePlan, calls: set[str]) -> LocalStart:
         """Queue the planned stage's missing shards and start working them in this process, before Ray is up
@@ -338,6 +341,10 @@ class ShardExecutor:
             )
         return self.pool
 
+    def _calls_after(self, stage: str) -> bool:
+        """Whether a stage after ``stage`` calls a provider (so a worker will be forked for it); unknown: yes."""
+        return self._calls_later.get(stage, True)
+
     def _local_pace(self, stage: str) -> LocalPace | None:
         """A watch on the driver's own worker, when it works this stage: its window against the calls in flight
         the stage's providers allow together (another worker adds calls only below that)."""
@@ -380,7 +387,8 @@ class ShardExecutor:
             if self.local is not None and self.local.stage == stage:
                 reports += self.local.poll()
                 if self.local.calling.is_set():  # it pays: the next stages' workers, forked from here (this
-                    self._warmup.start()  # thread, never during an import), find their SDKs imported
+                    self._warmup.start(self._sdks if self._calls_after(stage) else ())  # thread, never during an
+                    # import), find their SDKs imported
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)

@@ -24,7 +24,7 @@ import redis
 import structlog
 import structlog.testing
 
-from punchline.cluster import local_worker
+from punchline.cluster import driver, local_worker
 from punchline.cluster.local_worker import LocalWorker
 from punchline.data.provider_settings import ModelSettings
 from punchline.data.puns.completions import greedy_request
@@ -169,7 +169,7 @@ def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
 DRIVER = """
 import fcntl, json, os, socket, sys, time, uuid
 import msgspec, redis
-from punchline.cluster import local_worker
+from punchline.cluster import driver, local_worker
 from punchline.cluster.local_worker import LocalWorker
 from punchline.workers.driver_watch import driver_claim_key
 from punchline.workers.local_process import LocalJob
@@ -351,3 +351,39 @@ def test_fork_warmup_imports_the_next_workers_modules_and_settles_before_a_fork(
         assert sys.modules[name].LOADED is True
     finally:
         sys.modules.pop(name, None)
+
+
+def test_fork_warmup_imports_the_sdks_only_when_a_later_stage_forks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDKs go to the driver only for a later stage's fork (a one-stage anthropic run paid 1.1 s of CPU and
+    57 MB for an SDK no fork used); the reduces' own slow imports are warmed either way."""
+    sdk, plot = (f"warm_{what}_{uuid.uuid4().hex[:8]}" for what in ("sdk", "plot"))
+    for name in (sdk, plot):
+        (tmp_path / f"{name}.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        last = local_worker.ForkWarmup([plot], when=lambda: True)
+        last.start(())  # the last calling stage: no SDK
+        last.settle()
+        assert plot in sys.modules and sdk not in sys.modules
+        sys.modules.pop(plot)
+        earlier = local_worker.ForkWarmup([plot], when=lambda: True)
+        earlier.start([sdk])
+        earlier.settle()
+        assert earlier.modules == [sdk, plot] and sdk in sys.modules and plot in sys.modules
+    finally:
+        sys.modules.pop(sdk, None)
+        sys.modules.pop(plot, None)
+
+
+def test_calls_later_names_the_stages_a_later_fork_follows() -> None:
+    order = ["collect", "classify", "rank", "cloze", "evaluate"]
+    assert driver.calls_later(order, {"collect", "classify", "evaluate"}) == {
+        "collect": True,
+        "classify": True,
+        "rank": True,
+        "cloze": True,
+        "evaluate": False,
+    }
+    assert driver.calls_later(["generate", "judge"], {"generate"}) == {"generate": False, "judge": False}
