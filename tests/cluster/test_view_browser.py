@@ -3,7 +3,8 @@
 A Humor demo run (two models, a judge stage, plots) is started as a user starts it, with ``--metrics-port``; the
 viewer is started on its runs folder; the browser opens the run while it runs and follows it to the end (the page
 refreshes itself), opens a plot, then browses the units: filters, pages, compares the two models. The last page
-is saved as docs/view.png (the README shows it).
+is a screenshot; ``PUNCHLINE_REFRESH_DOCS=1`` copies it to docs/view.png (the README's picture), which a test run
+otherwise leaves alone.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -173,8 +175,12 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             assert len(pairs) == 24  # every item of the first model, each beside the second's answer
             for left, right in pairs:  # generate/<model>/<item>: the same item
                 assert left.rsplit("/", 1)[1] == right.rsplit("/", 1)[1] and left != right
-            page.screenshot(path=str(ROOT / "docs" / "view.png"), full_page=False)
+            shot = tmp_path / "view.png"
+            page.screenshot(path=str(shot), full_page=False)
             browser.close()
+        assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000
+        if os.environ.get("PUNCHLINE_REFRESH_DOCS") == "1":  # the README's picture, refreshed on purpose only
+            shutil.copyfile(shot, ROOT / "docs" / "view.png")
     finally:
         server.close()
         if driver.poll() is None:
