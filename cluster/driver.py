@@ -22,6 +22,7 @@ from punchline.cluster import autoscale
 from punchline.cluster.autoscale import RequestResources
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
+from punchline.cluster.machine_load import runnable_others
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.preflight import read_store
 from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ray_running
@@ -173,12 +174,15 @@ def run(
     """Run (or resume) the pipeline a config names: preflight, open the services, run the stages, record how
     it ended (in the store and the run's folder, as soon as it is known)."""
     marks = {"driver_start": time.time()}  # start-up phases, logged as one `start_phases` event
+    busy = runnable_others()  # the machine's other work as the run starts: `plan` reads it from the log
     # until the run's folder exists, log lines go where the run's will (stderr with --verbose), never to
     # stdout: that is for what a command prints on purpose
     configure_logging(None, console=opts.verbose)
     prep = prepare(config_path, opts, marks)
     if isinstance(prep, RunRecord):
         return prep  # finished already: nothing to do
+    later = runnable_others()  # once more after the preflight: one reading is a moment
+    prep.runnable_others = None if busy is None or later is None else (busy + later) / 2
     # the driver works shards itself while the local Ray starts (not when this process has one already:
     # there is no start to overlap); the runs folder's head is found now (a resume's, the last run's) or
     # started once the driver's own worker is ready, and never waited for (cluster/local_ray.py)

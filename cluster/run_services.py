@@ -83,6 +83,7 @@ class Prepared:
     ray_dashboard_port: int | None = None
     max_workers: int | None = None  # --max-workers over [run] max_workers (the autoscaler's bound)
     calls_later: dict[str, bool] = field(default_factory=dict)  # per stage: does a later one call a provider
+    runnable_others: float | None = None  # other tasks runnable as the driver started (cluster/machine_load.py)
 
     @property
     def local(self) -> bool:
@@ -371,7 +372,8 @@ class RunServices:
         self.log_phases()
 
     def log_phases(self) -> None:
-        self.log.info("start_phases", **{k: round(v, 3) for k, v in self.prep.marks.items()})
+        marks = {k: round(v, 3) for k, v in self.prep.marks.items()}
+        self.log.info("start_phases", **marks, runnable_others=self.prep.runnable_others)
 
     def snapshot(self) -> None:
         snapshot(self.prep.store, self.prep.run_dir, self.record)

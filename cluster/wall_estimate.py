@@ -25,6 +25,7 @@ import msgspec
 
 from punchline.cluster.config import RunConfig
 from punchline.cluster.executors.local_pace import LOCAL_ALONE_S
+from punchline.cluster.machine_load import slowdown
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run_record import load_record
 from punchline.cluster.shared_store import config_store
@@ -69,6 +70,7 @@ CACHED_REDUCE_S = 0.05  # a reduce in a rerun that calls nothing, when no such r
 WARMUP_S = 2.0  # the first worker's ready to the end of the imports the next stages' forks wait for
 WARMUP_WAIT_MIN_S = 0.25  # a fork's wait that measures the warm-up
 RUNS_TRIED = 5  # the most recent finished runs looked at for one with a readable log
+LOAD_NOTE = 0.05  # a load factor this far from 1 is said in the estimate's line
 
 
 class MeasuredRun(msgspec.Struct, kw_only=True):
@@ -84,6 +86,7 @@ class MeasuredRun(msgspec.Struct, kw_only=True):
     paces_s: dict[str, float] = {}  # per stage: seconds of its calls per unit, from a run that called most of them
     warmup_s: float | None = None  # the first worker's ready to the warm-up's end, when a fork waited for it
     ray_joined: bool = False
+    runnable: float | None = None  # other tasks runnable at their starts (median; machine_load.py), None: unknown
 
 
 class WallEstimate(msgspec.Struct, kw_only=True):
@@ -94,6 +97,8 @@ class WallEstimate(msgspec.Struct, kw_only=True):
     fixed_s: float  # start, plans, reduces, round trips, the report (and Ray's start, ``ray_s``)
     least_s: float  # the rate limits' bound alone (every request called): a lower bound
     ray_s: float = 0.0
+    load_factor: float = 1.0  # the fixed costs stretched by the machine's load now against theirs (machine_load.py)
+    runnable_now: float | None = None  # other tasks runnable on the machine as the estimate was made
     measured_in: str = ""  # the (latest) run whose fixed costs these are; "" = the defaults
     measured_runs: int = 0  # of how many runs they are the medians
     requests: int = 0
@@ -105,6 +110,10 @@ class WallEstimate(msgspec.Struct, kw_only=True):
         if self.measured_runs > 1:
             where = f"medians of {self.measured_runs} runs here, the latest {self.measured_in}"
         ray = f", {_secs(self.ray_s)} Ray's start" if self.ray_s else ""
+        if abs(self.load_factor - 1.0) >= LOAD_NOTE and self.runnable_now is not None:
+            ray += (
+                f"; x{self.load_factor:.1f} for the machine's load now ({self.runnable_now:.0f} tasks runnable besides)"
+            )
         cache = (
             f"; {self.cached_requests} of {self.requests} requests answered by the response cache"
             if self.cached_requests
@@ -121,9 +130,13 @@ def _secs(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
-def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: str | Path) -> WallEstimate:
+def estimate_wall(
+    cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: str | Path, runnable_now: float | None = None
+) -> WallEstimate:
     """The run's wall time: its stages' calls (``estimates``, from ``plan_run``) and its fixed costs, from the
-    runs folder's latest finished runs of the pipeline if there are any, else the defaults."""
+    runs folder's latest finished runs of the pipeline if there are any, else the defaults (a quiet machine's).
+    ``runnable_now``: other tasks runnable on the machine now (``machine_load.sample_runnable``); the fixed costs,
+    CPU time, are stretched by its slowdown against the one their runs had (None: as measured)."""
     by_stage = {e.stage: e for e in estimates}
     rerun = all(e.cached_requests >= e.requests for e in estimates)  # every answer cached: nothing is called
     measured = measure(runs_dir, cfg.run.pipeline, rerun=rerun)
@@ -151,13 +164,17 @@ def estimate_wall(cfg: RunConfig, estimates: Sequence[StageEstimate], runs_dir: 
         calls_s += calls
         long_stage = long_stage or (e is not None and _needs_ray(e, calls))
     ray_s = RAY_S if long_stage and not (measured is not None and measured.ray_joined) else 0.0
-    fixed += PROCESS_S + ray_s
+    then = measured.runnable if measured is not None else None
+    factor = slowdown(runnable_now) / slowdown(then if then is not None else 0.0) if runnable_now is not None else 1.0
+    fixed = (fixed + PROCESS_S + ray_s) * factor
     return WallEstimate(
         total_s=calls_s + fixed,
         calls_s=calls_s,
         fixed_s=fixed,
         least_s=sum(e.min_wall_s for e in estimates),
-        ray_s=ray_s,
+        ray_s=ray_s * factor,
+        load_factor=factor,
+        runnable_now=runnable_now,
         measured_in=measured.run_id if measured is not None else "",
         measured_runs=measured.runs if measured is not None else 0,
         requests=sum(e.requests for e in estimates),
@@ -234,6 +251,7 @@ class _Event(msgspec.Struct, kw_only=True):
     state: str = ""
     driver_start: float | None = None
     ray_up: float | None = None
+    runnable_others: float | None = None  # in start_phases: other tasks runnable as the driver started
 
 
 _decode_event = msgspec.json.Decoder(_Event)
@@ -256,6 +274,7 @@ class _Session(msgspec.Struct, kw_only=True):
     stages: dict[str, _Stage]
     warmup_s: float | None
     ray_joined: bool
+    runnable: float | None = None
 
     @property
     def called_none(self) -> bool:
@@ -302,7 +321,13 @@ def measure(runs_dir: str | Path, pipeline: str, *, rerun: bool = False) -> Meas
         paces_s=paces,
         warmup_s=next((session.warmup_s for _, session, _ in sessions if session.warmup_s is not None), None),
         ray_joined=alike[0][1].ray_joined,
+        runnable=_median_known(session.runnable for _, session, _ in alike),
     )
+
+
+def _median_known(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _medians(runs: Iterable[dict[str, float]]) -> dict[str, float]:
@@ -419,4 +444,7 @@ def _measure_log(log: Path, units: dict[str, tuple[int, int]]) -> _Session | Non
         stages=stages,
         warmup_s=warmup_s,
         ray_joined=any(e.event == "start_phases" and e.ray_up for e in events),
+        runnable=next(
+            (e.runnable_others for e in events if e.event == "start_phases" and e.runnable_others is not None), None
+        ),
     )

@@ -21,6 +21,7 @@ from punchline.cluster.cli_shared import (
 from punchline.cluster.commands import summary
 from punchline.cluster.config import load_config
 from punchline.cluster.driver import RunOptions
+from punchline.cluster.machine_load import sample_runnable
 from punchline.cluster.planner import StageEstimate, plan_run
 from punchline.cluster.retry_failed import drop_failed
 from punchline.cluster.run_checks import cap_warning, check_environment, check_run
@@ -85,7 +86,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cached = cache_lookup(store_of(cfg, runs))
     if cached is not None:  # the same plan, each request looked up in the response cache
         estimates = plan_run(cfg, cached)
-    wall = estimate_wall(cfg, estimates, runs)
+    wall = estimate_wall(cfg, estimates, runs, sample_runnable())
     warning = cap_warning(cfg, estimates)
     if warning is not None:  # on stderr, so --json stays one document
         print(f"punchline: warning: {warning}", file=sys.stderr)

@@ -12,6 +12,7 @@ import pytest
 from punchline.cluster import wall_estimate as w
 from punchline.cluster.cli import main
 from punchline.cluster.config import RunConfig, load_config
+from punchline.cluster.machine_load import MAX_SLOWDOWN, runnable_others, sample_runnable, slowdown
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.planner import plan_run
 from punchline.cluster.registry import pipeline_of
@@ -251,3 +252,44 @@ def test_the_cache_lookup_reads_the_runs_folders_packs(tmp_path: Path, capsys) -
     out = capsys.readouterr().out
     assert "1 cached" in out and f"1 of {sum(e.requests for e in plan_run(cfg))} requests answered" in out
     assert w.cache_lookup("s3://bucket/prefix") is None  # a remote store's packs are not listed
+
+
+def test_the_fixed_costs_stretch_with_the_machines_load_against_their_runs(tmp_path: Path) -> None:
+    """A busy machine stretches the run's CPU time (its fixed costs), not its provider's latency; a run measured on a
+    busy machine is taken back to a quiet one's first (machine_load.py)."""
+    cfg = _demo(tmp_path)
+    estimates = plan_run(cfg)
+    quiet = w.estimate_wall(cfg, estimates, tmp_path / "none", runnable_now=0.0)
+    unknown = w.estimate_wall(cfg, estimates, tmp_path / "none")
+    assert quiet.total_s == pytest.approx(unknown.total_s) and quiet.load_factor == 1.0
+    assert "load now" not in quiet.describe()
+    busy = w.estimate_wall(cfg, estimates, tmp_path / "none", runnable_now=4.0)
+    factor = slowdown(4.0) / slowdown(0.0)
+    assert factor > 1.0 and busy.load_factor == pytest.approx(factor)
+    assert busy.calls_s == pytest.approx(quiet.calls_s)  # latency and rate limits do not care
+    assert busy.fixed_s == pytest.approx(quiet.fixed_s * factor)
+    assert f"x{factor:.1f} for the machine's load now (4 tasks runnable besides)" in busy.describe()
+
+    runs = tmp_path / "runs"  # an earlier run, measured while 4 other tasks were runnable
+    events = [(t, e, s, {**more, "runnable_others": 4.0}) if e == "start_phases" else (t, e, s, *m)
+              for t, e, s, *m in EVENTS for more in [m[0] if m else {}]]  # fmt: skip
+    _recorded_run(runs, "demo-busy", {"collect": (630, 0), "classify": (1, 0), "evaluate": (90, 0)}, events)
+    measured = w.measure(runs, "puns")
+    assert measured is not None and measured.runnable == 4.0
+    same = w.estimate_wall(cfg, estimates, runs, runnable_now=4.0)
+    calmer = w.estimate_wall(cfg, estimates, runs, runnable_now=0.0)
+    assert same.load_factor == pytest.approx(1.0)
+    assert calmer.fixed_s == pytest.approx(same.fixed_s / factor)
+
+
+def test_the_machines_runnable_tasks_are_read_from_the_kernel(tmp_path: Path) -> None:
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.52 0.58 0.59 3/226 12345\n")
+    assert runnable_others(loadavg) == 2.0  # the reader itself is not the machine's other work
+    assert sample_runnable(samples=3, gap_s=0.0, loadavg=loadavg) == 2.0
+    loadavg.write_text("garbage\n")
+    assert runnable_others(loadavg) is None and sample_runnable(loadavg=loadavg) is None
+    assert runnable_others(tmp_path / "missing") is None
+    assert runnable_others() is not None  # Linux: the real one answers
+    assert slowdown(None) == 1.0 and slowdown(0.0, cores=2) == 1.0
+    assert slowdown(2.0, cores=2) == pytest.approx(1.5) and slowdown(1000.0, cores=2) == MAX_SLOWDOWN
