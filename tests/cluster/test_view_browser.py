@@ -3,7 +3,7 @@
 A Humor demo run (two models, a judge stage, plots) is started as a user starts it, with ``--metrics-port``; the
 viewer is started on its runs folder; the browser opens the run while it runs and follows it to the end (the page
 refreshes itself), opens a plot, then browses the units: filters, pages, compares the two models. The last page
-is a screenshot; ``PUNCHLINE_REFRESH_DOCS=1`` copies it to docs/view.png (the README's picture), which a test run
+is a screenshot; ``REFRESH_DOCS_SCREENSHOT=1`` copies it to docs/view.png (the README's picture), which a test run
 otherwise leaves alone.
 """
 
@@ -179,7 +179,7 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
             page.screenshot(path=str(shot), full_page=False)
             browser.close()
         assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000
-        if os.environ.get("PUNCHLINE_REFRESH_DOCS") == "1":  # the README's picture, refreshed on purpose only
+        if os.environ.get("REFRESH_DOCS_SCREENSHOT") == "1":  # the README's picture, refreshed on purpose only
             shutil.copyfile(shot, ROOT / "docs" / "view.png")
     finally:
         server.close()
