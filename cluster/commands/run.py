@@ -48,7 +48,8 @@ def register(sub: Subcommands) -> None:
         "(characters / 4), output tokens (max_tokens per choice, an upper bound), dollars from the "
         "configured prices, the least wall time the configured rate limits allow, and the run's wall time: "
         "its calls (only those the response cache does not answer) and its fixed costs (start, plans, "
-        "reduces), as the runs folder's latest finished run of the pipeline measured them.",
+        "reduces), as the runs folder's latest finished runs of the pipeline measured them, stretched by how "
+        "busy the machine is now against then (tasks runnable besides, from /proc/loadavg).",
     )
     pl.add_argument("config")
     pl.add_argument("--json", action="store_true")
