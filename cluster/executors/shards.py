@@ -386,9 +386,10 @@ class ShardExecutor:
             self.pool_warm |= bool(reports)
             if self.local is not None and self.local.stage == stage:
                 reports += self.local.poll()
-                if self.local.calling.is_set():  # it pays: the next stages' workers, forked from here (this
-                    self._warmup.start(self._sdks if self._calls_after(stage) else ())  # thread, never during an
-                    # import), find their SDKs imported
+                if self.local.calling.is_set():
+                    # it pays: the next stages' workers, forked from here (this thread, never during an import),
+                    # find their SDKs imported; none are when no later stage calls (no fork is coming)
+                    self._warmup.start(self._sdks if self._calls_after(stage) else ())
             for rep in reports:
                 budget_hit |= rep.budget_exhausted
             counters = patiently(self.ledger.counters, run_id, stage)
