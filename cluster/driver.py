@@ -91,6 +91,7 @@ def pipeline_stages(cfg: RunConfig) -> list[Stage]:
 def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prepared | RunRecord:
     """The whole-run preflight (cluster/run_checks.py): nothing is created or paid before it passes. A run that
     finished already is answered by its record (no service is started for it)."""
+    busy = runnable_others()  # the machine's other work as the run starts (`plan` reads it from the log)
     if opts.run_id is not None:  # first: a run id never names a path outside the runs folder (read below)
         check_run_id(opts.run_id)
     check_environment()
@@ -125,6 +126,7 @@ def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prep
     if not offline and ray_settings.is_local:  # local workers read their keys from this machine
         check_keys(cfg)
     marks["preflight_done"] = time.time()
+    later = runnable_others()  # once more after the preflight: one reading is a moment
     return Prepared(
         cfg=cfg,
         run_id=run_id,
@@ -146,6 +148,7 @@ def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prep
         ray_dashboard_port=opts.ray_dashboard_port,
         max_workers=opts.max_workers,
         calls_later=calls_later([s.name for s in stages], {e.stage for e in estimates if e.requests}),
+        runnable_others=None if busy is None or later is None else (busy + later) / 2,
     )
 
 
@@ -174,15 +177,12 @@ def run(
     """Run (or resume) the pipeline a config names: preflight, open the services, run the stages, record how
     it ended (in the store and the run's folder, as soon as it is known)."""
     marks = {"driver_start": time.time()}  # start-up phases, logged as one `start_phases` event
-    busy = runnable_others()  # the machine's other work as the run starts: `plan` reads it from the log
     # until the run's folder exists, log lines go where the run's will (stderr with --verbose), never to
     # stdout: that is for what a command prints on purpose
     configure_logging(None, console=opts.verbose)
     prep = prepare(config_path, opts, marks)
     if isinstance(prep, RunRecord):
         return prep  # finished already: nothing to do
-    later = runnable_others()  # once more after the preflight: one reading is a moment
-    prep.runnable_others = None if busy is None or later is None else (busy + later) / 2
     # the driver works shards itself while the local Ray starts (not when this process has one already:
     # there is no start to overlap); the runs folder's head is found now (a resume's, the last run's) or
     # started once the driver's own worker is ready, and never waited for (cluster/local_ray.py)

@@ -33,6 +33,15 @@ LOCK_FILE = "redis.lock"  # the server's record, locked while its starter lives
 PASSWORD_FILE = "password"  # the server's password (0600), beside the record
 
 
+def _recorded(folder: Path) -> dict[str, object] | None:
+    """The folder's record as its server's starter wrote it (held or not), None when there is none."""
+    try:
+        record = json.loads(read_private(folder / LOCK_FILE) or "")
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def lock_record(folder: Path) -> dict[str, object] | None:
     """The lock file's record if a live process holds the folder's lock, else None."""
     lock_path = folder / LOCK_FILE
@@ -47,18 +56,15 @@ def lock_record(folder: Path) -> dict[str, object] | None:
         pass
     finally:
         os.close(fd)
-    try:
-        record = json.loads(read_private(lock_path) or "")
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return _recorded(folder)
 
 
 def recorded_pid(folder: Path) -> int:
     """The process id the folder's record names (held or not), 0 when there is none."""
+    record = _recorded(folder)
     try:
-        return int(json.loads(read_private(folder / LOCK_FILE) or "")["pid"])
-    except (ValueError, KeyError, TypeError):
+        return int(str(record["pid"])) if record is not None else 0
+    except (ValueError, KeyError):
         return 0
 
 
@@ -141,12 +147,9 @@ def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float =
     Use before reusing a server recorded by an earlier (killed) driver: the port may since have
     been taken by another run's server, which must not be mistaken for ours.
     """
-    try:
-        record = json.loads(read_private(Path(data_dir) / LOCK_FILE) or "")
-    except ValueError:
-        return False
-    info = server_info(url, timeout_s=timeout_s)
-    if info is None or not isinstance(record, dict):
+    record = _recorded(Path(data_dir))
+    info = server_info(url, timeout_s=timeout_s) if record is not None else None
+    if info is None or record is None:
         return False
     with contextlib.suppress(ValueError, TypeError):
         return info.get("run_id", "") == str(record.get("server_id")) and int(info.get("process_id", "-1")) == int(

@@ -49,7 +49,7 @@ from punchline.cluster.private_files import (
     write_private,
 )
 from punchline.cluster.redis_binary import MIN_VERSION, find_redis_server, server_version
-from punchline.cluster.redis_folder import LOCK_FILE, PASSWORD_FILE, find_running, lock_record, serves_dir, stop_running
+from punchline.cluster.redis_folder import LOCK_FILE, PASSWORD_FILE, find_running, serves_dir, stop_running
 from punchline.data.errors import LedgerUnavailable
 from punchline.schedulers.redis_client import connect, redact_url
 
@@ -300,7 +300,6 @@ class EmbeddedRedis:
             raise LedgerUnavailable(f"{self.data_dir} is already served by another redis-server ({owner})") from None
         return fd
 
-    _record = staticmethod(lock_record)  # the folder's record while its server lives (cluster/redis_folder.py)
     find_running = staticmethod(find_running)
     stop_running = staticmethod(stop_running)
 

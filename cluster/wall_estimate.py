@@ -110,10 +110,10 @@ class WallEstimate(msgspec.Struct, kw_only=True):
         if self.measured_runs > 1:
             where = f"medians of {self.measured_runs} runs here, the latest {self.measured_in}"
         ray = f", {_secs(self.ray_s)} Ray's start" if self.ray_s else ""
+        load = ""
         if abs(self.load_factor - 1.0) >= LOAD_NOTE and self.runnable_now is not None:
-            ray += (
-                f"; x{self.load_factor:.1f} for the machine's load now ({self.runnable_now:.0f} tasks runnable besides)"
-            )
+            busy = f"{self.runnable_now:.0f} tasks runnable besides"
+            load = f"; x{self.load_factor:.1f} for the machine's load now ({busy})"
         cache = (
             f"; {self.cached_requests} of {self.requests} requests answered by the response cache"
             if self.cached_requests
@@ -121,7 +121,7 @@ class WallEstimate(msgspec.Struct, kw_only=True):
         )
         return (
             f"wall time: about {_secs(self.total_s)} ({_secs(self.calls_s)} calls, {_secs(self.fixed_s)} start, "
-            f"plans, reduces and report{ray}: {where}); the rate limits alone, every request called: at least "
+            f"plans, reduces and report{ray}{load}: {where}); the rate limits alone, every request called: at least "
             f"{_secs(self.least_s)}{cache}"
         )
 

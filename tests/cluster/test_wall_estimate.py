@@ -271,8 +271,8 @@ def test_the_fixed_costs_stretch_with_the_machines_load_against_their_runs(tmp_p
     assert f"x{factor:.1f} for the machine's load now (4 tasks runnable besides)" in busy.describe()
 
     runs = tmp_path / "runs"  # an earlier run, measured while 4 other tasks were runnable
-    events = [(t, e, s, {**more, "runnable_others": 4.0}) if e == "start_phases" else (t, e, s, *m)
-              for t, e, s, *m in EVENTS for more in [m[0] if m else {}]]  # fmt: skip
+    busy_start = (100.6, "start_phases", "", {"driver_start": 99.5, "runnable_others": 4.0})
+    events = [busy_start if event[1] == "start_phases" else event for event in EVENTS]
     _recorded_run(runs, "demo-busy", {"collect": (630, 0), "classify": (1, 0), "evaluate": (90, 0)}, events)
     measured = w.measure(runs, "puns")
     assert measured is not None and measured.runnable == 4.0
