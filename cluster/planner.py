@@ -29,6 +29,7 @@ from punchline.data.simulator import FakeConfig
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 from punchline.schedulers.budget import estimate_request_cost
+from punchline.schedulers.rate_limit import estimate_tokens
 from punchline.workers.providers import kind_of, wire_calls
 
 
@@ -135,7 +136,8 @@ def _estimate(
         settings = cfg.provider(u.request.provider)
         check_model(cfg, stage, u.request.provider, u.request.model)
         calls = wire_calls(settings, u.request)
-        i, o, c = estimate_request_cost(settings, u.request, calls)
+        i, o, c = estimate_request_cost(settings, u.request, calls)  # the most it may cost (what the cap holds)
+        paced = estimate_tokens(u.request)  # what the rate limiter reserves for it (a likely figure)
         tin, tout, usd = tin + i, tout + o, usd + c
         batch_usd += c * settings.batch_price_factor
         mode = as_run[u.request.provider].mode
@@ -143,7 +145,7 @@ def _estimate(
             _check_batch_api(cfg, stage, u.request.provider, settings)
         modes.add(mode)
         mode_usd += c * settings.batch_price_factor if mode == "batch" else c
-        every.add(u.request.provider, u.request.model, calls, i + o)
+        every.add(u.request.provider, u.request.model, calls, paced)
         hit = cached is not None and cached(u.request)
         hits += calls if hit else 0
         for timed in (fresh,) if hit else (fresh, uncached):
@@ -151,7 +153,7 @@ def _estimate(
                 sim = cfg.simulator or FakeConfig()
                 timed.batch_delay_s = sim.batch_delay_s if simulated(settings) else 0.0
             else:
-                timed.load.add(u.request.provider, u.request.model, calls, i + o)
+                timed.load.add(u.request.provider, u.request.model, calls, paced)
                 per_call_s = call_s(cfg, settings, u.request.model, o // max(1, calls))
                 timed.slots.add(u.request.provider, u.request.model, calls * per_call_s)
     return StageEstimate(

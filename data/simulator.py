@@ -123,6 +123,14 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     batch_max_file_requests: Annotated[
         int, msgspec.Meta(description="refuse a batch file with more lines than this, as OpenAI", ge=1, le=10_000_000)
     ] = 50_000
+    billing: Annotated[
+        Literal["chars", "worst_case"],
+        msgspec.Meta(
+            description="the tokens it bills: chars (characters / 4 of each message and answer) or worst_case (the "
+            "most a real provider may bill: each UTF-8 byte of input a token plus a chat template's tokens per "
+            "message and per request, and max_tokens per answer)"
+        ),
+    ] = "chars"
 
 
 class SimRequest(msgspec.Struct, frozen=True, kw_only=True):

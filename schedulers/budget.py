@@ -3,8 +3,11 @@
 A worker *reserves* the estimated cost of a unit before its call and *settles* it afterwards (the
 reservation is replaced by the actual cost). ``reserve`` refuses when spent + reserved + estimate
 would exceed ``max_cost_usd``; units already in flight keep their reservation and finish, so the run
-stops scheduling just before the cap and overshoots it by at most the estimation error of in-flight
-units. All of it is one Lua script per step, so concurrent workers on every node see one budget.
+stops scheduling just before the cap. The estimate is an upper bound (:func:`estimate_request_cost`: every byte
+of input a token, plus the chat template's, and ``max_tokens`` of output), so what a unit is billed fits in what
+it held and spend never passes the cap (as far as answers tell: a call its provider billed but never answered, a
+timeout, is not seen by anyone but the provider). All of it is one Lua script per step, so concurrent workers on
+every node see one budget.
 
 Reservations belong to a holder (one :class:`Budget` object, i.e. one worker) whose liveness expires
 after ``reservation_ttl_s`` without activity, so a worker killed between reserve and settle does not
@@ -13,9 +16,9 @@ leak its reservation forever.
 
 from __future__ import annotations
 
-import math
+import unicodedata
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 import redis
@@ -156,17 +159,52 @@ def usage_rows(ledger: list[UsageRow], store: Mapping[str, ShardUsage]) -> list[
     return [rows[k] for k in sorted(rows)]
 
 
+# What a chat template adds to the text of the messages, in tokens, generously. The template of every API we
+# call wraps each message in a few tokens (OpenAI documents 3 per message, 4 with a name; Llama 3's header and
+# end-of-turn markers are 5; Gemma's and Mistral's turn markers fewer) and a request once (OpenAI: 3 tokens that
+# prime the answer; a begin-of-text token; Llama 3.1's template adds its "Cutting Knowledge Date" lines to every
+# request, about 20 tokens; Qwen's adds a default system line when there is none). A SentencePiece tokenizer adds
+# one "dummy prefix" token per text, and Anthropic joins system messages with two newlines: both are within the
+# per-message figure. Twice or more what any of them adds, so that a provider's template never takes a request past
+# what the budget held for it.
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+TEMPLATE_TOKENS_PER_REQUEST = 64
+
+
+def text_tokens_bound(text: str) -> int:
+    """The most tokens any tokenizer we call can make of ``text``: its UTF-8 bytes. A byte-level BPE (OpenAI's,
+    Llama 3's, the one Anthropic published) or a SentencePiece vocabulary with byte fallback (Llama 2's,
+    Mistral's, Gemma's) covers at least one byte per token, and a character outside a vocabulary without byte
+    fallback is one ``<unk>`` token; a tokenizer that normalizes first (NFKC) may spell a character longer
+    (U+FDFA is 33 bytes), so the longer of the two spellings counts."""
+    raw = len(text.encode())
+    return raw if text.isascii() else max(raw, len(unicodedata.normalize("NFKC", text).encode()))
+
+
+def messages_tokens_bound(contents: Sequence[str]) -> int:
+    """The most input tokens one call with these messages' texts can be billed: each text at one token per byte,
+    plus the chat template's tokens per message and per request (see the constants above)."""
+    texts = sum(text_tokens_bound(c) for c in contents)
+    return texts + TEMPLATE_TOKENS_PER_MESSAGE * len(contents) + TEMPLATE_TOKENS_PER_REQUEST
+
+
+def input_tokens_bound(request: ProviderRequest) -> int:
+    """The most input tokens one call of ``request`` can be billed (:func:`messages_tokens_bound`)."""
+    return messages_tokens_bound([m.content for m in request.messages])
+
+
 def estimate_request_cost(
     settings: ProviderSettings, request: ProviderRequest, calls: int | None = None
 ) -> tuple[int, int, float]:
-    """(input tokens, output tokens, dollars) a request may cost: input is chars / 4 per call, output is
-    ``max_tokens`` per choice (an upper bound); a model without a price costs 0. ``calls``: the HTTP calls the
-    request makes, which its provider kind knows (``workers.providers.wire_calls``: a kind that never returns
-    ``n`` choices in one call splits it); else ``n`` when the settings say ``supports_n = false``, else one."""
-    chars = sum(len(m.content) for m in request.messages)
+    """(input tokens, output tokens, dollars) a request may cost at most, what the budget holds before it is
+    sent: input is :func:`input_tokens_bound` per call, output is ``max_tokens`` per choice (a provider stops
+    there); a model without a price costs 0. ``calls``: the HTTP calls the request makes, which its provider kind
+    knows (``workers.providers.wire_calls``: a kind that never returns ``n`` choices in one call splits it); else
+    ``n`` when the settings say ``supports_n = false``, else one. (A rate limiter wants what a request is likely
+    to take instead: ``schedulers.rate_limit.estimate_tokens``.)"""
     if calls is None:
         calls = request.n if request.n > 1 and not settings.supports_n else 1
-    input_tokens = math.ceil(chars / 4) * calls
+    input_tokens = input_tokens_bound(request) * calls
     output_tokens = request.max_tokens * request.n
     return input_tokens, output_tokens, settings.cost_usd(request.model, input_tokens, output_tokens)
 

@@ -106,7 +106,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def estimate_tokens(request: ProviderRequest) -> int:
-    """Tokens one request may bill: input (chars / 4) plus ``max_tokens`` per choice."""
+    """Tokens one request is likely to bill: input (chars / 4) plus ``max_tokens`` per choice. A likely figure on
+    purpose, not a bound: the limiter paces the run by it, and a bound (``schedulers.budget.input_tokens_bound``,
+    every byte a token, what the budget holds) would pace a tokens-per-minute limit at a quarter of its rate or less."""
     chars = sum(len(m.content) for m in request.messages)
     return math.ceil(chars / 4) + request.max_tokens * request.n
 

@@ -44,9 +44,10 @@ def register(sub: Subcommands) -> None:
     pl = sub.add_parser(
         "plan",
         help=summary("plan"),
-        description="Expand the config's stages into provider requests and estimate input tokens "
-        "(characters / 4), output tokens (max_tokens per choice, an upper bound), dollars from the "
-        "configured prices, the least wall time the configured rate limits allow, and the run's wall time: "
+        description="Expand the config's stages into provider requests and estimate, as upper bounds (what "
+        "--max-cost-usd holds before a call or batch), input tokens (each UTF-8 byte of a message one token, plus "
+        "the chat template's), output tokens (max_tokens per choice) and dollars from the configured prices; "
+        "the least wall time the configured rate limits allow, and the run's wall time: "
         "its calls (only those the response cache does not answer) and its fixed costs (start, plans, "
         "reduces), as the runs folder's latest finished runs of the pipeline measured them, stretched by how "
         "busy the machine is now against then (tasks runnable besides, from /proc/loadavg).",

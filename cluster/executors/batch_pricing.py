@@ -22,8 +22,9 @@ class BatchPricing(BatchRunnerState):
     """Pricing, the run's budget as a batch holds it, and the refusals that settle a batch at nothing."""
 
     def _price(self, rec: BatchRecord) -> float:
-        """The most the batch may cost at the batch price: each request's upper bound (input chars / 4, output
-        ``max_tokens`` per choice), for the parts it asks for (the held ones are not submitted again)."""
+        """The most the batch may cost at the batch price: each request's upper bound (``estimate_request_cost``:
+        input every UTF-8 byte a token plus the chat template's, output ``max_tokens`` per choice), for the parts
+        it asks for (the held ones are not submitted again)."""
         s = self.settings[rec.provider]
         total = 0.0
         for k in rec.keys:

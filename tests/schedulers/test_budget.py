@@ -14,7 +14,16 @@ from punchline.cluster.redis_server import free_port
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.puns.completions import sample_request
-from punchline.schedulers.budget import Budget, estimate_request_cost, make_budget
+from punchline.data.requests import Message, ProviderRequest
+from punchline.schedulers.budget import (
+    TEMPLATE_TOKENS_PER_MESSAGE,
+    TEMPLATE_TOKENS_PER_REQUEST,
+    Budget,
+    estimate_request_cost,
+    input_tokens_bound,
+    make_budget,
+    text_tokens_bound,
+)
 from punchline.schedulers.redis_client import connect
 
 
@@ -76,8 +85,9 @@ def test_estimate_and_make_budget(redis_client: redis.Redis) -> None:
     settings = ProviderSettings(models={"8b": ModelSettings(id="m8", input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)})
     req = sample_request("together", "m8", "x" * 400, n=20)
     tin, tout, usd = estimate_request_cost(settings, req)
-    sys_chars = sum(len(m.content) for m in req.messages)
-    assert tin == -(-sys_chars // 4) and tout == 5 * 20
+    text_bytes = sum(len(m.content.encode()) for m in req.messages)
+    per_call = text_bytes + TEMPLATE_TOKENS_PER_MESSAGE * len(req.messages) + TEMPLATE_TOKENS_PER_REQUEST
+    assert tin == per_call and tout == 5 * 20
     assert usd == pytest.approx((tin * 1.0 + tout * 2.0) / 1e6)
     split = ProviderSettings(supports_n=False, models=settings.models)
     assert estimate_request_cost(split, req)[0] == tin * 20
@@ -86,6 +96,30 @@ def test_estimate_and_make_budget(redis_client: redis.Redis) -> None:
     assert estimate(req) == pytest.approx(usd)
     assert estimate(sample_request("unknown", "m8", "x")) == 0.0
     assert budget.max_cost_usd == 0.01
+
+
+@pytest.mark.parametrize(
+    ("text", "least_tokens"),
+    [
+        ("plain ASCII, one byte a character", 33),
+        ("Кириллица: два байта на букву", 53),  # 2 bytes a letter
+        ("漢字は三バイト", 21),  # 3 bytes a character
+        ("🙂🙃", 8),  # 4 bytes a character
+        ("\ufdfa", 33),  # NFKC spells this one character in 33 bytes
+    ],
+)
+def test_a_text_is_bounded_by_its_bytes_whatever_the_script(text: str, least_tokens: int) -> None:
+    """Issue 39: the bound counts one token per UTF-8 byte (a byte-level or byte-fallback token covers at least a
+    byte), so a script of 2-4 bytes a character is never counted as a quarter token a character (the old chars / 4
+    priced this Cyrillic line at 8 tokens where it may cost 53), and a character NFKC spells longer counts at its longer
+    spelling."""
+    assert text_tokens_bound(text) == least_tokens
+    assert text_tokens_bound(text) >= len(text.encode())
+    request = ProviderRequest(
+        provider="p", model="m", messages=[Message(role="system", content="s"), Message(role="user", content=text)]
+    )
+    template = 2 * TEMPLATE_TOKENS_PER_MESSAGE + TEMPLATE_TOKENS_PER_REQUEST
+    assert input_tokens_bound(request) == 1 + least_tokens + template
 
 
 def test_unreachable_redis_fails_closed() -> None:

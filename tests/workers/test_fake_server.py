@@ -8,6 +8,7 @@ import re
 import urllib.request
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from punchline.cluster.pipelines.humor.simulate import HUMOR_CLASSES
@@ -305,3 +306,30 @@ def test_the_installed_pipelines_knobs_are_theirs_and_checked() -> None:
     with pytest.raises(ValueError, match=r"pipeline_knobs\.puns"):
         server.configure(pipeline_knobs={"puns": {"funny_propensity": {"3B": 2.0}}})
     assert server.config.pipeline_knobs == {"humor": {"skill": {"3B": 1.0}}}  # a refused change changes nothing
+
+
+def test_worst_case_billing_bills_what_the_budget_holds_and_the_default_is_unchanged(fake: FakeProviderServer) -> None:
+    """Issue 39: ``billing = "worst_case"`` bills what a real provider may at most (each UTF-8 byte of input a
+    token, plus a chat template's per message and per request; ``max_tokens`` per answer), which is the bound the
+    budget holds before a call: an OpenAI call is billed exactly that, an Anthropic one (its system message
+    joined into one) no more. The default still bills characters / 4, so the demos' artifacts do not change."""
+    from punchline.schedulers.budget import estimate_request_cost
+    from punchline.workers.fake.wire import tokens
+
+    messages = [Message(role="system", content="Réponds en un mot."), Message(role="user", content="Пуля — ___")]
+    req = ProviderRequest(provider="fake", model=M405, messages=messages, max_tokens=7, n=3, temperature=1.0)
+    default = asyncio.run(_complete(fake, req))
+    assert default.input_tokens == sum(tokens(m.content) for m in messages)
+    assert default.output_tokens == sum(tokens(t) for t in default.texts)
+    fake.configure(billing="worst_case")
+    settings = fake.provider_settings("openai")
+    bound_in, bound_out, _ = estimate_request_cost(settings, req)
+    worst = asyncio.run(_complete(fake, req))
+    assert worst.texts == default.texts  # the answers are the same; only the bill differs
+    assert (worst.input_tokens, worst.output_tokens) == (bound_in, bound_out) == (bound_in, 7 * 3)
+    assert worst.input_tokens > default.input_tokens * 3
+    one = msgspec.structs.replace(req, n=1)
+    claude = asyncio.run(_complete(fake, one, "anthropic"))
+    assert 0 < claude.input_tokens <= estimate_request_cost(fake.provider_settings("anthropic"), one)[0]
+    assert claude.output_tokens == 7
+    assert fake.stats().input_tokens == default.input_tokens + worst.input_tokens + claude.input_tokens

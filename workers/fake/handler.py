@@ -18,8 +18,8 @@ import msgspec
 from punchline.data.simulator import FakeConfig
 from punchline.workers.fake.batches import BATCH_PATHS
 from punchline.workers.fake.draws import unit
-from punchline.workers.fake.state import ServerState, answer_texts, knob_models
-from punchline.workers.fake.wire import Parsed, completion_body, error_body, parse, tokens
+from punchline.workers.fake.state import ServerState, answer_texts, billed_tokens, knob_models
+from punchline.workers.fake.wire import Parsed, completion_body, error_body, parse
 from punchline.workers.providers.base import CHOICE_OFFSET_HEADER
 
 
@@ -217,8 +217,7 @@ class Handler(BaseHTTPRequestHandler):
     def _answer(self, api: str, req: Parsed, key: str, offset: int) -> None:
         state = self.server.state
         texts = answer_texts(state, req, offset)
-        input_tokens = sum(tokens(c) for _, c in req.messages)
-        output_tokens = sum(tokens(t) for t in texts)
+        input_tokens, output_tokens = billed_tokens(state.config, req, texts)
         state.success(input_tokens, output_tokens)
         self._send(200, completion_body(api, req, texts, input_tokens, output_tokens))
 

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from punchline.data.simulator import FakeConfig, SimRequest
+from punchline.schedulers.budget import messages_tokens_bound
 from punchline.workers.fake.answers import answer
 from punchline.workers.fake.batches import BatchBook
 from punchline.workers.fake.simulators import Simulator, decode_knobs
@@ -162,6 +163,18 @@ class ServerState:
             self.output_tokens += output_tokens
 
 
+def billed_tokens(config: FakeConfig, req: Parsed, texts: list[str]) -> tuple[int, int]:
+    """(input, output) tokens the answer ``texts`` to ``req`` is billed, by the ``billing`` knob: ``chars`` (the
+    default) counts characters / 4 of each message and answer; ``worst_case`` bills what a real provider may at
+    most, the bound the run's budget holds before a call (every UTF-8 byte of input a token, plus a chat template's
+    tokens per message and per request, and ``max_tokens`` per answer, where a provider stops), so a test sees
+    whether spend can pass ``max_cost_usd`` when a provider's tokenizer is as costly as any can be."""
+    if config.billing == "worst_case":
+        per_answer = req.max_tokens if req.max_tokens is not None else max((tokens(t) for t in texts), default=0)
+        return messages_tokens_bound([c for _, c in req.messages]), per_answer * len(texts)
+    return sum(tokens(c) for _, c in req.messages), sum(tokens(t) for t in texts)
+
+
 def answer_texts(state: ServerState, req: Parsed, offset: int) -> list[str]:
     """The texts the online endpoints answer ``req`` with (the batch endpoints give the same)."""
     # Answers ignore ``n`` so that n single calls (with offsets) give the texts of one n call.
@@ -204,6 +217,5 @@ def completion(state: ServerState, api: str, body: dict[str, Any], offset: int) 
     req = parse(api, body)
     key = req.key()
     texts = answer_texts(state, req, offset)
-    input_tokens = sum(tokens(c) for _, c in req.messages)
-    output_tokens = sum(tokens(t) for t in texts)
+    input_tokens, output_tokens = billed_tokens(state.config, req, texts)
     return completion_body(api, req, texts, input_tokens, output_tokens), key

@@ -548,7 +548,8 @@ def test_max_cost_usd_counts_batches_one_that_would_pass_the_cap_is_never_create
     assert "resume with a higher --max-cost-usd" in str(stopped.value)
     records = sorted(BatchRecords(redis_client, store, "r1").records(), key=lambda r: r.intent_at)
     assert [r.state for r in records] == ["collected", "failed"], records
-    assert records[0].estimate_usd == pytest.approx(one_batch) and "max_cost_usd" in records[1].error
+    first = [u for u in units if u.request.key() in records[0].keys]
+    assert records[0].estimate_usd == pytest.approx(_price(settings, first)) and "max_cost_usd" in records[1].error
     assert fake.batch_stats().batches_created == 1  # the second was never created, so never paid
     budget = Budget(redis_client, "r1", runner.max_cost_usd)
     assert budget.spent_usd() == pytest.approx(records[0].cost_usd) and budget.reserved_usd() == 0
