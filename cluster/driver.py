@@ -27,6 +27,7 @@ from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.preflight import read_store
 from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ray_running
 from punchline.cluster.registry import pipeline_of
+from punchline.cluster.retry_failed import drop_retryable_failures
 from punchline.cluster.run_checks import check_environment, check_keys, check_options, check_run
 from punchline.cluster.run_record import RunRecord, Services, check_run_id, load_record
 from punchline.cluster.run_services import Prepared, RunServices, snapshot_at_end
@@ -244,6 +245,10 @@ def _run_stages(prep: Prepared, svc: RunServices, coord: Coordinator) -> None:
     record, lazy_ray = svc.record, svc.lazy_ray
     if lazy_ray is None:  # a cluster's Ray was joined, or this process had one
         svc.log_phases()
+    if prep.created_at is not None:  # a resume calls again the units that failed with a retryable error
+        requeued = drop_retryable_failures(record, prep.store)
+        if requeued.count:
+            svc.log.info("retryable_failures_requeued", shards={s: len(k) for s, k in requeued.shards.items()})
     for stage in prep.stages:
         if coord.stage_done(stage.name):
             svc.log.info("stage_skipped", stage=stage.name, reason="manifest present")

@@ -40,7 +40,11 @@ class UnitResult(msgspec.Struct, kw_only=True):
     """A unit's outcome as its shard file keeps it. ``latency_s``: seconds from its first provider attempt to
     the accepted answer (retries and their backoff included; None: answered from the cache, or no call was
     made, or a record written before it was kept); ``retries``: its attempts that failed and were tried again
-    (429s, 5xx, timeouts, malformed or invalid answers)."""
+    (429s, 5xx, timeouts, malformed or invalid answers). ``retryable``: the unit failed with an error that
+    another attempt may cure (a 429 or 5xx, a timeout, a dropped connection, a malformed or invalid answer) and
+    it asks for retries (``UnitSpec.retries``): a resume calls it again (``cluster/retry_failed.py``), while a
+    permanent failure (a 400, an unknown model) waits for ``retry-failed`` (False in records written before it
+    was kept: those too wait for ``retry-failed``)."""
 
     unit_id: str
     key: str
@@ -48,6 +52,7 @@ class UnitResult(msgspec.Struct, kw_only=True):
     error: str | None = None
     latency_s: float | None = None
     retries: int = 0
+    retryable: bool = False
 
 
 #: upper bounds (seconds) of the latency buckets a shard keeps per model (``ModelUsage.latency_counts``; the

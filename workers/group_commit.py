@@ -43,6 +43,9 @@ class LeaseBook(Protocol):
 
     def drop(self, grant: Grant) -> None: ...
 
+    def lost(self, grant: Grant) -> bool:
+        """A renewal found it gone while it was held (expired, taken over): what ran under it is not recorded."""
+
 
 class _Waiting:
     __slots__ = ("done", "entry", "settle")

@@ -80,8 +80,9 @@ async def call_with_retries(
 ) -> ProviderResponse:
     """``slot_reserved``: the first attempt's rate-limit slot was reserved with the request's lease.
     ``pause``: how to wait between attempts (the unit runner gives its call slot to another unit meanwhile).
-    ``stopping``: once it says so (the worker's driver is gone), a failed attempt is not retried: a draining
-    worker finishes the attempt in flight and no more, so it ends within one attempt's timeout."""
+    ``stopping``: once it says so (the worker's driver is gone), a failed attempt is not retried, nor is one
+    whose backoff the driver's end came during: a draining worker finishes the attempt in flight and no more, so
+    it ends within one attempt's timeout (the unit runner then records nothing: the next driver asks again)."""
     calls = wire_calls(provider.settings, request)
     tokens = estimate_tokens(request)
     malformed = 0
@@ -106,6 +107,8 @@ async def call_with_retries(
             if exhausted:
                 raise
             await (pause or asyncio.sleep)(delay)
+            if stopping is not None and stopping():  # the driver ended during the backoff: no new attempt
+                raise
             retry += 1
             continue
         _report(on_attempt, retry, provider, request, None, 0.0)

@@ -27,7 +27,7 @@ import structlog
 
 from punchline.data.background import stop_tasks
 from punchline.data.backoff import retry_async
-from punchline.data.errors import BudgetExceeded, LedgerUnavailable, StoreError
+from punchline.data.errors import BudgetExceeded, LedgerUnavailable, PunchlineError, StoreError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.data.response_cache import ResponseCache
@@ -52,7 +52,7 @@ from punchline.schedulers.redis_client import connect, connect_async, resolve_ur
 from punchline.workers.call_stats import CallStats
 from punchline.workers.driver_watch import DriverGone, DriverWatch
 from punchline.workers.group_commit import GroupCommit
-from punchline.workers.held_leases import HeldLeases
+from punchline.workers.held_leases import HeldLeases, LeaseLost
 from punchline.workers.plan_pages import PlanPages
 from punchline.workers.provider import Provider
 from punchline.workers.providers import make_provider, wire_calls
@@ -391,12 +391,17 @@ class _StageRun:
                     *(self._unit(u, usage, c) for u, c in zip(units, cached, strict=True)), return_exceptions=True
                 )
                 finished = len(units)
-                stopped = next((o for o in outcomes if isinstance(o, (BudgetExceeded, DriverGone))), None)
+                stopped = self._unwritten(claim, outcomes)
                 if stopped is not None:  # the shard goes back: its paid answers are in the cache already
                     if isinstance(stopped, BudgetExceeded):
                         self.log.warning("budget_exhausted", error=str(stopped))
                         self.report.budget_exhausted = True
-                    self.stop = True
+                    else:
+                        self.log.info("shard_unwritten", shard=claim.shard, reason=str(stopped))
+                    if isinstance(stopped, LeaseLost):  # the worker goes on: only this shard is someone else's
+                        self.report.shards_lost += 1
+                    else:
+                        self.stop = True
                     self.p.held.close_shard(claim)
                     with contextlib.suppress(LedgerUnavailable):
                         await self.p.leases.release_shard(self.keys, claim)
@@ -424,6 +429,21 @@ class _StageRun:
         self.log.info(
             "shard_done", shard=claim.shard, committed=committed, elapsed_s=round(time.monotonic() - started, 3)
         )
+
+    def _unwritten(self, claim: Claim, outcomes: list[UnitResult | BaseException]) -> PunchlineError | None:
+        """Why the shard must go back unwritten (no shard file, no failure recorded), or None: the cap stopped a
+        unit, or what ran under it may be only what the end of its lease or driver did to it. A worker whose
+        driver is gone retries nothing and whose lease is lost is no longer the one to answer: a failure it saw
+        would be recorded in place of the answer the next holder gets (a plain resume then calls nothing for
+        it, as the shard file exists). Its paid answers are in the response cache: the next claim is free."""
+        stopped = next((o for o in outcomes if isinstance(o, (BudgetExceeded, DriverGone, LeaseLost))), None)
+        if stopped is not None:
+            return stopped
+        if self.p.stopping():
+            return DriverGone(f"the driver is gone: shard {claim.shard} is left to the next driver")
+        if self.p.held.shard_lost(claim):
+            return LeaseLost(f"shard {claim.shard}'s lease was lost while its units ran")
+        return None
 
     async def _commit(self, claim: Claim, usage: ShardUsage) -> bool:
         rows: dict[str, float] = {}
@@ -461,6 +481,7 @@ class _StageRun:
                 self.log.error("heartbeat_failed", error=f"{type(exc).__name__}: {exc}")
                 continue
             lost_requests, lost_shards = self.p.held.really_lost(lost_requests, lost_shards)
+            self.p.held.lose(lost_requests, lost_shards)  # what ran under them is not recorded
             try:  # the run-wide places of the calls in flight (they lapse after lease_ms without it)
                 lost_places = await self.p.run_wide.renew()
             except LedgerUnavailable:

@@ -54,6 +54,7 @@ from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
 from punchline.workers.driver_watch import DriverGone
 from punchline.workers.group_commit import GroupCommit, LeaseBook
+from punchline.workers.held_leases import LeaseLost
 from punchline.workers.provider import Provider
 from punchline.workers.providers import wire_calls
 from punchline.workers.validators import validator
@@ -235,7 +236,10 @@ class UnitRunner:
         self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None = None, *, slot: Slot | None = None
     ) -> UnitResult:
         """The unit's result; ``cached`` is the answer the shard's look-up already found, if any.
-        Raises :class:`BudgetExceeded` when the run's cap stops it before its call."""
+        Raises :class:`BudgetExceeded` when the run's cap stops it before its call, and instead of a failure that
+        must not be recorded: :class:`DriverGone` once the driver is gone (a draining worker retries nothing, so
+        its failures say nothing of the request), :class:`LeaseLost` when the request's lease was lost under the
+        call. Either way its shard goes back unwritten and the unit is asked again."""
         key = unit.request.key()
         slot = slot or Slot()
         try:
@@ -258,11 +262,17 @@ class UnitRunner:
                     raise DriverGone(f"the driver is gone while the ledger is unreachable ({exc})") from exc
                 raise
             except (ProviderError, CacheMiss) as exc:
+                if self.stopping():  # a draining worker retries nothing: the failure may be only the drain's
+                    raise DriverGone(f"the driver is gone: {unit.unit_id} failed ({exc}), left to the next") from exc
                 reason = f"{type(exc).__name__}: {exc}"
                 usage.units_failed += 1
                 usage.add_unit(unit.request.model, None, slot.retries)
                 log.warning("unit_failed", unit=unit.unit_id, reason=reason)
-                return UnitResult(unit_id=unit.unit_id, key=key, error=reason, retries=slot.retries)
+                # a resume calls it again unless the error is permanent (or the unit asked for no retries)
+                retryable = isinstance(exc, ProviderError) and exc.retryable and unit.retries
+                return UnitResult(
+                    unit_id=unit.unit_id, key=key, error=reason, retries=slot.retries, retryable=retryable
+                )
             usage.units_ok += 1
             return UnitResult(
                 unit_id=unit.unit_id, key=key, response=response, latency_s=slot.latency_s, retries=slot.retries
@@ -382,7 +392,11 @@ class UnitRunner:
             if not ok:
                 log.warning("lease_lost_at_commit", unit=unit.unit_id, key=key)
             committed = True
-            return stored.response
+            return stored.response  # the cache's answer, whoever holds the lease now: the same bytes for all
+        except ProviderError as exc:
+            if self.book.lost(grant):  # expired or taken over under the call: its next holder answers it
+                raise LeaseLost(f"{unit.unit_id}: its request's lease was lost while it called ({exc})") from exc
+            raise
         finally:
             slot.called()  # a call that failed (or was never made) gives its run-wide place back at once
             self.book.drop(grant)
