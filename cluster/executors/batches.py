@@ -152,11 +152,19 @@ class BatchRunner(BatchSubmission, BatchCollection):
             )
         left = [k for k in self.exhausted if k in unanswered]
         if left:
-            provider = self.specs[left[0]].request.provider
+            by_model: dict[tuple[str, str], list[str]] = {}
+            for k in left:
+                request = self.specs[k].request
+                by_model.setdefault((request.provider, request.model), []).append(k)
+            counts = ", ".join(
+                f"{len(keys)} to {provider}/{model} (last: {self.exhausted[keys[0]]})"
+                for (provider, model), keys in sorted(by_model.items())
+            )
+            tables = " and ".join(f"[providers.{p}]" for p in sorted({p for p, _ in by_model}))
             raise BatchFailed(
-                f"stage {self.stage}: {len(left)} requests to {provider} failed in {self.opt.max_rounds} batches "
-                f"each (last: {self.exhausted[left[0]]}); they were not sent online (resume to try them in batches "
-                f'again, or set batch_fallback = "online" in [providers.{provider}] to pay the online price)'
+                f"stage {self.stage}: {len(left)} requests failed in {self.opt.max_rounds} batches each: {counts}; "
+                "they were not sent online (resume to try them in batches again, or set "
+                f'batch_fallback = "online" in {tables} to pay the online price)'
             )
 
     # --- cancels -------------------------------------------------------------------------------------

@@ -412,13 +412,42 @@ def test_requests_failing_every_round_stop_the_stage_unless_online_is_allowed(
     runner = _runner(fake, redis_client, store, "openai", batch_fallback=fallback)
     runner.opt = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds=2)
     if fallback == "fail":
-        with pytest.raises(BatchFailed, match=r"3 requests to p failed in 2 batches each \(last: errored"):
+        with pytest.raises(BatchFailed, match=rf"3 requests failed in 2 batches each: 3 to p/{MODEL} \(last: errored"):
             runner.run(_units(3))
     else:
         assert runner.run(_units(3)).online_fallback == 3
     records = BatchRecords(redis_client, store, "r1").records()
     assert len(records) == 2 and fake.batch_stats().billed == {}
     assert records[-1].online_requests == (3 if fallback == "online" else 0)
+
+
+def test_requests_failing_every_round_are_named_per_provider_and_model_with_their_counts(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Issue 39 item 8a: the stop names each provider and model with its own count (it named the first request's
+    provider for all of them: "9 to anthropic" where 7 were Anthropic's and 2 Together's)."""
+    fake.configure(batch_error_rate=1.0)
+    store = LocalStore(tmp_path)
+    settings = {"claude": _settings(fake, "anthropic"), "together": _settings(fake, "openai")}
+    runner = BatchRunner(
+        batches=BatchRecords(redis_client, store, "r1"),
+        cache=ResponseCache(store),
+        settings=settings,
+        clients={name: make_batch_provider(name, s) for name, s in settings.items()},
+        stage="collect",
+        options=BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds=2),
+        sleep=lambda s: None,
+    )
+    units = _units(7, "claude", samples=1) + [
+        UnitSpec(unit_id=f"t{i}", request=sample_request("together", MODEL, f"Pun {i} ends with a", n=1))
+        for i in range(2)
+    ]
+    with pytest.raises(BatchFailed) as stopped:
+        runner.run(units)
+    message = str(stopped.value)
+    assert f"9 requests failed in 2 batches each: 7 to claude/{MODEL} (last: " in message, message
+    assert f"2 to together/{MODEL} (last: " in message, message
+    assert 'batch_fallback = "online" in [providers.claude] and [providers.together]' in message, message
 
 
 def test_a_cancel_recorded_while_the_runner_is_live_stops_it_resending(
