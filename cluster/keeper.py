@@ -21,15 +21,18 @@ What differs between the two (how to find the process, whether it is in use, how
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
 import secrets
+import select
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -38,6 +41,9 @@ from punchline.data.errors import LedgerUnavailable
 from punchline.data.settings import LEDGER_STALE_S
 
 JOIN_TIMEOUT_S = 60.0
+START_FLAG = "--start"  # a keeper that starts the kept process as its child (spawn_starter)
+READY, FAILED = "ready", "failed"  # what a starting keeper says to its driver (say)
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
 @contextlib.contextmanager
@@ -197,10 +203,11 @@ def spawn_keeper(module: str, folder: Path, pid: int, settings: Sequence[str] = 
     )
 
 
-def open_keeper(folder: Path) -> tuple[FolderHold, int] | None:
+def open_keeper(folder: Path, *, wait_s: float = 0.0) -> tuple[FolderHold, int] | None:
     """A keeper's start: hold the folder open and take its ``keeper.lock``. None when the folder is gone (or not
-    ours): the caller stops its orphan; an fd of -1 when another keeper already watches the folder (the caller
-    closes the hold and ends)."""
+    ours): the caller stops its orphan; an fd of -1 when another keeper still watches the folder after ``wait_s``
+    (the caller closes the hold and ends). A keeper that is to start the kept process waits: the last keeper,
+    whose process just ended, lets go of the lock within its poll."""
     try:
         hold = FolderHold(folder)
     except OSError:
@@ -210,12 +217,72 @@ def open_keeper(folder: Path) -> tuple[FolderHold, int] | None:
     except (OSError, LedgerUnavailable):
         hold.close()
         return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return hold, fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return hold, -1
+            time.sleep(0.05)
+
+
+def spawn_starter(module: str, folder: Path, settings: Sequence[str], *, timeout_s: float) -> None:
+    """Start a keeper that starts the kept process itself (``python -m module FOLDER --start *settings``), so that
+    the kept process is the keeper's child and ends with it (its parent-death signal, set before ``exec``): a
+    ``kill -9`` of the keeper and of every driver leaves nothing running. Returns once the keeper says the process
+    is up (:func:`say`); raises LedgerUnavailable with the keeper's reason, or when it said nothing in
+    ``timeout_s`` (then it is killed, and what it started with it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, str(folder), START_FLAG, *settings],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not killed with the driver, its terminal or its process group
+        close_fds=True,
+    )
+    assert proc.stdout is not None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return hold, -1
-    return hold, fd
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        line = proc.stdout.readline().decode(errors="replace").strip() if ready else ""
+    finally:
+        proc.stdout.close()
+    if line == READY:
+        return
+    if not ready:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise LedgerUnavailable(f"the keeper of {folder} said nothing within {timeout_s:.0f} s")
+    proc.wait()  # it ends after saying why (or it died): no zombie left behind
+    raise LedgerUnavailable(line.removeprefix(FAILED).strip() or f"the keeper of {folder} ended ({proc.returncode})")
+
+
+def say(line: str) -> None:
+    """A starting keeper's one line to the driver that spawned it (:func:`spawn_starter`): ``READY``, or
+    ``FAILED`` and why. Its stdout is then /dev/null: the driver stops reading, and a later write cannot block."""
+    with contextlib.suppress(OSError):
+        os.write(1, (" ".join(line.split()) + "\n").encode())
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` for a kept process: the kernel sends it ``sig`` when the process that started it (its
+    keeper) ends, however it ends (``PR_SET_PDEATHSIG``, kept across ``exec``). If the keeper is gone already
+    (killed between ``fork`` and this call), the child ends at once. Linux only; a keeper is single-threaded, as a
+    ``preexec_fn`` needs."""
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 class Kept(Protocol):
@@ -241,19 +308,26 @@ class Kept(Protocol):
 
 
 def keep(folder: Path, kept: Kept, *, linger_s: float, poll_s: float, pid: int = 0, ticks: int = 0) -> int:
-    """The keeper's loop: retire the kept process once it has been unused for ``linger_s``; exit when it is gone.
-    ``pid`` and ``ticks`` name the process the spawning driver saw (:func:`same_process`), stopped if its folder
-    is deleted under it; a process found running later (restarted by a driver) is followed. The folder is held
-    open (:class:`FolderHold`), so a moved runs folder is still kept, as if it had not moved."""
+    """The keeper's loop (:func:`watch`) for a kept process a driver started: ``pid`` and ``ticks`` name the process
+    the spawning driver saw (:func:`same_process`), stopped if its folder is deleted under it."""
     opened = open_keeper(folder)
     if opened is None:  # the folder is already gone (or not a folder of ours)
         _stop_orphan(kept, pid, ticks)
         return 0
     hold, fd = opened
+    if fd < 0:  # another keeper watches this folder
+        hold.close()
+        return 0
+    return watch(hold, fd, kept, linger_s=linger_s, poll_s=poll_s, pid=pid, ticks=ticks)
+
+
+def watch(hold: FolderHold, fd: int, kept: Kept, *, linger_s: float, poll_s: float, pid: int, ticks: int) -> int:
+    """The keeper's loop, holding the folder (``hold``) and its ``keeper.lock`` (``fd``; both closed on return):
+    retire the kept process once it has been unused for ``linger_s``; exit when it is gone. A process found running
+    later (restarted) is followed. The folder is held open (:class:`FolderHold`), so a moved runs folder is still
+    kept, as if it had not moved, and a deleted one has its process stopped at once."""
     here = hold.path
     try:
-        if fd < 0:
-            return 0  # another keeper watches this folder
         idle_since: float | None = None
         while True:
             now_pid = None if hold.deleted else kept.running(here)

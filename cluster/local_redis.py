@@ -38,6 +38,7 @@ Every file of the folder is opened without following symbolic links and only if 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -48,10 +49,10 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from punchline.cluster.keeper import ClientFile, folder_lock, live_clients
+from punchline.cluster.keeper import ClientFile, FolderHold, folder_lock, live_clients
 from punchline.cluster.private_files import check_folder_files, private_dir
-from punchline.cluster.redis_folder import find_running, lock_record, stop_running
-from punchline.cluster.redis_keeper import spawn_keeper
+from punchline.cluster.redis_folder import find_running, lock_record, server_info, stop_running
+from punchline.cluster.redis_keeper import start_server
 from punchline.cluster.redis_server import EmbeddedRedis
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.schedulers.redis_client import redact_url
@@ -81,7 +82,9 @@ class LocalRedis:
     """
 
     def __init__(self, runs_dir: str | os.PathLike[str]) -> None:
+        self.runs_dir = Path(runs_dir).resolve()
         self.folder = redis_dir(runs_dir)
+        self._holds: list[FolderHold] = []  # the runs folder and the ledger's, held open: a deletion is seen
         self.url = ""
         self.public_url = ""
         self.started = False  # whether this driver started the server
@@ -114,17 +117,16 @@ class LocalRedis:
             try:
                 url = find_running(self.folder)
                 if url is None:
-                    server = EmbeddedRedis(self.folder)
-                    server.start()
-                    server.detach()  # the server outlives this driver when others still use it
-                    url = server.url
+                    # the keeper starts it, as its child: it outlives this driver while others use it, never its keeper
+                    start_server(self.folder)
+                    url = self._running_url()
                     self.started = True
             except BaseException:
                 self._client.remove()
                 raise
         self.url = url
         self.public_url = redact_url(url)
-        spawn_keeper(self.folder)
+        self._holds = [FolderHold(self.runs_dir), FolderHold(self.folder)]
         if threading.current_thread() is threading.main_thread():
             self._main_ident = threading.get_ident()
             self._old_handler = signal.signal(FAILURE_SIGNAL, self._raise_failure)
@@ -142,10 +144,10 @@ class LocalRedis:
         last_beat = time.monotonic()
         while not self._stop.wait(WATCH_S):
             try:
+                self._check_folder()
                 if time.monotonic() - last_beat >= HEARTBEAT_S:
                     last_beat = time.monotonic()
                     self._client.beat()
-                    spawn_keeper(self.folder)  # a killed keeper is replaced: the server is never orphaned
                 full = disk_full(self.folder, "")  # stop before the AOF or a shard write runs out of room
                 if full is not None:
                     raise LedgerFailed(full)
@@ -157,6 +159,33 @@ class LocalRedis:
                 return
             except Exception as exc:  # a bug or a vanished folder must not kill the heartbeat quietly
                 log.warning("ledger_watch_error", error=f"{type(exc).__name__}: {exc}")
+
+    def _running_url(self) -> str:
+        """The URL of the server a keeper just said is up; LedgerUnavailable if it has ended already."""
+        url = find_running(self.folder)
+        if url is None:
+            raise LedgerUnavailable(f"the ledger in {self.folder} started, then ended: {_log_tail(self.folder)}")
+        return url
+
+    def _check_folder(self) -> None:
+        """The runs folder (or its ledger's) deleted under the run: nothing of the run can be kept any more (its
+        ledger's AOF, its log, its Ray head's files), so the run stops within ``WATCH_S``, with one line naming the
+        folder. The server is stopped first (its keeper would within its poll): no worker takes a lease after
+        this, so no call is paid for after it."""
+        gone = next((hold for hold in self._holds if hold.deleted), None)
+        if gone is None or self._stop.is_set():
+            return
+        info = server_info(self.url) or {}  # the server still answers at its URL, its folder gone
+        pid = int(info["process_id"]) if info.get("process_id", "").isdigit() else 0
+        if pid > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        what = "the runs folder" if gone is self._holds[0] else "the runs folder's ledger"
+        where = self.runs_dir if gone is self._holds[0] else self.folder
+        raise LedgerFailed(
+            f"{what} {where} was deleted while this run used it: the run stopped, no call is made after this "
+            "(keep the runs folder while a run uses it)"
+        )
 
     def _check_files(self) -> None:
         """The server opens files by name while it runs (a rewrite's new AOF files, under names one can guess):
@@ -179,8 +208,7 @@ class LocalRedis:
             self._client.write()
             if find_running(self.folder) is not None:
                 return  # another member restarted it first
-            server = EmbeddedRedis(self.folder, port=urlsplit(self.url).port)
-            full = disk_full(self.folder, server._log_tail())
+            full = disk_full(self.folder, _log_tail(self.folder))
             if full is not None:
                 raise LedgerFailed(full)
             now = time.monotonic()
@@ -188,17 +216,16 @@ class LocalRedis:
             if len(self._restart_times) > MAX_RESTARTS:
                 raise LedgerFailed(
                     f"the ledger in {self.folder} died {MAX_RESTARTS + 1} times within {RESTART_WINDOW_S:.0f} s: "
-                    f"{server._log_tail(2)}"
+                    f"{_log_tail(self.folder, 2)}"
                 )
             try:
-                server.start()
+                start_server(self.folder, port=urlsplit(self.url).port)  # a new keeper, the server its child
+                self._running_url()
             except LedgerUnavailable as exc:
                 why = disk_full(self.folder, str(exc)) or f"the ledger could not be restarted: {exc}"
                 raise LedgerFailed(why) from None
-            server.detach()
             self.restarts += 1
             log.warning("ledger_restarted", folder=str(self.folder), restarts=self.restarts)
-        spawn_keeper(self.folder)
 
     def _fail(self, reason: str) -> None:
         self.failure = reason
@@ -214,7 +241,14 @@ class LocalRedis:
         if self._main_ident is not None and threading.current_thread() is threading.main_thread():
             signal.signal(FAILURE_SIGNAL, self._old_handler)  # type: ignore[arg-type]
             self._main_ident = None
+        deleted = any(hold.deleted for hold in self._holds)
+        for hold in self._holds:
+            hold.close()
+        self._holds = []
         if not self._client.registered:
+            return False
+        if deleted:  # nothing left to leave: its keeper stopped the server when the folder went
+            self._client.remove()
             return False
         with folder_lock(self.folder / "join.lock"):
             self._client.remove()
@@ -227,6 +261,11 @@ class LocalRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.leave()
+
+
+def _log_tail(folder: Path, lines: int = 5) -> str:
+    """The last lines of the folder's server log (why a server did not start, or died)."""
+    return EmbeddedRedis(folder)._log_tail(lines)
 
 
 def disk_full(folder: Path, log_tail: str) -> str | None:
