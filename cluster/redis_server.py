@@ -40,6 +40,7 @@ from urllib.parse import quote
 import redis
 import redis.exceptions
 
+from punchline.cluster.keeper import die_with_parent
 from punchline.cluster.private_files import (
     check_folder_files,
     open_private,
@@ -116,6 +117,10 @@ class EmbeddedRedis:
 
     ``url`` carries the password (for this process's own clients); ``public_url`` shows it as
     ``***`` and is what may be logged, recorded or handed to other processes.
+
+    ``parent_bound=True``: the server ends when the process that started it ends, however it ends (its
+    parent-death signal, :func:`~punchline.cluster.keeper.die_with_parent`). That is how the runs folder's keeper
+    starts the ledger (``cluster/redis_keeper.py``), so that a ``kill -9`` of it and the drivers leaves no server.
     """
 
     def __init__(
@@ -128,6 +133,7 @@ class EmbeddedRedis:
         binary: str | None = None,
         startup_timeout_s: float = 15.0,
         wipe_commands: bool = False,
+        parent_bound: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.host = host
@@ -138,6 +144,7 @@ class EmbeddedRedis:
         self.startup_timeout_s = startup_timeout_s
         # FLUSHALL, KEYS...: allowed only on a server that is not a ledger (a test suite's, a benchmark's)
         self.wipe_commands = wipe_commands
+        self.parent_bound = parent_bound  # the server ends with this process (a keeper's child)
         self._proc: subprocess.Popen[bytes] | None = None
         self._password: str | None = None
 
@@ -252,6 +259,7 @@ class EmbeddedRedis:
                     start_new_session=True,  # Ctrl-C in the terminal must not kill the ledger first
                     pass_fds=(lock_fd,),  # the server holds the folder's lock for as long as it lives
                     umask=0o077,  # AOF, log and socket: readable by this user only
+                    preexec_fn=die_with_parent() if self.parent_bound else None,  # keepers have one thread, as it needs
                 )
             finally:
                 os.close(lock_fd)
