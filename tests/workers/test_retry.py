@@ -127,3 +127,30 @@ def test_backoff_is_bounded_and_jittered() -> None:
     fixed = RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, jitter=False)
     assert [fixed.backoff_s(r) for r in range(5)] == [1.0, 2.0, 4.0, 8.0, 8.0]
     assert RetryPolicy.from_settings(ProviderSettings(max_retries=9)).max_retries == 9
+
+
+def test_a_driver_gone_during_a_backoff_starts_no_new_attempt(fake: FakeProviderServer) -> None:
+    """Issue 39: ``stopping`` turns true while a failed attempt waits out its backoff (the driver was killed
+    meanwhile): the loop raises that attempt's error instead of calling again, so a draining worker's calls
+    end with the attempts that were in flight at its driver's end."""
+    fake.configure(fail_first_attempts=5, fail_status=500)
+    gone = False
+
+    async def pause(delay_s: float) -> None:
+        nonlocal gone
+        gone = True  # the driver dies while this unit waits to retry
+
+    async def go() -> ProviderResponse | ProviderError:
+        provider = make_provider("fake", fake.provider_settings("openai", timeout_s=5.0))
+        try:
+            return await call_with_retries(
+                provider, greedy_request("fake", MODEL, "A backoff ___"), FAST, pause=pause, stopping=lambda: gone
+            )
+        except ProviderError as exc:
+            return exc
+        finally:
+            await provider.aclose()
+
+    out = asyncio.run(go())
+    assert isinstance(out, RetryableProviderError) and out.status == 500
+    assert fake.stats().total_calls == 1  # the backoff's end brought no second attempt

@@ -21,6 +21,7 @@ from punchline.data.puns.completions import greedy_request
 from punchline.data.response_cache import PACK_PREFIX, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
+from punchline.schedulers.keys import NAMESPACE, StageKeys
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, Settle
 from punchline.schedulers.ledger import Ledger, request_key
 from punchline.schedulers.rate_limit import RedisRateLimiter
@@ -330,3 +331,192 @@ def test_a_draining_worker_ends_at_its_drain_bound_whatever_its_calls_do(
     assert calls == 2  # the two calls in flight; nothing started after the driver was gone
     while fake._state.in_flight:  # the provider still holds the cancelled calls: let them end before the next test
         time.sleep(0.1)
+
+
+def _worker(
+    tmp_path: Path,
+    redis_client: redis.Redis,
+    fake: FakeProviderServer,
+    units: list[UnitSpec],
+    *,
+    window: int,
+    **settings_overrides: Any,
+) -> tuple[StagePlan, LocalStore, WorkerConfig, Any]:
+    """A queued stage of ``units`` in shards of 2 (models ``slow``, ``fast``, ``bad``, ``down``) and its worker's
+    config."""
+    run_id = f"w-{uuid.uuid4().hex[:8]}"
+    store = LocalStore(tmp_path / "store")
+    plan = _plan(store, run_id, units, shard_size=2)
+    Ledger(redis_client).init_stage(
+        run_id, "s", pending=range(plan.shards_total), shards_total=plan.shards_total, units_total=len(units),
+        shards_done=0,
+    )  # fmt: skip
+    models = {m: ModelSettings(id=m, input_usd_per_mtok=1.0) for m in ("slow", "fast", "bad", "down")}
+    settings = fake.provider_settings(
+        "openai", **{"max_concurrency": window, "timeout_s": 60, "models": models, **settings_overrides}
+    )
+    url = client_url(redis_client)
+    cfg = WorkerConfig(
+        run_id=run_id, redis_url=url, store_url=store.url, providers={"p": settings}, lease_ms=2_000,
+        max_in_flight=window,
+    )  # fmt: skip
+    return plan, store, cfg, settings
+
+
+def _processor(cfg: WorkerConfig, settings: Any, store: LocalStore, client: Any) -> ShardProcessor:
+    return ShardProcessor(
+        cfg,
+        f"w-{uuid.uuid4().hex[:4]}",
+        leases=Leases(client, budget=BudgetTerms(run_id=cfg.run_id)),
+        store=store,
+        providers={"p": make_provider("p", settings)},
+    )
+
+
+def _outputs(store: LocalStore, plan: StagePlan) -> dict[int, ShardOutput]:
+    decoder = msgspec.msgpack.Decoder(ShardOutput)
+    found = {i: store.get(shard_key(plan.run_id, "s", i)) for i in range(plan.shards_total)}
+    return {i: decoder.decode(raw) for i, raw in found.items() if raw is not None}
+
+
+def test_calls_that_fail_after_the_driver_is_gone_are_not_recorded_and_the_next_worker_answers_them(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """Issue 39: the driver gone while two calls are at the provider, whose answer is a 500 (every request's
+    first attempt). The draining worker retries neither, and records nothing for them: no shard file, no
+    failure in the ledger; their shards go back to the queue. The next worker (a resume's) answers every unit,
+    so the stage ends with no failure (before, the draining worker wrote both as failed, and a resume, finding
+    their shard file, never called them again)."""
+    fake.configure(fail_first_attempts=1, fail_status=500, latency_ms_for_model={"slow": 800.0})
+    units = [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "slow", f"Joke {i} ___")) for i in range(8)]
+    plan, store, cfg, settings = _worker(tmp_path, redis_client, fake, units, window=2)
+    gone = threading.Event()
+
+    async def go() -> tuple[Any, Any]:
+        client = redis.asyncio.Redis.from_url(cfg.redis_url)
+        proc = _processor(cfg, settings, store, client)
+        proc.driver.also = gone.is_set  # what the lifeguard tells the work call when Ray says the job ended
+        task = asyncio.create_task(proc.work(plan))
+        while fake.stats().total_calls < 2:
+            await asyncio.sleep(0.02)
+        gone.set()
+        drained = await asyncio.wait_for(task, 60)
+        assert fake.stats().total_calls == 2  # the two 500s: neither retried by the draining worker
+        assert _outputs(store, plan) == {} and Ledger(redis_client).failures(plan.run_id, "s") == {}
+        assert Ledger(redis_client).pending_shards(plan.run_id, "s") == plan.shards_total  # all back in the queue
+        resumed = await asyncio.wait_for(_processor(cfg, settings, store, client).work(plan), 60)
+        await client.aclose()
+        return drained, resumed
+
+    drained, resumed = asyncio.run(go())
+    assert drained.driver_gone and drained.shards_committed == 0
+    assert resumed.shards_committed == plan.shards_total
+    outputs = _outputs(store, plan)
+    assert [r.unit_id for o in outputs.values() for r in o.results if r.error is None] == [u.unit_id for u in units]
+    assert Ledger(redis_client).failures(plan.run_id, "s") == {}
+    # every request twice: its first attempt a 500 (the two the driver's end cut short were asked again by the
+    # next worker, the others retried by it), its second the answer
+    calls = fake.stats().calls
+    assert len(calls) == 8 and set(calls.values()) == {2}
+
+
+def test_a_shard_whose_lease_was_taken_over_writes_no_file_and_no_failure(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """Shard 0's lease is taken over while its unit's call is at the provider (a resume's rebuilt queue, a
+    lease that lapsed under a stalled worker); the call then fails for good (a 400). The worker's heartbeat
+    learnt the lease was lost, so the shard goes back unwritten: no shard file, no failure recorded, while its
+    other shards commit as usual. What shard 0 holds is its new holder's to say."""
+    fake.configure(status_for_model={"bad": 400}, latency_ms_for_model={"bad": 1500.0, "fast": 10.0})
+    units = [UnitSpec(unit_id="u000", request=greedy_request("p", "bad", "The refused one ___"))]
+    units += [UnitSpec(unit_id=f"u{i:03d}", request=greedy_request("p", "fast", f"Joke {i} ___")) for i in range(1, 8)]
+    plan, store, cfg, settings = _worker(tmp_path, redis_client, fake, units, window=4)
+    keys = StageKeys(NAMESPACE, plan.run_id, "s")
+
+    async def go() -> Any:
+        client = redis.asyncio.Redis.from_url(cfg.redis_url)
+        proc = _processor(cfg, settings, store, client)
+        with structlog.testing.capture_logs() as logs:
+            task = asyncio.create_task(proc.work(plan))
+            while not fake.stats().calls_by_model.get("bad"):
+                await asyncio.sleep(0.02)
+            redis_client.hset(keys.holders, "0", "another|999")  # taken over, its lease 60 s
+            redis_client.zadd(keys.leased, {"0": int(time.time() * 1000) + 60_000})
+            while 0 in proc.held.shards:  # until the 400 is back and the shard has ended
+                await asyncio.sleep(0.02)
+            assert fake.stats().total_calls >= 1 and 0 not in _outputs(store, plan)
+            redis_client.zrem(keys.leased, "0")  # its new holder lets it go: nothing is left to claim
+            redis_client.hdel(keys.holders, "0")
+            report = await asyncio.wait_for(task, 60)
+        await client.aclose()
+        assert any(e["event"] == "shard_lease_lost" for e in logs)
+        assert [e["shard"] for e in logs if e["event"] == "shard_unwritten"] == [0]
+        return report
+
+    report = asyncio.run(go())
+    assert report.shards_lost == 1 and report.shards_committed == plan.shards_total - 1
+    assert sorted(_outputs(store, plan)) == list(range(1, plan.shards_total))  # every shard but the lost one
+    assert Ledger(redis_client).failures(plan.run_id, "s") == {}
+
+
+def test_a_call_that_fails_after_its_request_lease_was_lost_is_asked_again_not_recorded(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """The unit's request lease is taken by another holder while its call is at the provider, and the call is
+    refused (every request's first attempt: a 400, which is not retried). The refusal is not recorded: the
+    shard goes back, is claimed again, its unit waits for the other holder's lease to lapse and asks again
+    (answered this time), so the shard file holds the answer and no failure."""
+    fake.configure(fail_first_attempts=1, fail_status=400, latency_ms_for_model={"slow": 1500.0})
+    units = [UnitSpec(unit_id="u000", request=greedy_request("p", "slow", f"{uuid.uuid4().hex} ___"))]
+    plan, store, cfg, settings = _worker(tmp_path, redis_client, fake, units, window=1)
+    lease = request_key("pl", units[0].request.key())
+
+    async def go() -> Any:
+        client = redis.asyncio.Redis.from_url(cfg.redis_url)
+        proc = _processor(cfg, settings, store, client)
+        with structlog.testing.capture_logs() as logs:
+            task = asyncio.create_task(proc.work(plan))
+            while fake.stats().total_calls < 1:
+                await asyncio.sleep(0.02)
+            redis_client.set(lease, "another|1", px=2_000)  # taken over: that holder's lease lapses in 2 s
+            report = await asyncio.wait_for(task, 60)
+        await client.aclose()
+        assert any(e["event"] == "lease_lost" for e in logs)
+        assert not any(e["event"] == "unit_failed" for e in logs)
+        return report
+
+    report = asyncio.run(go())
+    assert report.shards_committed == 1 and report.shards_lost == 1  # lost once, then claimed again
+    [output] = _outputs(store, plan).values()
+    assert [(r.unit_id, r.error) for r in output.results] == [("u000", None)]
+    assert fake.stats().total_calls == 2 and Ledger(redis_client).failures(plan.run_id, "s") == {}
+
+
+def test_a_failed_unit_records_whether_its_error_was_retryable(
+    tmp_path: Path, redis_client: redis.Redis, fake: FakeProviderServer
+) -> None:
+    """What a resume calls again (``UnitResult.retryable``): a 5xx after the retries, yes; a 400, no (that is
+    ``retry-failed``'s); a unit that asked for no retries (MERA's judge: one attempt, a failure scores 0), no."""
+    fake.configure(status_for_model={"bad": 400, "down": 500})
+    units = [
+        UnitSpec(unit_id="u000", request=greedy_request("p", "bad", "Refused ___")),
+        UnitSpec(unit_id="u001", request=greedy_request("p", "down", "Down ___")),
+        UnitSpec(unit_id="u002", request=greedy_request("p", "down", "Down once ___"), retries=False),
+        UnitSpec(unit_id="u003", request=greedy_request("p", "fast", "Fine ___")),
+    ]
+    plan, store, cfg, settings = _worker(tmp_path, redis_client, fake, units, window=4, max_retries=1)
+
+    async def go() -> None:
+        client = redis.asyncio.Redis.from_url(cfg.redis_url)
+        await asyncio.wait_for(_processor(cfg, settings, store, client).work(plan), 60)
+        await client.aclose()
+
+    asyncio.run(go())
+    results = [r for o in _outputs(store, plan).values() for r in o.results]
+    assert [(r.unit_id, r.error is not None, r.retryable) for r in results] == [
+        ("u000", True, False),
+        ("u001", True, True),
+        ("u002", True, False),
+        ("u003", False, False),
+    ]
+    assert sorted(Ledger(redis_client).failures(plan.run_id, "s")) == ["u000", "u001", "u002"]
