@@ -11,7 +11,10 @@ It is locked down like a server on a shared machine should be: it listens on 127
 for a random password kept in ``<folder>/password`` (0600; the server's own config file holds only
 its SHA-256), allows only the commands the engine uses (``LEDGER_COMMANDS``: every ``@admin`` command
 such as ``CONFIG SET dir``, a known way to write files as the server's user, and every command that wipes,
-swaps or moves data, ``SWAPDB`` or ``FUNCTION FLUSH`` included, is refused), and writes its AOF, log and
+swaps, moves, deletes or lists data, ``SWAPDB``, ``FUNCTION FLUSH``, ``DEL`` and ``SCAN`` included, is refused,
+and so are ``EVAL`` and ``SCRIPT LOAD``: a client runs only the engine's scripts, which a second user, ``loader``,
+loads at every start with a password made for that start and kept nowhere; see
+:mod:`punchline.schedulers.ledger_access`), and writes its AOF, log and
 config with mode 0600 in a 0700 folder. We stop it with SIGTERM
 (a clean shutdown), after checking that the pid still belongs to the server we started.
 
@@ -52,6 +55,7 @@ from punchline.cluster.private_files import (
 from punchline.cluster.redis_binary import MIN_VERSION, find_redis_server, server_version
 from punchline.cluster.redis_folder import LOCK_FILE, PASSWORD_FILE, find_running, serves_dir, stop_running
 from punchline.data.errors import LedgerUnavailable
+from punchline.schedulers.ledger_access import LOADER_COMMANDS, LOADER_USER, RUN_COMMANDS, command_rule, load_scripts
 from punchline.schedulers.redis_client import connect, redact_url
 
 __all__ = [
@@ -65,37 +69,18 @@ __all__ = [
     "serves_dir",
 ]
 
-# The only commands a ledger client may send: those the engine issues (grep the engine and its Lua scripts,
-# and run it against a server's INFO commandstats), by redis-py's handshake and by its Script and pipeline
-# objects. An allow-list, not a deny-list: SWAPDB, FUNCTION FLUSH/DELETE/RESTORE, MOVE, COPY, RENAME,
-# RESTORE, FLUSHALL, KEYS, MIGRATE and every command a later server version adds are refused without being
-# named. A command the engine starts to use must be added here (tests/cluster/test_redis_server.py runs
-# the engine's Lua against an allow-listed server).
-LEDGER_COMMANDS = (
-    # connection: redis-py's handshake (AUTH or HELLO, CLIENT SETINFO/SETNAME, SELECT for /n) and health checks
-    "auth", "hello", "ping", "echo", "select", "client|setname", "client|setinfo", "quit", "reset",
-    # server: the clock (in the Lua scripts too) and INFO (preflight's server checks, serves_dir's identity)
-    "time", "info",
-    # the Lua scripts (redis-py's Script: EVALSHA, then SCRIPT LOAD on a miss; SCRIPT EXISTS in pipelines)
-    "eval", "evalsha", "script|load", "script|exists",
-    # pipelines as transactions
-    "multi", "exec", "discard", "watch", "unwatch",
-    # keys (SCAN, not KEYS, is how a key pattern is read)
-    "del", "unlink", "exists", "expire", "pexpire", "ttl", "pttl", "type", "scan",
-    # strings, hashes, sorted sets: the types the ledger keeps
-    "get", "mget", "set", "incr", "incrby", "incrbyfloat",
-    "hget", "hmget", "hset", "hsetnx", "hdel", "hexists", "hgetall", "hkeys", "hvals", "hlen",
-    "hincrby", "hincrbyfloat",
-    "zadd", "zrem", "zrange", "zrangebyscore", "zpopmin", "zcard", "zcount", "zscore",
-)  # fmt: skip
-# a server that guards nothing (a test suite's, a benchmark's) also lets its tests wipe it and look around
-WIPE_COMMANDS = ("flushall", "flushdb", "script|flush", "keys", "dbsize", "lpush", "migrate")
+# The run's commands live with the engine that sends them (schedulers/ledger_access.py, where a user's own Redis
+# gets its ACL lines from too); the embedded server's default user is the run's user.
+LEDGER_COMMANDS = RUN_COMMANDS
+# a server that guards nothing (a test suite's, a benchmark's) also lets its tests wipe it, look around, delete
+# and load scripts of their own
+WIPE_COMMANDS = ("flushall", "flushdb", "script|flush", "keys", "scan", "dbsize", "del", "unlink", "lpush", "migrate",
+                 "eval", "script|load")  # fmt: skip
 
 
 def acl_rule(wipe_commands: bool = False) -> str:
     """The default user's command rule: nothing (``-@all``) but the allow-list."""
-    allowed = LEDGER_COMMANDS + (WIPE_COMMANDS if wipe_commands else ())
-    return "-@all " + " ".join(f"+{c}" for c in allowed)
+    return command_rule(LEDGER_COMMANDS + (WIPE_COMMANDS if wipe_commands else ()))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -112,8 +97,8 @@ class EmbeddedRedis:
     resumes. The port is chosen once and reused by restarts, so URLs handed out stay valid; so is
     the password (``data_dir/password``, made on the first start). With ``unix_socket=True`` it
     listens only on ``data_dir/redis.sock`` (no TCP port at all). ``wipe_commands=True`` allows
-    FLUSHALL, FLUSHDB, SCRIPT FLUSH, MIGRATE and KEYS, for a server that guards nothing (a test
-    suite's shared server, a benchmark's; ``WIPE_COMMANDS``); a ledger never allows them.
+    FLUSHALL, FLUSHDB, SCRIPT FLUSH, MIGRATE, KEYS, SCAN, DEL, EVAL and SCRIPT LOAD, for a server that guards
+    nothing (a test suite's shared server, a benchmark's; ``WIPE_COMMANDS``); a ledger never allows them.
 
     ``url`` carries the password (for this process's own clients); ``public_url`` shows it as
     ``***`` and is what may be logged, recorded or handed to other processes.
@@ -147,6 +132,7 @@ class EmbeddedRedis:
         self.parent_bound = parent_bound  # the server ends with this process (a keeper's child)
         self._proc: subprocess.Popen[bytes] | None = None
         self._password: str | None = None
+        self._loader_password: str | None = None  # this start's loader: made with the config, dropped once used
 
     # -- addresses --
 
@@ -182,8 +168,8 @@ class EmbeddedRedis:
             self._password = existing
         return self._password
 
-    def _address(self, password: str) -> str:
-        auth = f":{quote(password, safe='')}@" if password else ""
+    def _address(self, password: str, user: str = "") -> str:
+        auth = f"{user}:{quote(password, safe='')}@" if password else ""
         if self.unix_socket:
             return f"unix://{auth}{self.socket_path}?db=0"
         return f"redis://{auth}{self.host}:{self.port}/0"
@@ -207,6 +193,10 @@ class EmbeddedRedis:
 
     def _config_text(self) -> str:
         digest = hashlib.sha256(self.password.encode()).hexdigest()
+        # the loader's password is new at every start and written nowhere (only its SHA-256, here): the scripts
+        # are loaded by _wait_ready, and nobody holds a password that may load a script afterwards
+        self._loader_password = secrets.token_urlsafe(32)
+        loader_digest = hashlib.sha256(self._loader_password.encode()).hexdigest()
         lines = [
             f'dir "{self.data_dir}"',
             "appendonly yes",
@@ -223,9 +213,11 @@ class EmbeddedRedis:
             'logfile ""',
             "protected-mode yes",
             # the password and the commands a ledger client may use: the engine's, nothing else (no @admin:
-            # CONFIG, DEBUG, MODULE, ACL, SHUTDOWN...; none that wipe, swap or move data: SWAPDB, FUNCTION
-            # FLUSH, FLUSHALL, MOVE, RENAME...; none that walk all of it: KEYS)
+            # CONFIG, DEBUG, MODULE, ACL, SHUTDOWN...; none that wipe, swap, move or delete data: SWAPDB, FUNCTION
+            # FLUSH, FLUSHALL, MOVE, RENAME, DEL...; none that walk it: KEYS, SCAN; no code of its own: EVAL,
+            # SCRIPT LOAD: it runs the scripts the loader loaded, with EVALSHA)
             f"user default on #{digest} ~* &* {acl_rule(self.wipe_commands)}",
+            f"user {LOADER_USER} on #{loader_digest} ~* &* {command_rule(LOADER_COMMANDS)}",
             "enable-debug-command no",
             "enable-module-command no",
             "enable-protected-configs no",
@@ -312,7 +304,7 @@ class EmbeddedRedis:
     stop_running = staticmethod(stop_running)
 
     def _wait_ready(self) -> tuple[str, str]:
-        """('', server id) once PING answers, else (a description of why not, '')."""
+        """('', server id) once PING answers and the engine's scripts are loaded, else (why not, '')."""
         assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout_s
         client = redis.Redis.from_url(self.url, socket_timeout=1.0, socket_connect_timeout=1.0)
@@ -324,7 +316,7 @@ class EmbeddedRedis:
                     # Check the answer comes from *our* process: another server may own the port.
                     info = client.info("server")
                     if int(info["process_id"]) == self._proc.pid and client.ping():
-                        return "", str(info.get("run_id", ""))
+                        return self._load_scripts(), str(info.get("run_id", ""))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     pass  # not listening yet, still replaying the AOF (LOADING), or another server
                 except redis.exceptions.ResponseError:
@@ -333,6 +325,24 @@ class EmbeddedRedis:
             return f"no PING answer within {self.startup_timeout_s}s: {self._log_tail()}", ""
         finally:
             client.close()
+
+    def _load_scripts(self) -> str:
+        """Load the engine's scripts as this start's loader: '' once done, else why not (and the server is stopped:
+        a ledger whose scripts are missing would only make its clients wait). A server forgets its scripts when it
+        stops, and the run's user may not load them, so every start (a restart from the AOF too) loads them here,
+        before the folder's record says the server runs."""
+        assert self._proc is not None and self._loader_password is not None
+        url = self._address(self._loader_password, LOADER_USER)
+        loader = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=1.0)
+        try:
+            load_scripts(loader)
+        except redis.exceptions.RedisError as exc:
+            self._proc.terminate()
+            return f"its scripts could not be loaded: {type(exc).__name__}: {exc}"
+        finally:
+            loader.close()
+            self._loader_password = None
+        return ""
 
     def _log_tail(self, lines: int = 5) -> str:
         text = read_private(self.log_path)

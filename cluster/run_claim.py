@@ -60,6 +60,8 @@ class RunClaim:
         self.value = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": secrets.token_hex(8)})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._renew_script = client.register_script(_RENEW)  # EVALSHA: a run's user may not EVAL
+        self._release_script = client.register_script(_RELEASE)
 
     def acquire(self) -> RunClaim:
         with redis_errors("run claim"):
@@ -79,7 +81,7 @@ class RunClaim:
                         field="--run-id",
                     )
                 if raw is not None:
-                    self.r.eval(_RELEASE, 1, self.key, raw)  # a killed driver's claim: take it over
+                    self._release_script(keys=[self.key], args=[raw])  # a killed driver's claim: take it over
             else:
                 raise RunAlreadyRunning(f"run {self.run_id} is being started by another driver", field="--run-id")
         self._thread = threading.Thread(target=self._renew, name="run-claim", daemon=True)
@@ -89,14 +91,14 @@ class RunClaim:
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl_ms / 3000):
             with contextlib.suppress(LedgerUnavailable, Exception), redis_errors("run claim"):
-                self.r.eval(_RENEW, 1, self.key, self.value, self.ttl_ms)
+                self._renew_script(keys=[self.key], args=[self.value, self.ttl_ms])
 
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
         with contextlib.suppress(Exception), redis_errors("run claim"):
-            self.r.eval(_RELEASE, 1, self.key, self.value)
+            self._release_script(keys=[self.key], args=[self.value])
 
     def __enter__(self) -> RunClaim:
         return self.acquire()

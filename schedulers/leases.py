@@ -284,10 +284,8 @@ class Leases:
             await self._renew_shards(keys=[k.leased, k.holders], args=[lease_ms, *pairs], client=pipe)
         if not requests and not groups:
             return [], []
-        try:
+        with ledger_errors():
             results = await pipe.execute()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise unavailable(exc) from None
         lost_requests: list[Grant] = []
         lost_shards: list[Claim] = []
         idx = 0

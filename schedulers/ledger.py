@@ -36,6 +36,7 @@ from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import ShardUsage
 from punchline.schedulers import keys as redis_keys
 from punchline.schedulers.keys import NAMESPACE, StageKeys
+from punchline.schedulers.redis_client import SCRIPTS_MISSING, ScriptsNotLoaded
 
 LEDGER_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # waiting out a Redis outage
 _INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
@@ -93,6 +94,12 @@ def ledger_errors() -> Iterator[None]:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
         raise unavailable(exc) from None
+    except (redis.exceptions.NoScriptError, redis.exceptions.NoPermissionError) as exc:
+        # a pipeline that runs a script the server has lost (restarted, not given its scripts again yet) tries a
+        # SCRIPT LOAD the run's user may not send: not ready, like LOADING (ScriptsNotLoaded outside a pipeline)
+        if isinstance(exc, redis.exceptions.NoScriptError) or "script|load" in str(exc):
+            raise LedgerUnavailable(f"{SCRIPTS_MISSING}: {exc}") from None
+        raise
     except redis.exceptions.ResponseError as exc:
         if "LOADING" in str(exc) or "BUSY" in str(exc):
             raise LedgerUnavailable(f"Redis is not ready: {exc}") from None
@@ -100,6 +107,8 @@ def ledger_errors() -> Iterator[None]:
 
 
 def unavailable(exc: BaseException) -> LedgerUnavailable:
+    if isinstance(exc, ScriptsNotLoaded):
+        return LedgerUnavailable(str(exc))
     return LedgerUnavailable(f"Redis is unreachable: {type(exc).__name__}: {exc}")
 
 
@@ -130,7 +139,8 @@ class Ledger:
         k = self.keys(run_id, stage)
         held = self.maybe_held(run_id, stage)
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(k.todo, k.leased, k.holders, k.failed)
+        for key in (k.todo, k.leased, k.holders, k.failed):
+            pipe.pexpire(key, 0)  # removes it at once: the run's user may not DEL (schedulers/ledger_access.py)
         chunk: dict[str, int] = {}
         for shard in pending:
             chunk[str(shard)] = DEFERRED + shard if shard in held else shard

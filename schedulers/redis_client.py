@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
@@ -32,6 +33,39 @@ from punchline.data.settings import REDIS_URL
 
 ENV_URL = REDIS_URL.name
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+SCRIPTS_MISSING = "the ledger's scripts are not loaded on its Redis (restarted and not given them again yet?)"
+
+
+class ScriptsNotLoaded(redis.exceptions.ConnectionError):
+    """A script the engine runs is not on the server, and this client may not load it (a run's user may only run
+    what the loader loaded: :mod:`punchline.schedulers.ledger_access`). A connection error, as redis-py's own
+    ``BusyLoadingError`` is: the server is not ready yet (the embedded ledger loads its scripts right after a
+    restart), so every caller waits it out as an outage, and one that cannot wait any longer says why."""
+
+
+def _not_loaded(exc: redis.exceptions.NoPermissionError) -> ScriptsNotLoaded:
+    return ScriptsNotLoaded(f"{SCRIPTS_MISSING}: {exc}")
+
+
+class LedgerRedis(redis.Redis):
+    """redis-py's client, but a ``SCRIPT LOAD`` the server refuses (redis-py's ``Script`` sends one when its
+    ``EVALSHA`` finds nothing) raises :class:`ScriptsNotLoaded` instead of a reply error taken for a bug."""
+
+    def script_load(self, script: Any) -> str:
+        try:
+            return str(super().script_load(script))
+        except redis.exceptions.NoPermissionError as exc:
+            raise _not_loaded(exc) from None
+
+
+class AsyncLedgerRedis(redis.asyncio.Redis):
+    """:class:`LedgerRedis` for an event loop."""
+
+    async def script_load(self, script: Any) -> str:
+        try:
+            return str(await super().script_load(script))
+        except redis.exceptions.NoPermissionError as exc:
+            raise _not_loaded(exc) from None
 
 
 def credentials_in_userinfo(url: str) -> str:
@@ -100,7 +134,7 @@ def connect(url: str | RedisSettings, *, decode_responses: bool = False) -> redi
     """
     settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), settings.retries)
-    client: redis.Redis = redis.Redis.from_url(
+    client: redis.Redis = LedgerRedis.from_url(
         settings.url,
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.connect_timeout_s,
@@ -114,7 +148,7 @@ def connect(url: str | RedisSettings, *, decode_responses: bool = False) -> redi
 def connect_async(url: str | RedisSettings) -> redis.asyncio.Redis:
     """The same client for an event loop (a worker's unit path): no thread hop per call."""
     settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
-    return redis.asyncio.Redis.from_url(
+    return AsyncLedgerRedis.from_url(
         settings.url,
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.connect_timeout_s,

@@ -8,6 +8,12 @@ SHA) is only its code. A header line ``-- needs: gcra, budget`` names libraries 
 definitions: ``gcra.lua``, the rate limiter's cells; ``budget.lua``, a run's cost budget) that
 :func:`script` puts before the body, so one script can reserve a rate slot, a cost and a lease in one
 round trip. Nothing here talks to Redis: each module registers the scripts it runs on its own client.
+
+No script deletes a key with ``DEL``: Redis checks a script's calls against the ACL of the user who runs it, and
+the run's user may not delete (:mod:`punchline.schedulers.ledger_access`). A script removes a key with ``PEXPIRE
+key 0`` instead: an expiry that is not in the future deletes the key at once (the AOF records it as a ``DEL``).
+The server holds them because its loader loaded them (every start of the embedded server does), not because a
+client sent them: a run's client runs them with ``EVALSHA`` only.
 """
 
 from __future__ import annotations

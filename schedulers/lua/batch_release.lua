@@ -11,7 +11,7 @@ for i = 1, #KEYS do
     if pack ~= '' then
       redis.call('SET', KEYS[i], '=' .. pack, 'PX', tonumber(ARGV[2]))
     else
-      redis.call('DEL', KEYS[i])
+      redis.call('PEXPIRE', KEYS[i], 0)
     end
     n = n + 1
   end

@@ -8,7 +8,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[19] ~= '' then
     redis.call('SET', KEYS[1], '=' .. ARGV[19], 'PX', tonumber(ARGV[20]))
   else
-    redis.call('DEL', KEYS[1])
+    redis.call('PEXPIRE', KEYS[1], 0)
   end
   ok = 1
 end

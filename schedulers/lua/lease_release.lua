@@ -1,3 +1,3 @@
 -- KEYS: lease ; ARGV: owner|token -> 1 released | 0 not ours
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], 0) end
 return 0

@@ -1,5 +1,5 @@
 -- KEYS: claim ; ARGV: value -> 1 released | 0 not ours
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  return redis.call('PEXPIRE', KEYS[1], 0)
 end
 return 0

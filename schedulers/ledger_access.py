@@ -1,0 +1,146 @@
+"""Who may do what on the ledger's Redis: the commands a run's clients may send, and the engine's scripts, which
+only a second user loads.
+
+Why: every worker holds the run's Redis password (and so may anyone who looks at the ledger with ``redis-cli``).
+With ``EVAL`` and ``SCAN`` allowed, that password ran Lua of its own that walked every key and deleted it: a
+review wiped 334 keys mid-run and four requests were paid twice (issue 39). So the run's user may send only
+:data:`RUN_COMMANDS`: ``EVALSHA`` of a script already loaded, never ``EVAL`` or ``SCRIPT LOAD``; no command that
+lists keys (``SCAN``, ``KEYS``, ``RANDOMKEY``) or deletes them (``DEL``, ``UNLINK``, ``FLUSHALL``). Redis checks
+the commands a script calls against the caller's ACL too, so the engine's scripts delete nothing with ``DEL``
+either (``schedulers/lua/__init__.py`` says how they remove a key). The scripts are loaded by
+:data:`LOADER_USER`, whose password only the process that starts a server has (``cluster/redis_server.py``: a new
+one at every start, kept nowhere), right after the server answers and before anyone is told it runs. A server
+forgets its scripts when it restarts, so every start loads them again.
+
+What the run's password still allows, said plainly: reading and writing a key it can name (the run's own keys
+follow :mod:`punchline.schedulers.keys`; a request's lease is named by the hash of the request, which only one who
+knows the request can compute), expiring one (``PEXPIRE``, which the engine needs), and calling the engine's own
+scripts with keys it chooses. It cannot list the ledger's keys, run code of its own, or reach the server's files.
+
+A user's own Redis (``--redis-url``) is not ours to configure: :func:`setuser_lines` are the ``ACL SETUSER`` lines
+``docs/deploy.md`` shows (a test holds the two to the same text), and ``python -m
+punchline.schedulers.ledger_access load`` loads the scripts as that Redis's loader user, its URL read from stdin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Sequence
+
+import redis
+import redis.exceptions
+
+from punchline.data.errors import ConfigError
+from punchline.schedulers import lua
+from punchline.schedulers.redis_client import ENV_URL, SCRIPTS_MISSING, connect, redact_url, redis_errors
+
+# The only commands a run's client may send: those the engine issues (grep the engine and its Lua scripts,
+# and run it against a server's INFO commandstats), by redis-py's handshake and by its Script and pipeline
+# objects. An allow-list, not a deny-list: SWAPDB, FUNCTION FLUSH/DELETE/RESTORE, MOVE, COPY, RENAME,
+# RESTORE, FLUSHALL, KEYS, MIGRATE and every command a later server version adds are refused without being
+# named. A command the engine starts to use must be added here (tests/cluster/test_redis_server.py runs
+# the engine's Lua and its ledger calls against a server with this list, and checks every script's calls).
+RUN_COMMANDS = (
+    # connection: redis-py's handshake (AUTH or HELLO, CLIENT SETINFO/SETNAME, SELECT for /n) and health checks
+    "auth", "hello", "ping", "echo", "select", "client|setname", "client|setinfo", "quit", "reset",
+    # server: the clock (in the Lua scripts too) and INFO (preflight's server checks, serves_dir's identity)
+    "time", "info",
+    # the loaded scripts only (redis-py's Script: EVALSHA; SCRIPT EXISTS before a pipeline that runs one)
+    "evalsha", "script|exists",
+    # pipelines as transactions
+    "multi", "exec", "discard", "watch", "unwatch",
+    # keys it can name: no DEL (PEXPIRE to 0 removes a key), no SCAN or KEYS
+    "exists", "expire", "pexpire", "ttl", "pttl", "type",
+    # strings, hashes, sorted sets: the types the ledger keeps
+    "get", "mget", "set", "incr", "incrby", "incrbyfloat",
+    "hget", "hmget", "hset", "hsetnx", "hdel", "hexists", "hgetall", "hkeys", "hvals", "hlen",
+    "hincrby", "hincrbyfloat",
+    "zadd", "zrem", "zrange", "zrangebyscore", "zpopmin", "zcard", "zcount", "zscore",
+)  # fmt: skip
+
+LOADER_USER = "loader"  # the second user: loads the engine's scripts, and nothing else the run's user may not do
+LOADER_COMMANDS = (*RUN_COMMANDS, "script|load")
+RUN_USER = "punchline"  # the run's user on a user's own Redis (the embedded server's is its default user)
+
+
+def command_rule(commands: Sequence[str]) -> str:
+    """An ACL command rule allowing ``commands`` and nothing else (``-@all`` first)."""
+    return "-@all " + " ".join(f"+{c}" for c in commands)
+
+
+def setuser_lines(run_password: str = "RUN_PASSWORD", loader_password: str = "LOADER_PASSWORD") -> list[str]:
+    """The ``ACL SETUSER`` lines for a user's own Redis: the run's user (what ``--redis-url`` names) and the
+    loader (what ``load`` is given). ``reset`` first, so a user set up before gets exactly these rules."""
+    return [
+        f"ACL SETUSER {RUN_USER} reset on >{run_password} ~* resetchannels {command_rule(RUN_COMMANDS)}",
+        f"ACL SETUSER {LOADER_USER} reset on >{loader_password} ~* resetchannels {command_rule(LOADER_COMMANDS)}",
+    ]
+
+
+def engine_scripts() -> dict[str, str]:
+    """Every script the engine runs (``schedulers/lua/<name>.lua`` with its libraries), by name: the files no
+    other file names as a library."""
+    names = lua.names()
+    libraries = {lib for name in names for lib in lua.needs(name)}
+    return {name: lua.script(name) for name in names if name not in libraries}
+
+
+def load_scripts(client: redis.Redis) -> int:
+    """Load every engine script (as a user that may: the loader); returns how many."""
+    scripts = engine_scripts()
+    pipe = client.pipeline(transaction=False)
+    for text in scripts.values():
+        pipe.script_load(text)
+    pipe.execute()
+    return len(scripts)
+
+
+def missing_scripts(client: redis.Redis) -> list[str]:
+    """The engine scripts the server does not hold (by name)."""
+    scripts = engine_scripts()
+    held = client.script_exists(*(hashlib.sha1(text.encode()).hexdigest() for text in scripts.values()))
+    return [name for name, ok in zip(scripts, held, strict=True) if not ok]
+
+
+def check_loaded(client: redis.Redis, url: str) -> None:
+    """Before a run on a user's own Redis: its scripts are there, or loaded now when the run's user may load them
+    (a Redis without our ACL), else a :class:`ConfigError` saying how to load them."""
+    with redis_errors("ledger scripts"):
+        missing = missing_scripts(client)
+        if not missing:
+            return
+        try:
+            load_scripts(client)
+        except redis.exceptions.NoPermissionError:
+            raise ConfigError(
+                f"{SCRIPTS_MISSING} ({len(missing)} missing on {redact_url(url)}, among them {missing[0]}), and "
+                f"this user may not load them: load them as the {LOADER_USER!r} user: echo "
+                f"redis://{LOADER_USER}:PASSWORD@HOST:PORT/0 | python -m punchline.schedulers.ledger_access load "
+                "(docs/deploy.md)",
+                field=ENV_URL,
+            ) from None
+
+
+def main(argv: Sequence[str]) -> int:
+    """``acl``: print the ACL SETUSER lines; ``load``: load the scripts as the URL read from stdin (a URL on the
+    command line would show its password to ``ps``)."""
+    if list(argv) == ["acl"]:
+        print("\n".join(setuser_lines()))
+        return 0
+    if list(argv) == ["load"]:
+        url = sys.stdin.readline().strip()
+        client = connect(url)
+        try:
+            with redis_errors("ledger scripts"):
+                n = load_scripts(client)
+        finally:
+            client.close()
+        print(f"{n} scripts loaded on {redact_url(url)}")
+        return 0
+    print("usage: python -m punchline.schedulers.ledger_access acl | load  (load reads the URL from stdin)")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
