@@ -38,10 +38,12 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -64,9 +66,13 @@ KEEPER_MODULE = "punchline.cluster.local_ray"  # the keeper's entry point (this 
 HEARTBEAT_S = 5.0
 KEEPER_POLL_S = 1.0
 STOP_WAIT_S = 60.0  # SIGTERM, then this long for the head's processes to end, then SIGKILL for those left
+KILL_WAIT_S = 10.0  # SIGKILL, then this long for the head's processes to be gone (before its files are removed)
 SLOW_START_TEXT = "timed out during startup"  # Ray gives its raylet 30 s (hard-coded): a loaded machine misses it
 START_TRIES = 3  # a head that ended with SLOW_START_TEXT is started again, this many times in all
 START_TIMEOUT_S = 300.0  # a loaded 2-core machine took 45 s; a driver that needs Ray gives up after this
+# the longest --temp-dir whose socket paths fit Ray's 107 bytes: <temp>/session_<date>_<time>_<us>_<pid>/sockets/
+# plasma_store adds 66 (a 7-digit pid); a longer runs folder's heads are given a short link to their folder
+MAX_TEMP_DIR_BYTES = 107 - 66
 DRAIN_MAX_S = 900.0  # a killed driver's workers past this are stuck, not draining: the head is stopped anyway
 WORKER_TITLE = "ray::ShardWorker"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's token auth: on for our heads unless the user set it
@@ -86,6 +92,8 @@ class HeadRecord(msgspec.Struct, frozen=True):
     host: str
     started_at: float
     dashboard: str = ""  # http://127.0.0.1:PORT with --ray-dashboard or PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT, else none
+    session_dir: str = ""  # Ray's files of this head (its --temp-dir: sessions, logs, sockets), in the runs folder
+    short_dir: str = ""  # a private /tmp folder whose link Ray was given instead, when session_dir is too long
 
 
 def ray_dir(runs_dir: str | os.PathLike[str]) -> Path:
@@ -112,11 +120,12 @@ def notice(text: str) -> None:
     print(f"punchline: {text}", file=sys.stderr, flush=True)
 
 
-def head_command(settings: RaySettings, dashboard_port: int = 0) -> list[str]:
+def head_command(settings: RaySettings, temp_dir: str, dashboard_port: int = 0) -> list[str]:
     """``ray start --head --block`` on the loopback; every port it would otherwise take at a fixed
     number (GCS 6379, client 10001, dashboard 8265, agent 52365) taken free, so heads never collide.
+    ``temp_dir``: where Ray keeps the head's files (:func:`session_dirs`), never ``/tmp/ray``.
     ``dashboard_port``: Ray's dashboard on 127.0.0.1 there (behind the head's token), else none."""
-    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--temp-dir={temp_dir}"]
     argv += [f"--port={_free_port()}", "--node-ip-address=127.0.0.1"]
     if dashboard_port:
         argv += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
@@ -129,6 +138,33 @@ def head_command(settings: RaySettings, dashboard_port: int = 0) -> list[str]:
     if settings.object_store_bytes is not None:
         argv.append(f"--object-store-memory={settings.object_store_bytes}")
     return argv
+
+
+def session_dirs(folder: Path) -> tuple[Path, Path | None]:
+    """A new head's own folder for Ray's files (``runs/_ray/<env>/session-XXXX``: its sessions, logs and sockets, 250
+    KiB a run), and the short path Ray is given for it when that folder's path is too long for Ray's unix sockets
+    (``<temp>/session_<date>_<pid>/sockets/plasma_store`` must fit ``sockaddr_un``'s 107 bytes): a link to it in a
+    private ``/tmp/pl-ray-XXXX`` folder, else None. Both are removed when the head stops (:func:`remove_session`):
+    the files stay in the runs folder (deleted with it), and only a link ever sits in ``/tmp``."""
+    real = Path(tempfile.mkdtemp(prefix="session-", dir=folder))  # 0700, one per head: a next head never shares it
+    if len(str(real)) <= MAX_TEMP_DIR_BYTES:
+        return real, None
+    short = Path(tempfile.mkdtemp(prefix="pl-ray-", dir="/tmp"))  # ours (0700), not another user's to plant in
+    (short / "t").symlink_to(real)
+    return real, short
+
+
+def ray_temp_dir(head: HeadRecord) -> str:
+    """The path a head's Ray was given as its ``--temp-dir``: the short link when there is one."""
+    return str(Path(head.short_dir) / "t") if head.short_dir else head.session_dir
+
+
+def remove_session(head: HeadRecord) -> None:
+    """Ray's files of a head that stopped (every process of it ended): its folder in the runs folder and its link."""
+    if head.session_dir:
+        shutil.rmtree(head.session_dir, ignore_errors=True)
+    if head.short_dir:
+        shutil.rmtree(head.short_dir, ignore_errors=True)  # the link only: rmtree never follows it
 
 
 def _port_of(argv: list[str]) -> int:
@@ -291,7 +327,9 @@ class LocalRay:
 
     def _start_head(self) -> HeadRecord:
         dashboard_port = 0 if self.dashboard_port is None else self.dashboard_port or _free_port()
-        argv = head_command(self.settings, dashboard_port)
+        session_dir, short_dir = session_dirs(self.folder)
+        temp_dir = str(short_dir / "t") if short_dir is not None else str(session_dir)
+        argv = head_command(self.settings, temp_dir, dashboard_port)
         env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's switch: bind the loopback, not every interface
         env.update(self.auth_env())  # token auth with the head's own token; the workers inherit both
@@ -318,6 +356,8 @@ class LocalRay:
             host=socket.gethostname(),
             started_at=time.time(),
             dashboard=f"http://127.0.0.1:{dashboard_port}" if dashboard_port else "",
+            session_dir=str(session_dir),
+            short_dir=str(short_dir or ""),
         )
         write_private(self.folder / "head.json", msgspec.json.encode(head).decode())
         log.info("local_ray_starting", address=head.address, pid=head.pid)
@@ -420,15 +460,21 @@ def spawn_keeper(folder: Path) -> None:
 
 
 def stop_head(sid: int, wait_s: float = STOP_WAIT_S) -> None:
-    """SIGTERM the head (it stops its children), then SIGKILL whatever of its session is left."""
+    """SIGTERM the head (it stops its children), then SIGKILL whatever of its session is left; returns once no
+    process of it is left (or ``KILL_WAIT_S`` after the SIGKILL)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(sid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    while session_processes(sid) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    _wait_ended(sid, wait_s)
     for pid in session_processes(sid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    _wait_ended(sid, KILL_WAIT_S)
+
+
+def _wait_ended(sid: int, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while session_processes(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 class KeptHead:
@@ -437,9 +483,14 @@ class KeptHead:
 
     def __init__(self) -> None:
         self.alone_since: float | None = None  # no driver left (workers may still drain)
+        self.head: HeadRecord | None = None  # the head last seen running: whose files to remove once it stopped
 
     def running(self, folder: Path) -> int | None:
         head = read_head(folder)
+        if head is not None and head != self.head:
+            if self.head is not None:  # started again (Ray timed out its start): the last one's files go
+                self._remove_session(self.head.pid)
+            self.head = head
         return head.pid if head is not None else None
 
     def in_use(self, folder: Path, pid: int) -> bool:
@@ -455,16 +506,25 @@ class KeptHead:
 
     def stop(self, pid: int) -> None:
         stop_head(pid)
+        self._remove_session(pid)
 
     def ended(self, folder: Path) -> None:
         _stop_leftovers(folder)
+        if self.head is not None:
+            self._remove_session(self.head.pid)
 
     def stop_orphan(self, pid: int) -> None:
         """Stop the head whose folder is gone if ``pid`` (the same process) is still a ``ray start --head --block``
-        in a session of its own."""
+        in a session of its own; its link in ``/tmp`` goes too (its files went with the folder)."""
         argv = cmdline(pid)
         if "--head" in argv and "--block" in argv and session_processes(pid):
             stop_head(pid)
+        self._remove_session(pid)
+
+    def _remove_session(self, pid: int) -> None:
+        """Ray's files of the head ``pid`` once no process of it is left (a process still running keeps them)."""
+        if self.head is not None and self.head.pid == pid and not session_processes(pid):
+            remove_session(self.head)
 
 
 def keep(folder: Path, linger_s: float, head_pid: int = 0, head_ticks: int = 0) -> int:
@@ -485,6 +545,8 @@ def _stop_leftovers(folder: Path) -> None:
     if head.host == socket.gethostname() and not pid_alive(head.pid):
         (folder / "head.json").unlink(missing_ok=True)
         stop_head(head.pid, wait_s=0.0)
+        if not session_processes(head.pid):
+            remove_session(head)
 
 
 if __name__ == "__main__":
