@@ -47,6 +47,7 @@ from punchline.data.response_spool import ResponseSpool
 from punchline.data.run_layout import LOG, RECORD, SPOOL, RunLayout
 from punchline.data.store import Store
 from punchline.schedulers.ledger import Ledger
+from punchline.schedulers.ledger_access import check_loaded
 from punchline.schedulers.redis_client import connect, credentials_in_userinfo
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 from punchline.workers.logs import configure_logging
@@ -98,6 +99,19 @@ class RedisConn(msgspec.Struct, kw_only=True):
     password_file: str | None = None
     identity: str = ""  # what the store records as its ledger (cluster/store_guard.py): never a password
     driver_claim: str | None = None  # this driver's claim on the run id, watched by its workers
+
+
+def check_ledger(url: str) -> None:
+    """A user's own Redis (``--redis-url``), before anything starts (``run``, and ``plan`` as run would): it answers
+    with these credentials, and it holds the engine's scripts or lets this user load them. A Redis set up as
+    ``docs/deploy.md`` says lets the run's user load nothing: its scripts are loaded by its loader user, after every
+    restart of it; without them a run's workers could only wait, so the run is refused at once, saying how."""
+    check_redis(url)
+    client = connect(url)
+    try:
+        check_loaded(client, url)
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
@@ -181,7 +195,7 @@ def open_checked(
     mark on the store (a run with another ledger on the same store stops here)."""
     cfg = prep.cfg
     if redis_url:  # cheap, and before the providers' SDKs are loaded (seconds on a busy machine)
-        check_redis(redis_url)
+        check_ledger(redis_url)
     simulated = {n for n, p in cfg.providers.items() if p.base_url == SIMULATED}
     with open_simulator(cfg, sim_host) as sim_url:
         if check_keys:

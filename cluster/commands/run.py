@@ -25,7 +25,9 @@ from punchline.cluster.machine_load import sample_runnable
 from punchline.cluster.planner import StageEstimate, plan_run
 from punchline.cluster.retry_failed import drop_failed
 from punchline.cluster.run_checks import cap_warning, check_environment, check_run
+from punchline.cluster.run_services import check_ledger
 from punchline.cluster.wall_estimate import cache_lookup, estimate_wall, store_of
+from punchline.data.redaction import redact_url
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 
 
@@ -55,6 +57,12 @@ def register(sub: Subcommands) -> None:
     pl.add_argument("config")
     pl.add_argument("--json", action="store_true")
     pl.add_argument("--runs-dir", help=RUNS_DIR_HELP + "; its cache and earlier runs time the estimate")
+    pl.add_argument(
+        "--redis-url",
+        help="the Redis the run would use (env PUNCHLINE_REDIS_URL; config [run] redis_url; none: the runs "
+        "folder's embedded one, not started by plan), checked as run checks it: it answers, takes the password, "
+        "holds the engine's scripts or lets this user load them",
+    )
     pl.set_defaults(func=cmd_plan)
 
     f = sub.add_parser(
@@ -84,6 +92,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_environment()
     cfg = load_config(args.config)
     estimates = check_run(cfg)  # the checks `run` makes before anything starts
+    redis_url = overlay(RunOptions.from_env(), redis_url=args.redis_url).redis_url or cfg.run.redis_url
+    if redis_url:  # the run's order: the flag, PUNCHLINE_REDIS_URL, [run] redis_url
+        check_ledger(redis_url)
     runs = runs_dir(args.runs_dir)
     cached = cache_lookup(store_of(cfg, runs))
     if cached is not None:  # the same plan, each request looked up in the response cache
@@ -120,6 +131,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     Console(width=max(Console().width, 110)).print(table)
     print(wall.describe())
+    if redis_url:
+        print(f"ledger: {redact_url(redis_url)} answers and holds the engine's scripts")
     return 0
 
 
