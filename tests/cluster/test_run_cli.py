@@ -29,7 +29,7 @@ def test_budget_stops_scheduling_then_a_resume_finishes_without_paying_twice(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys
 ) -> None:
     cfg = make_config(jokes=6, models=("3b", "70b"), samples=4, shard_size=2, workers_per_node=1)
-    # each request is estimated at ~(60 in * 1 + 20 out * 2) / 1e6 $; 0.0008 $ covers only part of the 24
+    # each request is held at its bound, ~(300 in * 1 + 12 out * 2) / 1e6 $; 0.0008 $ covers only part of the 24
     code = cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "b1", "--max-cost-usd", "0.0008")
     assert code == 2
     assert "budget" in capsys.readouterr().err
