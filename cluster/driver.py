@@ -24,7 +24,7 @@ from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.coordinator import Coordinator, ProgressFn
 from punchline.cluster.machine_load import runnable_others
 from punchline.cluster.pipeline import Stage, StageContext
-from punchline.cluster.preflight import read_store
+from punchline.cluster.preflight import check_store_ledger, read_store
 from punchline.cluster.ray_runtime import RaySettings, driver_node_ip, ray_running
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.retry_failed import drop_retryable_failures
@@ -123,6 +123,7 @@ def prepare(config_path: str, opts: RunOptions, marks: dict[str, float]) -> Prep
             log.info("run_already_finished", run_id=run_id)
             return prev
         created_at = prev.created_at
+    check_store_ledger(store, opts.redis_url or cfg.run.redis_url, opts.runs_dir)  # before the ledger starts
     offline = opts.offline if opts.offline is not None else cfg.run.offline
     if not offline and ray_settings.is_local:  # local workers read their keys from this machine
         check_keys(cfg)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -54,6 +53,7 @@ from punchline.cluster.private_files import check_folder_files, private_dir
 from punchline.cluster.redis_folder import find_running, lock_record, server_info, stop_running
 from punchline.cluster.redis_keeper import start_server
 from punchline.cluster.redis_server import EmbeddedRedis
+from punchline.cluster.store_guard import embedded_identity
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.schedulers.redis_client import redact_url
 
@@ -104,7 +104,7 @@ class LocalRedis:
     @property
     def identity(self) -> str:
         """What guards a store (no password, no port): this machine's runs-folder ledger."""
-        return f"embedded ledger {self.folder} on {socket.gethostname()}"
+        return embedded_identity(self.folder)
 
     def join(self) -> LocalRedis:
         private_dir(self.folder)

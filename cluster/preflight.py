@@ -36,6 +36,8 @@ import httpx2
 import redis.exceptions
 import structlog
 
+from punchline.cluster.local_redis import redis_dir
+from punchline.cluster.store_guard import check_unguarded, embedded_identity, redis_identity
 from punchline.data.backoff import Backoff, retry_sync
 from punchline.data.errors import (
     ConfigError,
@@ -274,6 +276,13 @@ def read_store(store: Store, key: str, *, patience_s: float = PATIENCE_S) -> byt
             raise StoreError(f"store {store.url}: {exc}") from exc
 
     return _patiently("store", attempt, patience_s, (StoreError,))
+
+
+def check_store_ledger(store: Store, redis_url: str | None, runs_dir: str) -> None:
+    """The store is not guarded by another ledger right now (``cluster/store_guard.py``), checked before the runs
+    folder or the ledger is created: a refused run leaves nothing behind. ``redis_url`` None: the runs folder's own."""
+    identity = redis_identity(redis_url) if redis_url else embedded_identity(redis_dir(runs_dir))
+    check_unguarded(store, identity)
 
 
 # --- providers ----------------------------------------------------------------------------------

@@ -36,9 +36,12 @@ from punchline.cluster.planner import StageEstimate, plan_run
 from punchline.cluster.private_files import check_folder_files
 from punchline.cluster.ray_runtime import check_address
 from punchline.cluster.registry import pipeline_of
+from punchline.cluster.store_guard import PREFIX as STORE_MARKS
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, LedgerUnavailable
+from punchline.data.response_cache import CACHE_PREFIX
 from punchline.data.run_layout import LOG, RECORD, SPOOL
+from punchline.data.stores.local import TMP_DIR
 from punchline.schedulers.redis_client import control_characters
 
 if TYPE_CHECKING:
@@ -79,12 +82,37 @@ def check_outputs(store_url: str, runs_dir: str, run_id: str | None = None) -> N
     writes or reads back in the runs folder is a link (:func:`check_run_files`)."""
     places = [(runs_dir, "--runs-dir / PUNCHLINE_RUNS_DIR")]
     if "://" not in store_url:
-        places.append((store_url, "--store / PUNCHLINE_STORE / [run] store"))
+        places.append((store_url, STORE_FIELD))
     for place, field in places:
         problem = _unwritable(Path(place).expanduser())
         if problem is not None:
             raise ConfigError(problem, file=place, field=field)
+    if "://" not in store_url:
+        check_store_folders(Path(store_url).expanduser(), run_id)
     check_run_files(Path(runs_dir).expanduser(), run_id)
+
+
+STORE_FIELD = "--store / PUNCHLINE_STORE / [run] store"
+# the folders of a local store a run writes into as it starts (the store's temp files, the ledgers' marks, the
+# response cache): a file or an unwritable folder in place of one refused the run only once its ledger had started
+STORE_FOLDERS = (TMP_DIR, STORE_MARKS.rstrip("/"), CACHE_PREFIX.rstrip("/"))
+
+
+def check_store_folders(store: Path, run_id: str | None) -> None:
+    """Each folder a run writes in a local store (``STORE_FOLDERS`` and the run's own) is a folder it can write
+    (a link to one is fine: the store root may be one too), or does not exist yet. One line naming it (exit 2),
+    before the runs folder or the ledger is created."""
+    for name in (*STORE_FOLDERS, *((run_id,) if run_id is not None else ())):
+        path = store / name
+        if not os.path.lexists(path):
+            continue
+        if not path.is_dir():
+            problem = "is not a folder (the store keeps its keys under it): remove it"
+        elif not os.access(path, os.W_OK | os.X_OK):
+            problem = "is a folder of the store this user cannot write"
+        else:
+            continue
+        raise ConfigError(problem, file=str(path), field=STORE_FIELD)
 
 
 # what the runs folder holds for a run: its record, its log (appended to by every worker on this machine),

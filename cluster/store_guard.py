@@ -22,6 +22,7 @@ import secrets
 import socket
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -58,6 +59,11 @@ def redis_identity(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path or "/0", "", ""))
 
 
+def embedded_identity(folder: Path) -> str:
+    """The identity of a runs folder's own ledger (``folder``: its ``_ledger``): no password, no port."""
+    return f"embedded ledger {folder} on {socket.gethostname()}"
+
+
 def _stale(mark: LedgerMark, now: float) -> bool:
     if now - mark.at > FRESH_S:
         return True
@@ -69,6 +75,46 @@ def _stale(mark: LedgerMark, now: float) -> bool:
         except (PermissionError, ValueError, OverflowError):
             return False
     return False
+
+
+def other_ledgers(store: Store, identity: str, *, own_key: str = "", prune: bool = False) -> list[LedgerMark]:
+    """Fresh marks of ledgers other than ``identity`` on ``store``; stale marks are removed on the way if ``prune``."""
+    now = time.time()
+    found = []
+    for key in list(store.list(PREFIX)):
+        if key == own_key:
+            continue
+        raw = store.get(key)
+        try:
+            mark = msgspec.json.decode(raw or b"", type=LedgerMark)
+        except msgspec.DecodeError:
+            continue
+        if _stale(mark, now):
+            if prune:
+                with contextlib.suppress(Exception):
+                    store.delete(key)
+        elif mark.identity != identity:
+            found.append(mark)
+    return found
+
+
+def check_unguarded(store: Store, identity: str) -> None:
+    """The preflight's look, before the run creates anything (its runs folder, its ledger): a store another ledger
+    guards right now refuses the run at once (one line, exit 2). Read only; the mark :class:`StoreGuard` writes later
+    still decides between two drivers that start at the same moment."""
+    others = other_ledgers(store, identity)
+    if others:
+        raise _refusal(store, others[0], identity)
+
+
+def _refusal(store: Store, other: LedgerMark, identity: str) -> OtherLedger:
+    return OtherLedger(
+        f"store {store.url} is guarded by another ledger ({other.identity}, in use by driver pid "
+        f"{other.pid} on {other.host}); this run's ledger is {identity}, and two ledgers on one "
+        "store would pay for requests twice: use the same ledger (the same --redis-url, or none for the "
+        "runs folder's own) or wait for that run to end",
+        field="--redis-url",
+    )
 
 
 class StoreGuard:
@@ -87,36 +133,14 @@ class StoreGuard:
 
     def others(self) -> list[LedgerMark]:
         """Fresh marks of other ledgers; stale marks are removed on the way."""
-        now = time.time()
-        found = []
-        for key in list(self.store.list(PREFIX)):
-            if key == self.key:
-                continue
-            raw = self.store.get(key)
-            try:
-                mark = msgspec.json.decode(raw or b"", type=LedgerMark)
-            except msgspec.DecodeError:
-                continue
-            if _stale(mark, now):
-                with contextlib.suppress(Exception):
-                    self.store.delete(key)
-            elif mark.identity != self.mark.identity:
-                found.append(mark)
-        return found
+        return other_ledgers(self.store, self.mark.identity, own_key=self.key, prune=True)
 
     def acquire(self) -> StoreGuard:
         self._write()
         others = self.others()
         if others:
             self.store.delete(self.key)
-            other = others[0]
-            raise OtherLedger(
-                f"store {self.store.url} is guarded by another ledger ({other.identity}, in use by driver pid "
-                f"{other.pid} on {other.host}); this run's ledger is {self.mark.identity}, and two ledgers on one "
-                "store would pay for requests twice: use the same ledger (the same --redis-url, or none for the "
-                "runs folder's own) or wait for that run to end",
-                field="--redis-url",
-            )
+            raise _refusal(self.store, others[0], self.mark.identity)
         self._thread = threading.Thread(target=self._renew, name="store-guard", daemon=True)
         self._thread.start()
         return self
