@@ -73,6 +73,7 @@ START_TIMEOUT_S = 300.0  # a loaded 2-core machine took 45 s; a driver that need
 # the longest --temp-dir whose socket paths fit Ray's 107 bytes: <temp>/session_<date>_<time>_<us>_<pid>/sockets/
 # plasma_store adds 66 (a 7-digit pid); a longer runs folder's heads are given a short link to their folder
 MAX_TEMP_DIR_BYTES = 107 - 66
+SESSION_PREFIX, SHORT_PREFIX = "session-", "pl-ray-"  # a head's folder for Ray's files; its short link's folder
 DRAIN_MAX_S = 900.0  # a killed driver's workers past this are stuck, not draining: the head is stopped anyway
 WORKER_TITLE = "ray::ShardWorker"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's token auth: on for our heads unless the user set it
@@ -146,10 +147,10 @@ def session_dirs(folder: Path) -> tuple[Path, Path | None]:
     (``<temp>/session_<date>_<pid>/sockets/plasma_store`` must fit ``sockaddr_un``'s 107 bytes): a link to it in a
     private ``/tmp/pl-ray-XXXX`` folder, else None. Both are removed when the head stops (:func:`remove_session`):
     the files stay in the runs folder (deleted with it), and only a link ever sits in ``/tmp``."""
-    real = Path(tempfile.mkdtemp(prefix="session-", dir=folder))  # 0700, one per head: a next head never shares it
+    real = Path(tempfile.mkdtemp(prefix=SESSION_PREFIX, dir=folder))  # 0700, one per head: a next head never shares it
     if len(str(real)) <= MAX_TEMP_DIR_BYTES:
         return real, None
-    short = Path(tempfile.mkdtemp(prefix="pl-ray-", dir="/tmp"))  # ours (0700), not another user's to plant in
+    short = Path(tempfile.mkdtemp(prefix=SHORT_PREFIX, dir="/tmp"))  # ours (0700), not another user's to plant in
     (short / "t").symlink_to(real)
     return real, short
 
@@ -159,11 +160,13 @@ def ray_temp_dir(head: HeadRecord) -> str:
     return str(Path(head.short_dir) / "t") if head.short_dir else head.session_dir
 
 
-def remove_session(head: HeadRecord) -> None:
-    """Ray's files of a head that stopped (every process of it ended): its folder in the runs folder and its link."""
-    if head.session_dir:
-        shutil.rmtree(head.session_dir, ignore_errors=True)
-    if head.short_dir:
+def remove_session(head: HeadRecord, folder: Path) -> None:
+    """Ray's files of a head that stopped (every process of it ended): its folder, found in ``folder`` (where the
+    head's folder is now: the runs folder may have been moved), and its short link."""
+    name = Path(head.session_dir).name
+    if name.startswith(SESSION_PREFIX):
+        shutil.rmtree(folder / name, ignore_errors=True)
+    if Path(head.short_dir).name.startswith(SHORT_PREFIX):
         shutil.rmtree(head.short_dir, ignore_errors=True)  # the link only: rmtree never follows it
 
 
@@ -484,8 +487,10 @@ class KeptHead:
     def __init__(self) -> None:
         self.alone_since: float | None = None  # no driver left (workers may still drain)
         self.head: HeadRecord | None = None  # the head last seen running: whose files to remove once it stopped
+        self.folder: Path | None = None  # where the head's folder is (the keeper's hold on it: it follows a move)
 
     def running(self, folder: Path) -> int | None:
+        self.folder = folder
         head = read_head(folder)
         if head is not None and head != self.head:
             if self.head is not None:  # started again (Ray timed out its start): the last one's files go
@@ -523,8 +528,8 @@ class KeptHead:
 
     def _remove_session(self, pid: int) -> None:
         """Ray's files of the head ``pid`` once no process of it is left (a process still running keeps them)."""
-        if self.head is not None and self.head.pid == pid and not session_processes(pid):
-            remove_session(self.head)
+        if self.head is not None and self.folder is not None and self.head.pid == pid and not session_processes(pid):
+            remove_session(self.head, self.folder)
 
 
 def keep(folder: Path, linger_s: float, head_pid: int = 0, head_ticks: int = 0) -> int:
@@ -546,7 +551,7 @@ def _stop_leftovers(folder: Path) -> None:
         (folder / "head.json").unlink(missing_ok=True)
         stop_head(head.pid, wait_s=0.0)
         if not session_processes(head.pid):
-            remove_session(head)
+            remove_session(head, folder)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,26 @@ def _wait_ready(proc: subprocess.Popen[str]) -> None:
     assert _line(proc) == ["ready"]
 
 
+def _record(pid: int, folder: Path) -> HeadRecord:
+    """A stand-in head's record in ``folder``, with a folder for Ray's files as a real head has (and a short link to
+    it: a test's runs folder is too long a path for Ray's sockets), one file in it."""
+    session_dir, short_dir = local_ray.session_dirs(folder)
+    assert short_dir is not None
+    (session_dir / "session_latest").mkdir()
+    (session_dir / "session_latest" / "raylet.out").write_text("a log\n")
+    record = HeadRecord(
+        pid=pid,
+        address="127.0.0.1:1",
+        host=os.uname().nodename,
+        started_at=time.time(),
+        session_dir=str(session_dir),
+        short_dir=str(short_dir),
+    )
+    (folder / "head.json").write_bytes(msgspec.json.encode(record))
+    os.chmod(folder / "head.json", 0o600)
+    return record
+
+
 def _head_gone(pid: int, timeout_s: float = 180.0) -> None:
     """No process of the head's session is left (its GCS, raylet, agents, workers)."""
     wait_for(lambda: not session_processes(pid), timeout_s=timeout_s)
@@ -115,9 +135,7 @@ def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(
     )
     try:
         wait_for(lambda: len(session_processes(head.pid)) == 2, timeout_s=30)
-        record = HeadRecord(pid=head.pid, address="127.0.0.1:1", host=os.uname().nodename, started_at=time.time())
-        (folder / "head.json").write_bytes(msgspec.json.encode(record))
-        os.chmod(folder / "head.json", 0o600)
+        record = _record(head.pid, folder)
         assert read_head(folder) == record
         t0 = time.monotonic()
         assert keep(folder, linger_s=0.2) == 0
@@ -126,6 +144,8 @@ def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(
         assert head.wait(timeout=60) == -signal.SIGTERM
         assert not session_processes(head.pid)
         assert not (folder / "head.json").exists()
+        # Ray's files of the head went with it: its folder in the runs folder, and the short link in /tmp
+        assert not Path(record.session_dir).exists() and not Path(record.short_dir).exists()
     finally:
         head.kill()
         head.wait()
@@ -163,9 +183,7 @@ def test_a_runs_folder_moved_or_deleted_during_the_linger_leaves_nothing_running
     head = subprocess.Popen(argv, start_new_session=True)
     try:
         wait_for(lambda: len(session_processes(head.pid)) == 2, timeout_s=30)
-        record = HeadRecord(pid=head.pid, address="127.0.0.1:1", host=os.uname().nodename, started_at=time.time())
-        (folder / "head.json").write_bytes(msgspec.json.encode(record))
-        os.chmod(folder / "head.json", 0o600)
+        record = _record(head.pid, folder)
         argv = [str(folder), "3", str(head.pid), str(start_ticks(head.pid))]
         keeper = subprocess.Popen([sys.executable, "-m", "punchline.cluster.local_ray", *argv], cwd=ROOT)
         time.sleep(1.0)  # the keeper holds the folder, within its linger
@@ -176,6 +194,9 @@ def test_a_runs_folder_moved_or_deleted_during_the_linger_leaves_nothing_running
         assert keeper.wait(timeout=120) == 0
         assert head.wait(timeout=60) == -signal.SIGTERM
         wait_for(lambda: not session_processes(head.pid), timeout_s=60)
+        assert not Path(record.short_dir).exists(), "the head's link in /tmp outlived it"
+        if how == "moved":  # its files, in the runs folder where it is now: removed too
+            assert not list((tmp_path / "runs-renamed").rglob("session-*"))
     finally:
         head.kill()
         head.wait()
@@ -531,8 +552,8 @@ def test_a_head_that_ray_timed_out_while_starting_is_started_again(
     real = local_ray.head_command
     argvs: list[list[str]] = []
 
-    def first_times_out(settings: RaySettings, dashboard_port: int = 0) -> list[str]:
-        argv = real(settings, dashboard_port)
+    def first_times_out(settings: RaySettings, temp_dir: str, dashboard_port: int = 0) -> list[str]:
+        argv = real(settings, temp_dir, dashboard_port)
         if not argvs:  # what `ray start` prints when its node did not register in time
             said = f"print('Exception: The current node {local_ray.SLOW_START_TEXT}.')"
             argv = [sys.executable, "-c", said, *(a for a in argv if a.startswith("--port="))]
@@ -545,6 +566,12 @@ def test_a_head_that_ray_timed_out_while_starting_is_started_again(
         assert head.wait().startswith("127.0.0.1:")
         assert len(argvs) == 2 and head.head is not None and read_head(head.folder) == head.head
         assert local_ray.READY_TEXT in (head.folder / "head.log").read_text()  # the second one started
+        # each head its own folder for Ray's files, in the runs folder (a long path: Ray is given a short link to it)
+        temp_dirs = [next(a for a in argv if a.startswith("--temp-dir=")).split("=", 1)[1] for argv in argvs[1:]]
+        assert temp_dirs == [local_ray.ray_temp_dir(head.head)]
+        assert Path(head.head.session_dir).parent == head.folder and Path(temp_dirs[0]).resolve() == Path(
+            head.head.session_dir
+        )
     finally:
         head.leave()
         if head.head is not None:
