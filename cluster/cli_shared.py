@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from punchline.cluster.commands import Subcommands as Subcommands
-from punchline.cluster.commands._progress import Bars
+from punchline.cluster.commands._progress import Bars, Notices
 from punchline.cluster.commands._tables import counters_table
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.driver import RunOptions, RunRecord, run
@@ -136,8 +136,9 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
     loaded from ``config``, if the caller has it). See :func:`exit_status`."""
     console = Console(stderr=True)
     bars = None if no_progress else Bars(console)
-    if bars:
-        bars.start()
+    shown = bars or (None if opts.verbose else Notices(console))  # --no-progress: a wait only its user ends, said
+    if shown:
+        shown.start()
     try:
         record = run(config, opts, progress=bars)
     except (KeyboardInterrupt, PluginError) as exc:  # Ctrl-C, the pipeline's own bug: how to resume exactly this run
@@ -146,8 +147,8 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
             exc.resume_command = resume_command(config, opts, run_id)  # type: ignore[union-attr]
         raise
     finally:
-        if bars:
-            bars.stop()
+        if shown:
+            shown.stop()
     out = Console(width=max(Console().width, 110))
     out.print(f"run [bold]{record.run_id}[/bold]: {record.state}")
     out.print(counters_table(with_batch_records(record)[0]))

@@ -98,6 +98,10 @@ class BatchRecord(msgspec.Struct, kw_only=True):
     # batches on the account with this intent's request count, listed right before its create call (for an API
     # without metadata): they existed before the call, so none is this intent's, whatever the clocks say
     predates: list[str] = []
+    # open batches with this intent's request count created during its cut-off create call, which only their
+    # results can tell from its own (batch id -> when the provider created it, epoch s): the intent waits on them
+    # and says so (the log, the progress line, ``status``) until they end or its user says they are not its own
+    look_alikes: dict[str, float] = {}
     submitted_at: float = 0.0
     collected_at: float = 0.0
     provider_status: str = ""
@@ -196,6 +200,11 @@ def declared_foreign(store: Store, run_id: str) -> set[str]:
 def declare_foreign(store: Store, run_id: str, batch_ids: Iterable[str]) -> None:
     ids = sorted(declared_foreign(store, run_id) | set(batch_ids))
     store.put(foreign_path(run_id), msgspec.json.encode(ForeignBatches(ids=ids)))
+
+
+def not_ours_command(run_id: str, batch_id: str) -> str:
+    """The command that tells run ``run_id`` that ``batch_id`` is not its own (what ends an intent's wait on it)."""
+    return f"punchline batches {run_id} --not-ours {batch_id}"
 
 
 def batch_owner(run_id: str, key: str) -> str:

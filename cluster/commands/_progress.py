@@ -25,10 +25,13 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from punchline.cluster.commands._tables import duration
 from punchline.schedulers.ledger import StageCounters
 from punchline.workers.logs import add_listener
 
 Event = Mapping[str, object]  # a logged event's fields (already redacted)
+# what the line says: a text, or a text of the seconds the phase has lasted (an age that grows while it is shown)
+PhaseText = str | Callable[[float], str]
 
 
 def _int(value: object) -> int:
@@ -44,8 +47,34 @@ def _batch(e: Event) -> str:
     return f"{_stage(e)}waiting on batch {e.get('batch_id', '')} ({e.get('status', '')}, {done}/{e.get('total', '?')})"
 
 
+def _seconds(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _look_alike(e: Event) -> Callable[[float], str]:
+    """An intent waiting on an open look-alike batch (the runner's ``batch_unresolved``): which batch, how old
+    (growing while it is shown) and the command that ends the wait."""
+    stage, batch_id, release, age_s = _stage(e), e.get("batch_id", ""), e.get("release", ""), _seconds(e.get("age_s"))
+    return lambda lasted_s: (
+        f"{stage}waiting on batch {batch_id} (open, {duration(age_s + lasted_s)} old): it may be this run's own "
+        f"(its create call was cut off) until its results tell; not this run's? {release}"
+    )
+
+
+#: why an intent no longer waits on a look-alike, by the runner's ``batch_wait_over`` outcome
+_WAIT_OUTCOMES = {"adopted": "it was this run's: adopted", "absent": "none was this run's: creating its own"}
+
+
+def _wait_over(e: Event) -> str:
+    declared = e.get("declared_not_ours")
+    named = ", ".join(str(b) for b in declared) if isinstance(declared, list) else ""
+    why = f"{named} declared not this run's" if named else _WAIT_OUTCOMES.get(str(e.get("outcome")), "")
+    key = str(e.get("batch_key", ""))[:12]
+    return f"{_stage(e)}batch {key} no longer waits on a look-alike ({why}, after {_seconds(e.get('waited_s')):.0f} s)"
+
+
 #: what a logged event says the run is doing from then on (an event not named here changes nothing shown)
-PHASES: dict[str, Callable[[Event], str]] = {
+PHASES: dict[str, Callable[[Event], PhaseText]] = {
     "run_start": lambda e: "starting the stages",
     "ledger_joined": lambda e: "joined the shared ledger",
     "plan_start": lambda e: f"{_stage(e)}planning (cutting its units into shards)",
@@ -59,6 +88,8 @@ PHASES: dict[str, Callable[[Event], str]] = {
     "batch_submitted": lambda e: f"{_stage(e)}batch {e.get('batch_id', '')} submitted",
     "batch_poll": _batch,
     "batch_collected": lambda e: f"collected batch {e.get('batch_id', '')} ({e.get('succeeded', '?')} answered)",
+    "batch_unresolved": _look_alike,
+    "batch_wait_over": _wait_over,
     "worker_died": lambda e: "a worker died: starting another",
     "ledger_unavailable": lambda e: "the ledger is out of reach: waiting for it (nothing is paid meanwhile)",
     "run_end": lambda e: f"run ended: {e.get('state', '')}",
@@ -69,6 +100,12 @@ ASIDES: dict[str, Callable[[Event], str | None]] = {
     "local_ray_joined": lambda e: None,
 }
 RAY_UP = "ray_up"  # a start_phases event with this mark: Ray is joined (the aside above is over)
+#: what a run shown without the display (``--no-progress``) still says, a line each on stderr: a wait that only
+#: the run's user can end, and its end
+NOTICES: dict[str, Callable[[Event], str]] = {
+    "batch_unresolved": lambda e: _look_alike(e)(0.0),
+    "batch_wait_over": _wait_over,
+}
 
 
 class Phase:
@@ -76,7 +113,7 @@ class Phase:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.text = "starting"
+        self._text: PhaseText = "starting"
         self.since = clock()
         self.aside: str | None = None
         self._lock = threading.Lock()
@@ -96,23 +133,31 @@ class Phase:
             text = name
         self.set(text)
 
+    @property
+    def text(self) -> str:
+        """What the run is doing now, as the line says it."""
+        with self._lock:
+            return self._render(self.clock() - self.since)
+
+    def _render(self, lasted_s: float) -> str:
+        return self._text(lasted_s) if callable(self._text) else self._text
+
     def progressed(self, stage: str) -> None:
         """A stage's units are being answered: it is working, unless the line already says something more
         particular about it (reducing, waiting on a batch)."""
-        with self._lock:
-            text = self.text
+        text = self.text
         if not text.startswith(f"{stage}: ") or text.startswith((f"{stage}: planned", f"{stage}: starting")):
             self.set(f"{stage}: working")
 
-    def set(self, text: str) -> None:
+    def set(self, text: PhaseText) -> None:
         with self._lock:
-            if text != self.text:
-                self.text, self.since = text, self.clock()
+            if text != self._text:
+                self._text, self.since = text, self.clock()
 
     def line(self) -> str:
         with self._lock:
             lasted = self.clock() - self.since
-            line = f"now: {self.text}" + (f" ({lasted:.0f} s)" if lasted >= 1 else "")
+            line = f"now: {self._render(lasted)}" + (f" ({lasted:.0f} s)" if lasted >= 1 else "")
             return line + (f"; {self.aside}" if self.aside else "")
 
     def __rich__(self) -> Text:
@@ -156,3 +201,25 @@ class Bars:
         )
         if 0 < c.units_done + c.units_failed < c.units_total:
             self.phase.progressed(stage)
+
+
+class Notices:
+    """The events of :data:`NOTICES` as plain lines on stderr, for a run shown without bars (``--no-progress``):
+    a CI log then says what the run waits on and how to end the wait, as the bars' line would."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._unlisten: Callable[[], None] | None = None
+
+    def on_event(self, event: Event) -> None:
+        describe = NOTICES.get(str(event.get("event", "")))
+        if describe is not None:
+            self.console.print(f"punchline: {describe(event)}", markup=False, highlight=False, soft_wrap=True)
+
+    def start(self) -> None:
+        self._unlisten = add_listener(self.on_event)
+
+    def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None

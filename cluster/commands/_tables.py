@@ -11,12 +11,13 @@ read-only commands need not import the engine.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 from rich.box import HEAVY_HEAD, Box
 from rich.console import Console
 from rich.table import Table
 
-from punchline.schedulers.batches import BatchRecord
+from punchline.schedulers.batches import BatchRecord, not_ours_command
 from punchline.schedulers.ledger import StageCounters
 
 
@@ -71,15 +72,48 @@ def counters_table(counters: dict[str, StageCounters], leased: dict[str, int] | 
     return table
 
 
+def duration(seconds: float) -> str:
+    """An age as the batch tables and the progress line show it: ``2m05s``, ``1h02m``."""
+    s = max(0, int(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
 def _age(rec: BatchRecord) -> str:
-    seconds = int((rec.collected_at or time.time()) - (rec.submitted_at or rec.intent_at))
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-    )
+    return duration((rec.collected_at or time.time()) - (rec.submitted_at or rec.intent_at))
+
+
+def _look_alikes(r: BatchRecord) -> list[tuple[str, str]]:
+    """The open look-alikes an intent waits on, oldest first, with their ages (none unless it waits)."""
+    if r.state != "intent":
+        return []
+    now = time.time()
+    return [(b, duration(now - created)) for b, created in sorted(r.look_alikes.items(), key=lambda kv: kv[1])]
+
+
+def waiting_lines(records: list[BatchRecord], declared: Collection[str] = ()) -> list[str]:
+    """What ``status`` and ``batches`` print under the table for each intent waiting on an open look-alike: the
+    batch, its age, and on a line of its own (whole, to copy) the command that ends the wait; a look-alike
+    ``declared`` not the run's already (``--not-ours``) is said to be so (the runner's next look drops it)."""
+    lines = []
+    for r in records:
+        for batch_id, age in _look_alikes(r):
+            if batch_id in declared:
+                lines.append(
+                    f"batch {r.batch_key[:12]} ({r.stage}) waited on {batch_id}, declared not this run's: the run "
+                    "creates its own batch at its next look (a run that is not live: when it is resumed)"
+                )
+                continue
+            lines.append(
+                f"batch {r.batch_key[:12]} ({r.stage}) waits on {batch_id}, an open batch of its {r.requests} "
+                f"requests, {age} old, created during its cut-off create call: nothing is created until its results "
+                "tell whether it is this run's. Not this run's? Then:"
+            )
+            lines.append(f"  {not_ours_command(r.run_id, batch_id)}")
+    return lines
 
 
 def _note(r: BatchRecord) -> str:
-    notes = []
+    notes = [f"waits on {b} ({age} old): see below" for b, age in _look_alikes(r)]
     if r.error:
         notes.append(r.error)
     if r.fallback == "online":

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from punchline.cluster.cli_shared import Subcommands
 from punchline.cluster.commands import summary
-from punchline.cluster.commands._tables import batch_table
+from punchline.cluster.commands._tables import batch_table, waiting_lines
 from punchline.cluster.run_batches import run_batches
 from punchline.data.settings import RUNS_DIR_HELP, runs_dir
 
@@ -52,5 +52,8 @@ def cmd_batches(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(batches.records).decode())
         return 0
-    Console(width=max(Console().width, 150)).print(batch_table(batches.records))
+    console = Console(width=max(Console().width, 150))
+    console.print(batch_table(batches.records))
+    for line in waiting_lines(batches.records, batches.not_ours):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0

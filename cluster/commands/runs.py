@@ -14,9 +14,10 @@ import msgspec
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from punchline.cluster.commands import Subcommands, summary
-from punchline.cluster.commands._tables import batch_table, counters_table, print_whole, whole_table
+from punchline.cluster.commands._tables import batch_table, counters_table, print_whole, waiting_lines, whole_table
 from punchline.cluster.runs import list_runs
 from punchline.cluster.status import StatusView, run_status
 from punchline.data.errors import InputError
@@ -60,6 +61,7 @@ def _status_renderable(view: StatusView) -> Group:
         table = batch_table(view.batches)
         table.title = "provider batches"
         parts.append(table)
+        parts += [Text(line) for line in waiting_lines(view.batches)]  # an intent waiting on a look-alike
     for stage, fails in view.failures.items():
         parts.append(f"[red]{len(fails)} failed units in {stage}:[/red]")
         parts += [f"  {uid}: {reason}" for uid, reason in sorted(fails.items())]

@@ -46,6 +46,9 @@ class BatchOptions(msgspec.Struct, kw_only=True):
     # batch is created again: a provider may finish creating it after the client gave up
     create_grace_s: float = 120.0
     max_rounds: int = 4  # batches a request may go through before it is given up (``batch_fallback`` says what then)
+    # while an intent waits on a look-alike, how often the store's not-ours record is read between two looks (a
+    # look lists the account, so looks back off to poll_max_s; ``--not-ours`` is seen within this instead)
+    not_ours_poll_s: float = 2.0
 
 
 class BatchTotals(msgspec.Struct, kw_only=True):
@@ -95,6 +98,7 @@ class BatchRunnerState:
         self.exhausted: dict[str, str] = {}  # request key -> last reason, after max_rounds batches (may not go online)
         self.over_budget: list[BatchRecord] = []  # batches not created: they would have taken the run past its cap
         self.unsure: dict[str, float] = {}  # batch key -> when a create of unknown outcome failed (monotonic)
+        self.waiting_since: dict[str, float] = {}  # batch key -> when its intent began to wait on a look-alike
         self.leases = HeldLeases(batches, self.opt.lease_ms)  # the batches' request leases, renewed meanwhile
 
     def _cached(self, key: str) -> bool:

@@ -10,7 +10,7 @@ import structlog
 
 from punchline.cluster.executors.batch_pricing import BatchPricing
 from punchline.data.errors import FatalProviderError, ProviderError
-from punchline.schedulers.batches import BatchRecord, batch_owner, new_tag, now_s, run_owners
+from punchline.schedulers.batches import BatchRecord, batch_owner, new_tag, not_ours_command, now_s, run_owners
 from punchline.workers.batch_provider import BatchInfo, wire_ids
 
 log = structlog.get_logger("punchline.batches")  # one logger for the batches executor, whatever module logs
@@ -75,6 +75,8 @@ class BatchSubmission(BatchPricing):
 
     def _create(self, rec: BatchRecord) -> None:
         found = self._reconcile(rec)
+        if found != "unresolved" and rec.look_alikes:
+            self._wait_over(rec, found)
         if found == "absent" and time.monotonic() - self.unsure.get(rec.batch_key, -1e18) < self.opt.create_grace_s:
             found = "unresolved"  # the last create may still land: the listing has to show nothing for a while
         if found != "absent" or self.cancelled_at:  # adopted, still unresolved, or nothing may be sent now
@@ -168,19 +170,51 @@ class BatchSubmission(BatchPricing):
                 self.foreign.add(b.batch_id)  # someone else's: never looked at again
         if not still_open:
             return "absent"
-        status = f"checking {', '.join(still_open)}"
-        if rec.provider_status != status:
-            rec.provider_status = status
-            self.batches.write(rec)
-            log.warning(
-                "batch_unresolved",
-                batch_key=rec.batch_key,
-                candidates=still_open,
-                reason="open batches with this count created during this intent's cut-off create call: their "
-                "results will tell whose they are (a user who knows one is not this run's: punchline batches "
-                f"{rec.run_id} --not-ours ID)",
-            )
+        self._waiting(rec, {b.batch_id: b.created_at for b in candidates if b.batch_id in still_open})
         return "unresolved"
+
+    def _waiting(self, rec: BatchRecord, look_alikes: dict[str, float]) -> None:
+        """Say (in the record, so ``status`` shows it, and in the log, which the progress line reads) which open
+        batches the intent waits on, how old they are, and the command that ends the wait; once per change."""
+        status = f"checking {', '.join(sorted(look_alikes))}"
+        if rec.provider_status == status and rec.look_alikes == look_alikes:
+            return
+        rec.provider_status = status
+        rec.look_alikes = look_alikes
+        self.batches.write(rec)
+        self.waiting_since.setdefault(rec.batch_key, time.monotonic())
+        oldest = min(look_alikes, key=lambda b: look_alikes[b])
+        log.warning(
+            "batch_unresolved",
+            stage=self.stage,
+            batch_key=rec.batch_key,
+            requests=rec.requests,
+            batch_id=oldest,
+            candidates=sorted(look_alikes),
+            age_s=max(0, round(now_s() - look_alikes[oldest])),  # (a provider clock ahead of ours: 0)
+            release=not_ours_command(rec.run_id, oldest),
+            reason="an open batch with this intent's request count, created during its cut-off create call: "
+            "nothing is created until its results tell whether it is this run's; if it is not (what only the "
+            "account's user knows), the release command ends the wait within seconds",
+        )
+
+    def _wait_over(self, rec: BatchRecord, found: str) -> None:
+        """The intent no longer waits on a look-alike: adopted (it was its own), or every one it waited on ended
+        as someone else's or was declared not its own (``--not-ours``); said in the log and the record."""
+        declared = sorted(set(rec.look_alikes) & self.batches.declared_foreign())
+        waited_s = time.monotonic() - self.waiting_since.pop(rec.batch_key, time.monotonic())
+        rec.look_alikes = {}
+        if rec.provider_status.startswith("checking "):
+            rec.provider_status = ""
+        self.batches.write(rec)
+        log.info(
+            "batch_wait_over",
+            stage=self.stage,
+            batch_key=rec.batch_key,
+            outcome=found,
+            declared_not_ours=declared,
+            waited_s=round(waited_s, 1),
+        )
 
     def _create_window(self, rec: BatchRecord) -> tuple[float, float]:
         """When the intent's batch can have been created, by what only the intent knows: its create call started

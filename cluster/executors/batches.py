@@ -121,7 +121,7 @@ class BatchRunner(BatchSubmission, BatchCollection):
                     active.remove(rec)
                     progressed = True
             delay = self.opt.poll_min_s if progressed else min(delay * 1.5, self.opt.poll_max_s)
-            self.sleep(delay)
+            self._pause(delay, active)
         self._finish()
         return self.totals
 
@@ -166,6 +166,20 @@ class BatchRunner(BatchSubmission, BatchCollection):
                 "they were not sent online (resume to try them in batches again, or set "
                 f'batch_fallback = "online" in {tables} to pay the online price)'
             )
+
+    def _pause(self, delay_s: float, active: list[BatchRecord]) -> None:
+        """Wait ``delay_s`` until the next look. While an intent waits on a look-alike, in steps of
+        ``not_ours_poll_s``, each reading the store's not-ours record (one small read; a look lists the account):
+        a ``punchline batches RUN --not-ours ID`` naming one of them ends the pause, so the intent is looked at
+        again within seconds, not after a poll backed off to ``poll_max_s``."""
+        waited_on = {b for r in active if r.state == "intent" for b in r.look_alikes}
+        left = delay_s
+        while True:
+            step = min(left, self.opt.not_ours_poll_s) if waited_on else left
+            self.sleep(step)
+            left -= step
+            if left <= 1e-9 or waited_on & self.batches.declared_foreign():
+                return
 
     # --- cancels -------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ batches; a store that lost the run is one line; ``status`` costs are the sum of 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,39 @@ def test_not_ours_records_a_look_alike_as_foreign_and_refuses_the_runs_own_batch
     captured = capsys.readouterr()
     assert "is run r1's own" in captured.err and len(captured.err.strip().splitlines()) == 1
     assert declared_foreign(store, "r1") == {"msgbatch_other"}  # nothing recorded
+
+
+def test_status_and_batches_name_the_look_alike_an_intent_waits_on_its_age_and_the_command_that_ends_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Issue 39 item 5: an intent waiting on an open look-alike (its record's ``look_alikes``, what the runner
+    writes) is shown by ``status`` and ``batches`` with the batch, its age and the command that releases it."""
+    store = LocalStore(tmp_path / "store")
+    created = time.time() - 152
+    record = BatchRecord(
+        batch_key="k4" * 16,
+        run_id="r1",
+        stage="classify",
+        provider="fake",
+        keys=["a"],
+        requests=4,
+        intent_at=created - 5,
+        create_at=created - 1,
+        provider_status="checking msgbatch_other",
+        look_alikes={"msgbatch_other": created},
+    )
+    store.put(record_path("r1", record.batch_key), msgspec.json.encode(record))
+    _write_run(tmp_path, store, _run(store, "http://127.0.0.1:1", state="interrupted"))
+    release = "punchline batches r1 --not-ours msgbatch_other"
+    for command in (["status", "r1"], ["batches", "r1"]):
+        assert main([*command, "--runs-dir", str(tmp_path / "runs")]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        said = " ".join(" ".join(lines).split())  # the line naming it may wrap at the terminal's width
+        assert "batch k4k4k4k4k4k4 (classify) waits on msgbatch_other, an open batch of its 4 requests, 2m3" in said
+        assert f"  {release}" in lines, lines  # the command on a line of its own, whole
+    assert main(["batches", "r1", "--runs-dir", str(tmp_path / "runs"), "--not-ours", "msgbatch_other"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "waited on msgbatch_other, declared not this run's" in said and release not in said
+    assert main(["status", "r1", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    [batch] = json.loads(capsys.readouterr().out)["batches"]
+    assert batch["look_alikes"] == {"msgbatch_other": pytest.approx(created)}

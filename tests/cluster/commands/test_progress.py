@@ -69,3 +69,44 @@ def test_bars_start_and_stop_follow_the_log_only_while_shown(logging_to: Path) -
     bars.stop()
     log.info("reduce_start", stage="s", units=1)
     assert bars.phase.line() == "now: s: working"
+
+
+def test_a_wait_on_a_look_alike_is_said_with_its_growing_age_and_the_command_that_ends_it(logging_to: Path) -> None:
+    """Issue 39 item 5: the line names the batch an intent waits on, its age (which grows while the line is shown)
+    and the command that ends the wait; without the bars (``--no-progress``) the same is one line on stderr, and
+    so is the wait's end."""
+    from punchline.cluster.commands._progress import Notices
+
+    now = [100.0]
+    phase = Phase(clock=lambda: now[0])
+    err = Console(record=True, width=400, force_terminal=False)
+    notices = Notices(err)
+    notices.start()
+    unlisten = add_listener(phase.on_event)
+    log = structlog.get_logger("punchline.batches")
+    release = "punchline batches r1 --not-ours msgbatch_other"
+    try:
+        log.warning(
+            "batch_unresolved", stage="judge", batch_key="a" * 32, batch_id="msgbatch_other", age_s=151, release=release
+        )
+        line = phase.line()
+        assert line.startswith("now: judge: waiting on batch msgbatch_other (open, 2m31s old)") and release in line
+        now[0] += 60
+        assert "(open, 3m31s old)" in phase.line() and phase.line().endswith(f"{release} (60 s)")
+        log.info(
+            "batch_wait_over", stage="judge", batch_key="a" * 32, declared_not_ours=["msgbatch_other"], waited_s=61.2
+        )
+        assert phase.line() == (
+            "now: judge: batch aaaaaaaaaaaa no longer waits on a look-alike (msgbatch_other declared not this run's, "
+            "after 61 s)"
+        )
+    finally:
+        unlisten()
+        notices.stop()
+    log.warning("batch_unresolved", stage="judge", batch_id="msgbatch_later", age_s=1, release=release)
+    said = err.export_text().splitlines()
+    assert len(said) == 2, said  # the wait and its end, one line each; nothing after the notices stopped
+    assert (
+        said[0].startswith("punchline: judge: waiting on batch msgbatch_other (open, 2m31s old)") and release in said[0]
+    )
+    assert said[1].startswith("punchline: judge: batch aaaaaaaaaaaa no longer waits")

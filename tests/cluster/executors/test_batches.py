@@ -5,12 +5,14 @@ provider before anything is paid again."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from rich.console import Console
 
 from punchline.cluster.executors.batches import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
 from punchline.cluster.run_batches import declare_not_ours
@@ -732,3 +734,75 @@ def test_an_open_look_alike_created_during_the_cut_off_create_call_waits_until_i
     claude = make_batch_provider("p", _settings(fake, "anthropic"))
     assert claude.retrieve(other).status == "in_progress"
     claude.close()
+
+
+def test_a_wait_on_a_look_alike_says_which_how_old_and_how_to_end_it_and_not_ours_is_seen_within_seconds(
+    fake: FakeProviderServer, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Issue 39 item 5: an intent waiting on an open look-alike says so in its record (``status``) and the log (the
+    progress line, and ``--no-progress``'s stderr, read it): the batch, its age, the command that releases it. Its
+    looks back off (here to 30 s, as a minute-long wait would), but between two looks it reads the store's not-ours
+    record every ``not_ours_poll_s``, so ``punchline batches RUN --not-ours ID`` ends the wait within seconds."""
+    from punchline.cluster.commands._tables import batch_table, waiting_lines
+    from punchline.workers.logs import add_listener, configure_logging, reset_logging
+
+    configure_logging(tmp_path / "log", console=False)  # the listeners see what the run logs
+    store = LocalStore(tmp_path / "store")
+    units = _units(4, samples=1)
+    ledger = BatchRecords(redis_client, store, "r1")
+    rec = _intent_left_behind(ledger, units, requests=4)
+    [other] = fake.seed_foreign_batches("anthropic", 1, requests=4, created_at=rec.create_at + 1, delay_s=3600)
+    release = f"punchline batches r1 --not-ours {other}"
+    events: list[dict[str, Any]] = []
+    unlisten = add_listener(lambda e: events.append(dict(e)) if str(e.get("event")).startswith("batch_") else None)
+    waiting: list[BatchRecord] = []
+    declared_at: list[float] = []
+
+    def user() -> None:  # sees the wait in the record, and a second into the runner's 30 s pause says not ours
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            stored = ledger.read(rec.batch_key)
+            if stored is not None and stored.look_alikes:
+                waiting.append(stored)
+                time.sleep(1.0)
+                declared_at.append(time.time())
+                declare_not_ours(store, "r1", [other])
+                return
+            time.sleep(0.05)
+
+    def sleep(s: float) -> None:  # real time while it waits; none once its own batch is submitted
+        stored = ledger.read(rec.batch_key)
+        if stored is None or stored.state == "intent":
+            time.sleep(s)
+
+    runner = _runner(fake, redis_client, store, "anthropic")
+    runner.opt = BatchOptions(poll_min_s=20.0, poll_max_s=60.0, lease_ms=5_000)
+    runner.sleep = sleep
+    thread = threading.Thread(target=user)
+    thread.start()
+    try:
+        runner.run(units)
+    finally:
+        thread.join()
+        unlisten()
+        reset_logging()
+    [after] = ledger.records()
+    noticed_s = after.last_create_at - declared_at[0]
+    print(f"--not-ours seen and the batch created {noticed_s:.2f} s after it was said")
+    assert after.state == "collected" and after.batch_id != other and after.look_alikes == {}
+    assert 0 < noticed_s < 5.0  # the pause it was in would have lasted 29 s more
+    assert fake.batch_stats().batches_created == 1 and fake.batch_stats().foreign_cancelled == 0
+    # the record said which batch, from when, and the command (what `status` and `batches` show)
+    [seen] = waiting
+    assert list(seen.look_alikes) == [other] and seen.look_alikes[other] == pytest.approx(rec.create_at + 1)
+    said, command = waiting_lines([seen])
+    assert said.startswith(f"batch {rec.batch_key[:12]} (collect) waits on {other}, an open batch of its 4 requests, ")
+    assert command == f"  {release}" and waiting_lines([after]) == []
+    console = Console(record=True, width=400)
+    console.print(batch_table([seen]))
+    assert f"waits on {other} (0m0" in console.export_text()
+    # the log: the wait, with its age and the command; then its end, saying why and after how long
+    [wait] = [e for e in events if e["event"] == "batch_unresolved"]
+    assert wait["batch_id"] == other and wait["release"] == release and 0 <= wait["age_s"] < 60
+    [over] = [e for e in events if e["event"] == "batch_wait_over"]
+    assert over["declared_not_ours"] == [other] and over["batch_key"] == rec.batch_key
