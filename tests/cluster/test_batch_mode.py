@@ -278,3 +278,63 @@ def test_max_cost_usd_counts_batches_and_no_batch_passes_it(
     assert_billed_once(fake)
     state = json.loads((tmp_path / "runs" / "capped" / "run.json").read_text())["state"]
     assert state == "budget"
+
+
+def test_a_resume_waiting_on_a_look_alike_says_so_without_bars_and_not_ours_releases_it_within_seconds(
+    tmp_path: Path, make_config: Any, fake: FakeProviderServer, redis_url: str, ray_local: Any, capsys: Any
+) -> None:
+    """Issue 39 item 5, as a user meets it: the driver is killed in an Anthropic batch's create call; meanwhile
+    another client creates an open batch with the same request count. The resume (``--no-progress``) cannot tell
+    it from its own, so it waits, and says on stderr which batch, how old, and the command that ends the wait;
+    ``status`` says the same. ``punchline batches RUN --not-ours ID`` ends it within seconds: the run creates its
+    own batch and finishes, and the other batch is never touched."""
+    import threading
+    import time
+
+    from punchline.cluster.cli import main
+
+    cfg = make_config(jokes=6, models=("3b",), shard_size=4, classify=True, unseen=True, workers_per_node=1)
+    cfg.write_text(cfg.read_text().replace("[providers.claude]\n", '[providers.claude]\nmode = "batch"\n'))
+    run_id = "look-alike"
+    store = LocalStore(tmp_path / "store")
+    argv = driver_argv(
+        cfg, run_id, tmp_path, "--redis-url", redis_url, "--ray-address", ray.get_runtime_context().gcs_address
+    )
+    fake.configure(batch_crash_point="before_create", hang_s=120)  # the create call hangs: the driver dies in it
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: fake.batch_stats().hanging > 0 or proc.poll() is not None, timeout_s=180)
+    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    fake.configure()
+    [intent] = [r for r in read_records(store, run_id) if r.state == "intent"]
+    assert intent.provider == "claude" and intent.create_at > 0
+    [other] = fake.seed_foreign_batches(
+        "anthropic", 1, requests=intent.requests, created_at=intent.create_at + 1, delay_s=3600
+    )
+    release = f"punchline batches {run_id} --not-ours {other}"
+
+    resumed = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(resumed.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    wait_for(lambda: any(release in line for line in said) or resumed.poll() is not None, timeout_s=180)
+    assert resumed.poll() is None, "".join(said)[-3000:]
+    [notice] = [line for line in said if release in line]
+    assert notice.startswith(f"punchline: classify: waiting on batch {other} (open, ") and " old)" in notice, notice
+    capsys.readouterr()
+    assert main(["status", run_id, "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert f"  {release}" in capsys.readouterr().out.splitlines()
+    time.sleep(3)  # it keeps waiting (and creates nothing) until told
+    assert fake.batch_stats().batches_created == 0
+    declared_at = time.time()
+    assert main(["batches", run_id, "--runs-dir", str(tmp_path / "runs"), "--not-ours", other]) == 0
+    assert resumed.wait(timeout=300) == 0, "".join(said)[-3000:]
+    reader.join(timeout=10)
+    [after] = [r for r in read_records(store, run_id) if r.batch_key == intent.batch_key]
+    noticed_s = after.last_create_at - declared_at
+    print(f"\n--not-ours seen by the resumed driver {noticed_s:.2f} s after it was said")
+    assert after.state == "collected" and after.batch_id != other and 0 < noticed_s < 5.0
+    assert any("no longer waits on a look-alike" in line and other in line for line in said), said
+    stats = fake.batch_stats()
+    assert stats.batches_created == 1 and stats.foreign_cancelled == 0 and stats.foreign_results_downloads == 0
