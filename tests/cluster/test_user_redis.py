@@ -133,3 +133,19 @@ def test_plan_takes_the_redis_url_from_the_flag_the_environment_or_the_config(
     cfg.write_text(cfg.read_text().replace("[run]\n", f'[run]\nredis_url = "{wrong}"\n', 1))
     assert main(["plan", str(cfg)]) == 2  # [run] redis_url, as run reads it
     assert "refused the password" in capsys.readouterr().err
+
+
+def test_a_redis_without_our_users_works_as_before(
+    user_redis: int, make_config: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Redis whose one user may do anything (requirepass, as deployments had it): the run's check loads the
+    scripts itself, with that user, and nothing more is asked of whoever runs it."""
+    admin_url = f"redis://127.0.0.1:{user_redis}/0"  # the bare server's default user: no password, every command
+    client = redis.Redis.from_url(admin_url)
+    try:
+        assert len(missing_scripts(client)) == len(lua.names()) - 2  # all but the two libraries
+        assert main(["plan", str(make_config(jokes=2, models=("3b",), samples=1)), "--redis-url", admin_url]) == 0
+        assert "answers and holds the engine's scripts" in capsys.readouterr().out
+        assert missing_scripts(client) == []
+    finally:
+        client.close()
