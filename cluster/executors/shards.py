@@ -419,9 +419,11 @@ class ShardExecutor:
                     self._init(plan, missing)
             local_busy = self.local is not None and self.local.stage == stage and self.local.running()
             if budget_hit and pool.busy() == 0 and not local_busy:
+                left = counters.units_total - counters.units_done - counters.units_failed
                 raise BudgetExceeded(
-                    f"stage {stage}: stopped scheduling because the next units would exceed the budget; "
-                    "everything collected so far is kept (resume with a higher --max-cost-usd)"
+                    f"stage {stage}: stopped scheduling because the next units would exceed the budget "
+                    f"(max_cost_usd); {left} of its {counters.units_total} units are not done; everything collected so "
+                    "far is kept, and nothing answered is paid for again (resume with a higher --max-cost-usd)"
                 )
             if not budget_hit:
                 pool.resume_idle()

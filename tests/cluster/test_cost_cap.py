@@ -11,6 +11,7 @@ cap (the batch records and the status say what the provider billed)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from punchline.cluster.config import load_config
 from punchline.cluster.planner import plan_run
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
+from punchline.schedulers.budget import Budget
+from punchline.schedulers.redis_client import connect
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.test_faults import ROOT
 
@@ -126,13 +129,22 @@ def test_online_calls_are_held_at_their_worst_case_bill_and_spend_stays_under_th
     run_usd = sum(e.mode_cost_usd for e in plan_run(load_config(cfg)))
     cap_usd = run_usd * CAPS_USD[1] / REVIEWED_RUN_USD
     code, err = capped_run(tmp_path, redis_url, cfg, "online", cap_usd, capsys)
-    spent_usd = status_spend_usd(tmp_path, "online", capsys)
     stats = fake.stats()
+    together = load_config(cfg).provider("together")
+    billed_usd = sum(together.cost_usd(model, i, o) for model, (i, o) in stats.tokens_by_model.items())
+    settled_usd = Budget(connect(redis_url), "online", None).spent_usd()
+    shown_usd = status_spend_usd(tmp_path, "online", capsys)
     with capsys.disabled():
-        print(f"\nonline: cap ${cap_usd:.6f}, spent ${spent_usd:.6f} ({spent_usd / cap_usd:.2f}), {stats.ok} calls")
+        print(
+            f"\nonline: cap ${cap_usd:.6f}, billed ${billed_usd:.6f} ({billed_usd / cap_usd:.2f} of the cap), the "
+            f"budget settled ${settled_usd:.6f}, status shows ${shown_usd:.6f}; {stats.ok} calls"
+        )
     assert code == 2, err
     line = the_line(err)
-    assert "budget" in line and "resume with a higher --max-cost-usd" in line, line
+    assert "would exceed the budget (max_cost_usd)" in line and "resume with a higher --max-cost-usd" in line, line
+    unanswered = re.search(r"(\d+) of its 72 units are not done", line)
+    assert unanswered is not None and int(unanswered[1]) >= 72 - stats.ok, line
     assert 0 < stats.ok < 72  # it called, and stopped before the run's 72 requests
-    assert 0 < spent_usd <= cap_usd
+    assert 0 < billed_usd <= cap_usd  # what the provider billed, whatever the run's own counters say
+    assert settled_usd == pytest.approx(billed_usd)  # every call's bill reached the budget
     assert json.loads((tmp_path / "runs" / "online" / "run.json").read_text())["state"] == "budget"

@@ -218,7 +218,7 @@ class Handler(BaseHTTPRequestHandler):
         state = self.server.state
         texts = answer_texts(state, req, offset)
         input_tokens, output_tokens = billed_tokens(state.config, req, texts)
-        state.success(input_tokens, output_tokens)
+        state.success(req.model, input_tokens, output_tokens)
         self._send(200, completion_body(api, req, texts, input_tokens, output_tokens))
 
 

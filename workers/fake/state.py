@@ -45,6 +45,8 @@ class FakeStats(msgspec.Struct, kw_only=True):
     faults: dict[str, int] = {}
     input_tokens: int = 0
     output_tokens: int = 0
+    # model id -> [input, output] tokens billed by the online endpoints (what a test prices the provider's bill by)
+    tokens_by_model: dict[str, list[int]] = {}
     models_calls: int = 0  # GET /v1/models (free: not in total_calls)
     peak_in_flight: int = 0  # the most completion calls it held at once (a client's in-flight bound, seen from here)
 
@@ -75,6 +77,7 @@ class ServerState:
             self.ok = 0
             self.input_tokens = 0
             self.output_tokens = 0
+            self.tokens_by_model: dict[str, list[int]] = {}
             self.models_calls = 0
             # calls being answered now (a hung call of an earlier test) end unseen: the peak is this test's own
             self.generation += 1
@@ -105,6 +108,7 @@ class ServerState:
                 faults={f: self.faults[f] for f in FAULTS},
                 input_tokens=self.input_tokens,
                 output_tokens=self.output_tokens,
+                tokens_by_model={m: list(t) for m, t in self.tokens_by_model.items()},
                 models_calls=self.models_calls,
                 peak_in_flight=self.peak_in_flight,
             )
@@ -156,11 +160,14 @@ class ServerState:
         with self.lock:
             self.faults[fault] += 1
 
-    def success(self, input_tokens: int, output_tokens: int) -> None:
+    def success(self, model: str, input_tokens: int, output_tokens: int) -> None:
         with self.lock:
             self.ok += 1
             self.input_tokens += input_tokens
             self.output_tokens += output_tokens
+            billed = self.tokens_by_model.setdefault(model, [0, 0])
+            billed[0] += input_tokens
+            billed[1] += output_tokens
 
 
 def billed_tokens(config: FakeConfig, req: Parsed, texts: list[str]) -> tuple[int, int]:
