@@ -398,6 +398,8 @@ class LocalRay:
         if ended and self._start_timed_out() and self._tries < START_TRIES:
             self._tries += 1
             log.warning("local_ray_start_again", reason=SLOW_START_TEXT, attempt=self._tries, of=START_TRIES)
+            stop_head(self.head.pid, wait_s=0.0)  # what the failed start left (its GCS may run on), and its files
+            remove_session(self.head, self.folder)
             with folder_lock(self.folder / "join.lock"):
                 self.head = self._start_head()
             spawn_keeper(self.folder)  # the last one may have left with the head that ended

@@ -569,6 +569,8 @@ def test_a_head_that_ray_timed_out_while_starting_is_started_again(
         # each head its own folder for Ray's files, in the runs folder (a long path: Ray is given a short link to it)
         temp_dirs = [next(a for a in argv if a.startswith("--temp-dir=")).split("=", 1)[1] for argv in argvs[1:]]
         assert temp_dirs == [local_ray.ray_temp_dir(head.head)]
+        # the failed start's files went with it: one head, one folder of Ray's files
+        assert [p.name for p in head.folder.glob("session-*")] == [Path(head.head.session_dir).name]
         assert Path(head.head.session_dir).parent == head.folder and Path(temp_dirs[0]).resolve() == Path(
             head.head.session_dir
         )
