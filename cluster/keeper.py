@@ -11,6 +11,9 @@ does. So the pieces, the same for both:
   registration counts while its process exists and its file is fresh (:func:`live_clients`);
 * a detached keeper process (:func:`spawn_keeper`, ``python -m <module> DIR ...``) runs :func:`keep`: it stops
   the kept process once it has been unused for the linger, and exits when it is gone;
+* or the keeper starts the kept process itself, as its child (:func:`spawn_starter`, ``... DIR --start ...``;
+  the ledger's server): the child gets the parent-death signal before ``exec`` (:func:`die_with_parent`), so it
+  ends with its keeper however the keeper ends, and a ``kill -9`` of the keeper and every driver leaves nothing;
 * the keeper knows its process by identity, pid and start time (:func:`same_process`), never by pid alone
   (reused within minutes on a busy machine) nor by path (a runs folder may be moved); it holds the folder
   open (:class:`FolderHold`), so it follows a moved folder and stops an orphan whose folder was deleted.
