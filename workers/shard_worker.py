@@ -436,9 +436,10 @@ class _StageRun:
         driver is gone retries nothing and whose lease is lost is no longer the one to answer: a failure it saw
         would be recorded in place of the answer the next holder gets (a plain resume then calls nothing for
         it, as the shard file exists). Its paid answers are in the response cache: the next claim is free."""
-        stopped = next((o for o in outcomes if isinstance(o, (BudgetExceeded, DriverGone, LeaseLost))), None)
-        if stopped is not None:
-            return stopped
+        for kind in (BudgetExceeded, DriverGone, LeaseLost):  # what stops the worker first: the cap, its driver
+            stopped = next((o for o in outcomes if isinstance(o, kind)), None)
+            if stopped is not None:
+                return stopped
         if self.p.stopping():
             return DriverGone(f"the driver is gone: shard {claim.shard} is left to the next driver")
         if self.p.held.shard_lost(claim):
