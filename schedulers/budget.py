@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 import redis
@@ -193,32 +193,13 @@ def input_tokens_bound(request: ProviderRequest) -> int:
     return messages_tokens_bound([m.content for m in request.messages])
 
 
-def estimate_request_cost(
-    settings: ProviderSettings, request: ProviderRequest, calls: int | None = None
-) -> tuple[int, int, float]:
+def estimate_request_cost(settings: ProviderSettings, request: ProviderRequest, calls: int) -> tuple[int, int, float]:
     """(input tokens, output tokens, dollars) a request may cost at most, what the budget holds before it is
     sent: input is :func:`input_tokens_bound` per call, output is ``max_tokens`` per choice (a provider stops
     there); a model without a price costs 0. ``calls``: the HTTP calls the request makes, which its provider kind
-    knows (``workers.providers.wire_calls``: a kind that never returns ``n`` choices in one call splits it); else
-    ``n`` when the settings say ``supports_n = false``, else one. (A rate limiter wants what a request is likely
-    to take instead: ``schedulers.rate_limit.estimate_tokens``.)"""
-    if calls is None:
-        calls = request.n if request.n > 1 and not settings.supports_n else 1
+    knows (``workers.providers.wire_calls``: a kind that never returns ``n`` choices in one call, or a provider
+    with ``supports_n = false``, splits it into ``n``). (A rate limiter wants what a request is likely to take
+    instead: ``schedulers.rate_limit.estimate_tokens``.)"""
     input_tokens = input_tokens_bound(request) * calls
     output_tokens = request.max_tokens * request.n
     return input_tokens, output_tokens, settings.cost_usd(request.model, input_tokens, output_tokens)
-
-
-def make_budget(
-    client: redis.Redis,
-    run_id: str,
-    max_cost_usd: float | None,
-    providers: Mapping[str, ProviderSettings],
-) -> tuple[Budget, Callable[[ProviderRequest], float]]:
-    """The run's budget and its per-request dollar estimator (what a worker's unit runner needs)."""
-
-    def estimate(request: ProviderRequest) -> float:
-        settings = providers.get(request.provider)
-        return 0.0 if settings is None else estimate_request_cost(settings, request)[2]
-
-    return Budget(client, run_id, max_cost_usd), estimate

@@ -21,10 +21,10 @@ from punchline.schedulers.budget import (
     Budget,
     estimate_request_cost,
     input_tokens_bound,
-    make_budget,
     text_tokens_bound,
 )
 from punchline.schedulers.redis_client import connect
+from punchline.workers.providers import wire_calls
 
 
 def test_reserve_refuses_past_the_cap_and_settle_frees(redis_client: redis.Redis) -> None:
@@ -81,21 +81,20 @@ def test_no_cap_still_accounts(redis_client: redis.Redis) -> None:
     assert rows[("classify", "claude")].output_tokens == 5
 
 
-def test_estimate_and_make_budget(redis_client: redis.Redis) -> None:
+def test_estimate_is_the_bound_per_call_and_max_tokens_per_choice() -> None:
     settings = ProviderSettings(models={"8b": ModelSettings(id="m8", input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)})
     req = sample_request("together", "m8", "x" * 400, n=20)
-    tin, tout, usd = estimate_request_cost(settings, req)
+    tin, tout, usd = estimate_request_cost(settings, req, wire_calls(settings, req))
     text_bytes = sum(len(m.content.encode()) for m in req.messages)
     per_call = text_bytes + TEMPLATE_TOKENS_PER_MESSAGE * len(req.messages) + TEMPLATE_TOKENS_PER_REQUEST
     assert tin == per_call and tout == 5 * 20
     assert usd == pytest.approx((tin * 1.0 + tout * 2.0) / 1e6)
     split = ProviderSettings(supports_n=False, models=settings.models)
-    assert estimate_request_cost(split, req)[0] == tin * 20
-    assert estimate_request_cost(settings, req, calls=20)[0] == tin * 20  # what the provider kind says it makes
-    budget, estimate = make_budget(redis_client, "r4", 0.01, {"together": settings})
-    assert estimate(req) == pytest.approx(usd)
-    assert estimate(sample_request("unknown", "m8", "x")) == 0.0
-    assert budget.max_cost_usd == 0.01
+    assert estimate_request_cost(split, req, wire_calls(split, req))[0] == tin * 20  # split into its n calls
+    claude = ProviderSettings(kind="anthropic", models=settings.models)  # a kind that never answers n in one call
+    assert estimate_request_cost(claude, req, wire_calls(claude, req))[0] == tin * 20
+    unpriced = sample_request("together", "another-model", "x")
+    assert estimate_request_cost(settings, unpriced, 1)[2] == 0.0  # a model without a price costs 0
 
 
 @pytest.mark.parametrize(

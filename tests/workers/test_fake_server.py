@@ -323,13 +323,13 @@ def test_worst_case_billing_bills_what_the_budget_holds_and_the_default_is_uncha
     assert default.output_tokens == sum(tokens(t) for t in default.texts)
     fake.configure(billing="worst_case")
     settings = fake.provider_settings("openai")
-    bound_in, bound_out, _ = estimate_request_cost(settings, req)
+    bound_in, bound_out, _ = estimate_request_cost(settings, req, 1)
     worst = asyncio.run(_complete(fake, req))
     assert worst.texts == default.texts  # the answers are the same; only the bill differs
     assert (worst.input_tokens, worst.output_tokens) == (bound_in, bound_out) == (bound_in, 7 * 3)
     assert worst.input_tokens > default.input_tokens * 3
     one = msgspec.structs.replace(req, n=1)
     claude = asyncio.run(_complete(fake, one, "anthropic"))
-    assert 0 < claude.input_tokens <= estimate_request_cost(fake.provider_settings("anthropic"), one)[0]
+    assert 0 < claude.input_tokens <= estimate_request_cost(fake.provider_settings("anthropic"), one, 1)[0]
     assert claude.output_tokens == 7
     assert fake.stats().input_tokens == default.input_tokens + worst.input_tokens + claude.input_tokens
