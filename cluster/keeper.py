@@ -1,22 +1,24 @@
 """A runs folder's kept processes, and the one keeper that stops them: shared by the embedded Redis server
-(``cluster/local_redis.py``) and the local Ray head (``cluster/local_ray.py``).
+(``cluster/local_redis.py``, kept by ``cluster/redis_keeper.py``) and the local Ray head (``cluster/local_ray.py``,
+kept by ``cluster/ray_keeper.py``).
 
 Each is one process per folder, started by the first driver that needs it and used by every driver of the
 folder; it must outlive a ``kill -9`` of its driver (other drivers use it), yet not run forever once nobody
-does. So the pieces, the same for both:
+does, nor once its keeper is gone. So the pieces, the same for both:
 
 * the folder's two locks (:func:`folder_lock`): ``join.lock`` orders joining, starting and stopping;
-  ``keeper.lock`` is held by the folder's one keeper;
+  ``keeper.lock`` is held by the folder's one keeper (:func:`is_kept`);
 * every driver registers in ``clients/`` (:class:`ClientFile`) and touches its file while it runs; a
   registration counts while its process exists and its file is fresh (:func:`live_clients`);
-* a detached keeper process (:func:`spawn_keeper`, ``python -m <module> DIR ...``) runs :func:`keep`: it stops
-  the kept process once it has been unused for the linger, and exits when it is gone;
-* or the keeper starts the kept process itself, as its child (:func:`spawn_starter`, ``... DIR --start ...``;
-  the ledger's server): the child gets the parent-death signal before ``exec`` (:func:`die_with_parent`), so it
-  ends with its keeper however the keeper ends, and a ``kill -9`` of the keeper and every driver leaves nothing;
+* the driver that needs the process starts a keeper (:func:`spawn_starter`, ``python -m <module> DIR --start ...``)
+  that starts the kept process as its own child and says so (:func:`say`); the child gets the parent-death signal
+  before ``exec`` (:func:`die_with_parent`), so it ends with its keeper however the keeper ends, and a ``kill -9``
+  of the keeper and every driver leaves nothing;
+* the keeper's loop (:func:`watch`) stops the kept process once it has been unused for the linger, and exits when
+  it is gone;
 * the keeper knows its process by identity, pid and start time (:func:`same_process`), never by pid alone
   (reused within minutes on a busy machine) nor by path (a runs folder may be moved); it holds the folder
-  open (:class:`FolderHold`), so it follows a moved folder and stops an orphan whose folder was deleted.
+  open (:class:`FolderHold`), so it follows a moved folder and stops its process when the folder is deleted.
 
 What differs between the two (how to find the process, whether it is in use, how to stop it) is a :class:`Kept`.
 """
@@ -125,6 +127,11 @@ class FolderHold:
         return Path(f"/proc/self/fd/{self.fd}")  # the kernel resolves it to the directory itself, wherever it is
 
     @property
+    def real_path(self) -> Path:
+        """Where the folder is now, as a path any process can use (:attr:`path` is this process's alone)."""
+        return Path(os.readlink(self.path))
+
+    @property
     def deleted(self) -> bool:
         return os.fstat(self.fd).st_nlink == 0
 
@@ -189,28 +196,17 @@ def live_clients(folder: Path, *, prune: bool = True) -> list[Path]:
     return alive
 
 
-def spawn_keeper(module: str, folder: Path, pid: int, settings: Sequence[str] = ()) -> None:
-    """Start the folder's keeper (``python -m module FOLDER *settings PID TICKS``) unless one already watches it
-    (it holds ``keeper.lock``). ``pid``: the kept process as this driver sees it (0: none known), named with its
-    start time so that the keeper never stops a process that reused the pid."""
+def is_kept(folder: Path) -> bool:
+    """Whether a keeper holds ``folder``'s ``keeper.lock`` (found by taking it for an instant when free)."""
     with folder_lock(folder / "keeper.lock", blocking=False) as free:
-        if not free:
-            return
-    subprocess.Popen(
-        [sys.executable, "-m", module, str(folder), *settings, str(pid), str(start_ticks(pid))],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # not killed with the driver, its terminal or its process group
-        close_fds=True,
-    )
+        return not free
 
 
 def open_keeper(folder: Path, *, wait_s: float = 0.0) -> tuple[FolderHold, int] | None:
     """A keeper's start: hold the folder open and take its ``keeper.lock``. None when the folder is gone (or not
-    ours): the caller stops its orphan; an fd of -1 when another keeper still watches the folder after ``wait_s``
-    (the caller closes the hold and ends). A keeper that is to start the kept process waits: the last keeper,
-    whose process just ended, lets go of the lock within its poll."""
+    ours); an fd of -1 when another keeper still watches the folder after ``wait_s`` (the caller closes the hold and
+    ends, saying why). A keeper that is to start the kept process waits: the last keeper, whose process just ended,
+    lets go of the lock within its poll."""
     try:
         hold = FolderHold(folder)
     except OSError:
@@ -289,7 +285,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
 
 
 class Kept(Protocol):
-    """What one kind of kept process tells the keeper's loop (:func:`keep`); ``folder`` is where the folder is now."""
+    """What one kind of kept process tells the keeper's loop (:func:`watch`); ``folder`` is where the folder is now."""
 
     def running(self, folder: Path) -> int | None:
         """The kept process's pid while it runs (0: running, pid unknown), None once it is gone."""
@@ -308,20 +304,6 @@ class Kept(Protocol):
 
     def stop_orphan(self, pid: int) -> None:
         """Its folder was deleted under it and ``pid`` is still that process (checked): stop it."""
-
-
-def keep(folder: Path, kept: Kept, *, linger_s: float, poll_s: float, pid: int = 0, ticks: int = 0) -> int:
-    """The keeper's loop (:func:`watch`) for a kept process a driver started: ``pid`` and ``ticks`` name the process
-    the spawning driver saw (:func:`same_process`), stopped if its folder is deleted under it."""
-    opened = open_keeper(folder)
-    if opened is None:  # the folder is already gone (or not a folder of ours)
-        _stop_orphan(kept, pid, ticks)
-        return 0
-    hold, fd = opened
-    if fd < 0:  # another keeper watches this folder
-        hold.close()
-        return 0
-    return watch(hold, fd, kept, linger_s=linger_s, poll_s=poll_s, pid=pid, ticks=ticks)
 
 
 def watch(hold: FolderHold, fd: int, kept: Kept, *, linger_s: float, poll_s: float, pid: int, ticks: int) -> int:

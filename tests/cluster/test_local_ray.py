@@ -1,13 +1,14 @@
-"""The runs folder's local Ray head (cluster/local_ray.py): it outlives a kill -9 of its driver, a resume
-adopts it, two drivers share it, and its keeper stops it (every process of it, checked by pid) once no
-driver and no draining shard worker is left.
+"""The runs folder's local Ray head (cluster/local_ray.py, its keeper cluster/ray_keeper.py): it outlives a kill -9
+of its driver, a resume adopts it, two drivers share it, its keeper stops it (every process of it, checked by pid)
+once no driver and no draining shard worker is left, and a killed keeper takes it along, files and all.
 
-The keeper's drain rule is checked against a stand-in head (a process titled like `ray start --head`
-whose child is titled like a Ray shard-worker actor), the rest against real `ray start` heads.
+The keeper's rules are checked against stand-in heads (``tests/cluster/stand_in_keeper.py``: a process titled like
+`ray start --head` whose child is titled like a Ray shard-worker actor), the rest against real `ray start` heads.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,16 +19,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import msgspec
 import pytest
 
-from punchline.cluster import local_ray
-from punchline.cluster.keeper import start_ticks
-from punchline.cluster.local_ray import (
+from punchline.cluster import ray_keeper
+from punchline.cluster.keeper import cmdline, is_kept, start_ticks
+from punchline.cluster.local_ray import LocalRay, ray_dir
+from punchline.cluster.ray_keeper import (
+    READY_TEXT,
+    SLOW_START_TEXT,
     HeadRecord,
-    LocalRay,
-    keep,
-    ray_dir,
+    ray_temp_dir,
     read_head,
     session_processes,
 )
@@ -56,10 +57,7 @@ MEMBER = textwrap.dedent(
 )
 
 
-STAND_IN_HEAD = (
-    "import subprocess, time; subprocess.Popen(['bash', '-c', 'exec -a ray::ShardWorker.work sleep 3']); "
-    "time.sleep(600)"
-)
+STAND_IN_MODULE = "tests.cluster.stand_in_keeper"
 
 
 def _member(runs: Path) -> subprocess.Popen[str]:
@@ -91,24 +89,42 @@ def _wait_ready(proc: subprocess.Popen[str]) -> None:
     assert _line(proc) == ["ready"]
 
 
-def _record(pid: int, folder: Path) -> HeadRecord:
-    """A stand-in head's record in ``folder``, with a folder for Ray's files as a real head has (and a short link to
-    it: a test's runs folder is too long a path for Ray's sockets), one file in it."""
-    session_dir, short_dir = local_ray.session_dirs(folder)
-    assert short_dir is not None
-    (session_dir / "session_latest").mkdir()
-    (session_dir / "session_latest" / "raylet.out").write_text("a log\n")
-    record = HeadRecord(
-        pid=pid,
-        address="127.0.0.1:1",
-        host=os.uname().nodename,
-        started_at=time.time(),
-        session_dir=str(session_dir),
-        short_dir=str(short_dir),
-    )
-    (folder / "head.json").write_bytes(msgspec.json.encode(record))
-    os.chmod(folder / "head.json", 0o600)
-    return record
+def _stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str, linger_s: float) -> tuple[Path, HeadRecord]:
+    """A head's folder (no driver registered) whose keeper started a stand-in head of ``kind``; its record."""
+    folder = tmp_path / "runs" / "_ray" / "env"
+    (folder / "clients").mkdir(parents=True, mode=0o700)
+    _use_stand_in(monkeypatch, tmp_path, kind)
+    monkeypatch.setenv("PUNCHLINE_LOCAL_RAY_LINGER_S", str(linger_s))
+    ray_keeper.start_head(folder, SETTINGS, 0)
+    head = read_head(folder)
+    assert head is not None and head.short_dir, "a test's runs folder is too long a path: Ray gets a short link"
+    assert Path(head.session_dir).parent == folder and Path(ray_temp_dir(head)).resolve() == Path(head.session_dir)
+    return folder, head
+
+
+def _use_stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str) -> Path:
+    """Keepers started from now on start stand-in heads of ``kind``; the file where they log each head's argv."""
+    monkeypatch.setattr(ray_keeper, "KEEPER_MODULE", STAND_IN_MODULE)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the keeper imports the stand-in from the tests
+    monkeypatch.setenv("STAND_IN_HEAD", kind)
+    monkeypatch.setenv("STAND_IN_LOG", str(tmp_path / "heads.jsonl"))
+    return tmp_path / "heads.jsonl"
+
+
+def _keepers(folder: Path) -> list[int]:
+    """The keeper and its second, of ``folder`` (found by their command lines)."""
+    found = []
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        argv = cmdline(pid)
+        if str(folder) in argv and ({"--start", "--after"} & set(argv)) and start_ticks(pid):  # 0: a zombie
+            found.append(pid)
+    return found
+
+
+def _leaves_nothing(folder: Path, head: HeadRecord, within_s: float = 30.0) -> None:
+    """No process of the head, no keeper of it, none of its files."""
+    wait_for(lambda: not session_processes(head.pid) and not _keepers(folder), timeout_s=within_s)
+    wait_for(lambda: not Path(head.session_dir).exists() and not Path(head.short_dir).exists(), timeout_s=10)
 
 
 def _head_gone(pid: int, timeout_s: float = 180.0) -> None:
@@ -124,82 +140,58 @@ def linger(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> f
     return seconds
 
 
-def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(tmp_path: Path) -> None:
-    folder = tmp_path / "head"
-    folder.mkdir(mode=0o700)
-    (folder / "clients").mkdir(mode=0o700)
-    # a stand-in head in its own session, its child titled as Ray titles a shard-worker actor, draining for 3 s
-    head = subprocess.Popen(
-        [sys.executable, "-c", STAND_IN_HEAD, "--head", "--port=1"],
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: len(session_processes(head.pid)) == 2, timeout_s=30)
-        record = _record(head.pid, folder)
-        assert read_head(folder) == record
-        t0 = time.monotonic()
-        assert keep(folder, linger_s=0.2) == 0
-        waited_s = time.monotonic() - t0
-        assert waited_s >= 2.5, "the keeper stopped the head while a shard worker was still draining"
-        assert head.wait(timeout=60) == -signal.SIGTERM
-        assert not session_processes(head.pid)
-        assert not (folder / "head.json").exists()
-        # Ray's files of the head went with it: its folder in the runs folder, and the short link in /tmp
-        assert not Path(record.session_dir).exists() and not Path(record.short_dir).exists()
-    finally:
-        head.kill()
-        head.wait()
-
-
-def test_a_head_whose_folder_was_deleted_is_stopped(tmp_path: Path) -> None:
-    folder, other = tmp_path / "gone", tmp_path / "other"
-    folder.mkdir()
-    other.mkdir()
-    argv = [sys.executable, "-c", "import time; time.sleep(600)", "--head", "--block"]
-    head = subprocess.Popen(argv, start_new_session=True, cwd=folder)
-    elsewhere = subprocess.Popen(argv, start_new_session=True, cwd=other)  # as if it had reused the pid
-    try:
-        wait_for(lambda: session_processes(head.pid) == [head.pid], timeout_s=30)
-        folder.rmdir()  # `rm -rf runs` under a running head
-        # the pid the keeper was given now names another process (another start time): left alone
-        assert keep(folder, linger_s=0.2, head_pid=elsewhere.pid, head_ticks=start_ticks(elsewhere.pid) + 1) == 0
-        assert elsewhere.poll() is None, "the keeper stopped a process that reused its head's pid"
-        assert keep(folder, linger_s=0.2, head_pid=head.pid, head_ticks=start_ticks(head.pid)) == 0
-        assert head.wait(timeout=60) == -signal.SIGTERM
-    finally:
-        for proc in (head, elsewhere):
-            proc.kill()
-            proc.wait()
+def test_keeper_waits_for_draining_workers_then_stops_every_process_of_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, head = _stand_in(monkeypatch, tmp_path, "draining", linger_s=0.2)  # its worker busy for 3 s
+    assert is_kept(folder) and len(_keepers(folder)) == 2  # the keeper, and its second
+    wait_for(lambda: not session_processes(head.pid), timeout_s=60)
+    assert time.time() - head.started_at >= 2.5, "the keeper stopped the head while a shard worker was still draining"
+    _leaves_nothing(folder, head)  # Ray's files of the head went with it: its folder, and the short link in /tmp
+    assert not (folder / "head.json").exists()
 
 
 @pytest.mark.parametrize("how", ["moved", "deleted"])
-def test_a_runs_folder_moved_or_deleted_during_the_linger_leaves_nothing_running(tmp_path: Path, how: str) -> None:
-    """The keeper finds its head by identity (pid and start time) and holds its folder open: a runs folder
-    renamed (or removed) while the head lingers still has its head stopped, every process of it."""
-    runs = tmp_path / "runs"
-    folder = runs / "_ray" / "env"
-    (folder / "clients").mkdir(parents=True, mode=0o700)
-    argv = [sys.executable, "-c", STAND_IN_HEAD, "--head", "--block", "--port=1"]
-    head = subprocess.Popen(argv, start_new_session=True)
-    try:
-        wait_for(lambda: len(session_processes(head.pid)) == 2, timeout_s=30)
-        record = _record(head.pid, folder)
-        argv = [str(folder), "3", str(head.pid), str(start_ticks(head.pid))]
-        keeper = subprocess.Popen([sys.executable, "-m", "punchline.cluster.local_ray", *argv], cwd=ROOT)
-        time.sleep(1.0)  # the keeper holds the folder, within its linger
-        if how == "moved":
-            runs.rename(tmp_path / "runs-renamed")
-        else:
-            subprocess.run(["rm", "-rf", str(runs)], check=True)
-        assert keeper.wait(timeout=120) == 0
-        assert head.wait(timeout=60) == -signal.SIGTERM
-        wait_for(lambda: not session_processes(head.pid), timeout_s=60)
-        assert not Path(record.short_dir).exists(), "the head's link in /tmp outlived it"
-        if how == "moved":  # its files, in the runs folder where it is now: removed too
-            assert not list((tmp_path / "runs-renamed").rglob("session-*"))
-    finally:
-        head.kill()
-        head.wait()
+def test_a_runs_folder_moved_or_deleted_during_the_linger_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The keeper holds its folder open: a runs folder renamed (or removed) while the head lingers still has its
+    head stopped, every process of it, and its files removed (from where the folder is now)."""
+    folder, head = _stand_in(monkeypatch, tmp_path, "draining", linger_s=3.0)
+    time.sleep(1.0)  # the keeper holds the folder, within its linger
+    if how == "moved":
+        (tmp_path / "runs").rename(tmp_path / "runs-renamed")
+    else:
+        subprocess.run(["rm", "-rf", str(tmp_path / "runs")], check=True)
+    wait_for(lambda: not session_processes(head.pid) and not _keepers(folder), timeout_s=120)
+    assert not Path(head.short_dir).exists(), "the head's link in /tmp outlived it"
+    if how == "moved":  # its files, in the runs folder where it is now: removed too
+        assert not list((tmp_path / "runs-renamed").rglob("session-*"))
+
+
+@pytest.mark.parametrize("killed", [["keeper"], ["keeper", "head"]])
+def test_a_killed_keeper_takes_its_head_along_every_process_and_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed: list[str]
+) -> None:
+    """``kill -9`` of the keeper: the kernel SIGTERMs the head (its child, with the parent-death signal), and the
+    keeper's second SIGKILLs what of the head's session is left (here a worker deaf to SIGTERM, as Ray's agents are
+    to a dead GCS for 60 s) and removes its files; the same when the head's ``--block`` process is killed too."""
+    folder, head = _stand_in(monkeypatch, tmp_path, "stuck", linger_s=600.0)
+    wait_for(lambda: len(session_processes(head.pid)) == 2, timeout_s=30)
+    keeper_pid = next(pid for pid in _keepers(folder) if "--start" in cmdline(pid))
+    for pid in [keeper_pid] + ([head.pid] if "head" in killed else []):
+        os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    _leaves_nothing(folder, head)
+    gone_s = time.monotonic() - killed_at
+    print(f"head, keepers and files gone {gone_s:.1f} s after the kill -9 of the {' and the '.join(killed)}")
+    assert gone_s < 15.0
+
+
+def test_the_keeper_imports_no_logging_stack_and_no_ray() -> None:
+    probe = "import sys, punchline.cluster.ray_keeper; print(sorted({'structlog', 'ray'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.slow
@@ -545,30 +537,22 @@ def test_ray_dashboard_flag_on_a_shared_head_without_one_says_so_and_keeps_the_h
 
 
 def test_a_head_that_ray_timed_out_while_starting_is_started_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linger: float
 ) -> None:
     """Ray gives a new node 30 s to register (hard-coded) and ends `ray start` when a loaded machine misses that:
-    that is no failure of the run's, so the head is started again (seen at load 15 in a suite run)."""
-    real = local_ray.head_command
-    argvs: list[list[str]] = []
-
-    def first_times_out(settings: RaySettings, temp_dir: str, dashboard_port: int = 0) -> list[str]:
-        argv = real(settings, temp_dir, dashboard_port)
-        if not argvs:  # what `ray start` prints when its node did not register in time
-            said = f"print('Exception: The current node {local_ray.SLOW_START_TEXT}.')"
-            argv = [sys.executable, "-c", said, *(a for a in argv if a.startswith("--port="))]
-        argvs.append(argv)
-        return argv
-
-    monkeypatch.setattr(local_ray, "head_command", first_times_out)
+    that is no failure of the run's, so the keeper starts the head again, and the driver follows it (seen at load
+    15 in a suite run)."""
+    heads_log = _use_stand_in(monkeypatch, tmp_path, "slow-once")
     head = LocalRay(tmp_path / "runs", SETTINGS).join()
     try:
         assert head.wait().startswith("127.0.0.1:")
-        assert len(argvs) == 2 and head.head is not None and read_head(head.folder) == head.head
-        assert local_ray.READY_TEXT in (head.folder / "head.log").read_text()  # the second one started
+        argvs = [json.loads(line) for line in heads_log.read_text().splitlines()]
+        assert len(argvs) == 2 and SLOW_START_TEXT in " ".join(argvs[0])
+        assert head.started and head.head is not None and read_head(head.folder) == head.head
+        assert READY_TEXT in (head.folder / "head.log").read_text()  # the second one started
         # each head its own folder for Ray's files, in the runs folder (a long path: Ray is given a short link to it)
         temp_dirs = [next(a for a in argv if a.startswith("--temp-dir=")).split("=", 1)[1] for argv in argvs[1:]]
-        assert temp_dirs == [local_ray.ray_temp_dir(head.head)]
+        assert temp_dirs == [ray_temp_dir(head.head)]
         # the failed start's files went with it: one head, one folder of Ray's files
         assert [p.name for p in head.folder.glob("session-*")] == [Path(head.head.session_dir).name]
         assert Path(head.head.session_dir).parent == head.folder and Path(temp_dirs[0]).resolve() == Path(
@@ -576,6 +560,5 @@ def test_a_head_that_ray_timed_out_while_starting_is_started_again(
         )
     finally:
         head.leave()
-        if head.head is not None:
-            local_ray.stop_head(head.head.pid)
-    assert session_processes(head.head.pid) == []
+    if head.head is not None:
+        _leaves_nothing(head.folder, head.head, within_s=linger + 120)

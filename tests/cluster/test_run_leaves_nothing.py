@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from punchline.cluster.keeper import cmdline, stat_fields
-from punchline.cluster.local_ray import HeadRecord, ray_dir, read_head, session_processes
+from punchline.cluster.local_ray import ray_dir
 from punchline.cluster.local_redis import redis_dir
+from punchline.cluster.ray_keeper import HeadRecord, read_head, session_processes
 from punchline.cluster.redis_folder import recorded_pid
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
