@@ -172,15 +172,21 @@ class LocalRay:
         return self
 
     def start(self) -> None:
-        """Start the folder's head unless one runs; never waits for it to be up."""
+        """Start the folder's head unless one runs or a keeper is at work on one; never waits for it to be up.
+        A keeper that holds the folder with no head up starts its head again (Ray timed out its start) or clears
+        what it left, then exits: a keeper started now would only wait for its lock, so nothing starts until then
+        (:meth:`ready` asks again)."""
         if self.head is not None:
             return
         with folder_lock(self.folder / "join.lock"):
-            self.head = read_head(self.folder)  # another driver may have started one meanwhile
-            if self.head is None:
-                self.head = self._start_head()
+            head = read_head(self.folder)  # another driver may have started one meanwhile
+            if head is None:
+                if is_kept(self.folder):
+                    return
+                head = self._start_head()
                 self.started = True
-        self._say_dashboard(self.head)
+            self.head = head
+        self._say_dashboard(head)
 
     def _say_dashboard(self, head: HeadRecord) -> None:
         """Where the asked-for dashboard is, once (a head found running may have none: said, not restarted)."""
@@ -235,6 +241,8 @@ class LocalRay:
         is gone (it clears what the head left, then exits). A head Ray timed out while starting is started again
         by its keeper: followed here through ``head.json``."""
         self.start()
+        if self.head is None:
+            return False  # a keeper is at work on the folder's head (start)
         head = read_head(self.folder)
         if head is None:
             if is_kept(self.folder):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from punchline.cluster import ray_keeper
-from punchline.cluster.keeper import cmdline, is_kept, start_ticks
+from punchline.cluster.keeper import cmdline, folder_lock, is_kept, start_ticks
 from punchline.cluster.local_ray import LocalRay, ray_dir
 from punchline.cluster.ray_keeper import (
     READY_TEXT,
@@ -186,6 +186,26 @@ def test_a_killed_keeper_takes_its_head_along_every_process_and_its_files(
     gone_s = time.monotonic() - killed_at
     print(f"head, keepers and files gone {gone_s:.1f} s after the kill -9 of the {' and the '.join(killed)}")
     assert gone_s < 15.0
+
+
+def test_a_driver_leaves_the_head_to_a_keeper_at_work_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linger: float
+) -> None:
+    """A keeper that starts its head again (or clears what it left) holds ``keeper.lock`` with no head up: a driver
+    starts no head of its own meanwhile (its keeper would wait for that lock, then fail the run), and starts one
+    once that keeper is gone."""
+    heads_log = _use_stand_in(monkeypatch, tmp_path, "draining")
+    member = LocalRay(tmp_path / "runs", SETTINGS).join()
+    try:
+        with folder_lock(member.folder / "keeper.lock"):  # a keeper at work
+            assert not member.ready() and not member.ready()
+            assert member.head is None and not heads_log.exists()
+        assert member.wait(60).startswith("127.0.0.1:") and member.started
+        assert len(heads_log.read_text().splitlines()) == 1
+    finally:
+        member.leave()
+    assert member.head is not None
+    _leaves_nothing(member.folder, member.head)
 
 
 def test_the_keeper_imports_no_logging_stack_and_no_ray() -> None:
