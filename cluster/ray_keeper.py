@@ -16,7 +16,7 @@ is, so a stop took 30 s); it then ends within about 2 s.
 What stops the rest when the ``--block`` process is killed with the keeper, and who removes the head's files once
 the keeper is gone: the keeper's **second** (:func:`after_keeper`, ``python -m ... DIR --after``), a small process
 started by the keeper, that only reads a pipe from it (the record of each head it starts) until the pipe closes,
-that is until the keeper ended, however it ended. It then waits (``ORPHAN_WAIT_S`` at most) for the ``--block``
+that is until the keeper ended, however it ended. It then waits (``SECOND_WAIT_S`` at most) for the ``--block``
 process to end, SIGKILLs whatever of the head's session is left (Ray kills its own children when ``--block`` dies,
 through the same signal, but its two agents would wait 60 s for a GCS that is gone, and a worker a few seconds),
 and removes the head's files. A keeper that stopped its head itself leaves it nothing to do.
@@ -69,7 +69,7 @@ START_TRIES = 3  # a head that ended with SLOW_START_TEXT is started again, this
 KEEPER_POLL_S = 1.0
 STOP_WAIT_S = 60.0  # SIGTERM, then this long for the head's processes to end, then SIGKILL for those left
 KILL_WAIT_S = 10.0  # SIGKILL, then this long for the head's processes to be gone (before its files are removed)
-ORPHAN_WAIT_S = 10.0  # a head whose keeper ended (SIGTERMed by the kernel) gets this long to stop on its own
+SECOND_WAIT_S = 10.0  # the keeper's second gives a head whose keeper ended (SIGTERMed by the kernel) this long
 # a starting keeper waits this long for the last keeper (whose head ended) to let go of keeper.lock: it SIGKILLs
 # what is left of its head first
 TAKEOVER_S = KILL_WAIT_S + 3 * KEEPER_POLL_S
@@ -429,7 +429,7 @@ def serve(folder: Path, linger_s: float, settings: RaySettings, dashboard_port: 
 def after_keeper(folder: Path) -> int:
     """The keeper's second: read the records of the heads the keeper starts from stdin (a pipe whose other end only
     the keeper holds) until it closes, when the keeper ended however it ended; then make sure the last head ended
-    too: give its ``--block`` process ``ORPHAN_WAIT_S`` to stop (the kernel SIGTERMed it), SIGKILL what is left of its
+    too: give its ``--block`` process ``SECOND_WAIT_S`` to stop (the kernel SIGTERMed it), SIGKILL what is left of its
     session, remove its files. Nothing is left to do when the keeper stopped its head itself."""
     hold = FolderHold(folder)
     try:
@@ -439,7 +439,7 @@ def after_keeper(folder: Path) -> int:
                 head = msgspec.json.decode(line, type=HeadRecord)
         if head is None:
             return 0
-        deadline = time.monotonic() + ORPHAN_WAIT_S
+        deadline = time.monotonic() + SECOND_WAIT_S
         while same_process(head.pid, head.ticks) and time.monotonic() < deadline:
             time.sleep(0.2)
         kill_session(head.pid)  # the leader gone, nothing stops the rest of its session but this
