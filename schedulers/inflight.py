@@ -252,6 +252,6 @@ class RunWideSlots:
             results: Sequence[Any] = await pipe.execute()
         lost = 0
         for (scope, tokens), renewed in zip(groups, results, strict=True):
-            # a token given back while the renewal ran is not lost; nor one renewed (CH counts a changed score)
+            # a token given back while the renewal ran is not lost
             lost += max(0, len([t for t in tokens if t in scope.held]) - int(renewed))
         return lost
