@@ -83,7 +83,7 @@ def tagged_workers(tag: str) -> list[psutil.Process]:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-            if not any(s in cmd for s in ("ShardWorker", "local_process", "punchline.cluster.cli run", " run ")):
+            if not any(s in cmd for s in ("ShardWorker", "local_process", "punchline.cluster.cli.main run", " run ")):
                 continue
             if proc.environ().get(TAG) == tag:
                 out.append(proc)

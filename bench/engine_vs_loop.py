@@ -288,7 +288,7 @@ async def bare_loop(base_url: str, requests: list[Any]) -> None:
 
 
 def engine_run(config: Path, tmp: Path, redis_url: str, run_id: str, store: Path, **opts: Any) -> Any:
-    from punchline.cluster.driver import RunOptions, run
+    from punchline.cluster.run.driver import RunOptions, run
 
     return run(
         str(config),
@@ -420,7 +420,7 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
     import psutil
     import redis as redis_sync
 
-    from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
+    from punchline.cluster.ray_cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
     from punchline.data.response_cache import MARKER_MS
 
     jokes = tmp / f"jokes-{scale}.json"
@@ -552,8 +552,8 @@ def main() -> None:
         return
     only = set(filter(None, args.only.split(","))) or {"throughput", "rate", "resume", "claims", "memory"}
 
-    from punchline.cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
-    from punchline.cluster.redis_server import EmbeddedRedis
+    from punchline.cluster.ray_cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
+    from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 
     with tempfile.TemporaryDirectory() as tmp_s, EmbeddedRedis(Path(tmp_s) / "redis", wipe_commands=True) as server:
         tmp = Path(tmp_s)

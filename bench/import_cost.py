@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from punchline.cluster.driver import RunRecord, Services  # noqa: E402
+from punchline.cluster.run.driver import RunRecord, Services  # noqa: E402
 
 HEAVY = ("ray", "openai", "anthropic", "boto3", "botocore", "matplotlib", "pyarrow", "jinja2")
 
@@ -54,7 +54,7 @@ def one(argv: list[str], env: dict[str, str]) -> tuple[float, int, list[str]]:
     """CPU seconds of one command's process, its module count and the heavy libraries it imported."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "punchline.cluster.cli", *argv],
+        [sys.executable, "-X", "importtime", "-m", "punchline.cluster.cli.main", *argv],
         env=env,
         cwd=tempfile.gettempdir(),
         capture_output=True,

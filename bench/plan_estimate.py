@@ -5,7 +5,7 @@
 For each number of busy loops (``python -c "while True: pass"``, started beside and stopped after) and each demo
 config: a fresh folder (its own ``HOME``, ``punchline init``), then ``punchline plan`` and ``punchline run`` (a
 fresh run: every request called), then both again (every answer cached). Prints planned and measured wall time,
-their ratio, and the load factor ``plan`` said (``cluster/machine_load.py``). The issue's target: within ±30 %.
+their ratio, and the load factor ``plan`` said (``cluster/estimate/machine_load.py``). The issue's target: within ±30 %.
 """
 
 from __future__ import annotations

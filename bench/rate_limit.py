@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from punchline.cluster.redis_server import EmbeddedRedis  # noqa: E402
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis  # noqa: E402
 from punchline.data.errors import ProviderError  # noqa: E402
 from punchline.data.provider_settings import ProviderSettings  # noqa: E402
 from punchline.data.puns.completions import greedy_request  # noqa: E402

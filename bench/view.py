@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from punchline.cluster.run_record import RunRecord, Services  # noqa: E402
+from punchline.cluster.records.run_record import RunRecord, Services  # noqa: E402
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse  # noqa: E402
 from punchline.data.stores.local import LocalStore  # noqa: E402
 from punchline.data.units import (  # noqa: E402

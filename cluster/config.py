@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 import msgspec
 
 from punchline.cluster.pipeline import Pipeline
+from punchline.cluster.records.run_record import RUN_ID as RUN_ID
+from punchline.cluster.records.run_record import check_run_id as check_run_id
 from punchline.cluster.registry import available, resolve
-from punchline.cluster.run_record import RUN_ID as RUN_ID
-from punchline.cluster.run_record import check_run_id as check_run_id
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import Mode, ModelSettings, ProviderSettings

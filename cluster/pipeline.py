@@ -59,7 +59,7 @@ class StageContext:
 class Stage(Protocol):
     """One step of a pipeline. Optional: ``warm_imports``, a tuple of the slow modules its ``reduce`` imports
     lazily (plotting, say); the driver imports them in the background while earlier stages' workers call
-    (:class:`~punchline.cluster.local_worker.ForkWarmup`), so the reduce does not wait for them."""
+    (:class:`~punchline.cluster.run.local_worker.ForkWarmup`), so the reduce does not wait for them."""
 
     name: str
 

@@ -42,7 +42,7 @@ class UnitResult(msgspec.Struct, kw_only=True):
     made, or a record written before it was kept); ``retries``: its attempts that failed and were tried again
     (429s, 5xx, timeouts, malformed or invalid answers). ``retryable``: the unit failed with an error that
     another attempt may cure (a 429 or 5xx, a timeout, a dropped connection, a malformed or invalid answer) and
-    it asks for retries (``UnitSpec.retries``): a resume calls it again (``cluster/retry_failed.py``), while a
+    it asks for retries (``UnitSpec.retries``): a resume calls it again (``cluster/records/retry_failed.py``), while a
     permanent failure (a 400, an unknown model) waits for ``retry-failed`` (False in records written before it
     was kept: those too wait for ``retry-failed``)."""
 

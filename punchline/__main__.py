@@ -1,5 +1,5 @@
 """``python -m punchline``: the same CLI as the ``punchline`` script."""
 
-from punchline.cluster.cli import entry
+from punchline.cluster.cli.main import entry
 
 entry()

@@ -8,7 +8,7 @@ is printed: the run's log goes to ``<runs_dir>/<run id>/log.jsonl``, bad input r
 :class:`~punchline.data.errors.ConfigError` / :class:`~punchline.data.errors.InputError`, a failing
 service an :class:`~punchline.data.errors.InfraError`, a spent budget
 :class:`~punchline.data.errors.BudgetExceeded`: all :class:`~punchline.data.errors.PunchlineError`.
-The result is the run's :class:`~punchline.cluster.driver.RunRecord` (a msgspec Struct, also kept as
+The result is the run's :class:`~punchline.cluster.run.driver.RunRecord` (a msgspec Struct, also kept as
 ``run.json``): run id, state, artifacts, counters per stage, usage per (stage, model), failures.
 
 Without a TOML file: ``punchline.run(pipeline, settings)`` runs a pipeline object with its settings, and
@@ -30,10 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import structlog
 
-from punchline.cluster.coordinator import ProgressFn
-from punchline.cluster.driver import RunOptions, RunRecord
-from punchline.cluster.driver import run as run_driver
-from punchline.cluster.runs import load_run_record
+from punchline.cluster.records.runs import load_run_record
+from punchline.cluster.run.coordinator import ProgressFn
+from punchline.cluster.run.driver import RunOptions, RunRecord
+from punchline.cluster.run.driver import run as run_driver
 from punchline.data.errors import PunchlineError
 from punchline.data.run_layout import RunLayout
 from punchline.data.settings import overlay

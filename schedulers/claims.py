@@ -3,7 +3,7 @@
 Which shard comes next is the ledger's claim script (``schedulers/lua/shard_claim.lua``: an expired lease first, else
 the lowest shard to do); *when* a worker asks, how it waits out a Redis outage, and what each answer means
 is this loop. The worker (``workers/shard_worker.py``) gives it its window and is handed each claimed shard;
-the coordinator only watches the stage's counters (``cluster/executors/shards.py``).
+the coordinator only watches the stage's counters (``cluster/run/executors/shards.py``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ review wiped 334 keys mid-run and four requests were paid twice (issue 39). So t
 lists keys (``SCAN``, ``KEYS``, ``RANDOMKEY``) or deletes them (``DEL``, ``UNLINK``, ``FLUSHALL``). Redis checks
 the commands a script calls against the caller's ACL too, so the engine's scripts delete nothing with ``DEL``
 either (``schedulers/lua/__init__.py`` says how they remove a key). The scripts are loaded by
-:data:`LOADER_USER`, whose password only the process that starts a server has (``cluster/redis_server.py``: a new
-one at every start, kept nowhere), right after the server answers and before anyone is told it runs. A server
+:data:`LOADER_USER`, whose password only the process that starts a server has (``cluster/runs_folder/redis_server.py``:
+a new one at every start, kept nowhere), right after the server answers and before anyone is told it runs. A server
 forgets its scripts when it restarts, so every start loads them again.
 
 What the run's password still allows, said plainly: reading and writing a key it can name (the run's own keys

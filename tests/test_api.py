@@ -20,7 +20,7 @@ import polars
 import pytest
 
 import punchline
-from punchline.cluster.driver import RunRecord
+from punchline.cluster.run.driver import RunRecord
 from punchline.data.errors import ConfigError, InputError, PunchlineError
 from punchline.data.prompts.rows import load_rows
 from punchline.notebook import data_file, provider_tables
@@ -36,7 +36,7 @@ def test_importing_punchline_stays_cheap() -> None:
         " or m.startswith('punchline.'))\n"
         "print(heavy)\n"
         "punchline.run\n"  # the first use imports the API
-        "print('punchline.cluster.driver' in sys.modules)\n"
+        "print('punchline.cluster.run.driver' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.splitlines() == ["[]", "True"]

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from botocore.validate import ParamValidator
 
-from punchline.cluster.cli import build_parser
+from punchline.cluster.cli.main import build_parser
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 PACKAGE = Path(__file__).resolve().parents[1] / "punchline"

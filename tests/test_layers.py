@@ -25,21 +25,21 @@ FLOORS: dict[str, int] = {
     "punchline.schedulers": 1,
     "punchline.workers": 2,
     "punchline.cluster": 3,  # config, ray_runtime, redis_server, coordinator, pipeline (the Stage interface)
-    "punchline.cluster.driver": 4,
-    "punchline.cluster.run_services": 4,  # the services one run holds open (the driver opens them)
-    "punchline.cluster.planner": 4,
-    "punchline.cluster.run_checks": 4,
+    "punchline.cluster.run.driver": 4,
+    "punchline.cluster.run.run_services": 4,  # the services one run holds open (the driver opens them)
+    "punchline.cluster.run.planner": 4,
+    "punchline.cluster.run.run_checks": 4,
     "punchline.cluster.pipelines": 4,
     "punchline.cluster.pipelines.puns.commands": 5,  # a pipeline's own command family (`punchline puns ...`)
     "punchline.cluster.pipelines.humor.commands": 5,
-    "punchline.cluster.runs": 4,  # a run's record and the list of runs (commands print them)
-    "punchline.cluster.status": 4,
-    "punchline.cluster.retry_failed": 4,
-    "punchline.cluster.run_batches": 4,  # a run's provider batches, and cancelling them
+    "punchline.cluster.records.runs": 4,  # a run's record and the list of runs (commands print them)
+    "punchline.cluster.records.status": 4,
+    "punchline.cluster.records.retry_failed": 4,
+    "punchline.cluster.records.run_batches": 4,  # a run's provider batches, and cancelling them
     "punchline.cluster.view": 4,  # `punchline view`: pages over a run's store files, and its /metrics
-    "punchline.cluster.cli_shared": 5,  # what several command families share (commands never import each other)
-    "punchline.cluster.commands": 5,
-    "punchline.cluster.cli": 5,
+    "punchline.cluster.cli.shared": 5,  # what several command families share (commands never import each other)
+    "punchline.cluster.cli.commands": 5,
+    "punchline.cluster.cli.main": 5,
     "punchline.__main__": 5,
 }
 NAMES = {0: "data", 1: "schedulers", 2: "workers", 3: "coordinator", 4: "pipelines/driver", 5: "commands"}
@@ -103,9 +103,9 @@ def test_every_import_goes_downwards() -> None:
 
 
 def test_command_modules_do_not_import_each_other() -> None:
-    """A command family parses, calls and prints; what two families share lives in cluster/cli_shared.py
+    """A command family parses, calls and prints; what two families share lives in cluster/cli/shared.py
     (or a ``_``-named helper module beside them, which the CLI does not register as a command)."""
-    prefix = "punchline.cluster.commands."
+    prefix = "punchline.cluster.cli.commands."
     tangled = [
         f"{path.relative_to(ROOT)}:{line}: imports {target}"
         for module, path in modules()
@@ -121,7 +121,7 @@ def test_command_modules_pass_no_any() -> None:
     untyped = [
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for module, path in modules()
-        if module.startswith("punchline.cluster.commands.")
+        if module.startswith("punchline.cluster.cli.commands.")
         for node in ast.walk(ast.parse(path.read_text()))
         if (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any")
     ]

@@ -17,10 +17,10 @@ import pytest
 
 import punchline.plugin as plugin
 from punchline.cluster import pipeline_base, registry
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.planner import plan_run
 from punchline.cluster.registry import pipeline_of
+from punchline.cluster.run.planner import plan_run
 from punchline.data.errors import ConfigError, PluginError
 from punchline.data.stores.local import LocalStore
 from punchline.plugin.stages import _own_reduce

@@ -13,7 +13,7 @@ the provider cannot return ``n`` choices), its **parts**; each carries the custo
 by an earlier batch) and reports each part's outcome by custom id; :func:`merge_parts` joins a request's
 parts, once all are answered, into the same :class:`ProviderResponse` the online call gives (texts in choice
 offset order). Why per part and not per request: when one of ``n`` parts fails, only that part is paid for
-again; the runner keeps the others (see :mod:`punchline.cluster.executors.batches`).
+again; the runner keeps the others (see :mod:`punchline.cluster.run.executors.batches`).
 
 **Wire ids.** On the wire a part's custom id is prefixed with its batch intent's random *tag*
 (``<tag>-<request key>-o<offset>``, at most 64 characters of ``[A-Za-z0-9_-]`` as Anthropic requires): only the

@@ -3,7 +3,7 @@
 Ray ends a dead driver's actors only after it notices the driver's connection is gone, and until then
 the workers keep claiming shards and calling providers (a user who kills a run to stop spending would
 keep spending). So each worker watches its driver itself, through the run's claim that the driver
-renews every 10 s (``pl:run:<id>:driver``, ``cluster/run_claim.py``):
+renews every 10 s (``pl:run:<id>:driver``, ``cluster/run/run_claim.py``):
 
 * on the driver's own machine, every ``PID_CHECK_S`` whether the driver's process still exists
   (a ``kill -9`` is seen within a fraction of a second);

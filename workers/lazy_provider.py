@@ -27,7 +27,7 @@ from punchline.workers.providers import make_provider
 
 class LazyProvider:
     """The provider ``make(name, settings)`` builds, built at the first :meth:`complete`; ``on_build`` is
-    called then, once (the worker tells its driver it calls: cluster/local_worker.py)."""
+    called then, once (the worker tells its driver it calls: cluster/run/local_worker.py)."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """The driver's own worker as a process of its own (``python -m punchline.workers.local_process``).
 
-Why a process: the driver works a local run's first shards itself while Ray starts (cluster/local_worker.py
+Why a process: the driver works a local run's first shards itself while Ray starts (cluster/run/local_worker.py
 says why). In a thread of the driver, a ``kill -9`` of the driver took the calls in flight with it: paid
 for, but their answers lost, so the resume paid them again. As a child process started in a session of its
 own (``start_new_session``: neither a ``kill -9`` of the driver nor Ctrl-C's process-group SIGINT reaches

@@ -10,8 +10,8 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
-from punchline.cluster.runs import RunRow
-from punchline.cluster.status import StatusView
+from punchline.cluster.records.runs import RunRow
+from punchline.cluster.records.status import StatusView
 from punchline.cluster.view.artifacts import esc
 from punchline.cluster.view.queries import ModelRow, SamplesPage, StageRow, UnitView
 

@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 
 from punchline.cluster.pipeline import AnswerParser
+from punchline.cluster.records.status import StatusView
 from punchline.cluster.registry import resolve
-from punchline.cluster.status import StatusView
 from punchline.cluster.view.index import Layout, RunFiles
 from punchline.data.store import Store
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, UnitResult, UnitSpec

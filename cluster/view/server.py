@@ -25,9 +25,9 @@ import msgspec
 import redis
 import structlog
 
-from punchline.cluster.run_record import check_run_id
-from punchline.cluster.runs import ledger_client, list_runs, load_run_record
-from punchline.cluster.status import StatusView, run_status
+from punchline.cluster.records.run_record import check_run_id
+from punchline.cluster.records.runs import ledger_client, list_runs, load_run_record
+from punchline.cluster.records.status import StatusView, run_status
 from punchline.cluster.view import artifacts, pages
 from punchline.cluster.view.metrics import CONTENT_TYPE, LogEvents, RunMetrics, render
 from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, model_rows, redacted_config, stage_rows

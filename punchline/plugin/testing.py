@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 
 from punchline.api import run
-from punchline.cluster.driver import RunRecord
 from punchline.cluster.pipeline_base import default_provider, marked_values, model_provider
+from punchline.cluster.run.driver import RunRecord
 from punchline.data.errors import PunchlineError
 from punchline.data.run_layout import RunLayout
 from punchline.data.stores import open_store

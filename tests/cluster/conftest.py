@@ -32,7 +32,7 @@ def driver_argv(cfg: Path, run_id: str, tmp_path: Path, *services: str) -> list[
     return [
         sys.executable,
         "-m",
-        "punchline.cluster.cli",
+        "punchline.cluster.cli.main",
         "run",
         str(cfg),
         "--run-id",

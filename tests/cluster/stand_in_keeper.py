@@ -1,6 +1,6 @@
-"""The local Ray head's keeper (``cluster/ray_keeper.py``) run as ``python -m tests.cluster.stand_in_keeper``, its
-``ray start`` replaced by what ``STAND_IN_HEAD`` in its environment names (a test hands the module to
-``ray_keeper.start_head`` through ``ray_keeper.KEEPER_MODULE``):
+"""The local Ray head's keeper (``cluster/runs_folder/ray_keeper.py``) run as ``python -m
+tests.cluster.stand_in_keeper``, its ``ray start`` replaced by what ``STAND_IN_HEAD`` in its environment names (a test
+hands the module to ``ray_keeper.start_head`` through ``ray_keeper.KEEPER_MODULE``):
 
 * ``draining``: a process titled as a head whose child is titled as Ray titles a shard-worker actor, busy 3 s;
 * ``stuck``: the same, the child busy for 10 min and deaf to SIGTERM (a process only a SIGKILL of the session ends);
@@ -16,8 +16,8 @@ import json
 import os
 import sys
 
-from punchline.cluster import ray_keeper
-from punchline.cluster.ray_runtime import RaySettings
+from punchline.cluster.ray_cluster.ray_runtime import RaySettings
+from punchline.cluster.runs_folder import ray_keeper
 
 real_command = ray_keeper.head_command
 WORKER = "exec -a ray::ShardWorker.work sleep {s}"

@@ -1,4 +1,4 @@
-"""Asking the autoscaler for worker nodes (cluster/autoscale.py) while a stage has more pending shards
+"""Asking the autoscaler for worker nodes (cluster/ray_cluster/autoscale.py) while a stage has more pending shards
 than live workers, and withdrawing the request when it drains. The SDK is a fake that records what
 it was asked; one test sends a request through Ray's real SDK and reads it back from the GCS."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.autoscale import Autoscaler, AutoscaleSettings, ray_request_resources, run_settings
-from punchline.cluster.driver import RunOptions, run
+from punchline.cluster.ray_cluster.autoscale import Autoscaler, AutoscaleSettings, ray_request_resources, run_settings
+from punchline.cluster.run.driver import RunOptions, run
 from punchline.data.errors import ConfigError
 from punchline.workers.fake.server import FakeProviderServer
 

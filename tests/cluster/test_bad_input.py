@@ -1,6 +1,6 @@
 """The bad-input corpus: every command, fed a mistake a person makes, answers with one line and exit 2.
 
-Each case runs ``punchline.cluster.cli.main`` in-process (no subprocess, no Ray, no Redis: a bad
+Each case runs ``punchline.cluster.cli.main.main`` in-process (no subprocess, no Ray, no Redis: a bad
 value must be refused before any service starts) in a fresh workspace, and checks:
 
 * exit status 2, nothing on stdout, exactly one line on stderr, no traceback;
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import ray
 
-from punchline.cluster.driver import run
+from punchline.cluster.run.driver import run
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.workers.fake.server import FakeProviderServer
@@ -76,7 +76,7 @@ def assert_billed_once(fake: FakeProviderServer) -> None:
 
 def assert_status_costs_are_the_records(tmp: Path, run_id: str, capsys: Any) -> None:
     """``status``: cost per stage and per model is the sum of the run's batch records (no online calls)."""
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     records = read_records(LocalStore(tmp / "store"), run_id)
     capsys.readouterr()
@@ -121,7 +121,7 @@ def test_batch_mode_gives_the_online_artifacts_at_half_price(
     assert sum(r.cost_usd for r in records) == pytest.approx(sum(r.online_cost_usd for r in records) / 2)
     assert sum(r.cost_usd for r in records) > 0
     # `punchline batches RUN_ID` lists them from the store
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     assert main(["batches", "batched", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -257,7 +257,7 @@ def test_max_cost_usd_counts_batches_and_no_batch_passes_it(
     import msgspec
 
     from punchline.cluster.config import load_config
-    from punchline.cluster.planner import plan_run
+    from punchline.cluster.run.planner import plan_run
     from punchline.data.errors import BudgetExceeded
 
     _, batch = batch_config(make_config)
@@ -294,7 +294,7 @@ def test_a_resume_waiting_on_a_look_alike_says_so_without_bars_and_not_ours_rele
     import threading
     import time
 
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     cfg = make_config(jokes=6, models=("3b",), shard_size=4, classify=True, unseen=True, workers_per_node=1)
     cfg.write_text(cfg.read_text().replace("[providers.claude]\n", '[providers.claude]\nmode = "batch"\n'))

@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from punchline.cluster.cli import main
-from punchline.cluster.driver import RunRecord, Services
+from punchline.cluster.cli.main import main
+from punchline.cluster.run.driver import RunRecord, Services
 from punchline.data.puns.completions import sample_request
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import BatchRecord, cancel_requested, declared_foreign, record_path

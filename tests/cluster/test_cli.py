@@ -11,8 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from punchline.cluster import commands
-from punchline.cluster.cli import build_parser, command_modules, main, package_version
+from punchline.cluster.cli import commands
+from punchline.cluster.cli.main import build_parser, command_modules, main, package_version
 
 
 def _registered(module: str) -> dict[str, str | None]:
@@ -49,7 +49,7 @@ def test_the_whole_parser_still_parses_every_command() -> None:
 
 def _modules_after(argv: list[str]) -> set[str]:
     code = (
-        "import sys, json\nfrom punchline.cluster.cli import main\n"
+        "import sys, json\nfrom punchline.cluster.cli.main import main\n"
         f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
         "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
     )
@@ -59,7 +59,7 @@ def _modules_after(argv: list[str]) -> set[str]:
 
 def test_help_imports_no_command_module_and_no_heavy_library() -> None:
     loaded = _modules_after(["--help"])
-    assert not {m for m in loaded if m.startswith("punchline.cluster.commands.")}
+    assert not {m for m in loaded if m.startswith("punchline.cluster.cli.commands.")}
     light = {f"punchline.cluster.pipelines.{p}{cli}" for p in ("puns", "humor") for cli in ("", ".cli")}
     assert {m for m in loaded if m.startswith("punchline.cluster.pipelines.")} <= light  # their index, no stage
     heavy = {"ray", "redis", "structlog", "rich", "openai", "anthropic", "boto3", "matplotlib", "pyarrow", "jinja2"}
@@ -68,14 +68,14 @@ def test_help_imports_no_command_module_and_no_heavy_library() -> None:
 
 def test_a_command_imports_only_its_own_module() -> None:
     loaded = _modules_after(["settings", "--help"])
-    ours = {m.rpartition(".")[2] for m in loaded if m.startswith("punchline.cluster.commands.")}
+    ours = {m.rpartition(".")[2] for m in loaded if m.startswith("punchline.cluster.cli.commands.")}
     assert {m for m in ours if not m.startswith("_")} == {"settings"}  # `_tables` is a helper, not a command
 
 
 def test_the_read_only_commands_import_none_of_the_engine_that_writes_runs() -> None:
     for command in ("status", "runs"):
         loaded = _modules_after([command, "--help"])
-        engine = {"punchline.cluster.driver", "punchline.cluster.coordinator", "punchline.cluster.registry"}
+        engine = {"punchline.cluster.run.driver", "punchline.cluster.run.coordinator", "punchline.cluster.registry"}
         assert not engine & loaded, f"{command}: {sorted(engine & loaded)}"
         assert not {"ray", "openai", "anthropic", "matplotlib"} & {m.partition(".")[0] for m in loaded}, command
 
@@ -112,7 +112,7 @@ def test_the_script_ends_after_its_threads_and_atexit_handlers_with_main_s_code(
         f"""
         import atexit, sys, threading, time
         from pathlib import Path
-        from punchline.cluster import cli
+        from punchline.cluster.cli import main as cli
 
         def late_write() -> None:
             time.sleep(0.5)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "humor_sample.json"
 
@@ -94,7 +94,7 @@ def test_score_bad_prediction_line_names_the_line(tmp_path: Path, capsys: pytest
 
 
 def test_run_takes_the_run_options_and_names_a_missing_config(capsys: pytest.CaptureFixture[str]) -> None:
-    from punchline.cluster.cli import build_parser
+    from punchline.cluster.cli.main import build_parser
     from punchline.cluster.pipelines.humor.commands import cmd_run
 
     args = build_parser().parse_args(["humor", "run", "--store", "s3://b/p", "configs/humor.toml", "--offline"])

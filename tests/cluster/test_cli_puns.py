@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.data.puns.cloze_report import classify_word
 
 

@@ -79,7 +79,7 @@ def test_humor_answers_may_be_256_tokens_long_by_default() -> None:
 
 
 def test_a_stage_table_may_set_the_mode_of_its_units(tmp_path: Path) -> None:
-    from punchline.cluster.executor import batch_mode, stage_providers
+    from punchline.cluster.run.executor import batch_mode, stage_providers
 
     text = GOOD.replace(
         'collect = { provider = "sim", models = ["m"] }',

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.planner import plan_run
+from punchline.cluster.run.planner import plan_run
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.schedulers.budget import Budget

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.cluster.run.driver import RunOptions, RunRecord, run
 from punchline.data.puns.curation import load_candidates
 from punchline.data.puns.puns_io import load_puns
 from punchline.workers.fake.server import FakeProviderServer
@@ -172,7 +172,7 @@ def test_retry_failed_after_a_rater_outage_replans_the_later_stages(
 ) -> None:
     """A rater that failed leaves jokes unrated, so fewer are repaired; retry-failed re-rates them, the
     repair plan changes, and the stale repair/rerate shards are dropped instead of breaking the run."""
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     cfg = curate_config(tmp_path, fake)
     assert clean.record.state == "finished"

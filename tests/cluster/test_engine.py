@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.driver import RunOptions, run
+from punchline.cluster.run.driver import RunOptions, run
 from punchline.data.stores import open_store
 from punchline.workers.fake.server import FakeProviderServer
 

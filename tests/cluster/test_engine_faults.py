@@ -1,5 +1,5 @@
 """When punchline's own parts fail mid-run (issue 21), end to end: real drivers as subprocesses
-(``python -m punchline.cluster.cli run``) on the session's Ray and fake provider, with the runs
+(``python -m punchline.cluster.cli.main run``) on the session's Ray and fake provider, with the runs
 folder's own ledger. Each test counts the provider calls per request key.
 
 * the ledger ``kill -9``-ed mid-run: restarted from its AOF, progress again within 10 s;
@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from punchline.cluster.local_redis import redis_dir
-from punchline.cluster.redis_server import EmbeddedRedis
+from punchline.cluster.runs_folder.local_redis import redis_dir
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.shard_worker import answers_waiting
 from tests.cluster.conftest import engine_config
@@ -56,7 +56,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, fake_provider: FakeProviderS
     """One config for every test here and the artifact of an uninterrupted run of it."""
     import ray
 
-    from punchline.cluster.driver import RunOptions, run
+    from punchline.cluster.run.driver import RunOptions, run
 
     tmp = tmp_path_factory.mktemp("engine-faults")
     cfg = engine_config(tmp, fake_provider, jokes=8, shard_size=2, lease_ms=2000, workers_per_node=WORKERS)
@@ -73,7 +73,7 @@ def slow_fake(fake: FakeProviderServer) -> FakeProviderServer:
 
 
 def _argv(setup: Setup, runs: Path, run_id: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "punchline.cluster.cli", "run", str(setup.cfg), "--run-id", run_id,
+    return [sys.executable, "-m", "punchline.cluster.cli.main", "run", str(setup.cfg), "--run-id", run_id,
             "--runs-dir", str(runs), "--ray-address", setup.address, "--no-progress", *extra]  # fmt: skip
 
 
@@ -261,7 +261,7 @@ def test_ctrl_c_prints_the_exact_resume_command_and_it_resumes(
     run_id = command[command.index("--run-id") + 1]
     assert json.loads((runs / run_id / "run.json").read_text())["state"] == "interrupted"
     resumed = subprocess.run(
-        [sys.executable, "-m", "punchline.cluster.cli", *command[1:]], cwd=ROOT, capture_output=True, env=_env()
+        [sys.executable, "-m", "punchline.cluster.cli.main", *command[1:]], cwd=ROOT, capture_output=True, env=_env()
     )
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     _guarantee(slow_fake, faults=1)

@@ -22,9 +22,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.ray_jobs import stage, user_code
+from punchline.cluster.ray_cluster.ray_jobs import stage, user_code
 from punchline.workers.fake.server import FakeProviderServer
 from tests.fixtures.ray_start import RayStartCluster
 

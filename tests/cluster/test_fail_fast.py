@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from punchline.cluster.cli import main
-from punchline.cluster.preflight import check_provider, check_redis, store_failure
-from punchline.cluster.redis_server import EmbeddedRedis, free_port
+from punchline.cluster.cli.main import main
+from punchline.cluster.run.preflight import check_provider, check_redis, store_failure
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis, free_port
 from punchline.data.errors import LedgerUnavailable, ServiceRejected
 from punchline.workers.fake.server import FakeProviderServer
 
@@ -141,7 +141,7 @@ def test_a_provider_path_that_answers_404_exits_2_without_a_call(
 
 
 def test_the_endpoint_check_is_free_on_a_good_provider(fake: FakeProviderServer) -> None:
-    from punchline.cluster.preflight import check_provider
+    from punchline.cluster.run.preflight import check_provider
     from punchline.data.provider_settings import ProviderSettings
 
     before = fake.stats().total_calls
@@ -360,7 +360,7 @@ def test_the_provider_check_loads_no_sdk(fake: FakeProviderServer) -> None:
     """Both kinds are checked without importing their SDK (seconds each before the first call)."""
     script = (
         "import sys\n"
-        "from punchline.cluster.preflight import check_providers\n"
+        "from punchline.cluster.run.preflight import check_providers\n"
         "from punchline.data.provider_settings import ProviderSettings\n"
         f"ps = {{'o': ProviderSettings(kind='openai', base_url={fake.openai_base_url!r}),\n"
         f"      'a': ProviderSettings(kind='anthropic', base_url={fake.anthropic_base_url!r})}}\n"
@@ -396,7 +396,7 @@ def test_the_provider_check_sends_the_key_as_the_sdk_does(
 
 
 def test_the_default_base_url_is_the_sdks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from punchline.cluster.preflight import base_url
+    from punchline.cluster.run.preflight import base_url
     from punchline.data.provider_settings import ProviderSettings
 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -440,7 +440,7 @@ def rendezvous() -> Iterator[str]:
 
 
 def test_providers_are_checked_at_once(rendezvous: str) -> None:
-    from punchline.cluster.preflight import check_providers
+    from punchline.cluster.run.preflight import check_providers
     from punchline.data.provider_settings import ProviderSettings
 
     providers = {"a": ProviderSettings(base_url=f"{rendezvous}/a"), "b": ProviderSettings(base_url=f"{rendezvous}/b")}
@@ -448,7 +448,7 @@ def test_providers_are_checked_at_once(rendezvous: str) -> None:
 
 
 def test_of_several_providers_the_first_failure_in_config_order_is_the_line(rendezvous: str) -> None:
-    from punchline.cluster.preflight import check_providers
+    from punchline.cluster.run.preflight import check_providers
     from punchline.data.provider_settings import ProviderSettings
 
     providers = {"a": ProviderSettings(base_url=f"{rendezvous}/bad"), "b": ProviderSettings(base_url=f"{rendezvous}/b")}

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import ray
 
-from punchline.cluster.driver import RunOptions, RunRecord, run
+from punchline.cluster.run.driver import RunOptions, RunRecord, run
 from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.shard_worker import answers_waiting
 from tests.cluster.conftest import driver_argv, engine_config
@@ -159,12 +159,12 @@ def test_kill_9_of_the_driver_then_resume_with_its_embedded_redis(
 
     # the runs folder's embedded ledger outlives the driver (its own session) until its keeper sees no
     # live driver; the resume finds it again, or restarts it from its AOF
-    from punchline.cluster.redis_server import EmbeddedRedis
+    from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 
     redis_dir = tmp_path / "runs" / "_ledger"
     assert (redis_dir / "appendonlydir").is_dir()
     # the run's record still says running, but `runs` and `status` know its driver is gone
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     assert main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert "interrupted" in capsys.readouterr().out
@@ -204,7 +204,7 @@ def test_killed_worker_actors_are_replaced(
     wait_for(lambda: fake.stats().total_calls >= units // 3)
     assert _kill_workers("punchline:actors:collect:", limit=2) >= 1
     # status is live while the run goes on
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     assert main(["status", "actors", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
     live = json.loads(capsys.readouterr().out)
@@ -300,7 +300,7 @@ def test_redis_down_mid_run_no_call_is_made_until_it_is_back(
     tmp_path: Path, expected: bytes, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any
 ) -> None:
     """Fail closed: while Redis is down nobody may take a lease, so nobody calls; then the run resumes."""
-    from punchline.cluster.redis_server import EmbeddedRedis
+    from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 
     cfg = slow_run(make_config, fake, lease_ms=3000)
     own = EmbeddedRedis(tmp_path / "own-redis")

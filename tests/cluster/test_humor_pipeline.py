@@ -11,11 +11,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.driver import RunOptions, RunRecord, run
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipelines.humor.pipeline import GenerateStage, JudgeStage, stages
+from punchline.cluster.run.driver import RunOptions, RunRecord, run
 from punchline.data.errors import ConfigError
 from punchline.data.humor.judge import JUDGE_SYSTEM
 from punchline.data.humor.loaders import load_items

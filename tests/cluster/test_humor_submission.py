@@ -18,8 +18,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.cluster.cli import main
-from punchline.cluster.driver import RunRecord, Services
+from punchline.cluster.cli.main import main
+from punchline.cluster.run.driver import RunRecord, Services
 from punchline.data.humor.loaders import load_items
 
 ROOT = Path(__file__).resolve().parents[2]

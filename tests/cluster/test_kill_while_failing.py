@@ -49,7 +49,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, fake_provider: FakeProviderS
     """The config of every test here and the artifact of a clean (uninterrupted, fault-free) run of it."""
     import ray
 
-    from punchline.cluster.driver import RunOptions, run
+    from punchline.cluster.run.driver import RunOptions, run
 
     tmp = tmp_path_factory.mktemp("kill-while-failing")
     fake_provider.restore_defaults()

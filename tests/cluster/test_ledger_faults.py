@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from punchline.cluster.local_redis import LocalRedis, redis_dir
-from punchline.cluster.redis_server import EmbeddedRedis
-from punchline.cluster.store_guard import OtherLedger, StoreGuard, redis_identity
+from punchline.cluster.run.store_guard import OtherLedger, StoreGuard, redis_identity
+from punchline.cluster.runs_folder.local_redis import LocalRedis, redis_dir
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.data.stores import open_store
 
@@ -181,7 +181,7 @@ def test_a_full_disk_refuses_to_start_the_ledger(small_disk: Path) -> None:
 _JOINER = textwrap.dedent(
     """
     import sys, time
-    from punchline.cluster.local_redis import LocalRedis
+    from punchline.cluster.runs_folder.local_redis import LocalRedis
     ledger = LocalRedis(sys.argv[1]).join()
     print(ledger.public_url, flush=True)
     time.sleep(600)
@@ -195,7 +195,7 @@ def _keepers(folder: Path) -> list[int]:
         if proc.name.isdigit():
             with contextlib.suppress(OSError):
                 argv = (proc / "cmdline").read_bytes().split(b"\0")
-                if b"punchline.cluster.redis_keeper" in argv and str(folder).encode() in argv:
+                if b"punchline.cluster.runs_folder.redis_keeper" in argv and str(folder).encode() in argv:
                     found.append(int(proc.name))
     return found
 

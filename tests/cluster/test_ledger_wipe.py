@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.local_redis import redis_dir
-from punchline.cluster.redis_server import EmbeddedRedis
+from punchline.cluster.runs_folder.local_redis import redis_dir
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 from punchline.schedulers.ledger_access import missing_scripts
 from punchline.schedulers.redis_client import connect
 from punchline.workers.fake.server import FakeProviderServer

@@ -1,6 +1,6 @@
-"""The runs folder's local Ray head (cluster/local_ray.py, its keeper cluster/ray_keeper.py): it outlives a kill -9
-of its driver, a resume adopts it, two drivers share it, its keeper stops it (every process of it, checked by pid)
-once no driver and no draining shard worker is left, and a killed keeper takes it along, files and all.
+"""The runs folder's local Ray head (cluster/runs_folder/local_ray.py, its keeper cluster/runs_folder/ray_keeper.py): it
+outlives a kill -9 of its driver, a resume adopts it, two drivers share it, its keeper stops it (every process of it,
+checked by pid) once no driver and no draining shard worker is left, and a killed keeper takes it along, files and all.
 
 The keeper's rules are checked against stand-in heads (``tests/cluster/stand_in_keeper.py``: a process titled like
 `ray start --head` whose child is titled like a Ray shard-worker actor), the rest against real `ray start` heads.
@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster import ray_keeper
-from punchline.cluster.keeper import cmdline, folder_lock, is_kept, start_ticks
-from punchline.cluster.local_ray import LocalRay, ray_dir
-from punchline.cluster.ray_keeper import (
+from punchline.cluster.ray_cluster.ray_runtime import RaySettings
+from punchline.cluster.runs_folder import ray_keeper
+from punchline.cluster.runs_folder.keeper import cmdline, folder_lock, is_kept, start_ticks
+from punchline.cluster.runs_folder.local_ray import LocalRay, ray_dir
+from punchline.cluster.runs_folder.ray_keeper import (
     READY_TEXT,
     SLOW_START_TEXT,
     HeadRecord,
@@ -32,7 +33,6 @@ from punchline.cluster.ray_keeper import (
     read_head,
     session_processes,
 )
-from punchline.cluster.ray_runtime import RaySettings
 from punchline.data.errors import ConfigError
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
@@ -44,8 +44,8 @@ SETTINGS = RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)
 MEMBER = textwrap.dedent(
     """
     import sys
-    from punchline.cluster.local_ray import LocalRay
-    from punchline.cluster.ray_runtime import RaySettings
+    from punchline.cluster.runs_folder.local_ray import LocalRay
+    from punchline.cluster.ray_cluster.ray_runtime import RaySettings
     head = LocalRay(sys.argv[1], RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)).join()
     head.start()
     print("@", head.address, head.started, head.head.pid, flush=True)
@@ -209,7 +209,9 @@ def test_a_driver_leaves_the_head_to_a_keeper_at_work_on_it(
 
 
 def test_the_keeper_imports_no_logging_stack_and_no_ray() -> None:
-    probe = "import sys, punchline.cluster.ray_keeper; print(sorted({'structlog', 'ray'} & set(sys.modules)))"
+    probe = (
+        "import sys, punchline.cluster.runs_folder.ray_keeper; print(sorted({'structlog', 'ray'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -243,9 +245,9 @@ NOTEBOOK = textwrap.dedent(
     """
     import sys
     import ray
-    from punchline.cluster.run_services import LazyRay
-    from punchline.cluster.local_ray import LocalRay
-    from punchline.cluster.ray_runtime import RaySettings
+    from punchline.cluster.run.run_services import LazyRay
+    from punchline.cluster.runs_folder.local_ray import LocalRay
+    from punchline.cluster.ray_cluster.ray_runtime import RaySettings
     settings = RaySettings(num_cpus=1, object_store_bytes=100 * 1024 * 1024)
     with LocalRay(sys.argv[1], settings) as head:
         lazy = LazyRay(head, settings, lambda: None)
@@ -485,8 +487,8 @@ def _dashboard_member(runs: Path, *port: str) -> subprocess.Popen[str]:
 
 
 def test_ray_dashboard_flag_is_a_run_option_with_an_optional_port(capsys: pytest.CaptureFixture[str]) -> None:
-    from punchline.cluster.cli import build_parser
-    from punchline.cluster.cli_shared import run_options
+    from punchline.cluster.cli.main import build_parser
+    from punchline.cluster.cli.shared import run_options
 
     parser = build_parser()
     given = {

@@ -1,4 +1,4 @@
-"""The driver's own worker (cluster/local_worker.py, a child process: workers/local_process.py), without Ray,
+"""The driver's own worker (cluster/run/local_worker.py, a child process: workers/local_process.py), without Ray,
 against real Redis, a real store and the fake provider over HTTP: it works a queued stage to the end through
 the workers' own path; once stopped it takes no new unit, so a worker that takes over afterwards pays for
 nothing twice; it outlives a kill -9 of its driver only to finish and commit the calls it had in flight;
@@ -24,8 +24,8 @@ import redis
 import structlog
 import structlog.testing
 
-from punchline.cluster import driver, local_worker
-from punchline.cluster.local_worker import LocalWorker
+from punchline.cluster.run import driver, local_worker
+from punchline.cluster.run.local_worker import LocalWorker
 from punchline.data.provider_settings import ModelSettings
 from punchline.data.puns.completions import greedy_request
 from punchline.data.stores.local import LocalStore
@@ -169,8 +169,8 @@ def test_stopped_it_takes_no_new_unit_and_the_next_worker_pays_nothing_twice(
 DRIVER = """
 import fcntl, json, os, socket, sys, time, uuid
 import msgspec, redis
-from punchline.cluster import driver, local_worker
-from punchline.cluster.local_worker import LocalWorker
+from punchline.cluster.run import driver, local_worker
+from punchline.cluster.run.local_worker import LocalWorker
 from punchline.workers.driver_watch import driver_claim_key
 from punchline.workers.local_process import LocalJob
 job = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(), type=LocalJob)

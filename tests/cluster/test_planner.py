@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.planner import plan_run
+from punchline.cluster.run.planner import plan_run
 from punchline.workers.fake.server import FakeProviderServer
 
 
@@ -37,7 +37,7 @@ def test_plan_least_wall_time_follows_the_rate_limit(tmp_path: Path, make_config
 
 def test_plan_shows_the_batch_price_beside_the_online_price() -> None:
     from punchline.cluster.config import load_config
-    from punchline.cluster.planner import plan_run
+    from punchline.cluster.run.planner import plan_run
 
     estimates = plan_run(load_config(Path(__file__).resolve().parents[2] / "configs" / "demo.toml"))
     priced = [e for e in estimates if e.cost_usd > 0]

@@ -23,12 +23,12 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.driver import run
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipelines.prompts import pipeline as prompts
-from punchline.cluster.planner import plan_run
+from punchline.cluster.run.driver import run
+from punchline.cluster.run.planner import plan_run
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.prompts.outputs import read_jsonl
 from punchline.data.requests import ProviderResponse
@@ -187,7 +187,7 @@ def test_a_missing_template_field_stops_run_and_plan_with_one_line(
 
 
 def test_submit_ships_the_config_and_its_rows(tmp_path: Path) -> None:
-    from punchline.cluster.ray_jobs import stage
+    from punchline.cluster.ray_cluster.ray_jobs import stage
 
     rel = stage(str(DEMO), tmp_path / "job")
     files = sorted(p.relative_to(tmp_path / "job").as_posix() for p in (tmp_path / "job").rglob("*") if p.is_file())

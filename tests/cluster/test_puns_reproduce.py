@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
 from punchline.cluster.pipelines.puns.commands import render_reproduction
 from punchline.cluster.pipelines.puns.reproduce import (

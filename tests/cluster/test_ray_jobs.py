@@ -1,4 +1,4 @@
-"""Runs as Ray jobs (cluster/ray_jobs.py, ``punchline submit | jobs | logs | stop``).
+"""Runs as Ray jobs (cluster/ray_cluster/ray_jobs.py, ``punchline submit | jobs | logs | stop``).
 
 The slow test starts a real cluster with ``ray start`` (a head with its dashboard on 127.0.0.1 and a
 worker node), submits the demo from a user folder that has its own ``data/`` and ``cluster/``
@@ -23,10 +23,17 @@ from urllib.parse import urlsplit
 import msgspec
 import pytest
 
-from punchline.cluster.cli import build_parser
+from punchline.cluster.cli.main import build_parser
 from punchline.cluster.config import load_config, resolve_path
-from punchline.cluster.driver import RunOptions, RunRecord, run
-from punchline.cluster.ray_jobs import SubmitOptions, entrypoint, jobs_address, refuse_secrets, run_id_of, stage
+from punchline.cluster.ray_cluster.ray_jobs import (
+    SubmitOptions,
+    entrypoint,
+    jobs_address,
+    refuse_secrets,
+    run_id_of,
+    stage,
+)
+from punchline.cluster.run.driver import RunOptions, RunRecord, run
 from punchline.data.errors import ConfigError, InputError
 from tests.fixtures.ray_start import RayStartCluster
 
@@ -97,8 +104,8 @@ def test_the_dashboard_address_flag_then_environment_then_local() -> None:
 
 
 def test_status_of_a_submitted_run_reads_its_record_from_the_store(tmp_path: Path, capsys: Any) -> None:
-    from punchline.cluster.cli import main
-    from punchline.cluster.driver import Services
+    from punchline.cluster.cli.main import main
+    from punchline.cluster.run.driver import Services
     from punchline.data.stores import open_store
 
     record = RunRecord(
@@ -314,7 +321,7 @@ def test_submit_stop_resume_on_a_ray_start_cluster_matches_a_local_run(
     ],
 )
 def test_a_credential_in_any_form_never_goes_into_a_job(flag: str, url: str, capsys: Any) -> None:
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     with pytest.raises(ConfigError, match="carries a secret") as caught:
         refuse_secrets(SubmitOptions(**{flag: url}))
@@ -342,7 +349,7 @@ def test_urls_without_secrets_go_through_and_redaction_covers_every_form() -> No
 
 
 def test_a_job_takes_only_punchline_settings_as_environment() -> None:
-    from punchline.cluster.ray_jobs import check_submit_options, parse_env
+    from punchline.cluster.ray_cluster.ray_jobs import check_submit_options, parse_env
 
     env = parse_env(["PUNCHLINE_S3_OUTAGE_S=1200", "PUNCHLINE_RATE_RECOVER_WINDOW_S=30"])
     assert env == {"PUNCHLINE_S3_OUTAGE_S": "1200", "PUNCHLINE_RATE_RECOVER_WINDOW_S": "30"}
@@ -407,7 +414,7 @@ class _AuthDashboard:
 
 @pytest.mark.parametrize(("status", "word"), [(401, "set RAY_AUTH_TOKEN"), (403, "fix RAY_AUTH_TOKEN")])
 def test_a_token_auth_cluster_refusing_us_is_one_line_and_exit_2(status: int, word: str, capsys: Any) -> None:
-    from punchline.cluster.cli import main
+    from punchline.cluster.cli.main import main
 
     dashboard = _AuthDashboard(status)
     try:

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 import ray
 
-from punchline.cluster.ray_runtime import RaySettings, alive_nodes, all_nodes, cluster_cpus, ensure_ray, node_affinity
+from punchline.cluster.ray_cluster.ray_runtime import (
+    RaySettings,
+    alive_nodes,
+    all_nodes,
+    cluster_cpus,
+    ensure_ray,
+    node_affinity,
+)
 from punchline.data.errors import ConfigError
 from tests.fixtures.ray import timings_s
 
@@ -116,7 +123,7 @@ def test_a_local_ray_listens_on_the_loopback_only(ray_local: RaySettings) -> Non
 
     import psutil
 
-    from punchline.cluster.ray_runtime import _is_loopback
+    from punchline.cluster.ray_cluster.ray_runtime import _is_loopback
 
     gcs = ray.get_runtime_context().gcs_address
     assert gcs.startswith("127.0.0.1:"), gcs

@@ -8,8 +8,8 @@ import sys
 import threading
 from pathlib import Path
 
-from punchline.cluster.redis_folder import find_running, recorded_pid, server_info, serves_dir, stop_running
-from punchline.cluster.redis_server import EmbeddedRedis
+from punchline.cluster.runs_folder.redis_folder import find_running, recorded_pid, server_info, serves_dir, stop_running
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +49,8 @@ def test_a_unix_socket_server_is_found_and_stopped(tmp_path: Path) -> None:
 
 
 def test_the_keeper_imports_no_logging_stack() -> None:
-    probe = "import sys, punchline.cluster.redis_keeper; print(sorted({'structlog', 'ray'} & set(sys.modules)))"
+    probe = (
+        "import sys, punchline.cluster.runs_folder.redis_keeper; print(sorted({'structlog', 'ray'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

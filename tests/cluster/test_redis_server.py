@@ -17,8 +17,9 @@ import pytest
 import redis
 from redis.commands.core import AsyncScript, Script
 
-from punchline.cluster.local_redis import LocalRedis, redis_dir
-from punchline.cluster.redis_server import (
+from punchline.cluster.run.run_claim import RunClaim
+from punchline.cluster.runs_folder.local_redis import LocalRedis, redis_dir
+from punchline.cluster.runs_folder.redis_server import (
     LEDGER_COMMANDS,
     MIN_VERSION,
     EmbeddedRedis,
@@ -26,7 +27,6 @@ from punchline.cluster.redis_server import (
     server_version,
     serves_dir,
 )
-from punchline.cluster.run_claim import RunClaim
 from punchline.data.errors import ConfigError, LedgerUnavailable
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.stores.local import LocalStore

@@ -2,7 +2,7 @@
 
 A local store with a file where the run keeps keys, or a store guarded by another ledger right now, was refused
 (exit 2) only once the runs folder's ledger had started: ``runs/`` held 13 paths and a server ran. The checks now
-run in the preflight (``cluster/run_checks.py`` ``check_store_folders``, ``cluster/preflight.py``
+run in the preflight (``cluster/run/run_checks.py`` ``check_store_folders``, ``cluster/run/preflight.py``
 ``check_store_ledger``), before anything is created.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.cluster.cli import main
-from punchline.cluster.keeper import cmdline
-from punchline.cluster.store_guard import PREFIX, LedgerMark
+from punchline.cluster.cli.main import main
+from punchline.cluster.run.store_guard import PREFIX, LedgerMark
+from punchline.cluster.runs_folder.keeper import cmdline
 from punchline.data.response_cache import CACHE_PREFIX
 from punchline.data.stores.local import TMP_DIR
 

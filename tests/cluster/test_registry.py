@@ -12,10 +12,10 @@ import pytest
 
 import punchline
 from punchline.cluster import registry
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
 from punchline.cluster.pipeline import StageContext
-from punchline.cluster.planner import plan_run
+from punchline.cluster.run.planner import plan_run
 from punchline.data.errors import ConfigError
 from punchline.data.stores.local import LocalStore
 
@@ -25,25 +25,25 @@ ROOT = Path(punchline.__file__).parent
 # on purpose: the registry (it names the built-ins) and cluster/pipelines/ (the built-ins themselves, with their
 # command families: `punchline puns ...`, `import-legacy`, `punchline humor ...`).
 ENGINE = [
-    "cluster/driver.py",
+    "cluster/run/driver.py",
     "cluster/config.py",
-    "cluster/planner.py",
-    "cluster/coordinator.py",
+    "cluster/run/planner.py",
+    "cluster/run/coordinator.py",
     "cluster/pipeline.py",
     "cluster/pipeline_base.py",
-    "cluster/ray_jobs.py",
-    "cluster/cli.py",
-    "cluster/cli_shared.py",
-    "cluster/runs.py",
-    "cluster/status.py",
-    "cluster/retry_failed.py",
-    "cluster/run_batches.py",
-    "cluster/commands/run.py",
-    "cluster/commands/batches.py",
-    "cluster/commands/jobs.py",
-    "cluster/commands/__init__.py",
-    "cluster/commands/providers.py",
-    "cluster/commands/settings.py",
+    "cluster/ray_cluster/ray_jobs.py",
+    "cluster/cli/main.py",
+    "cluster/cli/shared.py",
+    "cluster/records/runs.py",
+    "cluster/records/status.py",
+    "cluster/records/retry_failed.py",
+    "cluster/records/run_batches.py",
+    "cluster/cli/commands/run.py",
+    "cluster/cli/commands/batches.py",
+    "cluster/cli/commands/jobs.py",
+    "cluster/cli/commands/__init__.py",
+    "cluster/cli/commands/providers.py",
+    "cluster/cli/commands/settings.py",
     # the workers and the schedulers, the simulated provider included: the pipelines' answers are theirs
     *sorted(str(p.relative_to(ROOT)) for top in ("workers", "schedulers") for p in (ROOT / top).rglob("*.py")),
 ]

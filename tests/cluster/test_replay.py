@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.cli import main
-from punchline.cluster.driver import RunOptions, run
+from punchline.cluster.cli.main import main
 from punchline.cluster.pipelines.puns.legacy import UPSTREAM_MODELS
+from punchline.cluster.run.driver import RunOptions, run
 from punchline.data.jsonio import decode_file
 from punchline.data.puns.schemas import RawCompletions
 from punchline.workers.fake.server import FakeProviderServer

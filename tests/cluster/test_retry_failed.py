@@ -1,5 +1,5 @@
-"""Which committed shards a resume and ``retry-failed`` drop (cluster/retry_failed.py), on a local store: a resume
-those whose failures include a retryable one, ``retry-failed`` those with any failure; then the manifests from
+"""Which committed shards a resume and ``retry-failed`` drop (cluster/records/retry_failed.py), on a local store: a
+resume those whose failures include a retryable one, ``retry-failed`` those with any failure; then the manifests from
 the first stage dropped from onwards, since later stages were planned from its results."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.cluster.retry_failed import drop_failed_shards
+from punchline.cluster.records.retry_failed import drop_failed_shards
 from punchline.data.run_layout import RunLayout
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, UnitResult

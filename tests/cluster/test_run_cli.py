@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow
@@ -74,8 +74,8 @@ def test_a_finished_run_answers_from_its_record_without_starting_a_service(
     def no_service(*args: object, **kwargs: object) -> None:
         raise AssertionError("a service was started for a run with nothing to do")
 
-    monkeypatch.setattr("punchline.cluster.driver.RunServices", no_service)
-    monkeypatch.setattr("punchline.cluster.run_services.ensure_ray", no_service)
+    monkeypatch.setattr("punchline.cluster.run.driver.RunServices", no_service)
+    monkeypatch.setattr("punchline.cluster.run.run_services.ensure_ray", no_service)
     assert cli(tmp_path, redis_url, "run", str(cfg), "--run-id", "done") == 0  # resumed: nothing to do
     assert "run done: finished" in capsys.readouterr().out
     assert main(["retry-failed", "done", "--runs-dir", str(tmp_path / "runs"), "--no-progress"]) == 0

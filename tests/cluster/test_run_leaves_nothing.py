@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.keeper import cmdline, stat_fields
-from punchline.cluster.local_ray import ray_dir
-from punchline.cluster.local_redis import redis_dir
-from punchline.cluster.ray_keeper import HeadRecord, read_head, session_processes
-from punchline.cluster.redis_folder import recorded_pid
+from punchline.cluster.runs_folder.keeper import cmdline, stat_fields
+from punchline.cluster.runs_folder.local_ray import ray_dir
+from punchline.cluster.runs_folder.local_redis import redis_dir
+from punchline.cluster.runs_folder.ray_keeper import HeadRecord, read_head, session_processes
+from punchline.cluster.runs_folder.redis_folder import recorded_pid
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
 from tests.cluster.test_faults import ROOT, wait_for
@@ -123,8 +123,8 @@ def test_kill_9_of_the_keepers_and_the_driver_leaves_nothing_running(
         session = Path(head.session_dir)
         assert session.is_relative_to(ray_dir(runs)) and any(session.glob("session_*/logs"))  # Ray's files: ours
         server = recorded_pid(redis_dir(runs))
-        killed = {"ledger": _keeper("punchline.cluster.redis_keeper", redis_dir(runs))}
-        killed["head"] = _keeper("punchline.cluster.ray_keeper", session.parent)
+        killed = {"ledger": _keeper("punchline.cluster.runs_folder.redis_keeper", redis_dir(runs))}
+        killed["head"] = _keeper("punchline.cluster.runs_folder.ray_keeper", session.parent)
         head_processes = set(session_processes(head.pid))
         titles = {pid: " ".join(Path(a).name for a in cmdline(pid)[:3])[:40] for pid in head_processes}
         owned = _descendants(proc.pid)  # the driver's worker, both keepers, the server, the head and its workers

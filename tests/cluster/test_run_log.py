@@ -1,10 +1,10 @@
-"""The run's log is copied into the store beside run.json (cluster/run_log.py)."""
+"""The run's log is copied into the store beside run.json (cluster/records/run_log.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from punchline.cluster.run_log import LogShipper
+from punchline.cluster.records.run_log import LogShipper
 from punchline.data.stores import open_store
 
 

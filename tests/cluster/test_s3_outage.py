@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
-from punchline.cluster.driver import RunOptions, run
+from punchline.cluster.run.driver import RunOptions, run
 from punchline.workers.fake.server import FakeProviderServer
 from tests.fixtures.s3 import BUCKET, REGION, TcpProxy
 
@@ -54,7 +54,17 @@ def test_s3_unreachable_for_20_s_mid_run_costs_no_call_and_no_byte(
     env.update(s3_env)
     env["PUNCHLINE_S3_ENDPOINT_URL"] = s3_proxy.url  # the driver and (forwarded) its workers go through the proxy
     env["PUNCHLINE_RAY_NUM_CPUS"] = "2"
-    argv = [sys.executable, "-m", "punchline.cluster.cli", "run", str(cfg), "--store", s3_url, "--run-id", "outage"]
+    argv = [
+        sys.executable,
+        "-m",
+        "punchline.cluster.cli.main",
+        "run",
+        str(cfg),
+        "--store",
+        s3_url,
+        "--run-id",
+        "outage",
+    ]
     argv += ["--redis-url", redis_url, "--runs-dir", str(tmp_path / "runs"), "--no-progress"]
     driver = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,7 @@ def test_a_key_missing_on_the_workers_fails_the_run_with_the_reason(
     tmp_path: Path, make_config, fake: FakeProviderServer, redis_url: str, ray_local: Any, monkeypatch
 ) -> None:
     """The driver has the variable but the (already running) workers do not: no endless restarts."""
-    from punchline.cluster.driver import RunOptions, run
+    from punchline.cluster.run.driver import RunOptions, run
     from punchline.data.errors import InfraError
 
     monkeypatch.setenv("PUNCHLINE_TEST_ONLY_IN_DRIVER", SECRET)
@@ -109,7 +109,7 @@ def test_a_default_run_keeps_every_credential_in_its_process(
     import ray
     from ray._private import state
 
-    from punchline.cluster.executors import shards
+    from punchline.cluster.run.executors import shards
 
     key_file = tmp_path / "keys" / "together.key"
     key_file.parent.mkdir()

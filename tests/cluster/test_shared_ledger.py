@@ -1,7 +1,7 @@
 """One ledger per runs folder: drivers share the embedded server, the last one to leave stops it, a
 killed driver does not keep it alive, and a second driver of a running run id refuses at once.
 
-The end-to-end tests start real drivers as subprocesses (``python -m punchline.cluster.cli run``) on
+The end-to-end tests start real drivers as subprocesses (``python -m punchline.cluster.cli.main run``) on
 the session's Ray and fake provider, with nothing configured: no --redis-url, no --store.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.keeper import live_clients
-from punchline.cluster.local_redis import LocalRedis, redis_dir
-from punchline.cluster.redis_server import EmbeddedRedis
-from punchline.cluster.run_claim import RunAlreadyRunning, RunClaim, claim_key
+from punchline.cluster.run.run_claim import RunAlreadyRunning, RunClaim, claim_key
+from punchline.cluster.runs_folder.keeper import live_clients
+from punchline.cluster.runs_folder.local_redis import LocalRedis, redis_dir
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 from punchline.workers.fake.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def test_drivers_share_one_server_and_the_last_to_leave_stops_it(tmp_path: Path)
 _JOINER = textwrap.dedent(
     """
     import sys, time
-    from punchline.cluster.local_redis import LocalRedis
+    from punchline.cluster.runs_folder.local_redis import LocalRedis
     ledger = LocalRedis(sys.argv[1]).join()
     print(ledger.public_url, flush=True)
     time.sleep(600)
@@ -160,7 +160,7 @@ def test_a_killed_drivers_claim_is_taken_over_at_once(redis_client: Any) -> None
 
 
 def _driver(cfg: Path, runs: Path, address: str, *extra: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "punchline.cluster.cli", "run", str(cfg), "--runs-dir", str(runs),
+    argv = [sys.executable, "-m", "punchline.cluster.cli.main", "run", str(cfg), "--runs-dir", str(runs),
             "--ray-address", address, "--no-progress", *extra]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("PUNCHLINE_REDIS_URL", "PUNCHLINE_STORE")}
     return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -1,4 +1,4 @@
-"""A store every node can see, or a refusal before any paid call (cluster/shared_store.py,
+"""A store every node can see, or a refusal before any paid call (cluster/ray_cluster/shared_store.py,
 data/stores/sentinel.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import boto3
 import pytest
 
 from punchline.cluster.config import load_config
-from punchline.cluster.ray_runtime import JOB_CONFIG_ENV, job_runtime_env
-from punchline.cluster.shared_store import config_store, refuse_job_working_dir
+from punchline.cluster.ray_cluster.ray_runtime import JOB_CONFIG_ENV, job_runtime_env
+from punchline.cluster.ray_cluster.shared_store import config_store, refuse_job_working_dir
 from punchline.data.errors import ConfigError, StoreError
 from punchline.data.stores import open_store
 from punchline.data.stores.sentinel import ensure_sees, plant, sees
@@ -79,7 +79,7 @@ def _clean_env(extra: dict[str, str]) -> dict[str, str]:
 def _run_cli(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "punchline.cluster.cli", "run", *args, "--no-progress"],
+        [sys.executable, "-m", "punchline.cluster.cli.main", "run", *args, "--no-progress"],
         env=env,
         capture_output=True,
         text=True,
@@ -137,7 +137,7 @@ def test_a_node_whose_workers_cannot_see_the_store_is_excluded_not_restarted(
 ) -> None:
     """A node with its own view of the store is left out of scheduling (not restarted in a loop); with
     no node left, the stage stops with the store's one line (here: the only, local, node)."""
-    from punchline.cluster.executors.shards import WorkerPool
+    from punchline.cluster.run.executors.shards import WorkerPool
     from punchline.workers.shard_worker import WorkerConfig
 
     sentinel = plant(open_store(str(tmp_path / "drivers-view")), "r1")

@@ -7,9 +7,9 @@ from typing import Any
 
 import msgspec
 
-from punchline.cluster.cli import main
-from punchline.cluster.driver import RunRecord, Services
-from punchline.cluster.ray_jobs import shorten
+from punchline.cluster.cli.main import main
+from punchline.cluster.ray_cluster.ray_jobs import shorten
+from punchline.cluster.run.driver import RunRecord, Services
 
 
 def _record(run_id: str) -> RunRecord:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from punchline.cluster.cli import main
-from punchline.cluster.redis_server import find_redis_server, free_port
+from punchline.cluster.cli.main import main
+from punchline.cluster.runs_folder.redis_server import find_redis_server, free_port
 from punchline.schedulers import lua
 from punchline.schedulers.ledger_access import LOADER_USER, RUN_USER, missing_scripts, setuser_lines
 

@@ -208,7 +208,7 @@ def test_the_stage_index_is_kept_for_the_next_start(served: tuple[ViewServer, Pa
 
 def test_the_command_prints_its_url_and_refuses_bad_flags(served: tuple[ViewServer, Path], tmp_path: Path) -> None:
     _, runs = served
-    cli = [sys.executable, "-m", "punchline.cluster.cli"]
+    cli = [sys.executable, "-m", "punchline.cluster.cli.main"]
     env = {**os.environ, "HOME": str(tmp_path)}
     proc = subprocess.Popen([*cli, "view", RUN, "--runs-dir", str(runs)], stdout=subprocess.PIPE, text=True, env=env)
     try:

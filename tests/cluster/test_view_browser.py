@@ -60,7 +60,7 @@ def test_view_in_a_browser(tmp_path: Path) -> None:
     )
     (tmp_path / "humor_demo.toml").write_text(config)
     driver = subprocess.Popen(
-        [sys.executable, "-m", "punchline.cluster.cli", "run", str(tmp_path / "humor_demo.toml"),
+        [sys.executable, "-m", "punchline.cluster.cli.main", "run", str(tmp_path / "humor_demo.toml"),
          "--runs-dir", str(runs), "--run-id", "humor-live", "--no-progress", "--metrics-port", str(metrics_port)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip

@@ -142,7 +142,7 @@ def test_a_real_runs_manifests_carry_their_shards_usage(tmp_path: Path) -> None:
     runs, store_dir = tmp_path / "runs", tmp_path / "store"
     env = {**os.environ, "HOME": str(tmp_path / "home")}
     done = subprocess.run(
-        [sys.executable, "-m", "punchline.cluster.cli", "run", "configs/demo.toml", "--run-id", "demo-usage",
+        [sys.executable, "-m", "punchline.cluster.cli.main", "run", "configs/demo.toml", "--run-id", "demo-usage",
          "--runs-dir", str(runs), "--store", str(store_dir), "--no-progress"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

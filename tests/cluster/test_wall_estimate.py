@@ -9,14 +9,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.cluster import wall_estimate as w
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import RunConfig, load_config
-from punchline.cluster.machine_load import MAX_SLOWDOWN, runnable_others, sample_runnable, slowdown
+from punchline.cluster.estimate import wall_estimate as w
+from punchline.cluster.estimate.machine_load import MAX_SLOWDOWN, runnable_others, sample_runnable, slowdown
 from punchline.cluster.pipeline import StageContext
-from punchline.cluster.planner import plan_run
+from punchline.cluster.records.run_record import RunRecord, Services
 from punchline.cluster.registry import pipeline_of
-from punchline.cluster.run_record import RunRecord, Services
+from punchline.cluster.run.planner import plan_run
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.run_layout import RunLayout

@@ -13,12 +13,12 @@ import msgspec
 import pytest
 
 import punchline
-from punchline.cluster.autoscale import AutoscaleSettings
-from punchline.cluster.cli import main
-from punchline.cluster.driver import RunOptions, RunRecord, Services
-from punchline.cluster.ray_jobs import JOB_ENV, SubmitOptions, refuse_secrets
-from punchline.cluster.ray_runtime import RaySettings
-from punchline.cluster.settings_doc import config_tables, reference
+from punchline.cluster.cli.main import main
+from punchline.cluster.cli.settings_doc import config_tables, reference
+from punchline.cluster.ray_cluster.autoscale import AutoscaleSettings
+from punchline.cluster.ray_cluster.ray_jobs import JOB_ENV, SubmitOptions, refuse_secrets
+from punchline.cluster.ray_cluster.ray_runtime import RaySettings
+from punchline.cluster.run.driver import RunOptions, RunRecord, Services
 from punchline.data import settings
 from punchline.data.errors import ConfigError
 from punchline.data.stores.s3 import S3Settings

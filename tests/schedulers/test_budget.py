@@ -10,7 +10,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from punchline.cluster.redis_server import free_port
+from punchline.cluster.runs_folder.redis_server import free_port
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.puns.completions import sample_request

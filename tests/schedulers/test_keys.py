@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import punchline
-from punchline.cluster.run_claim import claim_key
+from punchline.cluster.run.run_claim import claim_key
 from punchline.data import settings
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.schedulers import keys

@@ -13,7 +13,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from punchline.cluster.redis_server import free_port
+from punchline.cluster.runs_folder.redis_server import free_port
 from punchline.data.errors import LedgerUnavailable, RetryableProviderError
 from punchline.data.puns.completions import greedy_request
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter

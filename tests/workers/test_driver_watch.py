@@ -21,9 +21,9 @@ import msgspec
 import pytest
 import redis
 
-from punchline.cluster import local_worker
-from punchline.cluster.local_worker import LocalWorker
-from punchline.cluster.redis_server import EmbeddedRedis
+from punchline.cluster.run import local_worker
+from punchline.cluster.run.local_worker import LocalWorker
+from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 from punchline.data.provider_settings import ModelSettings
 from punchline.data.puns.completions import greedy_request
 from punchline.data.stores.local import LocalStore

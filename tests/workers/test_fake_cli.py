@@ -16,7 +16,7 @@ def test_fake_provider_command_serves_until_interrupted(tmp_path: Path) -> None:
     cfg = tmp_path / "fake.toml"
     cfg.write_text('status_for_model = { "bad-model" = 404 }\nseed = 5\n')
     proc = subprocess.Popen(
-        [sys.executable, "-m", "punchline.cluster.cli", "fake-provider", "--port", "0", "--config", str(cfg)],
+        [sys.executable, "-m", "punchline.cluster.cli.main", "fake-provider", "--port", "0", "--config", str(cfg)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -42,7 +42,7 @@ def test_bad_config_is_one_clear_error(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.toml"
     cfg.write_text("no_such_knob = 1\n")
     done = subprocess.run(
-        [sys.executable, "-m", "punchline.cluster.cli", "fake-provider", "--config", str(cfg)],
+        [sys.executable, "-m", "punchline.cluster.cli.main", "fake-provider", "--config", str(cfg)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
 from punchline.cluster.pipelines.puns.legacy import (
     UPSTREAM_CLASSIFY,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.cli import main
+from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
 from punchline.data.errors import ConfigError
 from punchline.data.provider_settings import ProviderSettings

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.driver import run
+from punchline.cluster.run.driver import run
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.prompts.outputs import read_jsonl
 from punchline.data.provider_settings import ProviderSettings

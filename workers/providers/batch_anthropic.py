@@ -4,7 +4,7 @@ Message batches carry no metadata, so a batch created by a driver that died befo
 found again by what only its intent could have written: the custom ids, prefixed with the intent's random tag
 (:func:`~punchline.workers.batch_provider.wire_id`). The listing narrows the candidates (request count,
 creation time); a candidate is the intent's batch only once its results carry exactly the intent's wire ids
-(see :mod:`punchline.cluster.executors.batches`). Results come as JSONL with one ``succeeded`` / ``errored`` /
+(see :mod:`punchline.cluster.run.executors.batches`). Results come as JSONL with one ``succeeded`` / ``errored`` /
 ``expired`` / ``canceled`` result per custom id. A request the API refuses is refused at create (a 400 naming
 it). SDK retries are off.
 """

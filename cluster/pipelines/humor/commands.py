@@ -10,7 +10,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from punchline.cluster.cli_shared import Subcommands, add_run_command, run_config
+from punchline.cluster.cli.shared import Subcommands, add_run_command, run_config
 from punchline.cluster.pipelines.humor.cli import summary
 from punchline.cluster.pipelines.humor.pipeline import PIPELINE, submission_of_run
 from punchline.data.errors import ConfigError

@@ -12,9 +12,9 @@ from pathlib import Path
 import msgspec
 
 from punchline.cluster.config import RunConfig, check_run_id, load_config, resolve_path
-from punchline.cluster.driver import RunRecord
 from punchline.cluster.pipelines.humor.settings import answers_artifact, settings_of
 from punchline.cluster.pipelines.humor.stages import answer_lines
+from punchline.cluster.run.driver import RunRecord
 from punchline.data.errors import InputError
 from punchline.data.humor.loaders import load_humor
 from punchline.data.humor.submission import answers_by_id, submission_files, write_submission

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from punchline.cluster.cli_shared import (
+from punchline.cluster.cli.shared import (
     Subcommands,
     add_run_options,
     exit_status,

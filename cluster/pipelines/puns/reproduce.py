@@ -21,9 +21,9 @@ from typing import Any
 import msgspec
 
 from punchline.cluster.config import RunConfig, load_config
-from punchline.cluster.driver import RunOptions, RunRecord
 from punchline.cluster.pipelines.puns import pipeline as puns
 from punchline.cluster.pipelines.puns.legacy import ImportReport, import_legacy, targets_from_config
+from punchline.cluster.run.driver import RunOptions, RunRecord
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.jsonio import atomic_write_bytes
 from punchline.data.puns.classify import candidates, merge_all

@@ -9,7 +9,7 @@ import pytest
 import structlog
 from rich.console import Console
 
-from punchline.cluster.commands._progress import Bars, Phase
+from punchline.cluster.cli.commands._progress import Bars, Phase
 from punchline.schedulers.ledger import StageCounters
 from punchline.workers.logs import add_listener, configure_logging, reset_logging
 
@@ -75,7 +75,7 @@ def test_a_wait_on_a_look_alike_is_said_with_its_growing_age_and_the_command_tha
     """Issue 39 item 5: the line names the batch an intent waits on, its age (which grows while the line is shown)
     and the command that ends the wait; without the bars (``--no-progress``) the same is one line on stderr, and
     so is the wait's end."""
-    from punchline.cluster.commands._progress import Notices
+    from punchline.cluster.cli.commands._progress import Notices
 
     now = [100.0]
     phase = Phase(clock=lambda: now[0])

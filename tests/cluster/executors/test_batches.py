@@ -14,8 +14,8 @@ import pytest
 import redis
 from rich.console import Console
 
-from punchline.cluster.executors.batches import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
-from punchline.cluster.run_batches import declare_not_ours
+from punchline.cluster.records.run_batches import declare_not_ours
+from punchline.cluster.run.executors.batches import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
 from punchline.data.errors import BudgetExceeded, InputError
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.puns.completions import sample_request
@@ -743,7 +743,7 @@ def test_a_wait_on_a_look_alike_says_which_how_old_and_how_to_end_it_and_not_our
     progress line, and ``--no-progress``'s stderr, read it): the batch, its age, the command that releases it. Its
     looks back off (here to 30 s, as a minute-long wait would), but between two looks it reads the store's not-ours
     record every ``not_ours_poll_s``, so ``punchline batches RUN --not-ours ID`` ends the wait within seconds."""
-    from punchline.cluster.commands._tables import batch_table, waiting_lines
+    from punchline.cluster.cli.commands._tables import batch_table, waiting_lines
     from punchline.workers.logs import add_listener, configure_logging, reset_logging
 
     configure_logging(tmp_path / "log", console=False)  # the listeners see what the run logs

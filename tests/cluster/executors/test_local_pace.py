@@ -1,4 +1,4 @@
-"""When a local run starts Ray: the driver's own worker's pace and CPU decide (cluster/executors/local_pace.py)."""
+"""When a local run starts Ray: the driver's own worker's pace and CPU decide (cluster/run/executors/local_pace.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from punchline.cluster.executors.local_pace import (
+from punchline.cluster.run.executors.local_pace import (
     CPU_BOUND_SHARE,
     LOCAL_ALONE_S,
     PACE_WINDOW_S,

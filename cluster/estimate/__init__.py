@@ -1,0 +1,1 @@
+"""How long a run will take: the wall-time model, the calls' time and the machine's load."""

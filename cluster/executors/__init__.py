@@ -1,2 +1,0 @@
-"""The executors of a stage (the interface is :mod:`punchline.cluster.executor`): ``shards`` (workers call the
-providers online) and ``batches`` (provider batch APIs first, then the shards find the answers cached)."""

@@ -1,0 +1,237 @@
+"""``punchline plan``: what a run will ask of its providers, before anything is called.
+
+Stages whose units depend on earlier results cannot be expanded exactly before those results exist;
+for them the plan shows the upper bound the pipeline's ``estimate`` states, and says so.
+
+Each stage's calls are timed too (``calls_s``, :mod:`punchline.cluster.estimate.call_time`): only the requests the
+response cache does not answer are called, when the plan is given the cache (``cached``); an upper-bound
+stage's requests are synthetic, so it takes the cached share of the exact stages before it (the same
+earlier answers give the same later requests). ``cluster/estimate/wall_estimate.py`` adds the run's fixed costs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable
+
+import msgspec
+
+from punchline.cluster.config import RunConfig
+from punchline.cluster.estimate.call_time import SlotTime, call_s, simulated
+from punchline.cluster.estimate.wall_estimate import CacheLookup
+from punchline.cluster.pipeline import StageContext, pipeline_code
+from punchline.cluster.registry import pipeline_of
+from punchline.cluster.run.executor import stage_providers
+from punchline.data.errors import ConfigError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.simulator import FakeConfig
+from punchline.data.stores.local import LocalStore
+from punchline.data.units import UnitSpec
+from punchline.schedulers.budget import estimate_request_cost
+from punchline.schedulers.rate_limit import estimate_tokens
+from punchline.workers.providers import kind_of, wire_calls
+
+
+class StageEstimate(msgspec.Struct, kw_only=True):
+    stage: str
+    requests: int
+    exact: bool
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    min_wall_s: float
+    batch_cost_usd: float = 0.0  # the same requests through the providers' batch APIs
+    mode: str = "online"  # how the config sends them: online, batch, or online+batch (some providers each)
+    mode_cost_usd: float = 0.0  # what they cost sent as configured (each provider's, or the stage's, mode)
+    note: str = ""
+    units: int = 0
+    # the expected time of the stage's calls (call_time.py): with every request called (a fresh cache), and
+    # with only those the response cache does not answer (``cached_requests`` of ``requests`` are answered)
+    all_calls_s: float = 0.0
+    calls_s: float = 0.0
+    cached_requests: int = 0
+    providers: int = 0  # the providers its requests call online (the driver's worker holds one's call places)
+
+
+def _check_batch_api(cfg: RunConfig, stage: str, provider: str, settings: ProviderSettings) -> None:
+    """A stage whose mode sends a provider's units in batches needs a provider kind with a batch API."""
+    if not kind_of(settings.kind).has_batches:
+        raise ConfigError(
+            f'stage {stage} sends its {provider} units in batches (mode = "batch"), but kind '
+            f'{settings.kind!r} has no batch API: set the stage\'s mode = "online"',
+            file=cfg.source or None,
+            record=f"providers.{provider}",
+            field="kind",
+        )
+
+
+class _Load:
+    """Requests and tokens per provider and per model: what the rate limits bound."""
+
+    def __init__(self) -> None:
+        self.req: dict[str, int] = defaultdict(int)
+        self.tok: dict[str, int] = defaultdict(int)
+        self.model_req: dict[tuple[str, str], int] = defaultdict(int)
+        self.model_tok: dict[tuple[str, str], int] = defaultdict(int)
+
+    def add(self, provider: str, model: str, calls: int, tokens: int) -> None:
+        self.req[provider] += calls
+        self.tok[provider] += tokens
+        self.model_req[(provider, model)] += calls
+        self.model_tok[(provider, model)] += tokens
+
+
+def _min_wall_s(cfg: RunConfig, load: _Load) -> float:
+    """The least wall time the rate limits allow for these requests and tokens: the slowest of the providers'
+    limits (all models together) and any model's own."""
+    wall = 0.0
+    for name, n in load.req.items():
+        s = cfg.providers[name]
+        if s.requests_per_minute:
+            wall = max(wall, n / s.requests_per_minute * 60)
+        if s.tokens_per_minute:
+            wall = max(wall, load.tok[name] / s.tokens_per_minute * 60)
+    for (name, model), n in load.model_req.items():
+        m_rpm, m_tpm = cfg.providers[name].model_limits(model)
+        if m_rpm:
+            wall = max(wall, n / m_rpm * 60)
+        if m_tpm:
+            wall = max(wall, load.model_tok[(name, model)] / m_tpm * 60)
+    return wall
+
+
+class _Calls:
+    """The online requests of a stage (rate limits and call slots) and whether any go in batches."""
+
+    def __init__(self) -> None:
+        self.load = _Load()
+        self.slots = SlotTime()
+        self.batch_delay_s: float | None = None  # None: no request goes in batches
+
+    def wall_s(self, cfg: RunConfig) -> float:
+        return max(_min_wall_s(cfg, self.load), self.slots.wall_s(cfg), self.batch_delay_s or 0.0)
+
+
+def _estimate(
+    cfg: RunConfig,
+    stage: str,
+    units: Iterable[UnitSpec],
+    exact: bool,
+    note: str = "",
+    cached: CacheLookup | None = None,
+) -> StageEstimate:
+    """Requests, tokens, dollars and the least wall time the rate limits allow (limits are per provider,
+    all models together, plus any model's own); the expected time of its calls, of the uncached ones."""
+    as_run = stage_providers(cfg.providers, cfg.stage_mode(stage))  # a stage's own mode over its providers'
+    modes: set[str] = set()
+    mode_usd = 0.0
+
+    every = _Load()
+    fresh, uncached = _Calls(), _Calls()  # every request called; only those the cache does not answer
+    tin = tout = n_units = hits = 0
+    usd = batch_usd = 0.0
+    for u in units:
+        n_units += 1
+        settings = cfg.provider(u.request.provider)
+        check_model(cfg, stage, u.request.provider, u.request.model)
+        calls = wire_calls(settings, u.request)
+        i, o, c = estimate_request_cost(settings, u.request, calls)  # the most it may cost (what the cap holds)
+        paced = estimate_tokens(u.request)  # what the rate limiter reserves for it (a likely figure)
+        tin, tout, usd = tin + i, tout + o, usd + c
+        batch_usd += c * settings.batch_price_factor
+        mode = as_run[u.request.provider].mode
+        if mode == "batch":  # a stage's own mode asked for batches
+            _check_batch_api(cfg, stage, u.request.provider, settings)
+        modes.add(mode)
+        mode_usd += c * settings.batch_price_factor if mode == "batch" else c
+        every.add(u.request.provider, u.request.model, calls, paced)
+        hit = cached is not None and cached(u.request)
+        hits += calls if hit else 0
+        for timed in (fresh,) if hit else (fresh, uncached):
+            if mode == "batch":  # a batch's time is the provider's, not the slots': the simulator's knob says it
+                sim = cfg.simulator or FakeConfig()
+                timed.batch_delay_s = sim.batch_delay_s if simulated(settings) else 0.0
+            else:
+                timed.load.add(u.request.provider, u.request.model, calls, paced)
+                per_call_s = call_s(cfg, settings, u.request.model, o // max(1, calls))
+                timed.slots.add(u.request.provider, u.request.model, calls * per_call_s)
+    return StageEstimate(
+        stage=stage,
+        requests=sum(every.model_req.values()),
+        exact=exact,
+        input_tokens=tin,
+        output_tokens=tout,
+        cost_usd=usd,
+        batch_cost_usd=batch_usd,
+        mode="+".join(sorted(modes)) or "online",
+        mode_cost_usd=mode_usd,
+        min_wall_s=_min_wall_s(cfg, every),
+        note=note,
+        units=n_units,
+        all_calls_s=fresh.wall_s(cfg),
+        calls_s=uncached.wall_s(cfg),
+        cached_requests=hits,
+        providers=len(fresh.load.req),
+    )
+
+
+def check_model(cfg: RunConfig, stage: str, provider: str, model: str) -> None:
+    """A stage may call only a configured model: a nickname it names unknown to the provider would
+    reach the provider as a model id, priced at $0 and so out of the budget cap's sight."""
+    settings = cfg.provider(provider)
+    if settings.price(model) is not None:
+        return
+    known = ", ".join(sorted(settings.models)) or "none configured"
+    raise ConfigError(
+        f"stage {stage} calls model {model!r}, which is not a nickname or id in [providers.{provider}.models] "
+        f"(known: {known}): fix the stage's model or add the model with its prices",
+        file=cfg.source or None,
+        field=f"providers.{provider}.models",
+    )
+
+
+def plan_run(cfg: RunConfig, cached: CacheLookup | None = None) -> list[StageEstimate]:
+    """Every stage with calls, expanded; ``cached``: the response cache, asked about each exact request."""
+    out: list[StageEstimate] = []
+    asked = answered = 0  # requests of the exact stages so far, and how many the cache answers
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = StageContext(cfg, "plan", LocalStore(tmp))
+        for stage in pipeline_of(cfg).stages(cfg):
+            try:
+                with pipeline_code(cfg.run.pipeline, stage, "plan", passing=(FileNotFoundError,)):
+                    estimate = _estimate(cfg, stage.name, stage.plan(ctx), exact=True, cached=cached)
+            except FileNotFoundError:
+                out.append(_as_cached(_upper_bound(cfg, stage.name), answered / asked if asked else 0.0))
+                continue
+            asked, answered = asked + estimate.requests, answered + estimate.cached_requests
+            if estimate.requests:
+                out.append(estimate)
+    return out
+
+
+def _as_cached(estimate: StageEstimate, share: float) -> StageEstimate:
+    """An upper-bound stage whose earlier stages' answers are ``share`` cached: as much of its own is taken
+    to be (a rerun's earlier answers are the same, so its later requests are too)."""
+    if not share:
+        return estimate
+    return msgspec.structs.replace(
+        estimate, cached_requests=round(estimate.requests * share), calls_s=estimate.all_calls_s * (1 - share)
+    )
+
+
+def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
+    """Units of a stage that needs earlier results: the most the pipeline says it can have."""
+    units = list(pipeline_of(cfg).estimate(cfg, stage))
+    if units:
+        return _estimate(cfg, stage, units, exact=False, note="upper bound: depends on earlier results")
+    return StageEstimate(
+        stage=stage,
+        requests=0,
+        exact=False,
+        input_tokens=0,
+        output_tokens=0,
+        cost_usd=0.0,
+        min_wall_s=0.0,
+        note="no provider calls",
+    )

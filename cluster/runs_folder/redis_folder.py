@@ -1,0 +1,187 @@
+"""The Redis server already serving a folder, seen from outside it: the folder's lock record, whether the server
+that answers is the process that record names, and stopping it.
+
+Why a module of its own, without a Redis client library: the runs folder's keeper
+(``cluster/runs_folder/redis_keeper.py``, a process of its own beside every local run) needs only these, once every two
+seconds. Through redis-py it paid a quarter of a CPU second a run to import redis, OpenTelemetry (which redis-py loads
+when it is installed) and structlog; one ``AUTH`` and one ``INFO server`` over a socket cost a millisecond. The embedded
+server (``cluster/runs_folder/redis_server.py``) writes the record and uses these to find and stop a running server too.
+
+The record (``redis.lock``, JSON) is written by the server's starter while it holds the file's lock; a server
+counts as running only while someone holds that lock *and* the server at the recorded URL reports the recorded
+process id and run id (a port is reused by other servers within minutes on a busy machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import quote, unquote, urlsplit
+
+from punchline.cluster.runs_folder.private_files import open_private, read_password, read_private
+from punchline.data.errors import LedgerUnavailable
+from punchline.data.redaction import REDACTED
+
+LOCK_FILE = "redis.lock"  # the server's record, locked while its starter lives
+PASSWORD_FILE = "password"  # the server's password (0600), beside the record
+
+
+def _recorded(folder: Path) -> dict[str, object] | None:
+    """The folder's record as its server's starter wrote it (held or not), None when there is none."""
+    try:
+        record = json.loads(read_private(folder / LOCK_FILE) or "")
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def lock_record(folder: Path) -> dict[str, object] | None:
+    """The lock file's record if a live process holds the folder's lock, else None."""
+    lock_path = folder / LOCK_FILE
+    try:
+        fd = open_private(lock_path, os.O_RDONLY)
+    except (OSError, LedgerUnavailable):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # nobody holds it: no server
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+    return _recorded(folder)
+
+
+def recorded_pid(folder: Path) -> int:
+    """The process id the folder's record names (held or not), 0 when there is none."""
+    record = _recorded(folder)
+    try:
+        return int(str(record["pid"])) if record is not None else 0
+    except (ValueError, KeyError):
+        return 0
+
+
+def _command(*words: str) -> bytes:
+    """One command in RESP, the protocol's request form (an array of bulk strings)."""
+    parts = [f"*{len(words)}\r\n".encode()]
+    for word in words:
+        data = word.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def _reply(stream: BinaryIO) -> bytes | None:
+    """One reply: a status or a bulk string's bytes; None for an error or anything else."""
+    head = stream.readline()
+    if head.startswith(b"+"):
+        return head[1:].rstrip(b"\r\n")
+    if head.startswith(b"$"):
+        size = int(head[1:])
+        if size < 0:
+            return None
+        body = b""
+        while len(body) < size + 2:
+            chunk = stream.read(size + 2 - len(body))
+            if not chunk:
+                return None
+            body += chunk
+        return body[:size]
+    return None  # "-ERR ..." (a wrong password, a command refused) or not Redis at all
+
+
+def _connect(url: str, timeout_s: float) -> socket.socket | None:
+    """A socket to the server at ``url`` (``redis://host:port/db`` or ``unix:///path``), None for another form."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix" and parts.path:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(parts.path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    if parts.scheme == "redis" and parts.hostname:
+        return socket.create_connection((parts.hostname, parts.port or 6379), timeout=timeout_s)
+    return None
+
+
+def server_info(url: str, *, timeout_s: float = 2.0) -> dict[str, str] | None:
+    """``INFO server`` of the Redis at ``url`` (``redis://[user:password@]host:port/db`` or
+    ``unix://[:password@]/path``) as a dict, None when nothing answers there, it refuses the password, or it does
+    not speak Redis."""
+    parts = urlsplit(url)
+    words = [unquote(w) for w in (parts.username, parts.password) if w]
+    try:
+        sock = _connect(url, timeout_s)
+        if sock is None:
+            return None
+        with sock, sock.makefile("rb") as stream:
+            sock.sendall((_command("AUTH", *words) if parts.password else b"") + _command("INFO", "server"))
+            if parts.password and _reply(stream) is None:
+                return None
+            text = _reply(stream)
+    except (OSError, ValueError):
+        return None
+    if text is None:
+        return None
+    info = {}
+    for line in text.decode(errors="replace").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and not line.startswith("#"):
+            info[key] = value
+    return info
+
+
+def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float = 2.0) -> bool:
+    """Whether the Redis at ``url`` answers and is the server recorded in ``data_dir``'s lock file
+    (same process id and server run id).
+
+    Use before reusing a server recorded by an earlier (killed) driver: the port may since have
+    been taken by another run's server, which must not be mistaken for ours.
+    """
+    record = _recorded(Path(data_dir))
+    info = server_info(url, timeout_s=timeout_s) if record is not None else None
+    if info is None or record is None:
+        return False
+    with contextlib.suppress(ValueError, TypeError):
+        return info.get("run_id", "") == str(record.get("server_id")) and int(info.get("process_id", "-1")) == int(
+            str(record.get("pid", -2))
+        )
+    return False
+
+
+def find_running(data_dir: str | os.PathLike[str]) -> str | None:
+    """The URL (with password) of a live server already serving ``data_dir`` (e.g. left by a
+    killed driver), else None. Reuse it instead of starting a second server on the same files."""
+    folder = Path(data_dir).resolve()
+    record = lock_record(folder)
+    password = read_password(folder / PASSWORD_FILE)
+    if record is None or password is None:
+        return None
+    public = str(record.get("url", ""))
+    url = public.replace(f":{REDACTED}@", f":{quote(password, safe='')}@", 1)
+    return url if serves_dir(url, folder) else None
+
+
+def stop_running(data_dir: str | os.PathLike[str], timeout_s: float = 15.0) -> bool:
+    """Stop the server serving ``data_dir`` (started by any process): SIGTERM once its identity
+    is checked, then wait for the folder's lock to be released. False if none was running."""
+    folder = Path(data_dir).resolve()
+    url = find_running(folder)
+    record = lock_record(folder)
+    if url is None or record is None:
+        return False
+    with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
+        os.kill(int(str(record["pid"])), signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while lock_record(folder) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True
