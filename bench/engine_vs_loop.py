@@ -255,8 +255,8 @@ class CpuMeter:
 def plan_requests(config: Path) -> list[Any]:
     from punchline.cluster.config import load_config
     from punchline.cluster.pipeline import StageContext
-    from punchline.cluster.pipelines.puns.pipeline import CollectStage
     from punchline.data.stores.local import LocalStore
+    from punchline.pipelines.puns.pipeline import CollectStage
 
     cfg = load_config(config)
     with tempfile.TemporaryDirectory() as tmp:

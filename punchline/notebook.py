@@ -40,9 +40,9 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from punchline.cluster.stages.rows import FORMATS
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.prompts.rows import FORMATS
 from punchline.schedulers.ledger import StageCounters
 
 NOTEBOOK_DIR = "_notebook"  # under the runs folder: the configs and data files this module writes

@@ -21,8 +21,8 @@ import pytest
 
 import punchline
 from punchline.cluster.run.driver import RunRecord
+from punchline.cluster.stages.rows import load_rows
 from punchline.data.errors import ConfigError, InputError, PunchlineError
-from punchline.data.prompts.rows import load_rows
 from punchline.notebook import data_file, provider_tables
 
 REPO = Path(__file__).resolve().parents[1]

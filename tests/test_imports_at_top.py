@@ -31,7 +31,7 @@ HEAVY = {
 
 # Our own modules that import a heavy library at their top: importing one of them is importing it.
 HEAVY_OURS = {
-    "punchline.data.puns.plots": "matplotlib",
+    "punchline.pipelines.puns.data.plots": "matplotlib",
     "punchline.data.stores.s3": "boto3",
     "punchline.workers.providers.openai_compat": "openai",
     "punchline.workers.providers.batch_openai": "openai",

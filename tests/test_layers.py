@@ -29,9 +29,9 @@ FLOORS: dict[str, int] = {
     "punchline.cluster.run.run_services": 4,  # the services one run holds open (the driver opens them)
     "punchline.cluster.run.planner": 4,
     "punchline.cluster.run.run_checks": 4,
-    "punchline.cluster.pipelines": 4,
-    "punchline.cluster.pipelines.puns.commands": 5,  # a pipeline's own command family (`punchline puns ...`)
-    "punchline.cluster.pipelines.humor.commands": 5,
+    "punchline.pipelines": 4,
+    "punchline.pipelines.puns.commands": 5,  # a pipeline's own command family (`punchline puns ...`)
+    "punchline.pipelines.humor.commands": 5,
     "punchline.cluster.records.runs": 4,  # a run's record and the list of runs (commands print them)
     "punchline.cluster.records.status": 4,
     "punchline.cluster.records.retry_failed": 4,
@@ -152,29 +152,38 @@ def test_layers_are_not_top_level_packages(name: str) -> None:
     assert done.returncode == 0, f"`import {name}` reaches the project: {done.stdout}{done.stderr}"
 
 
-# the pipelines' own data code: a package of data/ per built-in pipeline's data (curate's is Puns')
-PIPELINE_DATA = ("punchline.data.puns", "punchline.data.humor", "punchline.data.prompts")
-# who may import it: the pipelines, and the plug-in facade and notebook (Generate/Judge are prompts' machinery)
-PIPELINE_DATA_USERS = ("punchline.cluster.pipelines", "punchline.plugin", "punchline.notebook")
+PIPELINES = "punchline.pipelines"  # the built-in pipelines: one package each, found through entry points
+# imports between two pipelines, each with its reason: curate writes Puns' input file (puns_205.json), so its records
+# are Puns' schema and it checks the file with Puns' own reader
+BETWEEN_PIPELINES = {
+    ("punchline.pipelines.curate", "punchline.pipelines.puns.data.schemas"),
+    ("punchline.pipelines.curate", "punchline.pipelines.puns.data.puns_io"),
+}
 
 
-def _within(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
 
 
-def test_the_shared_vocabulary_is_apart_from_pipeline_data() -> None:
-    """``data/`` holds two things: the shared vocabulary, storage and settings (its modules and ``stores/``),
-    which every floor speaks, and each pipeline's data code (``data/puns/``, ``humor/``, ``prompts/``), which
-    only pipelines use. The engine and the vocabulary never import a pipeline's data, and one pipeline's data
-    never imports another's: a workload's logic cannot leak into the engine by an import."""
+def _pipeline_of(module: str) -> str | None:
+    """``punchline.pipelines.<name>`` of a module inside a built-in pipeline's package, else None."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if _within(module, PIPELINES) and len(parts) > 2 else None
+
+
+def test_the_engine_imports_no_pipeline() -> None:
+    """Each built-in pipeline is one package under ``pipelines/`` (its stages, data code, simulator hooks, commands
+    and report), registered through the same entry points a plug-in uses. Nothing outside ``pipelines/`` imports
+    one (not even under ``TYPE_CHECKING``), and one pipeline imports another only where ``BETWEEN_PIPELINES`` says
+    why: a workload's logic cannot leak into the engine, or into another workload, by an import."""
     found = modules()
-    assert any(_within(m, PIPELINE_DATA) for m, _ in found), "the walk found the pipelines' data packages"
+    assert any(_pipeline_of(m) for m, _ in found), "the walk found the pipelines' packages"
     leaks = []
     for module, path in found:
-        own = next((p for p in PIPELINE_DATA if _within(module, (p,))), None)
+        own = _pipeline_of(module)
         for line, target in imports_of(module, path):
-            theirs = next((p for p in PIPELINE_DATA if _within(target, (p,))), None)
-            if theirs is None or theirs == own or _within(module, PIPELINE_DATA_USERS):
+            theirs = _pipeline_of(target)
+            if theirs is None or theirs == own or (own, target) in BETWEEN_PIPELINES:
                 continue
             leaks.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {target}")
-    assert leaks == [], "pipeline data imported outside the pipelines:\n" + "\n".join(leaks)
+    assert leaks == [], "a pipeline imported outside its package:\n" + "\n".join(leaks)

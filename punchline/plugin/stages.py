@@ -1,7 +1,7 @@
 """The common shape of an LLM study as two stages a plug-in composes: ``Generate`` (rows x models x n samples,
 parsed) and ``Judge`` (a second model reads each answer), each with an optional ``reduce`` of its own.
 
-They are the generic prompts pipeline's machinery (:mod:`punchline.cluster.pipelines.prompts.pipeline`: the same
+They are the generic prompts pipeline's machinery (:mod:`punchline.cluster.stages.generate`: the same
 Jinja2 templates, parsers, row loaders, units, cost columns and output files), given their settings as
 arguments instead of a ``[prompts]`` table: a stage builds that table from its arguments, runs the built-in
 stage over it, and keeps the artifacts under its own name (``<stage>.jsonl`` and ``<stage>.parquet``, the
@@ -26,10 +26,11 @@ import structlog
 from punchline.cluster.config import RunConfig
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipeline_base import default_provider, model_provider
-from punchline.cluster.pipelines.prompts import pipeline as builtin
+from punchline.cluster.stages import generate as builtin
+from punchline.cluster.stages.compiled import CompiledPrompts
+from punchline.cluster.stages.settings import PromptsSettings
 from punchline.data.errors import ConfigError, InputError, PluginError, PunchlineError, code_line
 from punchline.data.jsonio import validation_location
-from punchline.data.prompts.settings import PromptsSettings
 from punchline.data.units import UnitResult, UnitSpec
 from punchline.notebook import parse_table
 
@@ -111,7 +112,7 @@ class _Composed:
                 record, key, detail = validation_location(exc)
                 field = ".".join(k for k in (_TABLE, record, key) if k)
                 raise ConfigError(detail, file=cfg.source or None, field=field) from None
-            builtin.PIPELINE.check_settings(settings, cfg.source)
+            CompiledPrompts(settings, file=cfg.source)
         return _StageConfig(
             run=cfg.run,
             providers=cfg.providers,

@@ -13,8 +13,8 @@ import pytest
 
 from punchline.cluster.cli.main import main
 from punchline.cluster.run.driver import RunRecord, Services
-from punchline.data.puns.completions import sample_request
 from punchline.data.stores.local import LocalStore
+from punchline.pipelines.puns.data.completions import sample_request
 from punchline.schedulers.batches import BatchRecord, cancel_requested, declared_foreign, record_path
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters

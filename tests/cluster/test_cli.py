@@ -38,8 +38,8 @@ def test_the_pipelines_commands_come_from_their_entry_points() -> None:
     """`punchline puns`, `humor` and `import-legacy` are the built-in pipelines' own, found as a plug-in's are."""
     index = commands.index()
     assert not {"puns", "humor", "import-legacy"} & set(commands.INDEX)
-    assert index["puns"].module == index["import-legacy"].module == "punchline.cluster.pipelines.puns.commands"
-    assert index["humor"].module == "punchline.cluster.pipelines.humor.commands"
+    assert index["puns"].module == index["import-legacy"].module == "punchline.pipelines.puns.commands"
+    assert index["humor"].module == "punchline.pipelines.humor.commands"
 
 
 def test_the_whole_parser_still_parses_every_command() -> None:
@@ -60,8 +60,8 @@ def _modules_after(argv: list[str]) -> set[str]:
 def test_help_imports_no_command_module_and_no_heavy_library() -> None:
     loaded = _modules_after(["--help"])
     assert not {m for m in loaded if m.startswith("punchline.cluster.cli.commands.")}
-    light = {f"punchline.cluster.pipelines.{p}{cli}" for p in ("puns", "humor") for cli in ("", ".cli")}
-    assert {m for m in loaded if m.startswith("punchline.cluster.pipelines.")} <= light  # their index, no stage
+    light = {f"punchline.pipelines.{p}{cli}" for p in ("puns", "humor") for cli in ("", ".cli")}
+    assert {m for m in loaded if m.startswith("punchline.pipelines.")} <= light  # their index, no stage
     heavy = {"ray", "redis", "structlog", "rich", "openai", "anthropic", "boto3", "matplotlib", "pyarrow", "jinja2"}
     assert not heavy & {m.partition(".")[0] for m in loaded}
 

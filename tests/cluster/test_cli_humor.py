@@ -95,7 +95,7 @@ def test_score_bad_prediction_line_names_the_line(tmp_path: Path, capsys: pytest
 
 def test_run_takes_the_run_options_and_names_a_missing_config(capsys: pytest.CaptureFixture[str]) -> None:
     from punchline.cluster.cli.main import build_parser
-    from punchline.cluster.pipelines.humor.commands import cmd_run
+    from punchline.pipelines.humor.commands import cmd_run
 
     args = build_parser().parse_args(["humor", "run", "--store", "s3://b/p", "configs/humor.toml", "--offline"])
     assert args.func is cmd_run and args.config == "configs/humor.toml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from punchline.cluster.cli.main import main
-from punchline.data.puns.cloze_report import classify_word
+from punchline.pipelines.puns.data.cloze_report import classify_word
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

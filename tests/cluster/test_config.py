@@ -73,7 +73,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_humor_answers_may_be_256_tokens_long_by_default() -> None:
-    from punchline.cluster.pipelines.humor.pipeline import HumorSettings
+    from punchline.pipelines.humor.pipeline import HumorSettings
 
     assert HumorSettings(data="x.json", provider="p", models=["m"]).max_tokens == 256  # lm-eval's default
 

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import pytest
 
 from punchline.cluster.run.driver import RunOptions, RunRecord, run
-from punchline.data.puns.curation import load_candidates
-from punchline.data.puns.puns_io import load_puns
+from punchline.pipelines.curate.curation import load_candidates
+from punchline.pipelines.puns.data.puns_io import load_puns
 from punchline.workers.fake.server import FakeProviderServer
 
 CANDIDATES = Path(__file__).resolve().parents[2] / "data" / "samples" / "candidate_jokes.json"

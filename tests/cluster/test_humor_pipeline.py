@@ -14,17 +14,17 @@ import pytest
 from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
 from punchline.cluster.pipeline import StageContext
-from punchline.cluster.pipelines.humor.pipeline import GenerateStage, JudgeStage, stages
 from punchline.cluster.run.driver import RunOptions, RunRecord, run
 from punchline.data.errors import ConfigError
-from punchline.data.humor.judge import JUDGE_SYSTEM
-from punchline.data.humor.loaders import load_items
-from punchline.data.humor.mera import mera_readings
-from punchline.data.humor.prompts import mera_answer_request, render_prompt
-from punchline.data.humor.shots import lm_eval_shots
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores import open_store
 from punchline.data.units import UnitResult
+from punchline.pipelines.humor.data.judge import JUDGE_SYSTEM
+from punchline.pipelines.humor.data.loaders import load_items
+from punchline.pipelines.humor.data.mera import mera_readings
+from punchline.pipelines.humor.data.prompts import mera_answer_request, render_prompt
+from punchline.pipelines.humor.data.shots import lm_eval_shots
+from punchline.pipelines.humor.pipeline import GenerateStage, JudgeStage, stages
 from punchline.workers.fake.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -248,7 +248,9 @@ def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path
     ids = [u.unit_id for u in all_units]
     assert ids == sorted(ids)
     junits = [u for u in all_units if u.unit_id.startswith("judge/")]
-    assert len(junits) == N_ITEMS - 1 and all(u.check == "punchline.data.humor.judge:check_score" for u in junits)
+    assert len(junits) == N_ITEMS - 1 and all(
+        u.check == "punchline.pipelines.humor.data.judge:check_score" for u in junits
+    )
     assert all(u.request.messages[0].content == JUDGE_SYSTEM for u in junits)
     # MERA's judge: one unit per MERA reading ("ОТВЕТ ирония\nРЕШЕНИЕ А": the whole answer and the pair)
     munits = [u for u in all_units if u.unit_id.startswith("judge_mera/")]
@@ -410,7 +412,7 @@ def test_under_the_mera_preset_meras_judge_calls_are_not_retried(tmp_path: Path)
 
 
 def test_the_judge_estimate_counts_meras_judge_calls(tmp_path: Path) -> None:
-    from punchline.cluster.pipelines.humor.pipeline import MAX_MERA_READINGS, PIPELINE
+    from punchline.pipelines.humor.pipeline import MAX_MERA_READINGS, PIPELINE
 
     cfg_path = humor_config(
         tmp_path / "h.toml", openai_url="http://127.0.0.1:9", anthropic_url="http://127.0.0.1:9", models={"a": "x/a"}

@@ -20,7 +20,7 @@ import pytest
 
 from punchline.cluster.cli.main import main
 from punchline.cluster.run.driver import RunRecord, Services
-from punchline.data.humor.loaders import load_items
+from punchline.pipelines.humor.data.loaders import load_items
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "samples" / "humor_sample.json"

@@ -27,9 +27,9 @@ import structlog.testing
 from punchline.cluster.run import driver, local_worker
 from punchline.cluster.run.local_worker import LocalWorker
 from punchline.data.provider_settings import ModelSettings
-from punchline.data.puns.completions import greedy_request
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.ledger import Ledger
 from punchline.workers.driver_watch import driver_claim_key
 from punchline.workers.fake.server import FakeProviderServer

@@ -26,14 +26,15 @@ import ray
 from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
 from punchline.cluster.pipeline import StageContext
-from punchline.cluster.pipelines.prompts import pipeline as prompts
 from punchline.cluster.run.driver import run
 from punchline.cluster.run.planner import plan_run
+from punchline.cluster.stages import generate as prompts
+from punchline.cluster.stages.outputs import read_jsonl
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.prompts.outputs import read_jsonl
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitResult
+from punchline.pipelines.prompts.pipeline import PIPELINE
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv
 from tests.cluster.test_faults import ROOT, opts, wait_for
@@ -383,7 +384,7 @@ def test_headlines_per_model_from_the_outputs() -> None:
         assert len(units) == 36 * 2 * 3 - 3  # the failed request's 3 samples have nothing to judge
         verdict = ProviderResponse(texts=["VERDICT: correct"], input_tokens=10, output_tokens=3)
         judge.reduce(ctx, {u.unit_id: UnitResult(unit_id=u.unit_id, key="k", response=verdict) for u in units})
-        lines = prompts.PIPELINE.headlines(StageContext(cfg, "h", store))
+        lines = PIPELINE.headlines(StageContext(cfg, "h", store))
     assert lines == [
         f"**8b**: {36 * 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3}",
         f"**70b**: {36 * 3 - 3}/{36 * 3} samples answered, 33% parsed, judge: correct {36 * 3 - 3}",  # unit 1 failed

@@ -19,8 +19,20 @@ import pytest
 
 from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.pipelines.puns.commands import render_reproduction
-from punchline.cluster.pipelines.puns.reproduce import (
+from punchline.data.errors import InputError
+from punchline.pipelines.puns.commands import render_reproduction
+from punchline.pipelines.puns.data.cloze_report import build_report, classify_word
+from punchline.pipelines.puns.data.puns_history import (
+    PUBLISHED_DELTA_PP,
+    PUBLISHED_TIERS,
+    RemovedWord,
+    is_published_selection,
+    lists_as_classified,
+)
+from punchline.pipelines.puns.data.puns_io import load_classified, load_cloze_responses, load_cloze_tests, load_puns
+from punchline.pipelines.puns.data.schemas import ClozeTest, PunEntry
+from punchline.pipelines.puns.data.words import extract_word
+from punchline.pipelines.puns.reproduce import (
     ModelShift,
     Reproduction,
     UpstreamFiles,
@@ -28,18 +40,6 @@ from punchline.cluster.pipelines.puns.reproduce import (
     reproduce_config_text,
     toml_text,
 )
-from punchline.data.errors import InputError
-from punchline.data.puns.cloze_report import build_report, classify_word
-from punchline.data.puns.puns_history import (
-    PUBLISHED_DELTA_PP,
-    PUBLISHED_TIERS,
-    RemovedWord,
-    is_published_selection,
-    lists_as_classified,
-)
-from punchline.data.puns.puns_io import load_classified, load_cloze_responses, load_cloze_tests, load_puns
-from punchline.data.puns.schemas import ClozeTest, PunEntry
-from punchline.data.puns.words import extract_word
 from punchline.workers.fake.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -36,9 +36,9 @@ def test_settings_from_env() -> None:
 
 @ray.remote
 def _where_is_schemas() -> tuple[str, int]:
-    import punchline.data.puns.schemas
+    import punchline.pipelines.puns.data.schemas
 
-    return punchline.data.puns.schemas.__file__ or "", os.getpid()
+    return punchline.pipelines.puns.data.schemas.__file__ or "", os.getpid()
 
 
 @pytest.mark.slow  # Ray or several processes: not in `make test-fast`

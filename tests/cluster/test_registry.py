@@ -22,7 +22,7 @@ from punchline.data.stores.local import LocalStore
 ROOT = Path(punchline.__file__).parent
 
 # The engine's modules: they must learn everything about a workload from its Pipeline object. Left out,
-# on purpose: the registry (it names the built-ins) and cluster/pipelines/ (the built-ins themselves, with their
+# on purpose: the registry (it names the built-ins) and pipelines/ (the built-ins themselves, with their
 # command families: `punchline puns ...`, `import-legacy`, `punchline humor ...`).
 ENGINE = [
     "cluster/run/driver.py",
@@ -64,29 +64,31 @@ def test_the_engine_never_names_a_pipeline() -> None:
     assert found == [], "pipeline names outside the registry:\n" + "\n".join(found)
 
 
-# A built-in's own modules: its folder under cluster/pipelines/, and the pure data code under data/ it builds on.
-PIPELINE_MODULE = re.compile(r"punchline\.(cluster\.pipelines|data\.(puns|humor|prompts))\b")
+# A built-in's own modules: its folder under pipelines/, its data code (``data/``) included.
+PIPELINE_MODULE = re.compile(r"punchline\.pipelines\.\w")  # the bare name is also the entry-point group
 # Engine modules that still import a built-in's module, each with why; the list may only shrink.
 KNOWN: dict[str, str] = {}
 
 
 def engine_modules() -> list[str]:
-    """Every engine module: every .py under cluster/ but its pipelines, workers/, schedulers/, and data/ but
-    the built-ins' own data code (data/puns, data/humor, data/prompts)."""
-    out = []
-    for top in ("cluster", "workers", "schedulers", "data"):
-        for path in sorted((ROOT / top).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if not rel.startswith(("cluster/pipelines/", "data/puns/", "data/humor/", "data/prompts/")):
-                out.append(rel)
-    return out
+    """Every engine module: every .py of the package but the built-in pipelines' folder (``pipelines/``)."""
+    return sorted(
+        path.relative_to(ROOT).as_posix()
+        for top in ("cluster", "workers", "schedulers", "data", "plugin")
+        for path in (ROOT / top).rglob("*.py")
+    ) + sorted(p.name for p in ROOT.glob("*.py"))
 
 
 def pipeline_imports(source: str) -> list[str]:
     """The built-ins' modules a module imports: by ``import`` / ``from`` anywhere in it (a lazy import too), or
-    named in a string (``importlib.import_module("punchline.cluster.pipelines...")``)."""
+    named in a string (``importlib.import_module("punchline.pipelines...")``); a docstring or a comment may say
+    where a built-in's code lives."""
+    tree = ast.parse(source)
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if id(node) in docs:
+            continue
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -101,7 +103,8 @@ def pipeline_imports(source: str) -> list[str]:
 def test_no_engine_module_imports_a_pipeline() -> None:
     modules = engine_modules()
     assert "workers/fake/server.py" in modules and "cluster/config.py" in modules and "data/units.py" in modules
-    assert not any(m.startswith(("cluster/pipelines/", "data/puns/")) for m in modules)
+    assert "cluster/stages/generate.py" in modules and "notebook.py" in modules
+    assert not any(m.startswith("pipelines/") for m in modules)
     importing = {rel: pipeline_imports((ROOT / rel).read_text()) for rel in modules}
     importing = {rel: names for rel, names in importing.items() if names}
     unexpected = {rel: names for rel, names in importing.items() if rel not in KNOWN}
@@ -110,9 +113,10 @@ def test_no_engine_module_imports_a_pipeline() -> None:
 
 
 def test_the_check_finds_an_import_of_a_pipeline() -> None:
-    assert pipeline_imports("from punchline.data.humor.judge import JUDGE_MARKER\n") != []
-    assert pipeline_imports("def f():\n    import punchline.cluster.pipelines.puns.pipeline\n") != []
-    assert pipeline_imports("x = importlib.import_module('punchline.data.prompts.rows')\n") != []
+    assert pipeline_imports("from punchline.pipelines.humor.data.judge import JUDGE_MARKER\n") != []
+    assert pipeline_imports("def f():\n    import punchline.pipelines.puns.pipeline\n") != []
+    assert pipeline_imports("x = importlib.import_module('punchline.pipelines.prompts.pipeline')\n") != []
+    assert pipeline_imports("from punchline.cluster.stages.rows import load_rows\n") == []  # the engine's stages
     assert pipeline_imports("from punchline.data.simulator import SimRequest\nimport punchline.data.punsy\n") == []
 
 

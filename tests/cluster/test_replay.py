@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from punchline.cluster.cli.main import main
-from punchline.cluster.pipelines.puns.legacy import UPSTREAM_MODELS
 from punchline.cluster.run.driver import RunOptions, run
 from punchline.data.jsonio import decode_file
-from punchline.data.puns.schemas import RawCompletions
+from punchline.pipelines.puns.data.schemas import RawCompletions
+from punchline.pipelines.puns.legacy import UPSTREAM_MODELS
 from punchline.workers.fake.server import FakeProviderServer
 
 pytestmark = pytest.mark.slow

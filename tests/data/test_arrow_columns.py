@@ -103,7 +103,7 @@ def test_a_parquet_output_imports_no_pandas(tmp_path: Path) -> None:
     """The prompts pipeline's Parquet file, written in a fresh process, leaves pandas unimported."""
     probe = (
         "import sys\n"
-        "from punchline.data.prompts.outputs import Layout, OutputRow, parquet_chunks\n"
+        "from punchline.cluster.stages.outputs import Layout, OutputRow, parquet_chunks\n"
         "layout = Layout([{'q': 'x', 'n': 1, 'f': 0.5, 'b': True}], parsed={'a': 'integer'})\n"
         "row = OutputRow(row_id='r0', model='m', sample=0, text='hi', parsed={'a': 3})\n"
         "data = b''.join(parquet_chunks([(row, {'q': 'x', 'n': 1, 'f': 0.5, 'b': True})], layout))\n"

@@ -8,7 +8,7 @@ import pytest
 
 from punchline.data.errors import RetryableProviderError
 from punchline.data.jsonio import dumps_upstream
-from punchline.data.puns.classify import (
+from punchline.pipelines.puns.data.classify import (
     MalformedVerdicts,
     batches,
     candidates,
@@ -18,8 +18,8 @@ from punchline.data.puns.classify import (
     merge_all,
     parse_verdicts,
 )
-from punchline.data.puns.puns_io import load_classified, load_raw_completions
-from punchline.data.puns.schemas import RawCompletionEntry
+from punchline.pipelines.puns.data.puns_io import load_classified, load_raw_completions
+from punchline.pipelines.puns.data.schemas import RawCompletionEntry
 
 
 def _as_raw(entry) -> RawCompletionEntry:

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import dumps_upstream
-from punchline.data.puns.cloze import build_tests, fill, select_pools
-from punchline.data.puns.completions import truncate_before_blank
-from punchline.data.puns.puns_io import load_puns
-from punchline.data.puns.schemas import TIERS, PunEntry
+from punchline.pipelines.puns.data.cloze import build_tests, fill, select_pools
+from punchline.pipelines.puns.data.completions import truncate_before_blank
+from punchline.pipelines.puns.data.puns_io import load_puns
+from punchline.pipelines.puns.data.schemas import TIERS, PunEntry
 
 # sha256 of davidbau/puns datasets/contextual_cloze_tests_100.json at commit
 # b15585485ce1bbbce41c1198aa15880fb129fb18 (83507 bytes), computed from the text read through the

@@ -10,10 +10,10 @@ import pytest
 from matplotlib.transforms import Bbox
 
 from punchline.data.errors import InputError
-from punchline.data.puns.cloze_report import build_report, classify_word, score, to_markdown, write_report
-from punchline.data.puns.cloze_run import MAX_TOKENS, STOP, cloze_request, to_response
-from punchline.data.puns.intervals import newcombe_difference, wilson_interval
-from punchline.data.puns.schemas import ClozeModelResponses, ClozeResponse, ClozeTest, PunEntry
+from punchline.pipelines.puns.data.cloze_report import build_report, classify_word, score, to_markdown, write_report
+from punchline.pipelines.puns.data.cloze_run import MAX_TOKENS, STOP, cloze_request, to_response
+from punchline.pipelines.puns.data.intervals import newcombe_difference, wilson_interval
+from punchline.pipelines.puns.data.schemas import ClozeModelResponses, ClozeResponse, ClozeTest, PunEntry
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -150,7 +150,7 @@ def test_figures_show_zeros_intervals_and_the_tables_numbers_with_legends_clear_
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import LineCollection
 
-    from punchline.data.puns.plots import OKABE_ITO, figure_context_effect, figure_funny_shift
+    from punchline.pipelines.puns.data.plots import OKABE_ITO, figure_context_effect, figure_funny_shift
 
     # model m never puns in straight context (0 of 3): that series must still be drawn
     report = build_report(_responses(["rest", "loafed", "xyz", "rose", "swam", "schooled"]), TESTS, PUNS)

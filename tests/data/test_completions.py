@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from punchline.data.jsonio import dumps_upstream
-from punchline.data.puns.completions import aggregate, build_raw_entry, truncate_before_blank
-from punchline.data.puns.puns_io import load_puns, load_raw_completions
-from punchline.data.puns.schemas import ModelCompletions, PunEntry
+from punchline.pipelines.puns.data.completions import aggregate, build_raw_entry, truncate_before_blank
+from punchline.pipelines.puns.data.puns_io import load_puns, load_raw_completions
+from punchline.pipelines.puns.data.schemas import ModelCompletions, PunEntry
 
 
 def test_aggregate_reproduces_all_205(shared_puns: Path) -> None:

@@ -9,7 +9,8 @@ import msgspec
 import pytest
 
 from punchline.data.errors import InputError, RetryableProviderError
-from punchline.data.puns.curation import (
+from punchline.data.requests import ProviderResponse
+from punchline.pipelines.curate.curation import (
     Candidate,
     MalformedRatings,
     MalformedRepair,
@@ -23,8 +24,7 @@ from punchline.data.puns.curation import (
     rating_request,
     repair_request,
 )
-from punchline.data.puns.puns_io import validate_puns
-from punchline.data.requests import ProviderResponse
+from punchline.pipelines.puns.data.puns_io import validate_puns
 from punchline.workers.validators import validator
 from tests.fixtures.simulated import ask
 
@@ -190,19 +190,19 @@ def test_simulated_provider_answers_pass_the_validators() -> None:
     for i, batch in enumerate(batches(cands, 7)):
         text = _fake(rating_request("p", "m", batch).messages[-1].content, f"k{i}", noise=0.5)
         fenced += text.startswith("```")
-        check = validator("punchline.data.puns.curation:check_ratings:" + ",".join(str(c.id) for c in batch))
+        check = validator("punchline.pipelines.curate.curation:check_ratings:" + ",".join(str(c.id) for c in batch))
         check(ProviderResponse(texts=[text]))
         scores |= set(parse_ratings(text, [c.id for c in batch]).values())
         with pytest.raises(RetryableProviderError):  # the validator names the ids: another batch fails
-            validator("punchline.data.puns.curation:check_ratings:1,2")(ProviderResponse(texts=[text]))
+            validator("punchline.pipelines.curate.curation:check_ratings:1,2")(ProviderResponse(texts=[text]))
     assert fenced > 0 and min(scores) >= 3 and max(scores) <= 10 and len(scores) >= 5
     for c in cands[:5]:
         text = _fake(repair_request("p", "m", c).messages[-1].content, f"r{c.id}", noise=0.5)
-        validator(f"punchline.data.puns.curation:check_repair:{c.id}")(ProviderResponse(texts=[text]))
+        validator(f"punchline.pipelines.curate.curation:check_repair:{c.id}")(ProviderResponse(texts=[text]))
         fixed = parse_repair(text, c)
         assert fixed.id == c.id and fixed.sentence != c.sentence and fixed.sentence.endswith("___")
     with pytest.raises(RetryableProviderError):
-        validator("punchline.data.puns.curation:check_repair:1")(ProviderResponse(texts=["no json"]))
+        validator("punchline.pipelines.curate.curation:check_repair:1")(ProviderResponse(texts=["no json"]))
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -11,10 +11,10 @@ import pytest
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import dumps_upstream
-from punchline.data.puns.classify import candidates, merge_all
-from punchline.data.puns.cloze import build_tests
-from punchline.data.puns.completions import build_raw_entry
-from punchline.data.puns.puns_history import (
+from punchline.pipelines.puns.data.classify import candidates, merge_all
+from punchline.pipelines.puns.data.cloze import build_tests
+from punchline.pipelines.puns.data.completions import build_raw_entry
+from punchline.pipelines.puns.data.puns_history import (
     PUBLISHED_TESTS_SELECTION_SHA256,
     PUBLISHED_TIERS,
     RemovedWord,
@@ -24,9 +24,9 @@ from punchline.data.puns.puns_history import (
     lists_as_classified,
     selection_fingerprint,
 )
-from punchline.data.puns.puns_io import load_classified, load_puns, load_raw_completions
-from punchline.data.puns.schemas import ClassifiedCompletions, ClassifiedEntry, PunEntry, RawCompletions
-from punchline.data.puns.tiers import apply_rankings, rank, tier_counts
+from punchline.pipelines.puns.data.puns_io import load_classified, load_puns, load_raw_completions
+from punchline.pipelines.puns.data.schemas import ClassifiedCompletions, ClassifiedEntry, PunEntry, RawCompletions
+from punchline.pipelines.puns.data.tiers import apply_rankings, rank, tier_counts
 from tests.data.test_cloze import PUBLISHED_LIST_LENGTHS, PUBLISHED_SHA256
 
 CLOZE_FIELDS = ("cloze_balance", "cloze_p_straight", "cloze_p_funny", "cloze_p_other", "cloze_tier")

@@ -9,7 +9,7 @@ import pytest
 
 from punchline.data.errors import InputError
 from punchline.data.jsonio import dumps_upstream
-from punchline.data.puns import puns_io
+from punchline.pipelines.puns.data import puns_io
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_completions_key_must_match_index(shared_puns: Path, tmp_path: Path) -> 
 
 
 def test_dump_validates_before_writing(tmp_path: Path) -> None:
-    from punchline.data.puns.schemas import PunEntry
+    from punchline.pipelines.puns.data.schemas import PunEntry
 
     out = tmp_path / "out.json"
     out.write_text("previous")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.puns.completions import truncate_before_blank
-from punchline.data.puns.puns_io import load_puns
+from punchline.pipelines.puns.data.completions import truncate_before_blank
+from punchline.pipelines.puns.data.puns_io import load_puns
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "puns_sample.json"
 

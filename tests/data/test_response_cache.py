@@ -10,7 +10,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.data.puns.completions import greedy_request
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import (
     PACK_PREFIX,
@@ -20,6 +19,7 @@ from punchline.data.response_cache import (
 )
 from punchline.data.store import Store
 from punchline.data.stores import open_store
+from punchline.pipelines.puns.data.completions import greedy_request
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from punchline.data.errors import InputError
-from punchline.data.puns.puns_io import dump_puns, load_classified, load_puns
-from punchline.data.puns.schemas import ClassifiedEntry, ModelCompletions, PunEntry
-from punchline.data.puns.tiers import apply_rankings, assign_tier, mean_model_funny_rate, rank, tier_counts
+from punchline.pipelines.puns.data.puns_io import dump_puns, load_classified, load_puns
+from punchline.pipelines.puns.data.schemas import ClassifiedEntry, ModelCompletions, PunEntry
+from punchline.pipelines.puns.data.tiers import apply_rankings, assign_tier, mean_model_funny_rate, rank, tier_counts
 
 CLOZE_FIELDS = (
     "cloze_balance",
@@ -58,7 +58,7 @@ def test_tier_thresholds(balance: float, p_funny: float, tier: str) -> None:
 
 
 def _entry(samples: dict[str, list[str]], classes: dict) -> ClassifiedEntry:
-    from punchline.data.puns.completions import aggregate
+    from punchline.pipelines.puns.data.completions import aggregate
 
     models = {k: ModelCompletions(greedy="", samples=v) for k, v in samples.items()}
     return ClassifiedEntry(
@@ -109,7 +109,7 @@ def test_mean_model_funny_rate_over_the_jokes_that_have_one() -> None:
 
 
 def test_tiers_plot_is_a_deterministic_png(shared_puns: Path) -> None:
-    from punchline.data.puns.plots import plot_tiers
+    from punchline.pipelines.puns.data.plots import plot_tiers
 
     puns = load_puns(shared_puns / "puns_205.json")
     first = plot_tiers(puns)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from punchline.data.puns.words import extract_word
+from punchline.pipelines.puns.data.words import extract_word
 
 
 @pytest.mark.parametrize(

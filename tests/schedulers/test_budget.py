@@ -13,8 +13,8 @@ from redis.retry import Retry
 from punchline.cluster.runs_folder.redis_server import free_port
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
-from punchline.data.puns.completions import sample_request
 from punchline.data.requests import Message, ProviderRequest
+from punchline.pipelines.puns.data.completions import sample_request
 from punchline.schedulers.budget import (
     TEMPLATE_TOKENS_PER_MESSAGE,
     TEMPLATE_TOKENS_PER_REQUEST,

@@ -15,7 +15,7 @@ from redis.retry import Retry
 
 from punchline.cluster.runs_folder.redis_server import free_port
 from punchline.data.errors import LedgerUnavailable, RetryableProviderError
-from punchline.data.puns.completions import greedy_request
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect
 from punchline.workers.fake import FakeProviderServer

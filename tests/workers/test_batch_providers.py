@@ -15,8 +15,8 @@ import pytest
 
 from punchline.data.errors import RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.puns.completions import sample_request
 from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.pipelines.puns.data.completions import sample_request
 from punchline.workers.batch_provider import merge_parts, parts
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.fake.server import fetch_batch_stats

@@ -11,8 +11,8 @@ from pathlib import Path
 import msgspec
 import redis
 
-from punchline.data.puns.completions import greedy_request
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, ShardOutput, ShardUsage, UnitSpec, shard_key
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers import call_stats
 from punchline.workers.call_stats import CallStats
 from punchline.workers.fake.server import FakeProviderServer

@@ -11,13 +11,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.cluster.pipelines.humor.simulate import HUMOR_CLASSES
-from punchline.cluster.pipelines.puns.simulate import JokeBook
 from punchline.data.errors import RetryableProviderError
-from punchline.data.humor.judge import JUDGE_MARKER
-from punchline.data.puns.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.data.requests import Message, ProviderRequest
 from punchline.data.simulator import FakeConfig, SimRequest, model_size_b
+from punchline.pipelines.humor.data.judge import JUDGE_MARKER
+from punchline.pipelines.humor.simulate import HUMOR_CLASSES
+from punchline.pipelines.puns.data.completions import greedy_request, sample_request, truncate_before_blank
+from punchline.pipelines.puns.simulate import JokeBook
 from punchline.workers.fake import FakeProviderServer, fetch_stats, request_wire_key
 from punchline.workers.fake.answers import GENERIC_WORDS
 from punchline.workers.fake.simulators import find_simulators
@@ -182,7 +182,7 @@ def test_model_size_parsing() -> None:
 
 
 def _funny_rate(book: JokeBook, knobs: dict[str, dict[str, object]], model: str, context: str = "") -> float:
-    from punchline.data.puns.completions import SYSTEM_PROMPT
+    from punchline.pipelines.puns.data.completions import SYSTEM_PROMPT
 
     funny = total = 0
     for joke in book.jokes[:60]:
@@ -238,7 +238,7 @@ def test_classification_humor_judge_rating_answers(knobs: dict[str, dict[str, ob
 
 
 def test_unknown_sentence_and_message_struct(knobs: dict[str, dict[str, object]]) -> None:
-    from punchline.data.puns.completions import SYSTEM_PROMPT
+    from punchline.pipelines.puns.data.completions import SYSTEM_PROMPT
 
     text = ask(
         "A totally new sentence about",
@@ -255,7 +255,7 @@ def test_unknown_sentence_and_message_struct(knobs: dict[str, dict[str, object]]
 
 def test_greedy_cloze_priming_moves_answers(book: JokeBook, knobs: dict[str, dict[str, object]]) -> None:
     """Greedy (temperature 0) cloze prompts: the same answer for every call, funnier after puns."""
-    from punchline.data.puns.completions import SYSTEM_PROMPT
+    from punchline.pipelines.puns.data.completions import SYSTEM_PROMPT
 
     funny = {"straight": 0, "funny": 0}
     for i in range(0, 120, 3):

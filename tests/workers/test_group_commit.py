@@ -11,10 +11,10 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
-from punchline.data.puns.completions import greedy_request
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import CachedResponse, ResponseCache
 from punchline.data.stores.local import LocalStore
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.leases import BudgetTerms, Grant, Leases, Settle
 from punchline.workers.group_commit import GroupCommit
 from punchline.workers.shard_worker import _Held

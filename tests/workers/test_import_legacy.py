@@ -10,19 +10,24 @@ import pytest
 
 from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.cluster.pipelines.puns.legacy import (
+from punchline.data.jsonio import decode_file, dumps_upstream
+from punchline.data.response_cache import ResponseCache
+from punchline.data.stores import open_store
+from punchline.pipelines.puns.data.classify import batches, classify_request, merge_all, parse_verdicts
+from punchline.pipelines.puns.data.completions import (
+    build_raw_entry,
+    greedy_request,
+    sample_request,
+    truncate_before_blank,
+)
+from punchline.pipelines.puns.data.schemas import RawCompletions
+from punchline.pipelines.puns.legacy import (
     UPSTREAM_CLASSIFY,
     UPSTREAM_MODELS,
     LegacyTargets,
     import_legacy,
     targets_from_config,
 )
-from punchline.data.jsonio import decode_file, dumps_upstream
-from punchline.data.puns.classify import batches, classify_request, merge_all, parse_verdicts
-from punchline.data.puns.completions import build_raw_entry, greedy_request, sample_request, truncate_before_blank
-from punchline.data.puns.schemas import RawCompletions
-from punchline.data.response_cache import ResponseCache
-from punchline.data.stores import open_store
 
 
 def _head(src: Path, dst: Path, count: int) -> Path:
@@ -85,7 +90,7 @@ def test_targets_follow_the_run_config(tmp_path: Path) -> None:
 
 def _cloze_answers(tests: list, words: dict[str, list[str]]) -> dict:
     """A cloze_benchmark_raw.json in upstream's layout: answers keyed by the test's position."""
-    from punchline.data.puns.words import extract_word
+    from punchline.pipelines.puns.data.words import extract_word
 
     return {
         nick: {
@@ -105,9 +110,9 @@ def _cloze_answers(tests: list, words: dict[str, list[str]]) -> dict:
 
 
 def test_cloze_answers_land_under_the_cloze_requests_of_their_tests(shared_puns: Path, tmp_path: Path) -> None:
-    from punchline.data.puns.cloze import build_tests
-    from punchline.data.puns.cloze_run import cloze_request
-    from punchline.data.puns.puns_io import dump_cloze_tests, load_puns
+    from punchline.pipelines.puns.data.cloze import build_tests
+    from punchline.pipelines.puns.data.cloze_run import cloze_request
+    from punchline.pipelines.puns.data.puns_io import dump_cloze_tests, load_puns
 
     tests = build_tests(load_puns(shared_puns / "puns_205.json"))
     tests_path = tmp_path / "tests.json"
@@ -137,8 +142,8 @@ def test_cloze_answers_land_under_the_cloze_requests_of_their_tests(shared_puns:
 def test_cloze_answers_that_do_not_match_their_tests_are_refused(
     shared_puns: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from punchline.data.puns.cloze import build_tests
-    from punchline.data.puns.puns_io import dump_cloze_tests, load_puns
+    from punchline.pipelines.puns.data.cloze import build_tests
+    from punchline.pipelines.puns.data.puns_io import dump_cloze_tests, load_puns
 
     tests = build_tests(load_puns(shared_puns / "puns_205.json"))
     tests_path = tmp_path / "tests.json"
@@ -158,7 +163,7 @@ def test_cloze_answers_that_do_not_match_their_tests_are_refused(
 
 
 def test_with_a_config_the_classify_prompts_are_built_from_the_runs_lists(shared_puns: Path, tmp_path: Path) -> None:
-    from punchline.cluster.pipelines.puns.pipeline import run_jokes
+    from punchline.pipelines.puns.pipeline import run_jokes
 
     count = 25
     raw_path = _head(shared_puns / "raw_completions.json", tmp_path / "raw.json", count)

@@ -14,9 +14,9 @@ import redis
 import redis.asyncio
 
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
-from punchline.data.puns.completions import greedy_request
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.inflight import RunWideSlots, Ticket
 from punchline.schedulers.leases import BudgetTerms, Leases
 from punchline.schedulers.ledger import Ledger

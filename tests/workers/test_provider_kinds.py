@@ -16,7 +16,7 @@ from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
 from punchline.data.errors import ConfigError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.puns.completions import greedy_request
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers.provider import KIND_GROUP
 from punchline.workers.providers import installed_kinds, kind_of, make_batch_provider, make_provider
 

@@ -12,7 +12,7 @@ import pytest
 
 from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.puns.completions import greedy_request
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import make_provider, parse_retry_after, wire_calls
 

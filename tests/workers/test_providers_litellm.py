@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from punchline.cluster.run.driver import run
+from punchline.cluster.stages.outputs import read_jsonl
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
-from punchline.data.prompts.outputs import read_jsonl
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.puns.completions import greedy_request
 from punchline.data.requests import ProviderRequest
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import make_provider, wire_calls
 from tests.cluster.test_faults import opts

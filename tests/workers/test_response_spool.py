@@ -15,11 +15,11 @@ import redis.asyncio
 
 from punchline.data.errors import StoreError
 from punchline.data.provider_settings import ModelSettings
-from punchline.data.puns.completions import greedy_request
 from punchline.data.response_cache import ResponseCache
 from punchline.data.response_spool import ResponseSpool
 from punchline.data.stores.s3 import S3Settings, S3Store
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.leases import BudgetTerms, Leases
 from punchline.schedulers.ledger import Ledger
 from punchline.workers.fake.server import FakeProviderServer

@@ -10,8 +10,8 @@ import pytest
 
 from punchline.data.errors import FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.puns.completions import greedy_request
 from punchline.data.requests import ProviderResponse
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import MalformedResponse, make_provider
 from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries

@@ -17,10 +17,10 @@ import redis.asyncio
 import structlog.testing
 
 from punchline.data.provider_settings import ModelSettings
-from punchline.data.puns.completions import greedy_request
 from punchline.data.response_cache import PACK_PREFIX, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
+from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.keys import NAMESPACE, StageKeys
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases, Settle
 from punchline.schedulers.ledger import Ledger, request_key

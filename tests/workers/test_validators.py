@@ -59,6 +59,6 @@ def test_a_validator_that_cannot_be_loaded_is_named(name: str) -> None:
 
 
 def test_the_builtins_validators_live_with_their_pipelines() -> None:
-    validator("punchline.data.humor.judge:check_score")(ProviderResponse(texts=["Reasoning.\nSCORE: 1"]))
+    validator("punchline.pipelines.humor.data.judge:check_score")(ProviderResponse(texts=["Reasoning.\nSCORE: 1"]))
     with pytest.raises(RetryableProviderError, match="no valid score"):
-        validator("punchline.data.humor.judge:check_score")(ProviderResponse(texts=["no number here"]))
+        validator("punchline.pipelines.humor.data.judge:check_score")(ProviderResponse(texts=["no number here"]))

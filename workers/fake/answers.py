@@ -4,7 +4,7 @@ Every answer is a pure function of (request key, choice index, seed, model), so 
 the same requests gets the same texts, and a split ``n`` call gives the same texts as one ``n`` call.
 
 The installed pipelines answer their own requests first (:mod:`punchline.workers.fake.simulators` finds their
-``simulate`` hooks; the built-ins' are in ``cluster/pipelines/<name>/simulate.py``); a prompt none of them
+``simulate`` hooks; the built-ins' are in ``pipelines/<name>/simulate.py``); a prompt none of them
 claims gets a generic answer, from the prompt alone (the fake knows no answers):
 
 * a prompt with ``VERDICT`` and ``Reference:`` / ``Response:`` lines is graded ``VERDICT: correct|incorrect`` by

@@ -18,11 +18,11 @@ from punchline.cluster.records.run_batches import declare_not_ours
 from punchline.cluster.run.executors.batches import BatchesCancelled, BatchFailed, BatchOptions, BatchRunner
 from punchline.data.errors import BudgetExceeded, InputError
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
-from punchline.data.puns.completions import sample_request
 from punchline.data.requests import ProviderResponse
 from punchline.data.response_cache import ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
+from punchline.pipelines.puns.data.completions import sample_request
 from punchline.schedulers.batches import (
     BatchRecord,
     BatchRecords,

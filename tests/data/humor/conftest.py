@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.humor.schema import HumorInputs, HumorItem, HumorMeta
+from punchline.pipelines.humor.data.schema import HumorInputs, HumorItem, HumorMeta
 
 TEMPLATE = (
     "Задача.\n\nКонтекст:\n{context}\n\nТекст:\n{main_text}\n\nДополнительные тексты:\n"

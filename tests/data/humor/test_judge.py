@@ -1,7 +1,7 @@
 import pytest
 
 from punchline.data.errors import RetryableProviderError
-from punchline.data.humor.judge import (
+from punchline.pipelines.humor.data.judge import (
     JUDGE_MARKER,
     JudgeParseError,
     cohen_kappa,

@@ -14,10 +14,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from punchline.data.humor.judge import mera_judge_request, mera_judge_score
-from punchline.data.humor.loaders import load_items
-from punchline.data.humor.mera import mera_readings
-from punchline.data.humor.schema import HumorItem
+from punchline.pipelines.humor.data.judge import mera_judge_request, mera_judge_score
+from punchline.pipelines.humor.data.loaders import load_items
+from punchline.pipelines.humor.data.mera import mera_readings
+from punchline.pipelines.humor.data.schema import HumorItem
 from tests.data.humor.conftest import SAMPLE, make_item
 
 CRITERIA_NAME = "Правильность ответа"

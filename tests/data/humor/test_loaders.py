@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from punchline.data.errors import InputError
-from punchline.data.humor.loaders import load_humor, load_items, load_json, load_parquet, load_predictions
-from punchline.data.humor.schema import HumorShotsFile, HumorTestFile
+from punchline.pipelines.humor.data.loaders import load_humor, load_items, load_json, load_parquet, load_predictions
+from punchline.pipelines.humor.data.schema import HumorShotsFile, HumorTestFile
 from tests.data.humor.conftest import make_item
 
 

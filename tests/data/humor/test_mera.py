@@ -1,6 +1,6 @@
 import pytest
 
-from punchline.data.humor.mera import (
+from punchline.pipelines.humor.data.mera import (
     compute_exact,
     em_mera,
     generic_readings,

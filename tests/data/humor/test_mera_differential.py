@@ -23,8 +23,8 @@ import string
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from punchline.data.humor.mera import em_mera, mera_readings
-from punchline.data.humor.schema import CLASSES, LETTERS
+from punchline.pipelines.humor.data.mera import em_mera, mera_readings
+from punchline.pipelines.humor.data.schema import CLASSES, LETTERS
 
 # --- the official scorer, transcribed ---------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 import pytest
 
 from punchline.data.errors import InputError
-from punchline.data.humor.metrics import UNPARSED, bootstrap_ci, compute_metrics
-from punchline.data.humor.schema import CLASSES
+from punchline.pipelines.humor.data.metrics import UNPARSED, bootstrap_ci, compute_metrics
+from punchline.pipelines.humor.data.schema import CLASSES
 from tests.data.humor.conftest import make_item
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from punchline.data.humor.parser import ParsedAnswer, parse_answer, parse_class, parse_letter
-from punchline.data.humor.schema import CLASSES
+from punchline.pipelines.humor.data.parser import ParsedAnswer, parse_answer, parse_class, parse_letter
+from punchline.pipelines.humor.data.schema import CLASSES
 
 OK_CASES = [
     # canonical two-line format

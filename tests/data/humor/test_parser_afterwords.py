@@ -18,9 +18,9 @@ import random
 
 import pytest
 
-from punchline.data.humor.mera import em_mera
-from punchline.data.humor.parser import parse_answer
-from punchline.data.humor.schema import CLASSES, LETTERS
+from punchline.pipelines.humor.data.mera import em_mera
+from punchline.pipelines.humor.data.parser import parse_answer
+from punchline.pipelines.humor.data.schema import CLASSES, LETTERS
 
 from .test_parser_hedges import INFLECTED
 

@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from punchline.data.humor.parser import parse_answer
-from punchline.data.humor.schema import CLASSES, LETTERS
+from punchline.pipelines.humor.data.parser import parse_answer
+from punchline.pipelines.humor.data.schema import CLASSES, LETTERS
 
 # Inflected forms (accusative / instrumental / prepositional) of every class, for hedges that decline them.
 INFLECTED = {

@@ -1,9 +1,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punchline.data.humor.mera import em_mera, mera_readings
-from punchline.data.humor.parser import parse_answer
-from punchline.data.humor.schema import CLASSES, LETTERS
+from punchline.pipelines.humor.data.mera import em_mera, mera_readings
+from punchline.pipelines.humor.data.parser import parse_answer
+from punchline.pipelines.humor.data.schema import CLASSES, LETTERS
 
 FORMATS = [
     "ОТВЕТ {c}\nРЕШЕНИЕ {l}",

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from punchline.data.errors import InputError
-from punchline.data.humor.prompts import (
+from punchline.pipelines.humor.data.prompts import (
     answer_request,
     load_official_templates,
     missing_placeholders,
@@ -11,7 +11,7 @@ from punchline.data.humor.prompts import (
     render_prompt,
     shot_answer,
 )
-from punchline.data.humor.schema import HumorInputs
+from punchline.pipelines.humor.data.schema import HumorInputs
 from tests.data.humor.conftest import make_item
 
 INPUTS = HumorInputs(

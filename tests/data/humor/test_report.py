@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.humor.judge import judge_stats
-from punchline.data.humor.metrics import compute_metrics
-from punchline.data.humor.report import build_report, headlines, write_report
-from punchline.data.humor.schema import HumorTestFile
+from punchline.pipelines.humor.data.judge import judge_stats
+from punchline.pipelines.humor.data.metrics import compute_metrics
+from punchline.pipelines.humor.data.report import build_report, headlines, write_report
+from punchline.pipelines.humor.data.schema import HumorTestFile
 from tests.data.humor.conftest import make_item
 
 ITEMS = [make_item(1, "ирония,Б"), make_item(2, "каламбур,А"), make_item(3, "не анекдот,Г")]

@@ -1,10 +1,10 @@
 import json
 from pathlib import Path
 
-from punchline.data.humor.loaders import load_items
-from punchline.data.humor.prompts import load_official_templates, missing_placeholders, render_prompt
-from punchline.data.humor.schema import CLASSES, LETTERS, split_output
-from punchline.data.humor.validate import validate_items
+from punchline.pipelines.humor.data.loaders import load_items
+from punchline.pipelines.humor.data.prompts import load_official_templates, missing_placeholders, render_prompt
+from punchline.pipelines.humor.data.schema import CLASSES, LETTERS, split_output
+from punchline.pipelines.humor.data.validate import validate_items
 
 
 def test_sample_passes_validation_and_is_balanced(sample_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Differential test: the ``mera`` preset's messages against lm-eval's own few-shot code, transcribed.
 
-The transcription below follows, as closely as Python allows and independently of ``data/humor/shots.py``:
+The transcription below follows, as closely as Python allows and independently of ``pipelines/humor/data/shots.py``:
 
 * ``lm_eval/api/samplers.py`` of artemorloff/lm-evaluation-harness at 18ec6c896bea9cfdf02db4919b15775eee3bc619
   (``ContextSampler.get_chat_context`` with ``fewshot_as_multiturn``, ``ContextSampler.sample`` =
@@ -28,10 +28,10 @@ import msgspec
 import pytest
 
 from punchline.data.errors import ConfigError
-from punchline.data.humor.loaders import load_items
-from punchline.data.humor.prompts import mera_answer_request
-from punchline.data.humor.schema import CLASSES, LETTERS, HumorItem
-from punchline.data.humor.shots import first_k_shots, lm_eval_shots
+from punchline.pipelines.humor.data.loaders import load_items
+from punchline.pipelines.humor.data.prompts import mera_answer_request
+from punchline.pipelines.humor.data.schema import CLASSES, LETTERS, HumorItem
+from punchline.pipelines.humor.data.shots import first_k_shots, lm_eval_shots
 
 from .conftest import SAMPLE, make_item
 

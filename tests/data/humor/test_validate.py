@@ -1,7 +1,7 @@
 import msgspec
 import pytest
 
-from punchline.data.humor.validate import chi2_sf_3dof, chi2_uniform, validate_items
+from punchline.pipelines.humor.data.validate import chi2_sf_3dof, chi2_uniform, validate_items
 from tests.data.humor.conftest import make_item
 
 

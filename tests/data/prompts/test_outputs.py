@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from punchline.data.prompts.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
+from punchline.cluster.stages.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
 
 
 def _rows(count: int) -> list[tuple[OutputRow, dict[str, Any]]]:

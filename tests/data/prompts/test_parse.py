@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from punchline.cluster.stages.parse import Parser
+from punchline.cluster.stages.settings import ParseSettings
 from punchline.data.errors import ConfigError
-from punchline.data.prompts.parse import Parser
-from punchline.data.prompts.settings import ParseSettings
 
 SCHEMA = {
     "type": "object",

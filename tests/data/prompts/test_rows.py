@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from punchline.cluster.stages.rows import load_rows
 from punchline.data.errors import InputError
-from punchline.data.prompts.rows import load_rows
 
 ROWS = [
     {"id": "a1", "question": "What is 2 + 2?", "topic": "math"},

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from punchline.cluster.stages.compiled import CompiledPrompts
+from punchline.cluster.stages.rows import Row
+from punchline.cluster.stages.settings import MessageTemplate, ParseSettings, PromptsSettings
+from punchline.cluster.stages.templates import ChatTemplate, NullField, Template
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.prompts.compiled import CompiledPrompts
-from punchline.data.prompts.rows import Row
-from punchline.data.prompts.settings import MessageTemplate, ParseSettings, PromptsSettings
-from punchline.data.prompts.templates import ChatTemplate, NullField, Template
 
 
 def _row(**fields: object) -> Row:
@@ -88,7 +88,7 @@ def test_check_rows_finds_a_missing_field_in_any_row_before_any_call() -> None:
 
 
 def test_the_judge_template_is_checked_against_rows_and_parsed_fields() -> None:
-    from punchline.data.prompts.settings import JudgeSettings
+    from punchline.cluster.stages.settings import JudgeSettings
 
     judge = JudgeSettings(model="b", prompt="{{ q }} / {{ response }} / {{ parsed.answer }} / {{ row.gold }}")
     compiled = CompiledPrompts(_settings(judge=judge, parse=ParseSettings(regex=r"A: (?P<answer>\w+)")))
@@ -107,7 +107,7 @@ def test_the_judge_template_is_checked_against_rows_and_parsed_fields() -> None:
 
 
 def test_config_checks_models_and_sampling() -> None:
-    from punchline.data.prompts.settings import Sampling, sampling_for
+    from punchline.cluster.stages.settings import Sampling, sampling_for
 
     with pytest.raises(ConfigError, match="twice"):
         CompiledPrompts(_settings(models=["a", "a"]))

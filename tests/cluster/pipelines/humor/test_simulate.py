@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from punchline.cluster.pipelines.humor.simulate import HUMOR_CLASSES, AnswerKey, humor_skill
-from punchline.data.humor.judge import judge_request, parse_score
-from punchline.data.humor.loaders import load_items
-from punchline.data.humor.parser import parsed_output
-from punchline.data.humor.prompts import mera_task_text, render_prompt
 from punchline.data.simulator import sample_file
+from punchline.pipelines.humor.data.judge import judge_request, parse_score
+from punchline.pipelines.humor.data.loaders import load_items
+from punchline.pipelines.humor.data.parser import parsed_output
+from punchline.pipelines.humor.data.prompts import mera_task_text, render_prompt
+from punchline.pipelines.humor.simulate import HUMOR_CLASSES, AnswerKey, humor_skill
 from tests.fixtures.simulated import ask
 
 SAMPLE = Path(sample_file("humor_sample.json") or "missing")
@@ -91,7 +91,7 @@ def test_judge_grades_against_the_reference_and_sometimes_disagrees() -> None:
 
 
 def test_meras_judge_prompt_gets_a_rubric_score_graded_against_the_reference() -> None:
-    from punchline.data.humor.judge import mera_judge_request, mera_judge_score
+    from punchline.pipelines.humor.data.judge import mera_judge_request, mera_judge_score
 
     item = ITEMS[0]
     cls, letter = item.outputs.split(",")
@@ -108,7 +108,7 @@ def test_the_fake_honours_stop_sequences_over_http(fake) -> None:  # type: ignor
 
     import msgspec
 
-    from punchline.data.humor.prompts import mera_answer_request
+    from punchline.pipelines.humor.data.prompts import mera_answer_request
     from punchline.workers.providers import make_provider
 
     async def complete(stop: tuple[str, ...]) -> str:

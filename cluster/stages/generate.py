@@ -1,0 +1,338 @@
+"""The generic stages a study composes, generate -> (judge), over a ``[prompts]``-shaped table.
+
+They are the engine's: the built-in ``prompts`` pipeline (``pipelines/prompts/``) registers them as they are, and
+a plug-in's ``Generate``/``Judge`` stages (:mod:`punchline.plugin.stages`) run them over their own arguments.
+
+``generate`` is one unit per row x model, asking for ``n`` samples in one request (the request's
+``n``; a provider without ``n`` splits it, online and in batches, as for every pipeline), so the
+response cache, batch mode, resume and overlap hold as they do for the built-in workloads: the units
+are plain :class:`ProviderRequest`s with content-addressed keys. ``judge`` is one unit per row x
+model x sample that has an answer; two equal answers to one row make one judge request, paid once.
+
+Unit ids are row-major (``generate/r<row>/m<model>``, ``judge/r<row>/m<model>/s<sample>``), so the
+plan streams in order and ``outputs.*`` (row, then model, then sample) are written in plan order.
+The last stage writes ``outputs.jsonl`` and ``outputs.parquet`` (the input columns, then the answer's:
+:mod:`punchline.cluster.stages.outputs`); with a judge, ``generate`` writes the same rows without judge or
+input columns to ``answers.jsonl``, which the judge's plan and reduce read (a resumed run re-plans the
+judge from it and gets the same units). The judge reads the answers ``[prompts.judge] where`` and
+``fraction`` choose; a judge request longer than ``max_request_chars`` (a long answer) is not sent, and
+its row says why in ``judge_parse_error``.
+
+Cost columns say what a request was charged: the online price, or the batch price (the provider's
+``batch_price_factor`` of it) when its stage's mode for its provider is ``batch`` (``mode`` column).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import msgspec
+
+from punchline.cluster.config import RunConfig, resolve_path
+from punchline.cluster.pipeline import Stage, StageContext
+from punchline.cluster.stages.compiled import CompiledPrompts
+from punchline.cluster.stages.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
+from punchline.cluster.stages.rows import Row, load_rows
+from punchline.cluster.stages.settings import ParseSettings, PromptsSettings, sampling_for
+from punchline.data.provider_settings import Mode
+from punchline.data.requests import ProviderRequest
+from punchline.data.run_layout import RunLayout
+from punchline.data.store import Store
+from punchline.data.units import UnitResult, UnitSpec
+
+OUTPUTS_JSONL = "outputs.jsonl"
+OUTPUTS_PARQUET = "outputs.parquet"
+ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
+
+
+def settings_of(cfg: RunConfig) -> PromptsSettings:
+    """The run's ``[prompts]`` table, decoded."""
+    assert isinstance(cfg.settings, PromptsSettings), "not a prompts config"
+    return cfg.settings
+
+
+class Job:
+    """The ``[prompts]`` table compiled against the run's providers, with its rows loaded."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.settings = settings_of(cfg)
+        self.compiled = CompiledPrompts(self.settings, file=cfg.source)
+        self.data_file = str(resolve_path(cfg, self.settings.data))
+        self._rows: list[Row] | None = None
+        self._modes: dict[tuple[str, str], Mode] = {}
+        self._schema = _schema_text(self.settings.parse)  # once, not per request
+        self._judge_schema = _schema_text(self.settings.judge.parse if self.settings.judge is not None else None)
+
+    @property
+    def rows(self) -> list[Row]:
+        if self._rows is None:
+            self._rows = load_rows(self.data_file, self.settings.id_field)
+        return self._rows
+
+    def check(self) -> None:
+        """The input check: rows load, every row's messages render (judge's included), before any call."""
+        self.compiled.check_rows(self.rows, self.data_file)
+
+    def model_id(self, provider: str, nick: str) -> str:
+        return self.cfg.provider(provider).model_id(nick)
+
+    def generate_request(self, row: Row, entry: str, provider: str, nick: str) -> ProviderRequest:
+        s = sampling_for(self.settings, entry)
+        return ProviderRequest(
+            provider=provider,
+            model=self.model_id(provider, nick),
+            messages=self.compiled.messages(row, self.data_file),
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_tokens=s.max_tokens,
+            n=self.settings.n,
+            stop=s.stop,
+            seed=s.seed,
+            response_schema=self._schema,
+        )
+
+    def judge_request(self, row: Row, out: OutputRow) -> ProviderRequest:
+        judge = self.settings.judge
+        assert judge is not None and self.compiled.judge_model is not None and out.text is not None
+        provider, nick = self.compiled.judge_model
+        return ProviderRequest(
+            provider=provider,
+            model=self.model_id(provider, nick),
+            messages=self.compiled.judge_messages(
+                row, self.data_file, response=out.text, parsed=out.parsed, model=out.model, sample=out.sample
+            ),
+            temperature=judge.temperature,
+            max_tokens=judge.max_tokens,
+            seed=judge.seed,
+            response_schema=self._judge_schema,
+        )
+
+    def mode(self, stage: str, provider: str) -> Mode:
+        """How ``stage``'s requests to ``provider`` are priced: the stage's own mode, else the provider's."""
+        key = (stage, provider)
+        if key not in self._modes:
+            self._modes[key] = self.cfg.stage_mode(stage) or self.cfg.provider(provider).mode
+        return self._modes[key]
+
+    def cost_usd(self, stage: str, request: ProviderRequest, result: UnitResult) -> tuple[float, Mode]:
+        """What the request was charged, and in which mode (batch: the provider's batch price)."""
+        mode = self.mode(stage, request.provider)
+        r = result.response
+        if r is None:
+            return 0.0, mode
+        settings = self.cfg.provider(request.provider)
+        online = settings.cost_usd(request.model, r.input_tokens, r.output_tokens)
+        return (online * settings.batch_price_factor if mode == "batch" else online), mode
+
+    def layout(self) -> Layout:
+        """The output files' columns: the rows' input columns and the parsers' declared fields."""
+        compiled = self.compiled
+        return Layout(
+            [row.fields for row in self.rows],
+            parsed=compiled.parser.types if compiled.parser is not None else None,
+            judge_parsed=compiled.judge_parser.types if compiled.judge_parser is not None else None,
+        )
+
+
+def _schema_text(parse: ParseSettings | None) -> str | None:
+    """The JSON schema a request carries as its structured-output format (``structured = true``)."""
+    if parse is None or not parse.structured or parse.json_schema is None:
+        return None
+    return msgspec.json.encode(parse.json_schema, order="sorted").decode()
+
+
+def _generate_id(row: int, model: int) -> str:
+    return f"generate/r{row:09d}/m{model:04d}"
+
+
+def _judge_id(row: int, model: int, sample: int) -> str:
+    return f"judge/r{row:09d}/m{model:04d}/s{sample:04d}"
+
+
+def _missing(unit_id: str) -> UnitResult:
+    return UnitResult(unit_id=unit_id, key="", error="no result")
+
+
+Rows = Iterator[tuple[OutputRow, Row]]
+
+
+def _write_outputs(ctx: StageContext, job: Job, rows: Callable[[], Rows]) -> list[str]:
+    """Both files from two passes over the rows (streamed: memory is a Parquet row group, not the run)."""
+    layout = job.layout()
+    ctx.write_artifact_chunks(OUTPUTS_JSONL, jsonl_chunks(((o, r.fields) for o, r in rows()), layout))
+    ctx.write_artifact_chunks(OUTPUTS_PARQUET, parquet_chunks(((o, r.fields) for o, r in rows()), layout))
+    return [OUTPUTS_JSONL, OUTPUTS_PARQUET]
+
+
+class GenerateStage:
+    """Every row x model, ``n`` samples in one request; parsed when ``[prompts.parse]`` is set."""
+
+    name = "generate"
+
+    def _units(self, job: Job) -> Iterator[tuple[Row, int, str, UnitSpec]]:
+        for ri, row in enumerate(job.rows):
+            for mi, (entry, provider, nick) in enumerate(job.compiled.models):
+                request = job.generate_request(row, entry, provider, nick)
+                yield row, mi, entry, UnitSpec(unit_id=_generate_id(ri, mi), request=request)
+
+    def plan(self, ctx: StageContext) -> Iterable[UnitSpec]:
+        job = Job(ctx.cfg)
+        return (unit for _, _, _, unit in self._units(job))
+
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
+        job = Job(ctx.cfg)
+        if job.settings.judge is not None:
+            ctx.write_artifact_chunks(ANSWERS_JSONL, jsonl_chunks((o, {}) for o, _ in self._rows(job, results)))
+            return [ANSWERS_JSONL]
+        return _write_outputs(ctx, job, lambda: self._rows(job, results))
+
+    def _rows(self, job: Job, results: Mapping[str, UnitResult]) -> Rows:
+        parser = job.compiled.parser
+        for row, _, entry, unit in self._units(job):
+            result = results.get(unit.unit_id) or _missing(unit.unit_id)
+            response = result.response
+            texts = response.texts if response is not None else []
+            reasons = response.finish_reasons if response is not None else []
+            cost, mode = job.cost_usd(self.name, unit.request, result)
+            for sample in range(job.settings.n):
+                text = texts[sample] if sample < len(texts) else None
+                parsed = parser.parse(text) if parser is not None and text is not None else None
+                yield (
+                    OutputRow(
+                        row_id=row.id,
+                        model=entry,
+                        sample=sample,
+                        text=text,
+                        parsed=parsed.fields if parsed is not None else None,
+                        parse_error=parsed.error if parsed is not None else None,
+                        finish_reason=reasons[sample] or None if sample < len(reasons) else None,
+                        input_tokens=response.input_tokens if response is not None else 0,
+                        output_tokens=response.output_tokens if response is not None else 0,
+                        cost_usd=cost,
+                        mode=mode,
+                        request_key=result.key or unit.request.key(),
+                        error=result.error or (None if text is not None else "no answer for this sample"),
+                    ),
+                    row,
+                )
+
+
+class JudgeStage:
+    """The judge model reads each chosen answer (row x model x sample); its verdict is parsed by its own parser."""
+
+    name = "judge"
+
+    def _units(self, ctx: StageContext, job: Job) -> Iterator[tuple[OutputRow, Row, UnitSpec | str | None]]:
+        """Every output row, its input row and the judge's unit for it: None when the judge does not read
+        it (no answer, or not chosen by ``where``/``fraction``), the reason when its request is too long."""
+        index = {row.id: (ri, row) for ri, row in enumerate(job.rows)}
+        models = {entry: mi for mi, (entry, _, _) in enumerate(job.compiled.models)}
+        compiled = job.compiled
+        for out in read_jsonl(ctx.read_artifact(ANSWERS_JSONL)):
+            ri, row = index[out.row_id]
+            chosen = out.text is not None and compiled.judged(
+                row, response=out.text, parsed=out.parsed, model=out.model, sample=out.sample
+            )
+            if chosen is False:
+                yield out, row, None
+                continue
+            if isinstance(chosen, str):
+                yield out, row, chosen
+                continue
+            request = job.judge_request(row, out)
+            too_long = compiled.judge_size(request.messages)
+            if too_long is not None:
+                yield out, row, too_long
+                continue
+            yield out, row, UnitSpec(unit_id=_judge_id(ri, models[out.model], out.sample), request=request)
+
+    def plan(self, ctx: StageContext) -> Iterable[UnitSpec]:
+        job = Job(ctx.cfg)
+        return (unit for _, _, unit in self._units(ctx, job) if isinstance(unit, UnitSpec))
+
+    def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
+        job = Job(ctx.cfg)
+        return _write_outputs(ctx, job, lambda: self._rows(ctx, job, results))
+
+    def _rows(self, ctx: StageContext, job: Job, results: Mapping[str, UnitResult]) -> Rows:
+        parser = job.compiled.judge_parser
+        for out, row, unit in self._units(ctx, job):
+            if isinstance(unit, str):
+                yield msgspec.structs.replace(out, judge_parse_error=unit), row
+                continue
+            if unit is None:
+                yield out, row
+                continue
+            result = results.get(unit.unit_id) or _missing(unit.unit_id)
+            text = result.response.texts[0] if result.response is not None and result.response.texts else None
+            parsed = parser.parse(text) if parser is not None and text is not None else None
+            cost, mode = job.cost_usd(self.name, unit.request, result)
+            judged = msgspec.structs.replace(
+                out,
+                judge_text=text,
+                judge_parsed=parsed.fields if parsed is not None else None,
+                judge_parse_error=result.error if text is None else parsed.error if parsed is not None else None,
+                judge_request_key=result.key or unit.request.key(),
+                judge_cost_usd=cost,
+                judge_mode=mode,
+            )
+            yield judged, row
+
+
+def check_inputs(cfg: RunConfig) -> None:
+    """One line (exit 2) on a bad row, a missing template field or a bad template, before anything starts."""
+    Job(cfg).check()
+
+
+def judge_upper_bound(cfg: RunConfig) -> list[UnitSpec]:
+    """The judge's units before any answer exists: one per row x model x sample, each judging a stand-in
+    answer as long as the model may write (``max_tokens`` x 4 characters)."""
+    job = Job(cfg)
+    judge = job.settings.judge
+    units = []
+    for ri, row in enumerate(job.rows):
+        for mi, (entry, _, _) in enumerate(job.compiled.models):
+            stand_in = "x" * 4 * sampling_for(job.settings, entry).max_tokens
+            for sample in range(job.settings.n):
+                if judge is not None and not job.compiled.drawn(row, entry, sample):
+                    continue  # the draw is known before any answer (``where`` is not: it counts as true)
+                out = OutputRow(row_id=row.id, model=entry, sample=sample, text=stand_in)
+                units.append(UnitSpec(unit_id=_judge_id(ri, mi, sample), request=job.judge_request(row, out)))
+    return units
+
+
+def stages(cfg: RunConfig) -> list[Stage]:
+    out: list[Stage] = [GenerateStage()]
+    if settings_of(cfg).judge is not None:
+        out.append(JudgeStage())
+    return out
+
+
+def summary_lines(cfg: RunConfig, store: Store, run_id: str) -> list[str]:
+    """Per model: samples answered, the share that parsed, and the judge's verdicts (its first parsed field)."""
+    raw = store.get(RunLayout(run_id).artifact(OUTPUTS_JSONL))
+    if raw is None:
+        return []
+    settings = settings_of(cfg)
+    total: Counter[str] = Counter()
+    answered: Counter[str] = Counter()
+    parsed: Counter[str] = Counter()
+    verdicts: dict[str, Counter[str]] = {entry: Counter() for entry in settings.models}
+    for r in read_jsonl(raw):
+        total[r.model] += 1
+        if r.text is not None:
+            answered[r.model] += 1
+            parsed[r.model] += r.parsed is not None
+            if r.judge_parsed is not None:
+                verdicts[r.model][str(next(iter(r.judge_parsed.values()), None))] += 1
+    out = []
+    for entry in settings.models:
+        line = f"**{entry}**: {answered[entry]}/{total[entry]} samples answered"
+        if settings.parse is not None and answered[entry]:
+            line += f", {parsed[entry] / answered[entry]:.0%} parsed"
+        if verdicts[entry]:
+            line += ", judge: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts[entry].items()))
+        out.append(line)
+    return out
