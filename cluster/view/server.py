@@ -22,7 +22,6 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import msgspec
-import redis
 import structlog
 
 from punchline.cluster.records.run_record import check_run_id
@@ -39,6 +38,7 @@ from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore, validate_key
 from punchline.data.units import ModelUsage
 from punchline.schedulers.keys import NAMESPACE
+from punchline.schedulers.redis_client import ClientError
 from punchline.workers import call_stats
 from punchline.workers.call_stats import CallRow
 from punchline.workers.logs import redact_text
@@ -153,7 +153,7 @@ class Viewer:
             if record.state != "running":
                 return None
             return call_stats.read(ledger_client(record), NAMESPACE, run_id)
-        except (PunchlineError, redis.RedisError, OSError):
+        except (PunchlineError, ClientError, OSError):
             return None
 
     def models_page(self, run_id: str) -> Response:
