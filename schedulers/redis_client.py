@@ -35,6 +35,11 @@ ENV_URL = REDIS_URL.name
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 SCRIPTS_MISSING = "the ledger's scripts are not loaded on its Redis (restarted and not given them again yet?)"
 
+# What the layers above hold of Redis, by these names only: they pass a client to this layer's classes and catch its
+# errors, and import no Redis library themselves (tests/test_redis_access.py).
+LedgerClient = redis.Redis  # a synchronous client, as connect() makes one
+ClientError = redis.RedisError  # any error of the client, a reply error too: what a reader of figures only swallows
+
 
 class ScriptsNotLoaded(redis.exceptions.ConnectionError):
     """A script the engine runs is not on the server, and this client may not load it (a run's user may only run

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import msgspec
-import redis
 
 from punchline.cluster.records.run_record import RunRecord, check_run_id, load_record
 from punchline.data.errors import InputError, PunchlineError
@@ -21,7 +20,7 @@ from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records, with_batch_costs
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import Ledger, StageCounters
-from punchline.schedulers.redis_client import connect, resolve_url
+from punchline.schedulers.redis_client import ClientError, LedgerClient, connect, resolve_url
 
 #: the state ``runs`` shows for a run whose driver is gone (killed, or its Redis with it)
 INTERRUPTED = "interrupted (resume with --run-id)"
@@ -56,7 +55,7 @@ def load_run_record(runs_dir: str, run_id: str, store: str | None = None) -> Run
     raise InputError(f"no run {run_id!r} under {where} (see `punchline runs`)", file=str(path))
 
 
-def ledger_client(record: RunRecord) -> redis.Redis:
+def ledger_client(record: RunRecord) -> LedgerClient:
     """A client of the run's Redis; the password comes from this machine (file or environment)."""
     services = record.services
     return connect(resolve_url(services.redis_url, services.redis_password_file))
@@ -93,7 +92,7 @@ def live_counters(record: RunRecord) -> LiveCounters | None:
             leased={s: ledger.leased_shards(record.run_id, s) for s in record.stages},
             failures={s: f for s in record.stages if (f := ledger.failures(record.run_id, s))},
         )
-    except (PunchlineError, redis.RedisError, OSError):
+    except (PunchlineError, ClientError, OSError):
         return None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 
 import msgspec
-import redis
 
 from punchline.cluster.records.runs import ledger_client, live_counters, load_run_record, with_batch_records
 from punchline.data.errors import PunchlineError
@@ -17,6 +16,7 @@ from punchline.data.units import RunState
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.budget import Budget, UsageRow
 from punchline.schedulers.ledger import StageCounters
+from punchline.schedulers.redis_client import ClientError
 
 
 class StatusView(msgspec.Struct, kw_only=True):
@@ -42,7 +42,7 @@ def run_status(runs_dir: str, run_id: str, store: str | None = None) -> StatusVi
         record.state = "interrupted"
     usage = record.usage
     if live is not None:
-        with contextlib.suppress(PunchlineError, redis.RedisError, OSError):
+        with contextlib.suppress(PunchlineError, ClientError, OSError):
             usage = Budget(ledger_client(record), record.run_id, None).usage()
     counters, usage, batches = with_batch_records(record, live.counters if live else record.counters, usage)
     return StatusView(
