@@ -1,7 +1,9 @@
-"""Run configuration: a TOML file decoded into msgspec Structs.
+"""Run configuration: a TOML file decoded into a :class:`~punchline.cluster.run_config.RunConfig` and checked.
 
 Unknown or missing keys are errors that name the file and the key path, so a typo in a 100-node
-submission fails on the laptop before anything is scheduled.
+submission fails on the laptop before anything is scheduled. What a config is (its Structs, where its relative
+paths point) is :mod:`punchline.cluster.run_config`, below the pipeline protocol; reading one asks the registry
+for the run's pipeline, above it. The names re-exported here are the ones pipelines and commands import.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -18,100 +20,19 @@ from punchline.cluster.pipeline import Pipeline
 from punchline.cluster.records.run_record import RUN_ID as RUN_ID
 from punchline.cluster.records.run_record import check_run_id as check_run_id
 from punchline.cluster.registry import available, resolve
+from punchline.cluster.run_config import Count as Count
+from punchline.cluster.run_config import Name as Name
+from punchline.cluster.run_config import Names as Names
+from punchline.cluster.run_config import RunConfig as RunConfig
+from punchline.cluster.run_config import resolve_path as resolve_path
 from punchline.data.errors import ConfigError
 from punchline.data.jsonio import validation_location
-from punchline.data.provider_settings import Mode, ModelSettings, ProviderSettings
+from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.schedulers.redis_client import check_url, control_characters, redact_url
 from punchline.workers.fake.checks import check_simulator
-from punchline.workers.fake.server import FakeConfig
 from punchline.workers.providers.registry import check_kind
 
 SIMULATED = "simulated"  # a provider base_url that makes the driver start the fake provider itself
-
-# Ranges checked when the file is read, so a bad value stops the run before anything starts.
-# ``le`` bounds also refuse ``inf``; NaN fails every comparison, so it is refused too.
-Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
-NonNegative = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
-Usd = Annotated[float, msgspec.Meta(ge=0.0, le=1e9)]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Names = Annotated[list[Name], msgspec.Meta(min_length=1)]
-RUN_NAME = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63})?$"
-
-
-class RunSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """How the engine runs: sharding, leases and budget. Every field has a safe default."""
-
-    pipeline: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=300,
-            description='a built-in or installed pipeline\'s name, or "package.module:Name" (cluster/registry.py)',
-        ),
-    ]
-    name: Annotated[
-        str, msgspec.Meta(pattern=RUN_NAME, description="the start of new run ids (default: the pipeline's)")
-    ] = ""
-    shard_size: Annotated[int, msgspec.Meta(ge=1, le=100_000, description="units per shard")] = 8
-    lease_ms: Annotated[
-        int, msgspec.Meta(ge=1000, le=86_400_000, description="a unit's lease; a holder silent this long loses it")
-    ] = 30_000
-    workers_per_node: Annotated[int, msgspec.Meta(ge=1, le=1024, description="worker actors on every node")] = 2
-    units_in_flight: Annotated[
-        int,
-        msgspec.Meta(
-            ge=0,
-            le=100_000,
-            description="calls a worker has in flight at once, across shards (0: its providers' max_concurrency)",
-        ),
-    ] = 0
-    worker_cpus: Annotated[float, msgspec.Meta(gt=0.0, le=1024.0, description="Ray CPUs one worker actor takes")] = 0.25
-    max_workers: Annotated[
-        int,
-        msgspec.Meta(
-            ge=0,
-            le=100_000,
-            description="worker nodes to ask the autoscaler for while shards outnumber workers (0: never)",
-        ),
-    ] = 0
-    max_cost_usd: Annotated[
-        Usd | None, msgspec.Meta(description="stop scheduling units before this budget would be exceeded")
-    ] = None
-    offline: Annotated[bool, msgspec.Meta(description="never call a provider: a cache miss fails the unit")] = False
-    store: Annotated[
-        str | None, msgspec.Meta(description="a folder or s3://bucket/prefix (under --store and PUNCHLINE_STORE)")
-    ] = None
-    redis_url: Annotated[
-        str | None, msgspec.Meta(description="the ledger's Redis (under --redis-url and PUNCHLINE_REDIS_URL)")
-    ] = None
-    ray_address: Annotated[
-        str | None, msgspec.Meta(description="the Ray cluster to join (under --ray-address and PUNCHLINE_RAY_ADDRESS)")
-    ] = None
-
-
-class RunConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A run's config: the engine's tables, and the pipeline's own table decoded into its ``settings_type``."""
-
-    run: Annotated[RunSettings, msgspec.Meta(description="how the engine runs")]
-    providers: Annotated[dict[str, ProviderSettings], msgspec.Meta(description="the providers, one table each")]
-    simulator: Annotated[
-        FakeConfig | None, msgspec.Meta(description='knobs of the simulated provider (base_url = "simulated")')
-    ] = None
-    source: str = ""  # the file it was read from (filled by load_config)
-    settings: Any = None  # the pipeline's table as its settings_type (filled by load_config)
-
-    def stage_mode(self, stage: str) -> Mode | None:
-        """The ``mode`` a stage's own table sets, which overrides its providers' ``mode`` for that stage's
-        units; None where the table says nothing (or the stage has no table of its own)."""
-        return resolve(self.run.pipeline, self.source or None).stage_mode(self.settings, stage)
-
-    def provider(self, name: str) -> ProviderSettings:
-        try:
-            return self.providers[name]
-        except KeyError:
-            raise ConfigError(
-                f"unknown provider {name!r}; configured: {sorted(self.providers)}", file=self.source, field="provider"
-            ) from None
 
 
 def load_config(path: str | os.PathLike[str]) -> RunConfig:
@@ -139,6 +60,7 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
         raise ConfigError(detail, file=str(p), field=".".join(k for k in (table, key) if k) or None) from None
     cfg.source = str(p)
     cfg.settings = settings
+    cfg.resolved_pipeline = pipeline
     _check(cfg, pipeline)
     return cfg
 
@@ -156,8 +78,9 @@ def _pipeline_settings(tables: dict[str, Any], file: str) -> tuple[Pipeline | No
     """Take the pipeline's own table out of ``tables`` and decode it with its ``settings_type``; errors
     name the file and the key path (``<table>.<stage>.provider``). (None, None) when ``[run] pipeline`` is
     missing or not a string: decoding ``[run]`` then says so."""
-    if "settings" in tables:  # the field the decoded table is kept in is no TOML table
-        raise ConfigError("Object contains unknown field `settings`", file=file, field="settings")
+    for filled in ("settings", "resolved_pipeline"):  # the fields load_config fills are no TOML tables
+        if filled in tables:
+            raise ConfigError(f"Object contains unknown field `{filled}`", file=file, field=filled)
     run = tables.get("run")
     ref = run.get("pipeline") if isinstance(run, dict) else None
     if not isinstance(ref, str) or not ref:
@@ -191,19 +114,6 @@ def _check(cfg: RunConfig, pipeline: Pipeline | None) -> None:
             raise ConfigError(
                 f"unknown provider {name!r}; configured: {sorted(cfg.providers)}", file=cfg.source, field=field
             )
-
-
-def resolve_path(cfg: RunConfig, value: str) -> Path:
-    """A relative data path in a config is relative to the config file's folder (so a run does not
-    depend on where it was started from); a path that exists only relative to the working directory
-    is still accepted, for configs written before that rule."""
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return p
-    beside = Path(cfg.source).parent / p if cfg.source else p
-    if beside.exists() or not p.exists():
-        return beside
-    return p
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import structlog
 
+from punchline.cluster.run_config import RunConfig
 from punchline.data.errors import PluginError, PunchlineError, code_line
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
@@ -23,10 +24,6 @@ from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
-
-if TYPE_CHECKING:  # the config module decodes settings through the registry, which reads this module
-    from punchline.cluster.config import RunConfig
-
 
 AnswerParser = Callable[[str], tuple[dict[str, Any] | None, str | None]]
 """An answer's text -> (its parsed fields, or None; why it does not parse, or None): what the viewer shows."""

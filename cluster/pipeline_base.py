@@ -14,20 +14,17 @@ any member it wants to answer differently; the engine sees one object either way
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, get_args
+from typing import Annotated, Any, get_args
 
 import msgspec
 
 from punchline.cluster.pipeline import AnswerParser, Stage, StageContext
+from punchline.cluster.run_config import RunConfig, resolve_path
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig, SimRequest
 from punchline.data.units import StageManifest, UnitSpec
-
-if TYPE_CHECKING:  # the config module imports the registry, which imports this module
-    from punchline.cluster.config import RunConfig
 
 _KIND = "punchline"  # the key in msgspec.Meta(extra=...) that marks what a settings field is
 _NAME = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -125,16 +122,6 @@ def resolve_model(cfg: RunConfig, entry: str) -> tuple[str, str]:
     return provider, cfg.provider(provider).model_id(nick)
 
 
-def input_path(cfg: RunConfig, value: str) -> Path:
-    """Where an input file is: beside the config, else (when only there) relative to the working folder. The
-    rule of :func:`punchline.cluster.config.resolve_path`, which this module cannot import (see above)."""
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return p
-    beside = Path(cfg.source).parent / p if cfg.source else p
-    return beside if beside.exists() or not p.exists() else p
-
-
 class BasePipeline:
     """A pipeline that gives its ``name`` and ``stages``; every other member has a default (see the module).
 
@@ -173,7 +160,7 @@ class BasePipeline:
         for path, kind, value in marked_values(cfg.settings, self.name):
             if kind != "input":
                 continue
-            p = input_path(cfg, value)
+            p = resolve_path(cfg, value)
             if not p.is_file():
                 raise InputError("no such file (relative paths are relative to the config)", file=str(p), field=path)
         for stage in self.stages(cfg):
