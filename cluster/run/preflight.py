@@ -33,7 +33,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
-import redis.exceptions
 import structlog
 
 from punchline.cluster.run.store_guard import check_unguarded, embedded_identity, redis_identity
@@ -50,7 +49,8 @@ from punchline.data.errors import (
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.settings import START_WAIT_S as START_WAIT
 from punchline.data.store import Store
-from punchline.schedulers.redis_client import ENV_URL, RedisSettings, check_url, connect, redact_url, redis_errors
+from punchline.schedulers.redis_client import ENV_URL, check_url, redact_url
+from punchline.schedulers.server_checks import Pinger
 from punchline.workers.providers import kind_of
 
 log = structlog.get_logger("punchline.preflight")
@@ -95,14 +95,12 @@ def check_redis(url: str, *, patience_s: float | None = None) -> None:
     check_url(url)
     wait_s = start_wait_s() if patience_s is None else patience_s
     where = f"Redis at {redact_url(url)}"
-    # one try per attempt (no client-side retries): a TLS handshake nobody answers costs one timeout, not four
-    client = connect(RedisSettings(url=url, retries=0, socket_timeout_s=3.0, connect_timeout_s=3.0))
+    pinger = Pinger(url)
     started = time.monotonic()
 
     def ping() -> None:
         try:
-            with redis_errors(where):
-                client.ping()
+            pinger.ping(where)
         except LedgerUnavailable:
             if _listens(url):  # connected, yet no answer in time: not a Redis (or not speaking TLS)
                 raise ServiceRejected(
@@ -117,10 +115,6 @@ def check_redis(url: str, *, patience_s: float | None = None) -> None:
                     f"{where}: {nothing}; start the server or fix --redis-url", field=ENV_URL
                 ) from None
             raise
-        except (redis.exceptions.InvalidResponse, redis.exceptions.ResponseError) as exc:
-            raise ServiceRejected(
-                f"{where} does not speak the Redis protocol ({type(exc).__name__}): fix --redis-url", field=ENV_URL
-            ) from None
 
     try:
         _patiently("redis", ping, wait_s, (LedgerUnavailable,))
@@ -134,7 +128,7 @@ def check_redis(url: str, *, patience_s: float | None = None) -> None:
             field=ENV_URL,
         ) from None
     finally:
-        client.close()
+        pinger.close()
 
 
 def nothing_here(url: str, timeout_s: float = 2.0) -> str | None:

@@ -51,11 +51,12 @@ import structlog
 from punchline.cluster.run.store_guard import embedded_identity
 from punchline.cluster.runs_folder.keeper import ClientFile, FolderHold, folder_lock, live_clients
 from punchline.cluster.runs_folder.private_files import check_folder_files, private_dir
-from punchline.cluster.runs_folder.redis_folder import find_running, lock_record, server_info, stop_running
+from punchline.cluster.runs_folder.redis_folder import find_running, lock_record, stop_running
 from punchline.cluster.runs_folder.redis_keeper import start_server
 from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
 from punchline.schedulers.redis_client import redact_url
+from punchline.schedulers.server_info import server_info
 
 log = structlog.get_logger("punchline.ledger")
 

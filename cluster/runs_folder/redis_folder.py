@@ -3,9 +3,10 @@ that answers is the process that record names, and stopping it.
 
 Why a module of its own, without a Redis client library: the runs folder's keeper
 (``cluster/runs_folder/redis_keeper.py``, a process of its own beside every local run) needs only these, once every two
-seconds. Through redis-py it paid a quarter of a CPU second a run to import redis, OpenTelemetry (which redis-py loads
-when it is installed) and structlog; one ``AUTH`` and one ``INFO server`` over a socket cost a millisecond. The embedded
-server (``cluster/runs_folder/redis_server.py``) writes the record and uses these to find and stop a running server too.
+seconds, and importing redis-py cost it a quarter of a CPU second a run. What it asks the server (``AUTH`` and ``INFO
+server`` over a bare socket) is :mod:`punchline.schedulers.server_info`, where the engine's Redis conversations are.
+The embedded server (``cluster/runs_folder/redis_server.py``) writes the record and uses these to find and stop a
+running server too.
 
 The record (``redis.lock``, JSON) is written by the server's starter while it holds the file's lock; a server
 counts as running only while someone holds that lock *and* the server at the recorded URL reports the recorded
@@ -19,15 +20,14 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
-from typing import BinaryIO
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 from punchline.cluster.runs_folder.private_files import open_private, read_password, read_private
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.redaction import REDACTED
+from punchline.schedulers.server_info import server_info
 
 LOCK_FILE = "redis.lock"  # the server's record, locked while its starter lives
 PASSWORD_FILE = "password"  # the server's password (0600), beside the record
@@ -66,78 +66,6 @@ def recorded_pid(folder: Path) -> int:
         return int(str(record["pid"])) if record is not None else 0
     except (ValueError, KeyError):
         return 0
-
-
-def _command(*words: str) -> bytes:
-    """One command in RESP, the protocol's request form (an array of bulk strings)."""
-    parts = [f"*{len(words)}\r\n".encode()]
-    for word in words:
-        data = word.encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-def _reply(stream: BinaryIO) -> bytes | None:
-    """One reply: a status or a bulk string's bytes; None for an error or anything else."""
-    head = stream.readline()
-    if head.startswith(b"+"):
-        return head[1:].rstrip(b"\r\n")
-    if head.startswith(b"$"):
-        size = int(head[1:])
-        if size < 0:
-            return None
-        body = b""
-        while len(body) < size + 2:
-            chunk = stream.read(size + 2 - len(body))
-            if not chunk:
-                return None
-            body += chunk
-        return body[:size]
-    return None  # "-ERR ..." (a wrong password, a command refused) or not Redis at all
-
-
-def _connect(url: str, timeout_s: float) -> socket.socket | None:
-    """A socket to the server at ``url`` (``redis://host:port/db`` or ``unix:///path``), None for another form."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix" and parts.path:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout_s)
-        try:
-            sock.connect(parts.path)
-        except OSError:
-            sock.close()
-            raise
-        return sock
-    if parts.scheme == "redis" and parts.hostname:
-        return socket.create_connection((parts.hostname, parts.port or 6379), timeout=timeout_s)
-    return None
-
-
-def server_info(url: str, *, timeout_s: float = 2.0) -> dict[str, str] | None:
-    """``INFO server`` of the Redis at ``url`` (``redis://[user:password@]host:port/db`` or
-    ``unix://[:password@]/path``) as a dict, None when nothing answers there, it refuses the password, or it does
-    not speak Redis."""
-    parts = urlsplit(url)
-    words = [unquote(w) for w in (parts.username, parts.password) if w]
-    try:
-        sock = _connect(url, timeout_s)
-        if sock is None:
-            return None
-        with sock, sock.makefile("rb") as stream:
-            sock.sendall((_command("AUTH", *words) if parts.password else b"") + _command("INFO", "server"))
-            if parts.password and _reply(stream) is None:
-                return None
-            text = _reply(stream)
-    except (OSError, ValueError):
-        return None
-    if text is None:
-        return None
-    info = {}
-    for line in text.decode(errors="replace").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and not line.startswith("#"):
-            info[key] = value
-    return info
 
 
 def serves_dir(url: str, data_dir: str | os.PathLike[str], *, timeout_s: float = 2.0) -> bool:

@@ -40,9 +40,6 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
-import redis
-import redis.exceptions
-
 from punchline.cluster.runs_folder.keeper import die_with_parent
 from punchline.cluster.runs_folder.private_files import (
     check_folder_files,
@@ -55,8 +52,9 @@ from punchline.cluster.runs_folder.private_files import (
 from punchline.cluster.runs_folder.redis_binary import MIN_VERSION, find_redis_server, server_version
 from punchline.cluster.runs_folder.redis_folder import LOCK_FILE, PASSWORD_FILE, find_running, serves_dir, stop_running
 from punchline.data.errors import LedgerUnavailable
-from punchline.schedulers.ledger_access import LOADER_COMMANDS, LOADER_USER, RUN_COMMANDS, command_rule, load_scripts
-from punchline.schedulers.redis_client import connect, redact_url
+from punchline.schedulers.ledger_access import LOADER_COMMANDS, LOADER_USER, RUN_COMMANDS, command_rule
+from punchline.schedulers.redis_client import LedgerClient, connect, redact_url
+from punchline.schedulers.server_checks import StartingServer, load_scripts_as
 
 __all__ = [
     "LEDGER_COMMANDS",
@@ -309,24 +307,18 @@ class EmbeddedRedis:
         """('', server id) once PING answers and the engine's scripts are loaded, else (why not, '')."""
         assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout_s
-        client = redis.Redis.from_url(self.url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        server = StartingServer(self.url, self._proc.pid)  # the answer must come from *our* process
         try:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
                     return f"exited with {self._proc.returncode}: {self._log_tail()}", ""
-                try:
-                    # Check the answer comes from *our* process: another server may own the port.
-                    info = client.info("server")
-                    if int(info["process_id"]) == self._proc.pid and client.ping():
-                        return self._load_scripts(), str(info.get("run_id", ""))
-                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
-                    pass  # not listening yet, still replaying the AOF (LOADING), or another server
-                except redis.exceptions.ResponseError:
-                    pass  # another server on the port that does not know our password
+                server_id = server.server_id()
+                if server_id is not None:
+                    return self._load_scripts(), server_id
                 time.sleep(0.02)
             return f"no PING answer within {self.startup_timeout_s}s: {self._log_tail()}", ""
         finally:
-            client.close()
+            server.close()
 
     def _load_scripts(self) -> str:
         """Load the engine's scripts as this start's loader: '' once done, else why not (and the server is stopped:
@@ -334,16 +326,13 @@ class EmbeddedRedis:
         stops, and the run's user may not load them, so every start (a restart from the AOF too) loads them here,
         before the folder's record says the server runs."""
         assert self._proc is not None and self._loader_password is not None
-        url = self._address(self._loader_password, LOADER_USER)
-        loader = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=1.0)
         try:
-            load_scripts(loader)
-        except redis.exceptions.RedisError as exc:
-            self._proc.terminate()
-            return f"its scripts could not be loaded: {type(exc).__name__}: {exc}"
+            why_not = load_scripts_as(self._address(self._loader_password, LOADER_USER))
         finally:
-            loader.close()
             self._loader_password = None
+        if why_not:
+            self._proc.terminate()
+            return f"its scripts could not be loaded: {why_not}"
         return ""
 
     def _log_tail(self, lines: int = 5) -> str:
@@ -388,7 +377,7 @@ class EmbeddedRedis:
         with contextlib.suppress(Exception):
             self.stop(timeout_s=3.0)
 
-    def client(self, *, decode_responses: bool = False) -> redis.Redis:
+    def client(self, *, decode_responses: bool = False) -> LedgerClient:
         return connect(self.url, decode_responses=decode_responses)
 
     def __enter__(self) -> EmbeddedRedis:

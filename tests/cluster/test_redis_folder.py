@@ -8,8 +8,9 @@ import sys
 import threading
 from pathlib import Path
 
-from punchline.cluster.runs_folder.redis_folder import find_running, recorded_pid, server_info, serves_dir, stop_running
+from punchline.cluster.runs_folder.redis_folder import find_running, recorded_pid, serves_dir, stop_running
 from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
+from punchline.schedulers.server_info import server_info
 
 ROOT = Path(__file__).resolve().parents[2]
 
