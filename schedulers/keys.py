@@ -184,5 +184,5 @@ def worker_calls(namespace: str, run_id: str, worker_id: str) -> str:
 
 def driver_claim(run_id: str, namespace: str = NAMESPACE) -> str:
     """String (JSON: host, pid, token): the driver's claim on a run id, with a TTL its heartbeat renews.
-    Written by the driver (``cluster/run/run_claim.py``); workers watch it (``workers/driver_watch.py``)."""
+    Written by the driver (``schedulers/run_claim.py``); workers watch it (``workers/driver_watch.py``)."""
     return f"{namespace}:run:{run_id}:driver"

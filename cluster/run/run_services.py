@@ -34,7 +34,6 @@ from punchline.cluster.records.run_log import LogShipper
 from punchline.cluster.records.run_record import RunRecord, Services
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.preflight import check_providers, check_redis
-from punchline.cluster.run.run_claim import RunClaim
 from punchline.cluster.run.store_guard import StoreGuard, redis_identity
 from punchline.cluster.runs_folder.local_ray import LocalRay, notice
 from punchline.cluster.runs_folder.local_redis import LocalRedis
@@ -49,6 +48,7 @@ from punchline.data.store import Store
 from punchline.schedulers.ledger import Ledger
 from punchline.schedulers.ledger_access import check_loaded
 from punchline.schedulers.redis_client import connect, credentials_in_userinfo
+from punchline.schedulers.run_claim import RunClaim
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 from punchline.workers.logs import configure_logging
 from punchline.workers.providers.registry import kind_of

@@ -17,7 +17,6 @@ import pytest
 import redis
 from redis.commands.core import AsyncScript, Script
 
-from punchline.cluster.run.run_claim import RunClaim
 from punchline.cluster.runs_folder.local_redis import LocalRedis, redis_dir
 from punchline.cluster.runs_folder.redis_server import (
     LEDGER_COMMANDS,
@@ -48,6 +47,7 @@ from punchline.schedulers.redis_client import (
     redact_url,
     redis_errors,
 )
+from punchline.schedulers.run_claim import RunClaim
 
 
 def test_settings_from_env_and_dsn() -> None:

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from punchline.cluster.run.run_claim import RunAlreadyRunning, RunClaim, claim_key
 from punchline.cluster.runs_folder.keeper import live_clients
 from punchline.cluster.runs_folder.local_redis import LocalRedis, redis_dir
 from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
+from punchline.schedulers.run_claim import RunAlreadyRunning, RunClaim, claim_key
 from punchline.workers.fake.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]

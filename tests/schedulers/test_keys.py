@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import punchline
-from punchline.cluster.run.run_claim import claim_key
 from punchline.data import settings
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.schedulers import keys
@@ -20,6 +19,7 @@ from punchline.schedulers.budget import budget_keys, usage_key
 from punchline.schedulers.inflight import bounds_of
 from punchline.schedulers.ledger import StageKeys, fence_key, request_key
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RateScope
+from punchline.schedulers.run_claim import claim_key
 from punchline.workers.call_stats import run_key, worker_key
 from punchline.workers.driver_watch import driver_claim_key
 
