@@ -25,6 +25,22 @@ from tests.cluster.conftest import driver_argv, engine_config
 from tests.cluster.executors.test_batches import billed_parts
 from tests.cluster.test_faults import ROOT, opts, wait_for
 
+
+def driver_stuck(tmp_path: Path, run_id: str, stderr_path: Path) -> str:
+    """What a driver that did not reach its point in time had said: its stderr and its log's last lines (a test
+    that fails on a busy machine says why, instead of only that it waited)."""
+    logs = sorted(tmp_path.rglob(f"{run_id}/log.jsonl"))
+    tail = logs[0].read_text().splitlines()[-30:] if logs else ["(no log yet)"]
+    return stderr_path.read_text()[-3000:] + "\n--- log.jsonl ---\n" + "\n".join(tail)
+
+
+def wait_for_driver(cond: Any, tmp_path: Path, run_id: str, stderr_path: Path, timeout_s: float = 180) -> None:
+    try:
+        wait_for(cond, timeout_s=timeout_s)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{driver_stuck(tmp_path, run_id, stderr_path)}") from None
+
+
 pytestmark = pytest.mark.slow
 
 
@@ -197,9 +213,11 @@ def test_kill_9_of_the_driver_at_each_point_of_a_batch_then_resume(
             return any(r.batch_id for r in read_records(store, run_id))
         return fake.batch_stats().hanging > 0
 
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for(lambda: at_point() or proc.poll() is not None, timeout_s=180)
-    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    stderr_path = tmp_path / "driver.stderr"  # a file, not a pipe nobody reads while the driver runs
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    wait_for_driver(lambda: at_point() or proc.poll() is not None, tmp_path, run_id, stderr_path)
+    assert proc.poll() is None, f"driver ended before the kill: {driver_stuck(tmp_path, run_id, stderr_path)}"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     created_before = fake.batch_stats().batches_created
@@ -304,9 +322,11 @@ def test_a_resume_waiting_on_a_look_alike_says_so_without_bars_and_not_ours_rele
         cfg, run_id, tmp_path, "--redis-url", redis_url, "--ray-address", ray.get_runtime_context().gcs_address
     )
     fake.configure(batch_crash_point="before_create", hang_s=120)  # the create call hangs: the driver dies in it
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for(lambda: fake.batch_stats().hanging > 0 or proc.poll() is not None, timeout_s=180)
-    assert proc.poll() is None, f"driver ended before the kill: {proc.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+    stderr_path = tmp_path / "driver.stderr"  # a file, not a pipe nobody reads while the driver runs
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    wait_for_driver(lambda: fake.batch_stats().hanging > 0 or proc.poll() is not None, tmp_path, run_id, stderr_path)
+    assert proc.poll() is None, f"driver ended before the kill: {driver_stuck(tmp_path, run_id, stderr_path)}"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     fake.configure()
