@@ -35,11 +35,12 @@ endef
 
 # Three pytest workers, a whole test file each: the tests mostly wait on processes they start (a two-worker run
 # used 10 of its 20 min x 2 cores of CPU), so a third worker shortens the wall time (pytest 18 min at load 15 with
-# three, 19 min at load 4 with two). PYTEST_WORKERS=1 runs them serially.
+# three, 19 min at load 4 with two). PYTEST_WORKERS=1 runs them serially. The 15 slowest tests are listed at the end
+# (--durations): where the suite's 20 minutes go.
 PYTEST_WORKERS ?= 3
 
 test: $(STAMP) lint typecheck
-	$(EMPTY_HOME) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(EMPTY_HOME) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 # The quick check before a commit: lint, types and every test not marked `slow` (no multi-process
 # cluster, no local Ray, no whole-pipeline fault runs). `make test` stays the whole suite.
