@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
+from punchline.data.errors import ProviderError
 from punchline.data.plugins import PROVIDER_KINDS
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
-
-if TYPE_CHECKING:  # batch_provider asks the registry how a kind splits n: at run time it imports this module
-    from punchline.workers.batch_provider import BatchProvider
+from punchline.workers.batch_interface import BatchProvider
 
 # the entry-point group a package declares its provider kinds in (punchline's own too): data/plugins.py
 KIND_GROUP = PROVIDER_KINDS.name
@@ -46,7 +45,7 @@ class ProviderKind:
     """One kind of provider. Instantiate it with the ``"module:Class"`` of the implementation (a class taking
     ``(name, settings)`` that is a :class:`Provider`), or subclass it and override :meth:`make`.
 
-    - ``batches``: the ``"module:Class"`` of its :class:`~punchline.workers.batch_provider.BatchProvider`;
+    - ``batches``: the ``"module:Class"`` of its :class:`~punchline.workers.batch_interface.BatchProvider`;
       None when the kind has no batch API (then ``mode = "batch"`` is refused when the config is read).
     - ``base_url_env`` / ``default_base_url``: where its SDK looks when ``base_url`` is not set (preflight
       checks that endpoint); ``key_env``: the variable its SDK reads a key from by default (documentation).
@@ -56,10 +55,14 @@ class ProviderKind:
     - ``key_header``: how the key travels (``"bearer"``: ``Authorization: Bearer``; else that header's
       name), plus ``extra_headers``, plus ``env_headers`` (variable -> header) of the variables that are set.
     - ``splits_n``: one call never returns ``n`` choices (a request with ``n > 1`` is ``n`` calls, whatever
-      ``supports_n`` says); ``simulated_api``: which of the simulated provider's APIs (``openai`` or
-      ``anthropic``) it speaks when ``base_url = "simulated"``; ``preload``: modules a worker process is
-      worth having imported before it forks children (besides the implementation's own module: the SDK
-      an implementation imports lazily).
+      ``supports_n`` says); ``simulated_wire``: what the simulated provider speaks to it when ``base_url =
+      "simulated"``: the ``"module:attr"`` of its :class:`~punchline.workers.fake.wire.SimulatedWire` (its
+      offline twin, in its own module), or the name of the kind whose wire it reuses (by default ``openai``'s);
+      ``preload``: modules a worker process is worth having imported before it forks children (besides the
+      implementation's own module: the SDK an implementation imports lazily).
+    - ``retryable``: which of its errors a call retries (with backoff, up to ``max_retries``); None: the
+      error's own class says, :class:`~punchline.data.errors.RetryableProviderError` (a 429, 408, 409, 5xx, a
+      timeout, a dropped connection, a malformed body) or not (:func:`punchline.workers.retry.retried_by_default`).
     """
 
     def __init__(
@@ -77,7 +80,8 @@ class ProviderKind:
         extra_headers: Mapping[str, str] | None = None,
         env_headers: Mapping[str, str] | None = None,
         splits_n: bool = False,
-        simulated_api: str = "openai",
+        simulated_wire: str = "openai",
+        retryable: Callable[[ProviderError], bool] | None = None,
         preload: tuple[str, ...] = (),
         summary: str = "",
     ) -> None:
@@ -93,7 +97,8 @@ class ProviderKind:
         self.extra_headers = dict(extra_headers or {})
         self.env_headers = dict(env_headers or {})
         self.splits_n = splits_n
-        self.simulated_api = simulated_api
+        self.simulated_wire = simulated_wire
+        self.retryable = retryable
         self.preload = preload
         self.summary = summary
 

@@ -51,7 +51,6 @@ from punchline.schedulers.redis_client import connect, credentials_in_userinfo
 from punchline.schedulers.run_claim import RunClaim
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 from punchline.workers.logs import configure_logging
-from punchline.workers.providers.registry import kind_of
 from punchline.workers.shard_worker import WorkerConfig
 
 log = structlog.get_logger("punchline.driver")
@@ -176,13 +175,12 @@ def open_simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | No
     sim_cfg = pipeline_of(cfg).simulator_knobs(cfg, cfg.simulator or FakeConfig())
     server = FakeProviderServer(sim_cfg, host=host)
     server.start()
-    for name in sim:
-        p = cfg.providers[name]
-        api = kind_of(p.kind, record=f"providers.{name}", file=cfg.source).simulated_api
-        base = server.anthropic_base_url if api == "anthropic" else server.openai_base_url
-        # the simulator needs no key: do not demand one from the environment
-        cfg.providers[name] = msgspec.structs.replace(p, base_url=base, api_key_env=None, api_key_file=None)
     try:
+        for name in sim:
+            p = cfg.providers[name]
+            base = server.base_url_for(p.kind, record=f"providers.{name}", file=cfg.source)  # the kind's own wire
+            # the simulator needs no key: do not demand one from the environment
+            cfg.providers[name] = msgspec.structs.replace(p, base_url=base, api_key_env=None, api_key_file=None)
         yield server.url
     finally:
         server.stop()

@@ -134,7 +134,11 @@ class BatchBook:
                 batch.outcomes[r.custom_id] = ("errored", "injected batch request error")
                 self.stats.errored += 1
                 continue
-            payload, key = self.answer(batch.api, r.body, offset)
+            try:
+                payload, key = self.answer(batch.api, r.body, offset)
+            except ValueError as exc:  # a body its API refuses (no model or no messages): that request errors
+                batch.outcomes[r.custom_id] = ("errored", str(exc))
+                continue
             batch.outcomes[r.custom_id] = ("succeeded", payload)
             if not batch.foreign:
                 self.billed[r.custom_id] += 1

@@ -1,8 +1,9 @@
 """The fake provider's HTTP plumbing: routes, authorization, fault injection for one completion call.
 
 Why a module of its own: this is the part that speaks HTTP (headers, Nagle, cut bodies, dropped connections);
-what it answers comes from :mod:`punchline.workers.fake.state` and the shapes from
-:mod:`punchline.workers.fake.wire`, so a change to one API's wire shape does not touch the routing.
+what it answers comes from :mod:`punchline.workers.fake.state`, and the shapes from the simulated wire whose path
+was called (each installed kind's, :mod:`punchline.workers.fake.kind_wires`), so it names no API: a new kind's
+wire, or a change to one's shape, does not touch the routing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from punchline.data.simulator import FakeConfig
 from punchline.workers.fake.batches import BATCH_PATHS
 from punchline.workers.fake.draws import unit
 from punchline.workers.fake.state import ServerState, answer_texts, billed_tokens, knob_models
-from punchline.workers.fake.wire import Parsed, completion_body, error_body, parse
+from punchline.workers.fake.wire import SimulatedWire, WireRequest
 from punchline.workers.providers.base import CHOICE_OFFSET_HEADER
 
 
@@ -58,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
-    def _error(self, api: str, status: int, message: str, retry_after_s: float | None = None) -> None:
+    def _error(self, wire: SimulatedWire, status: int, message: str, retry_after_s: float | None = None) -> None:
         headers = {}
         if retry_after_s is not None:
             headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
@@ -67,7 +68,7 @@ class Handler(BaseHTTPRequestHandler):
         if status == 429 and rpm:  # what real providers say about their limit (per minute, OpenAI's names)
             headers["x-ratelimit-limit-requests"] = f"{rpm:g}"
             headers["x-ratelimit-remaining-requests"] = "0"
-        self._send(status, error_body(api, status, message), headers)
+        self._send(status, wire.error(status, message), headers)
 
     # --- routes -----------------------------------------------------------------------------
 
@@ -114,16 +115,13 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(400, {"error": {"message": str(exc)}})
                 return
             self._send(200, msgspec.to_builtins(state.config))
-        elif self.path in ("/v1/chat/completions", "/chat/completions"):
+        elif self.path in state.wires.by_path:
             with state.holding():
-                self._complete("openai", body)
-        elif self.path in ("/v1/messages", "/messages"):
-            with state.holding():
-                self._complete("anthropic", body)
+                self._complete(state.wires.by_path[self.path], body)
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
-    def _authorized(self, api: str) -> bool:
+    def _authorized(self, wire: SimulatedWire) -> bool:
         """With ``require_api_key`` set, any other key gets 401 (echoing a masked key)."""
         required = self.server.state.config.require_api_key
         if required is None:
@@ -133,17 +131,17 @@ class Handler(BaseHTTPRequestHandler):
             return True
         self.server.state.count("unauthorized")
         masked = f"{given[:3]}***{given[-4:]}" if len(given) > 8 else "***"
-        self._error(api, 401, f"Incorrect API key provided: {masked}")
+        self._error(wire, 401, f"Incorrect API key provided: {masked}")
         return False
 
     def _models(self) -> None:
         """``GET /v1/models``, the cheap authenticated request a driver makes before a run: the
-        models this fake knows, in a shape both SDKs accept (OpenAI's list, Anthropic's page)."""
+        models this fake knows, in a shape both SDKs accept (OpenAI's list, Anthropic's page); a refused key in
+        the shape of the wire whose SDK asks."""
         state = self.server.state
         with state.lock:
             state.models_calls += 1
-        api = "anthropic" if self.headers.get("x-api-key") or self.headers.get("anthropic-version") else "openai"
-        if not self._authorized(api):
+        if not self._authorized(state.wires.of_headers(self.headers.get)):
             return
         names = sorted({*knob_models(state.config), "sim/llama-3b", "sim/llama-70b"})
         data = [
@@ -153,13 +151,14 @@ class Handler(BaseHTTPRequestHandler):
         ]  # fmt: skip
         self._send(200, {"object": "list", "data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]})
 
-    def _complete(self, api: str, body: dict[str, Any]) -> None:
+    def _complete(self, wire: SimulatedWire, body: dict[str, Any]) -> None:
         state = self.server.state
         cfg = state.config
-        if not body.get("model") or not body.get("messages"):  # like a real API: refused for free, not counted
-            self._error(api, 400, "model and messages are required")
+        try:
+            req = wire.parse(body)
+        except ValueError as exc:  # like a real API: refused for free, not counted
+            self._error(wire, 400, str(exc))
             return
-        req = parse(api, body)
         key = req.key()
         try:
             offset = int(self.headers.get(CHOICE_OFFSET_HEADER) or 0)
@@ -167,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
             offset = 0
         attempt, retry_after = state.admit(key, offset, req.model)
         if retry_after is not None:
-            self._error(api, 429, "rate limit exceeded (fake provider)", retry_after)
+            self._error(wire, 429, "rate limit exceeded (fake provider)", retry_after)
             return
         latency_s = (
             cfg.latency_ms_for_model[req.model]
@@ -179,13 +178,13 @@ class Handler(BaseHTTPRequestHandler):
         if req.model in cfg.status_for_model:
             state.count("status_for_model")
             status = cfg.status_for_model[req.model]
-            self._error(api, status, f"model {req.model!r} answered {status} by configuration")
+            self._error(wire, status, f"model {req.model!r} answered {status} by configuration")
             return
-        if not self._authorized(api):
+        if not self._authorized(wire):
             return
         if attempt < cfg.fail_first_attempts:
             state.count("fail_first")
-            self._error(api, cfg.fail_status, f"injected failure (attempt {attempt})", cfg.fail_retry_after_s)
+            self._error(wire, cfg.fail_status, f"injected failure (attempt {attempt})", cfg.fail_retry_after_s)
             return
         for fault, rate in (
             ("error_500", cfg.error_500_rate),
@@ -196,30 +195,30 @@ class Handler(BaseHTTPRequestHandler):
         ):
             if rate > 0 and unit(cfg.seed, key, offset, attempt, fault) < rate:
                 state.count(fault)
-                self._fault(api, fault, req)
+                self._fault(wire, fault, req)
                 return
-        self._answer(api, req, key, offset)
+        self._answer(wire, req, offset)
 
-    def _fault(self, api: str, fault: str, req: Parsed) -> None:
+    def _fault(self, wire: SimulatedWire, fault: str, req: WireRequest) -> None:
         state = self.server.state
         if fault == "error_500":
-            self._error(api, 500, "injected internal error")
+            self._error(wire, 500, "injected internal error")
         elif fault == "error_503":
-            self._error(api, 503, "injected overload")
+            self._error(wire, 503, "injected overload")
         elif fault == "hang":
             state.stop_event.wait(state.config.hang_s)
             self.close_connection = True
         elif fault == "truncated":
-            self._send(200, completion_body(api, req, ["truncated " * 20], 1, 1), cut=True)
+            self._send(200, wire.answer(req, ["truncated " * 20], 1, 1), cut=True)
         elif fault == "malformed":
-            self._send(200, completion_body(api, req, [], 1, 0))
+            self._send(200, wire.answer(req, [], 1, 0))
 
-    def _answer(self, api: str, req: Parsed, key: str, offset: int) -> None:
+    def _answer(self, wire: SimulatedWire, req: WireRequest, offset: int) -> None:
         state = self.server.state
         texts = answer_texts(state, req, offset)
         input_tokens, output_tokens = billed_tokens(state.config, req, texts)
         state.success(req.model, input_tokens, output_tokens)
-        self._send(200, completion_body(api, req, texts, input_tokens, output_tokens))
+        self._send(200, wire.answer(req, texts, input_tokens, output_tokens))
 
 
 class FakeHTTPServer(ThreadingHTTPServer):

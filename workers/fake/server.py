@@ -1,15 +1,18 @@
-"""A fake LLM provider over real HTTP on 127.0.0.1, spoken to by the official OpenAI and Anthropic SDKs.
+"""A fake LLM provider over real HTTP on 127.0.0.1, spoken to by the providers' own SDKs.
 
-Tests and offline runs point a provider's ``base_url`` at it (``server.openai_base_url`` for
-``kind = "openai"``, ``server.anthropic_base_url`` for ``kind = "anthropic"``). It answers
-deterministically (see :mod:`punchline.workers.fake.answers`: the installed pipelines' own answers first, then
-generic ones) and injects faults on demand.
+It speaks the simulated wire of every installed provider kind (its offline twin, found through the kinds
+registry: :mod:`~punchline.workers.fake.kind_wires`): punchline's own, OpenAI's and Anthropic's, and any a
+plug-in's kind brings. Tests and offline runs point a provider's ``base_url`` at it
+(``server.base_url_for(kind)``; ``server.openai_base_url`` and ``server.anthropic_base_url`` say the same for
+punchline's two). It answers deterministically (see :mod:`punchline.workers.fake.answers`: the installed
+pipelines' own answers first, then generic ones) and injects faults on demand.
 
 **Request key.** Calls are counted per *wire key*: the first 40 hex digits of the sha256 of the
 canonical JSON array ``[model, [[role, content], ...], temperature, max_tokens, n, stop, seed]``
-built from the request body (Anthropic's ``system`` becomes a leading system message, its
-``stop_sequences`` are ``stop``, its ``n`` is 1). :func:`request_wire_key` computes the same key from
-a :class:`~punchline.workers.provider.ProviderRequest`, so a test can look up the calls one request caused.
+built from the request as its wire reads it (:class:`~punchline.workers.fake.wire.WireRequest`: Anthropic's
+``system`` becomes a leading system message, its ``stop_sequences`` are ``stop``, its ``n`` is 1).
+:func:`request_wire_key` computes the same key from a :class:`~punchline.workers.provider.ProviderRequest` sent
+by a provider of a given kind, so a test can look up the calls one request caused.
 
 **Determinism.** Every fault is decided by a hash of (seed, wire key, choice offset, attempt number,
 fault name), where the attempt number counts the earlier non-rate-limited calls with the same key
@@ -22,9 +25,10 @@ asks for sample slot ``s``) sends the header ``X-Choice-Offset``; choice ``j`` o
 answered as choice ``offset + j``, so a split request gets the same texts as one ``n`` call.
 
 **Layout.** This module is the server's face (start, stop, knobs, remote stats); the HTTP routes are in
-:mod:`~punchline.workers.fake.handler`, the counters and answers in :mod:`~punchline.workers.fake.state`, the
-two APIs' bodies and the key in :mod:`~punchline.workers.fake.wire`, the batch endpoints in
-:mod:`~punchline.workers.fake.batches`. The names other code imports from here are re-exported.
+:mod:`~punchline.workers.fake.handler`, the counters and answers in :mod:`~punchline.workers.fake.state`, what
+a wire is and the key in :mod:`~punchline.workers.fake.wire` (OpenAI's and Anthropic's wires in
+:mod:`~punchline.workers.fake.wires`), the batch endpoints in :mod:`~punchline.workers.fake.batches`. The
+names other code imports from here are re-exported.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ from typing import Any
 import msgspec
 
 from punchline.data.provider_settings import ProviderKind, ProviderSettings
+from punchline.data.requests import ProviderRequest
 from punchline.data.simulator import FakeConfig
 from punchline.workers.fake.batches import BatchStats
 from punchline.workers.fake.handler import FakeHTTPServer
+from punchline.workers.fake.kind_wires import KindWires, find_wires, wire_of
 from punchline.workers.fake.simulators import Simulator, find_simulators
 from punchline.workers.fake.state import FAULTS, FakeStats, ServerState, answer_texts, completion
-from punchline.workers.fake.wire import request_wire_key, wire_key
+from punchline.workers.fake.wire import wire_key
 from punchline.workers.providers.base import CHOICE_OFFSET_HEADER
 
 __all__ = [
@@ -73,12 +79,14 @@ class FakeProviderServer:
         host: str = "127.0.0.1",
         port: int = 0,
         simulators: Sequence[Simulator] | None = None,
+        wires: KindWires | None = None,
     ) -> None:
         """``simulators``: the pipelines whose answers it gives (default: those ``config.simulators`` names, then
         every installed pipeline's, found through the entry points); a bad ``pipeline_knobs`` table is a ValueError
-        naming it."""
+        naming it. ``wires``: the APIs it speaks (default: every installed kind's)."""
         config = config or FakeConfig()
-        self._state = ServerState(config, find_simulators(config.simulators) if simulators is None else simulators)
+        found = find_simulators(config.simulators) if simulators is None else simulators
+        self._state = ServerState(config, found, find_wires() if wires is None else wires)
         self._address = (host, port)
         self._httpd: FakeHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -126,18 +134,24 @@ class FakeProviderServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    def base_url_for(self, kind: ProviderKind, *, record: str | None = None, file: str | None = None) -> str:
+        """The ``base_url`` of a provider of ``kind`` talking to this server (where its wire's paths start); a kind
+        it speaks no wire of is a ConfigError naming ``record``."""
+        return self.url + self._state.wires.of_kind(kind, record=record, file=file).base_path
+
     @property
     def openai_base_url(self) -> str:
-        return f"{self.url}/v1"
+        """``base_url_for("openai")``, which many tests and benches name."""
+        return self.base_url_for("openai")
 
     @property
     def anthropic_base_url(self) -> str:
-        return self.url
+        """``base_url_for("anthropic")``."""
+        return self.base_url_for("anthropic")
 
     def provider_settings(self, kind: ProviderKind = "openai", **overrides: Any) -> ProviderSettings:
         """Settings of a provider that talks to this server (``timeout_s`` etc. via ``overrides``)."""
-        base_url = self.openai_base_url if kind == "openai" else self.anthropic_base_url
-        return ProviderSettings(kind=kind, base_url=base_url, **overrides)
+        return ProviderSettings(kind=kind, base_url=self.base_url_for(kind), **overrides)
 
     @property
     def config(self) -> FakeConfig:
@@ -167,6 +181,11 @@ class FakeProviderServer:
 
     def restore_defaults(self) -> None:
         self._state.set_config(self._state.defaults)
+
+
+def request_wire_key(request: ProviderRequest, *, kind: ProviderKind = "openai", supports_n: bool = True) -> str:
+    """The key the fake counts the calls of a provider of ``kind`` for ``request`` under (see the module doc)."""
+    return wire_of(kind).sent(request, supports_n).key()
 
 
 def fetch_stats(url: str, *, timeout_s: float = 5.0, brief: bool = False) -> FakeStats:

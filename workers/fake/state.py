@@ -21,8 +21,9 @@ from punchline.data.simulator import FakeConfig, SimRequest
 from punchline.schedulers.budget import messages_tokens_bound
 from punchline.workers.fake.answers import answer
 from punchline.workers.fake.batches import BatchBook
+from punchline.workers.fake.kind_wires import KindWires
 from punchline.workers.fake.simulators import Simulator, decode_knobs
-from punchline.workers.fake.wire import Parsed, apply_stop, completion_body, parse, tokens, wire_key
+from punchline.workers.fake.wire import WireRequest, apply_stop, tokens, wire_key
 
 FAULTS = (
     "rate_limited",
@@ -54,12 +55,13 @@ class FakeStats(msgspec.Struct, kw_only=True):
 class ServerState:
     """Mutable server state, guarded by one lock."""
 
-    def __init__(self, config: FakeConfig, simulators: Sequence[Simulator]) -> None:
+    def __init__(self, config: FakeConfig, simulators: Sequence[Simulator], wires: KindWires) -> None:
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.defaults = config
         self.config = config
         self.simulators = list(simulators)
+        self.wires = wires  # the APIs it speaks (the installed kinds' simulated wires)
         self.knobs = decode_knobs(self.simulators, config.pipeline_knobs)  # each pipeline's, decoded once
         self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
         self.window: deque[float] = deque()  # admitted calls' times, with rate_limit_window_s
@@ -170,7 +172,7 @@ class ServerState:
             billed[1] += output_tokens
 
 
-def billed_tokens(config: FakeConfig, req: Parsed, texts: list[str]) -> tuple[int, int]:
+def billed_tokens(config: FakeConfig, req: WireRequest, texts: list[str]) -> tuple[int, int]:
     """(input, output) tokens the answer ``texts`` to ``req`` is billed, by the ``billing`` knob: ``chars`` (the
     default) counts characters / 4 of each message and answer; ``worst_case`` bills what a real provider may at
     most, the bound the run's budget holds before a call (every UTF-8 byte of input a token, plus a chat template's
@@ -182,7 +184,7 @@ def billed_tokens(config: FakeConfig, req: Parsed, texts: list[str]) -> tuple[in
     return sum(tokens(c) for _, c in req.messages), sum(tokens(t) for t in texts)
 
 
-def answer_texts(state: ServerState, req: Parsed, offset: int) -> list[str]:
+def answer_texts(state: ServerState, req: WireRequest, offset: int) -> list[str]:
     """The texts the online endpoints answer ``req`` with (the batch endpoints give the same)."""
     # Answers ignore ``n`` so that n single calls (with offsets) give the texts of one n call.
     key = wire_key(req.model, req.messages, req.temperature, req.max_tokens, 1, req.stop, req.seed)
@@ -220,9 +222,10 @@ def knob_models(config: FakeConfig) -> set[str]:
 
 
 def completion(state: ServerState, api: str, body: dict[str, Any], offset: int) -> tuple[dict[str, Any], str]:
-    """The online endpoint's 200 body for one request body, and the request's wire key (for batches)."""
-    req = parse(api, body)
-    key = req.key()
+    """The online endpoint's 200 body for one request body of the wire named ``api``, and the request's wire key
+    (for batches); a ValueError when that wire refuses the body."""
+    wire = state.wires.by_name[api]
+    req = wire.parse(body)
     texts = answer_texts(state, req, offset)
     input_tokens, output_tokens = billed_tokens(state.config, req, texts)
-    return completion_body(api, req, texts, input_tokens, output_tokens), key
+    return wire.answer(req, texts, input_tokens, output_tokens), req.key()

@@ -1,32 +1,28 @@
-"""The OpenAI and Anthropic wire shapes of the fake provider's online endpoints, and the request key.
+"""What a simulated wire is: the fake provider's side of one API's request and answer shapes, and the request key.
 
-Why a module of its own: the request key (:func:`wire_key`) is what tests look calls up by, and the bodies it
-reads and writes must match what the official SDKs send and accept; keeping both shapes in one place, apart
-from the HTTP plumbing (:mod:`punchline.workers.fake.handler`) and the counters
-(:mod:`punchline.workers.fake.state`), means one place spells each field. See
-:mod:`punchline.workers.fake.server` for how the key is built.
+Why an interface of its own: the fake provider answers every API the installed provider kinds speak, without
+naming one. A :class:`~punchline.workers.provider.ProviderKind` says which wire it speaks offline
+(``simulated_wire``: a ``"module:attr"`` of a :class:`SimulatedWire`, or another kind's name when it reuses that
+kind's wire, as ``litellm`` reuses ``openai``'s); the server finds them all through the kinds registry
+(:mod:`punchline.workers.fake.kind_wires`). A wire only translates: its ``parse`` turns a request body into the
+neutral :class:`WireRequest` the answers, faults and counters are computed from, and ``answer``/``error`` write
+them back in its shape, so each API spells its fields in one place (its module; OpenAI's and Anthropic's are in
+:mod:`punchline.workers.fake.wires`) and the HTTP plumbing (:mod:`punchline.workers.fake.handler`) none.
+
+The request key (:func:`wire_key`) is what tests look calls up by; see :mod:`punchline.workers.fake.server`.
 """
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import math
-import time
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
 from punchline.data.requests import ProviderRequest
-
-_ERROR_KINDS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-}
 
 
 def wire_key(
@@ -43,27 +39,15 @@ def wire_key(
     return hashlib.sha256(blob.encode()).hexdigest()[:40]
 
 
-def request_wire_key(request: ProviderRequest, *, kind: str = "openai", supports_n: bool = True) -> str:
-    """The key the fake counts a provider's calls for ``request`` under (see the module doc)."""
-    messages: list[tuple[str, str]] = [(str(m.role), m.content) for m in request.messages]
-    if kind == "anthropic":
-        system = "\n\n".join(c for r, c in messages if r == "system")
-        rest = [(r, c) for r, c in messages if r != "system"]
-        messages = ([("system", system)] if system else []) + rest
-        stop = [s for s in request.stop if s.strip()]
-        return wire_key(request.model, messages, request.temperature, request.max_tokens, 1, stop, None)
-    n = request.n if supports_n else 1
-    return wire_key(
-        request.model, messages, request.temperature, request.max_tokens, n, list(request.stop), request.seed
-    )
-
-
 def tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4)) if text else 0
 
 
-class Parsed(msgspec.Struct):
-    api: str  # "openai" or "anthropic"
+class WireRequest(msgspec.Struct):
+    """A completion request as the fake provider sees it, whatever the API: the messages in order (a system
+    prompt the API carries apart is a leading ``system`` message), ``n`` choices, and what else shapes the
+    answer."""
+
     model: str
     messages: list[tuple[str, str]]
     temperature: float
@@ -77,7 +61,8 @@ class Parsed(msgspec.Struct):
         return wire_key(self.model, self.messages, self.temperature, self.max_tokens, self.n, self.stop, self.seed)
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's text: a string, or the ``text`` of a list of content blocks (both SDKs send either)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -85,21 +70,19 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def parse(api: str, body: dict[str, Any]) -> Parsed:
-    messages = [(str(m.get("role", "user")), _content_text(m.get("content"))) for m in body.get("messages", [])]
-    stop_raw = body.get("stop" if api == "openai" else "stop_sequences") or []
-    stop = [stop_raw] if isinstance(stop_raw, str) else [str(s) for s in stop_raw]
-    if api == "anthropic":
-        system = _content_text(body.get("system")) if body.get("system") else ""
-        if system:
-            messages = [("system", system), *messages]
-        n = 1
-        seed = None
-    else:
-        n = int(body.get("n") or 1)
-        seed = body.get("seed")
-    temperature = float(body.get("temperature", 1.0))
-    return Parsed(api, str(body.get("model", "")), messages, temperature, body.get("max_tokens"), n, stop, seed)
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def error_type(status: int) -> str:
+    """The error ``type`` both OpenAI and Anthropic name a status by (``api_error`` for any other)."""
+    return _ERROR_TYPES.get(status, "api_error")
 
 
 def apply_stop(text: str, stop: list[str]) -> str:
@@ -110,39 +93,44 @@ def apply_stop(text: str, stop: list[str]) -> str:
     return text[:cut]
 
 
-def error_body(api: str, status: int, message: str) -> dict[str, Any]:
-    """An error response body in the API's shape."""
-    kind = _ERROR_KINDS.get(status, "api_error")
-    if api == "anthropic":
-        return {"type": "error", "error": {"type": kind, "message": message}}
-    return {"error": {"message": message, "type": kind, "code": status}}
+class SimulatedWire(abc.ABC):
+    """One API's shapes, as the fake provider serves them. Subclass it in the kind's module and name the instance
+    in the kind's ``simulated_wire``.
 
+    - ``name``: the API's name (the fake's batch endpoints and its stats say it; unique among the wires).
+    - ``base_path``: what a provider of the kind adds to the server's URL as its ``base_url`` (``"/v1"``).
+    - ``paths``: the POST paths, from the server's root, it answers completions on.
+    - ``key_headers``: request headers only its SDK sends (the free ``GET /v1/models`` answers a refused key
+      in the shape of the first wire whose header is there; a wire without any is the fallback).
+    """
 
-def completion_body(api: str, req: Parsed, texts: list[str], input_tokens: int, output_tokens: int) -> dict[str, Any]:
-    """A 200 body in the API's shape (OpenAI: one choice per text; Anthropic: the first text)."""
-    if api == "anthropic":
-        return {
-            "id": "msg_fake",
-            "type": "message",
-            "role": "assistant",
-            "model": req.model,
-            "content": [{"type": "text", "text": t} for t in texts[:1]],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
-        }
-    return {
-        "id": "chatcmpl-fake",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": req.model,
-        "choices": [
-            {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop", "logprobs": None}
-            for i, t in enumerate(texts)
-        ],
-        "usage": {
-            "prompt_tokens": input_tokens,
-            "completion_tokens": output_tokens,
-            "total_tokens": input_tokens + output_tokens,
-        },
-    }
+    name: ClassVar[str]
+    base_path: ClassVar[str] = ""
+    paths: ClassVar[tuple[str, ...]]
+    key_headers: ClassVar[tuple[str, ...]] = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, paths={self.paths})"
+
+    @abc.abstractmethod
+    def parse(self, body: dict[str, Any]) -> WireRequest:
+        """The request a body asks; a ValueError (its text is the 400's message, not counted as a call) when the
+        body lacks what the API requires."""
+
+    @abc.abstractmethod
+    def answer(self, request: WireRequest, texts: list[str], input_tokens: int, output_tokens: int) -> dict[str, Any]:
+        """A 200 body: ``texts`` (one per choice; none for a malformed answer) and the usage billed."""
+
+    @abc.abstractmethod
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        """An error response body."""
+
+    def sent(self, request: ProviderRequest, supports_n: bool = True) -> WireRequest:
+        """What the kind's provider sends for ``request``, as :meth:`parse` will read it (what
+        :func:`~punchline.workers.fake.server.request_wire_key` hashes). By default every field as it is, ``n``
+        being 1 when the provider splits it (``supports_n`` false); a wire that drops or moves a field says so."""
+        messages = [(str(m.role), m.content) for m in request.messages]
+        n = request.n if supports_n else 1
+        return WireRequest(
+            request.model, messages, request.temperature, request.max_tokens, n, list(request.stop), request.seed
+        )

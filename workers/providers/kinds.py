@@ -1,7 +1,8 @@
 """The kinds punchline ships, registered in its own ``punchline.providers`` entry points like any plug-in's.
 
 Only names and paths here: the SDK modules are imported by :meth:`ProviderKind.make` when a worker builds a
-provider (see :mod:`punchline.workers.provider`).
+provider (see :mod:`punchline.workers.provider`), each kind's offline twin (its simulated wire, in
+:mod:`punchline.workers.fake.wires`) by the simulated provider only.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ OPENAI = ProviderKind(
     models_path="/models",
     call_path=CHAT_PATH,
     env_headers={"OPENAI_ORG_ID": "OpenAI-Organization", "OPENAI_PROJECT_ID": "OpenAI-Project"},
-    simulated_api="openai",
+    simulated_wire="punchline.workers.fake.wires.openai:WIRE",
     summary="OpenAI chat completions and every compatible API (Together, vLLM, ...); batch API",
 )
 
@@ -39,6 +40,6 @@ ANTHROPIC = ProviderKind(
     key_header="x-api-key",
     extra_headers={"anthropic-version": ANTHROPIC_VERSION},
     splits_n=True,  # the Messages API has no n
-    simulated_api="anthropic",
+    simulated_wire="punchline.workers.fake.wires.anthropic:WIRE",
     summary="the Anthropic Messages API; batch API",
 )

@@ -32,7 +32,7 @@ from punchline.workers.providers.base import CHOICE_OFFSET_HEADER, choices, reda
 KIND = ProviderKind(
     "litellm",
     "punchline.workers.providers.litellm_kind:LiteLLMProvider",
-    simulated_api="openai",  # base_url = "simulated": give models as "openai/<id>"
+    simulated_wire="openai",  # base_url = "simulated": the openai kind's wire; give models as "openai/<id>"
     preload=("litellm",),
     summary="any API LiteLLM reaches (Gemini, Bedrock, Vertex...), model ids as LiteLLM routes them; no batches",
 )
