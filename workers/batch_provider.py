@@ -1,4 +1,5 @@
-"""The batch interface: a provider's batch API (half price, answers within 24 h) as the batch runner sees it.
+"""The batch interface: a provider's batch API (half price, answers within 24 h) as the batch runner sees it (the
+protocol and its answers are :mod:`punchline.workers.batch_interface`, below the kinds that name it; here, the parts).
 
 Why an interface of its own beside :mod:`punchline.workers.provider`: a batch is created once and then only
 looked at, so its client must never retry a create on its own (that is how a batch gets paid twice); the
@@ -26,35 +27,29 @@ OpenAI batches carry the tag in their metadata as well. Every batch is **one mod
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterator, Mapping
-from typing import Literal, Protocol
+from collections.abc import Container, Mapping
 
 import msgspec
 
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse, joined
+from punchline.workers.batch_interface import BatchInfo, BatchProvider, BatchStatus, PartOutcome
 from punchline.workers.providers.registry import kind_of
 
-BatchStatus = Literal["in_progress", "ended"]
-
-
-class BatchInfo(msgspec.Struct, kw_only=True):
-    """A provider's batch as last seen: ``status`` is ``in_progress`` until nothing more will change."""
-
-    batch_id: str
-    status: BatchStatus
-    provider_status: str  # the provider's own word (completed, expired, cancelled, ended, …)
-    created_at: float  # epoch seconds
-    total: int
-    succeeded: int = 0
-    failed: int = 0  # errored, expired or cancelled
-    batch_key: str = ""  # from the batch's metadata, where the API has it (OpenAI)
-    tag: str = ""  # the intent's tag from the batch's metadata (OpenAI)
-    error: str = ""  # why the provider refused the whole batch (validation), one line
-
-
-PartOutcome = ProviderResponse | str
-"""One part's outcome inside a batch: its answer, or why there is none ("errored: …", "expired", "canceled")."""
+# with the interface's own types (workers/batch_interface.py), which the implementations and the runner import here
+__all__ = [
+    "BatchInfo",
+    "BatchProvider",
+    "BatchStatus",
+    "Part",
+    "PartOutcome",
+    "RequestOutcome",
+    "merge_parts",
+    "part_id",
+    "parts",
+    "wire_id",
+    "wire_ids",
+]
 
 
 class RequestOutcome(msgspec.Struct, kw_only=True):
@@ -118,35 +113,3 @@ def merge_parts(request: ProviderRequest, got: Mapping[str, PartOutcome], settin
         key=key,
         response=joined(answers),
     )
-
-
-class BatchProvider(Protocol):
-    """A provider's batch API. Every method is one or a few HTTP calls and none is retried internally;
-    SDK errors become :class:`~punchline.data.errors.RetryableProviderError` or
-    :class:`~punchline.data.errors.FatalProviderError`."""
-
-    name: str
-    settings: ProviderSettings
-    has_metadata: bool  # whether a batch carries our batch key (then reconciling is exact)
-
-    def create(
-        self, batch_key: str, requests: list[ProviderRequest], skip: Container[str] = (), tag: str = ""
-    ) -> BatchInfo:
-        """One batch of the parts of ``requests`` except those whose custom id is in ``skip``; each part goes
-        under its wire id (``tag``), and where the API has metadata the batch carries ``batch_key`` and ``tag``."""
-        ...
-
-    def retrieve(self, batch_id: str) -> BatchInfo: ...
-
-    def listing(self, since: float = 0.0) -> Iterator[BatchInfo]:
-        """Every batch of the account created at or after ``since`` (epoch seconds), newest first, page by
-        page at the API's largest page size: as far back as asked, however many batches the account holds."""
-        ...
-
-    def results(self, batch_id: str) -> dict[str, PartOutcome]:
-        """Each part's outcome by *wire* id (a part the provider did not report is simply absent)."""
-        ...
-
-    def cancel(self, batch_id: str) -> BatchInfo: ...
-
-    def close(self) -> None: ...

@@ -8,15 +8,11 @@ only its light module, never its SDK.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from punchline.data.errors import ConfigError
 from punchline.data.plugins import PROVIDER_KINDS
 from punchline.data.provider_settings import ProviderSettings
+from punchline.workers.batch_interface import BatchProvider
 from punchline.workers.provider import KIND_GROUP, Provider, ProviderKind
-
-if TYPE_CHECKING:  # batch_provider imports this module (how a kind splits n)
-    from punchline.workers.batch_provider import BatchProvider
 
 _targets: dict[str, str] = {}
 _loaded: dict[str, ProviderKind] = {}
