@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,8 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.coordinator import Coordinator, ProgressFn
 from punchline.cluster.run.preflight import check_store_ledger, read_store
 from punchline.cluster.run.run_checks import check_environment, check_keys, check_options, check_run
+from punchline.cluster.run.run_options import RunOptions
 from punchline.cluster.run.run_services import Prepared, RunServices, snapshot_at_end
-from punchline.data import settings as env_registry
 from punchline.data.errors import BudgetExceeded, ConfigError, PluginError, PunchlineError
 from punchline.data.redaction import redact_urls
 from punchline.data.run_layout import RunLayout
@@ -46,38 +45,6 @@ from punchline.workers.logs import configure_logging
 __all__ = ["RunOptions", "RunRecord", "Services", "finished", "new_run_id", "pipeline_stages", "prepare", "run"]
 
 log = structlog.get_logger("punchline.driver")
-
-
-class RunOptions(msgspec.Struct, kw_only=True):
-    """Command-line / environment overrides of the config's ``[run]`` table."""
-
-    run_id: str | None = None
-    runs_dir: str = env_registry.RUNS_DIR.default
-    redis_url: str | None = None
-    store: str | None = None
-    ray_address: str | None = None
-    max_cost_usd: float | None = None
-    max_workers: int | None = None  # worker nodes to ask the autoscaler for (--max-workers)
-    offline: bool | None = None
-    verbose: bool = False  # human-readable log lines on stderr as well as the JSON log
-    metrics_port: int | None = None  # serve the run's Prometheus text on 127.0.0.1:<port>/metrics while it runs
-    # Ray's dashboard of the runs folder's head on 127.0.0.1:<port> if this run starts it (0: a free port);
-    # None: PUNCHLINE_LOCAL_RAY_DASHBOARD_PORT's (--ray-dashboard)
-    ray_dashboard_port: int | None = None
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RunOptions:
-        """``PUNCHLINE_RUNS_DIR``, ``PUNCHLINE_REDIS_URL``, ``PUNCHLINE_STORE``, ``PUNCHLINE_RAY_ADDRESS``;
-        flags go over it with :func:`punchline.data.settings.overlay`."""
-        return cls(**env_registry.env_values(RUN_OPTIONS_ENV, env))
-
-
-RUN_OPTIONS_ENV: dict[str, env_registry.EnvVar[Any]] = {
-    "runs_dir": env_registry.RUNS_DIR,
-    "redis_url": env_registry.REDIS_URL,
-    "store": env_registry.STORE,
-    "ray_address": env_registry.RAY_ADDRESS,
-}
 
 
 def new_run_id(cfg: RunConfig) -> str:

@@ -29,12 +29,12 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from punchline.cluster.config import SIMULATED, RunConfig, check_service_urls
 from punchline.cluster.ray_cluster.ray_runtime import check_address
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.planner import StageEstimate, plan_run
+from punchline.cluster.run.run_options import RunOptions
 from punchline.cluster.run.store_guard import PREFIX as STORE_MARKS
 from punchline.cluster.runs_folder.private_files import check_folder_files
 from punchline.data import settings as env_registry
@@ -43,9 +43,6 @@ from punchline.data.response_cache import CACHE_PREFIX
 from punchline.data.run_layout import LOG, RECORD, SPOOL
 from punchline.data.stores.local import TMP_DIR
 from punchline.schedulers.redis_client import control_characters
-
-if TYPE_CHECKING:
-    from punchline.cluster.run.driver import RunOptions
 
 
 def check_options(opts: RunOptions, cfg: RunConfig, store_url: str) -> None:
