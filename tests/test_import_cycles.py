@@ -142,3 +142,23 @@ def test_a_cycle_is_found_and_named(tmp_path: Path) -> None:
     (pkg / "e.py").write_text("from pkg import d\n")  # d <-> e only through a type-only import: no cycle
     assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.b"], ["pkg.sub", "pkg.sub.impl"]]
     assert ["pkg.d", "pkg.e"] in cycles(import_graph(pkg, type_only_too=True))
+
+
+def test_the_driver_and_the_provider_interfaces_meet_in_no_cycle_even_type_only() -> None:
+    """The driver and its checks share ``RunOptions`` from below both (``run_options``); a provider kind, the kinds'
+    registry and the batch parts share the batch protocol from below all three (``batch_interface``): no circle
+    among them, ``TYPE_CHECKING`` imports counted."""
+    graph = import_graph(ROOT, type_only_too=True)
+    mine = {
+        "punchline.cluster.run.driver",
+        "punchline.cluster.run.run_checks",
+        "punchline.workers.provider",
+        "punchline.workers.batch_provider",
+        "punchline.workers.providers.registry",
+    }
+    assert mine <= set(graph)
+    found = [c for c in cycles(graph) if mine & set(c)]
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+    assert "punchline.cluster.run.driver" not in graph["punchline.cluster.run.run_checks"]
+    assert "punchline.workers.batch_provider" not in graph["punchline.workers.provider"]
+    assert "punchline.workers.batch_provider" not in graph["punchline.workers.providers.registry"]
