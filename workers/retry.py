@@ -5,6 +5,13 @@ cluster-wide rate limiter before each one, and tells the limiter about every 429
 slow down together. Fatal errors (bad request, auth, unknown model) are raised at once; retryable ones
 are retried at most ``max_retries`` times (malformed bodies at most ``max_malformed_retries`` times),
 after which the last error is raised.
+
+Which errors are retried is the provider kind's to say (:attr:`ProviderKind.retryable
+<punchline.workers.provider.ProviderKind>`, a predicate over the error); by default
+:func:`retried_by_default`, the error's own class (a 429, 408, 409, 5xx, timeout, dropped connection or
+malformed body is a :class:`~punchline.data.errors.RetryableProviderError`). An error the kind's rule judges
+otherwise than its class is raised as the class of the verdict, so the unit's record says it too (whether a
+resume calls it again).
 """
 
 from __future__ import annotations
@@ -22,7 +29,32 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.schedulers.rate_limit import estimate_tokens
 from punchline.workers.provider import Provider
-from punchline.workers.providers import MalformedResponse, wire_calls
+from punchline.workers.providers import MalformedResponse, kind_of, wire_calls
+
+RetryRule = Callable[[ProviderError], bool]  # is this error worth another attempt?
+
+
+def retried_by_default(error: ProviderError) -> bool:
+    """The rule of a kind that states none: the error's class says (a provider maps a 429, 408, 409, 425, 5xx,
+    a timeout, a dropped connection or a malformed body to :class:`RetryableProviderError`, any other 4xx to
+    :class:`FatalProviderError`). A kind's own rule may call it for the cases it does not decide."""
+    return error.retryable
+
+
+def retry_rule(provider: Provider) -> RetryRule:
+    """Which errors of ``provider`` are retried: its kind's rule, else :func:`retried_by_default`."""
+    return kind_of(provider.settings.kind).retryable or retried_by_default
+
+
+def judged(error: ProviderError, retried: bool) -> ProviderError:
+    """``error`` as the class of the verdict ``retried`` (itself when its class already says so), naming it as its
+    cause: what the unit runner records (a failed unit is retryable or not by its error's class)."""
+    if error.retryable == retried:
+        return error
+    as_judged = RetryableProviderError if retried else FatalProviderError
+    again = as_judged(str(error), status=error.status, retry_after_s=error.retry_after_s, quoted_rpm=error.quoted_rpm)
+    again.__cause__ = error
+    return again
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,6 +117,7 @@ async def call_with_retries(
     it ends within one attempt's timeout (the unit runner then records nothing: the next driver asks again)."""
     calls = wire_calls(provider.settings, request)
     tokens = estimate_tokens(request)
+    retryable = retry_rule(provider)
     malformed = 0
     retry = 0
     while True:
@@ -92,10 +125,11 @@ async def call_with_retries(
             await rate_limiter.acquire(provider.name, request.model, tokens, calls)
         try:
             response = await provider.complete(request)
-        except FatalProviderError as exc:
-            _report(on_attempt, retry, provider, request, exc, 0.0)
-            raise
-        except RetryableProviderError as exc:
+        except (FatalProviderError, RetryableProviderError) as raised:
+            exc = judged(raised, retryable(raised))
+            if not exc.retryable:
+                _report(on_attempt, retry, provider, request, exc, 0.0)
+                raise exc from exc.__cause__
             if exc.status == 429 and rate_limiter is not None:
                 await rate_limiter.on_throttled(provider.name, request.model, exc.retry_after_s, exc.quoted_rpm)
             if isinstance(exc, MalformedResponse):
@@ -105,10 +139,10 @@ async def call_with_retries(
             delay = 0.0 if exhausted else policy.backoff_s(retry, exc.retry_after_s, rng)
             _report(on_attempt, retry, provider, request, exc, delay)
             if exhausted:
-                raise
+                raise exc from exc.__cause__
             await (pause or asyncio.sleep)(delay)
             if stopping is not None and stopping():  # the driver ended during the backoff: no new attempt
-                raise
+                raise exc from exc.__cause__
             retry += 1
             continue
         _report(on_attempt, retry, provider, request, None, 0.0)

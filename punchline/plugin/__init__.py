@@ -15,6 +15,15 @@ every other module of punchline is private and may change. In short:
   exit 2); anything else a stage raises is reported as the plug-in's error, naming its ``file:line``.
 * :func:`run_simulated`: a plug-in's own tests run it against the simulated provider, in-process; a pipeline's
   optional ``simulate(request: SimRequest) -> str | None`` gives that provider's answers to its own prompts.
+
+A provider kind (an API punchline does not speak yet) is one module too, registered as a ``punchline.providers``
+entry point: a :class:`ProviderKind` naming its :class:`ProviderClient` class (``complete`` a
+:class:`ProviderRequest` into a :class:`ProviderResponse`, failing with :class:`RetryableProviderError` or
+:class:`FatalProviderError`; :func:`status_error` maps an HTTP status to one), and its offline twin, a
+:class:`SimulatedWire` (how the simulated provider reads its requests into a :class:`WireRequest` and writes its
+answers and errors) or the name of the kind whose wire it reuses. ``ProviderKind(..., retryable=...)`` says
+which :class:`ProviderError` of its is retried (default :func:`retried_by_default`: the error's class).
+``ProviderClient`` is :class:`punchline.workers.provider.Provider` (here ``Provider`` is the settings field type).
 """
 
 from __future__ import annotations
@@ -37,8 +46,15 @@ from punchline.cluster.pipeline_base import (
     Settings,
     resolve_model,
 )
-from punchline.data.errors import ConfigError, InputError, PunchlineError
-from punchline.data.provider_settings import Mode
+from punchline.data.errors import (
+    ConfigError,
+    FatalProviderError,
+    InputError,
+    ProviderError,
+    PunchlineError,
+    RetryableProviderError,
+)
+from punchline.data.provider_settings import Mode, ProviderSettings
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse
 from punchline.data.simulator import SimRequest
 from punchline.data.store import Store
@@ -46,10 +62,16 @@ from punchline.data.units import UnitResult, UnitSpec
 from punchline.plugin.artifacts import bar_plot, write_csv
 from punchline.plugin.stages import Generate, Judge, Rows, read_rows
 from punchline.plugin.testing import SimulatedRun, run_simulated, simulated_providers
+from punchline.workers.fake.wire import SimulatedWire, WireRequest
+from punchline.workers.provider import Provider as ProviderClient
+from punchline.workers.provider import ProviderKind
+from punchline.workers.providers.base import status_error
+from punchline.workers.retry import retried_by_default
 
 __all__ = [
     "Annotated",
     "ConfigError",
+    "FatalProviderError",
     "Generate",
     "InputError",
     "InputFile",
@@ -63,26 +85,35 @@ __all__ = [
     "NoSettings",
     "Pipeline",
     "Provider",
+    "ProviderClient",
+    "ProviderError",
+    "ProviderKind",
     "ProviderRequest",
     "ProviderResponse",
+    "ProviderSettings",
     "PunchlineError",
+    "RetryableProviderError",
     "Rows",
     "RunConfig",
     "Settings",
     "SimRequest",
     "SimulatedRun",
+    "SimulatedWire",
     "Stage",
     "StageContext",
     "Store",
     "UnitResult",
     "UnitSpec",
+    "WireRequest",
     "bar_plot",
     "msgspec",
     "read_rows",
     "repeated",
     "resolve_model",
     "resolve_path",
+    "retried_by_default",
     "run_simulated",
     "simulated_providers",
+    "status_error",
     "write_csv",
 ]

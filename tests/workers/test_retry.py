@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import MalformedResponse, make_provider
 from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
+from tests.fixtures.kinds import install_kind
 
 MODEL = "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo"
 FAST = RetryPolicy(max_retries=3, base_delay_s=0.01, max_delay_s=0.05, max_malformed_retries=2)
@@ -154,3 +156,62 @@ def test_a_driver_gone_during_a_backoff_starts_no_new_attempt(fake: FakeProvider
     out = asyncio.run(go())
     assert isinstance(out, RetryableProviderError) and out.status == 500
     assert fake.stats().total_calls == 1  # the backoff's end brought no second attempt
+
+
+PICKY_KIND = """
+from punchline.plugin import ProviderKind, retried_by_default
+
+
+def retryable(error):
+    \"\"\"This API's 400 saying "injected failure" passes on a second try; its 503 never does.\"\"\"
+    if error.status == 400 and "injected failure" in str(error):
+        return True
+    if error.status == 503:
+        return False
+    return retried_by_default(error)
+
+
+# the OpenAI wire and client; only which errors are retried differs
+KIND = ProviderKind("picky", "punchline.workers.providers.openai_http:OpenAIProvider", retryable=retryable)
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "calls", "outcome"),
+    [
+        ("openai", 400, 1, FatalProviderError),  # today's rule: a 400 is permanent...
+        ("picky", 400, 2, ProviderResponse),  # ...this kind's says this one is worth another try
+        ("openai", 503, 2, ProviderResponse),  # today's rule: a 503 is retried...
+        ("picky", 503, 1, FatalProviderError),  # ...this kind's says it never passes
+    ],
+)
+def test_a_kind_says_which_errors_are_retried(
+    fake: FakeProviderServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    status: int,
+    calls: int,
+    outcome: type,
+) -> None:
+    install_kind(tmp_path, monkeypatch, "picky", "picky_kind", PICKY_KIND)
+    fake.configure(fail_first_attempts=1, fail_status=status)
+    settings = ProviderSettings(kind=kind, base_url=fake.openai_base_url, timeout_s=5)
+    events: list[AttemptEvent] = []
+
+    async def go() -> ProviderResponse | ProviderError:
+        provider = make_provider("fake", settings)
+        try:
+            return await call_with_retries(
+                provider, greedy_request("fake", MODEL, "Retried or not:"), FAST, on_attempt=events.append
+            )
+        except ProviderError as exc:
+            return exc
+        finally:
+            await provider.aclose()
+
+    out = asyncio.run(go())
+    assert isinstance(out, outcome) and fake.stats().total_calls == calls
+    assert events[0].status == status and events[0].retryable == (outcome is ProviderResponse)
+    if isinstance(out, FatalProviderError):  # the verdict is the error's class: the unit's record says it
+        assert out.status == status and "injected failure" in str(out) and not out.retryable

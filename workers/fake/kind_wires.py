@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from punchline.data.errors import ConfigError
 from punchline.data.plugins import PROVIDER_KINDS
 from punchline.workers.fake.wire import SimulatedWire
-from punchline.workers.providers.registry import installed_kinds, kind_of
+from punchline.workers.providers.registry import kind_of
 
 
 def wire_of(kind: str, *, record: str | None = None, file: str | None = None) -> SimulatedWire:
@@ -83,9 +83,10 @@ class KindWires:
 
 
 def find_wires() -> KindWires:
-    """The wires of every installed kind (a kind or wire that cannot be loaded is left out, with a warning)."""
+    """The wires of every kind installed now (read afresh: a kind installed since the registry first looked, or
+    a test's dist-info, is served; a kind or wire that cannot be loaded is left out, with a warning)."""
     found: dict[str, SimulatedWire] = {}
-    for kind in installed_kinds():
+    for kind in sorted(PROVIDER_KINDS.targets()):
         try:
             found[kind] = wire_of(kind)
         except ConfigError as exc:
