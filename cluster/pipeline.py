@@ -87,7 +87,11 @@ class Pipeline(Protocol):
     ``[simulator.pipeline_knobs.<name>]`` table decodes into (``request.knobs``).
 
     Optional, and asked by the viewer only: ``answer_parsers(settings) -> Mapping[str, AnswerParser]``, per stage
-    how its answers parse (the viewer shows the fields beside the text and filters on answers that do not parse).
+    how its answers parse (the viewer shows the fields beside the text and filters on answers that do not parse);
+    ``results(view: ResultsView) -> list[ResultSection]``, the run's headline results on its page, and
+    ``artifact_results(view, artifact) -> list[ResultSection]``, what to show above one artifact's own rendering
+    (:mod:`punchline.cluster.result_sections`: structured sections, never HTML, which the viewer escapes; a hook
+    that raises is one line on the page).
     """
 
     name: str  # its registry key, its TOML table (``[<name>]``) and the start of its run ids

@@ -19,6 +19,7 @@ from typing import Annotated, Any, get_args
 import msgspec
 
 from punchline.cluster.pipeline import AnswerParser, Stage, StageContext
+from punchline.cluster.result_sections import ResultSection, ResultsView
 from punchline.cluster.run_config import RunConfig, resolve_path
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
@@ -199,6 +200,14 @@ class BasePipeline:
         """No parsed answers to show: the viewer shows a stage's answers as text."""
         return {}
 
+    def results(self, view: ResultsView) -> list[ResultSection]:
+        """No results of its own: the run's page shows its artifacts and plots only."""
+        return []
+
+    def artifact_results(self, view: ResultsView, artifact: str) -> list[ResultSection]:
+        """Nothing above an artifact: the viewer shows it as it shows any file of its type."""
+        return []
+
 
 def own_simulator(cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
     """``sim`` with the run's own pipeline among the ones the simulated provider asks, when the config names it by
@@ -207,6 +216,9 @@ def own_simulator(cfg: RunConfig, sim: FakeConfig) -> FakeConfig:
     if ":" not in ref or ref in sim.simulators:
         return sim
     return msgspec.structs.replace(sim, simulators=[ref, *sim.simulators])
+
+
+OPTIONAL_METHODS = ("simulate", "answer_parsers", "results", "artifact_results")  # not asked by the engine
 
 
 class WithDefaults(BasePipeline):
@@ -219,8 +231,8 @@ class WithDefaults(BasePipeline):
         self.settings_type = getattr(obj, "settings_type", NoSettings)
         if isinstance(getattr(obj, "simulate_knobs", None), type):
             self.simulate_knobs = obj.simulate_knobs  # what its [simulator.pipeline_knobs.<name>] table decodes into
-        # simulate and answer_parsers: asked by the simulated provider and the viewer, not by the engine
-        for method in (*methods, "simulate", "answer_parsers"):
+        # asked by the simulated provider (simulate) and the viewer (the rest), not by the engine
+        for method in (*methods, *OPTIONAL_METHODS):
             own = getattr(obj, method, None)
             if callable(own):
                 setattr(self, method, own)  # the object's own answer shadows the default

@@ -24,7 +24,6 @@ Cost columns say what a request was charged: the online price, or the batch pric
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import msgspec
@@ -310,29 +309,45 @@ def stages(cfg: RunConfig) -> list[Stage]:
     return out
 
 
+class ModelCounts(msgspec.Struct, kw_only=True):
+    """One model's rows of ``outputs.jsonl``: what the headlines and the viewer's results table say of it."""
+
+    model: str  # as ``[prompts] models`` names it
+    samples: int = 0
+    answered: int = 0  # samples with a text (the others failed after their retries)
+    parsed: int = 0  # answered samples whose text parsed (``[prompts] parse``)
+    verdicts: dict[str, int] = {}  # the judge's verdict (its first parsed field, as text) -> samples
+
+
+def model_counts(settings: PromptsSettings, rows: Iterable[OutputRow]) -> list[ModelCounts]:
+    """Per model of ``settings``, in its order: samples, answered, parsed, and the judge's verdicts."""
+    counts = {entry: ModelCounts(model=entry) for entry in settings.models}
+    for r in rows:
+        c = counts.get(r.model)
+        if c is None:  # a model the settings do not name: not one of this run's
+            continue
+        c.samples += 1
+        if r.text is not None:
+            c.answered += 1
+            c.parsed += r.parsed is not None
+            if r.judge_parsed is not None:
+                verdict = str(next(iter(r.judge_parsed.values()), None))
+                c.verdicts[verdict] = c.verdicts.get(verdict, 0) + 1
+    return list(counts.values())
+
+
 def summary_lines(cfg: RunConfig, store: Store, run_id: str) -> list[str]:
     """Per model: samples answered, the share that parsed, and the judge's verdicts (its first parsed field)."""
     raw = store.get(RunLayout(run_id).artifact(OUTPUTS_JSONL))
     if raw is None:
         return []
     settings = settings_of(cfg)
-    total: Counter[str] = Counter()
-    answered: Counter[str] = Counter()
-    parsed: Counter[str] = Counter()
-    verdicts: dict[str, Counter[str]] = {entry: Counter() for entry in settings.models}
-    for r in read_jsonl(raw):
-        total[r.model] += 1
-        if r.text is not None:
-            answered[r.model] += 1
-            parsed[r.model] += r.parsed is not None
-            if r.judge_parsed is not None:
-                verdicts[r.model][str(next(iter(r.judge_parsed.values()), None))] += 1
     out = []
-    for entry in settings.models:
-        line = f"**{entry}**: {answered[entry]}/{total[entry]} samples answered"
-        if settings.parse is not None and answered[entry]:
-            line += f", {parsed[entry] / answered[entry]:.0%} parsed"
-        if verdicts[entry]:
-            line += ", judge: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts[entry].items()))
+    for c in model_counts(settings, read_jsonl(raw)):
+        line = f"**{c.model}**: {c.answered}/{c.samples} samples answered"
+        if settings.parse is not None and c.answered:
+            line += f", {c.parsed / c.answered:.0%} parsed"
+        if c.verdicts:
+            line += ", judge: " + ", ".join(f"{v} {n}" for v, n in sorted(c.verdicts.items()))
         out.append(line)
     return out

@@ -27,8 +27,10 @@ import structlog
 from punchline.cluster.records.run_record import check_run_id
 from punchline.cluster.records.runs import ledger_client, list_runs, load_run_record
 from punchline.cluster.records.status import StatusView, run_status
+from punchline.cluster.result_sections import ResultsView, head_bytes
 from punchline.cluster.view import artifacts, pages
 from punchline.cluster.view.metrics import CONTENT_TYPE, LogEvents, RunMetrics, render
+from punchline.cluster.view.pipeline_results import RunPipeline, render_sections
 from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, model_rows, redacted_config, stage_rows
 from punchline.cluster.view.usage import RunUsage
 from punchline.data.errors import InputError, PunchlineError
@@ -265,7 +267,10 @@ class Viewer:
         found = [k.removeprefix(prefix) for k in store.list(prefix)]
         config = redacted_config(record.config_toml)
         recent = self.recent_log(run_id)
-        shown = artifacts.results(store, run_id, record.pipeline, found, f"/run/{run_id}/artifact/")
+        link = f"/run/{run_id}/artifact/"
+        pipeline = RunPipeline(record.pipeline, record.config_toml)
+        own, note = pipeline.sections(ResultsView(store, run_id, found), "results")
+        shown = render_sections(own, link, note) + artifacts.plots(found, link)
         body = pages.run_page(
             view, stage_rows(view), record.created_at, record.finished_at, found, config, recent, shown
         )
@@ -349,7 +354,7 @@ class Viewer:
         store = self.run_store(run_id)
         key = RunLayout(run_id).artifact(rel)
         if raw:
-            data, more = artifacts.head_bytes(store, key, MAX_RAW_BYTES)
+            data, more = head_bytes(store, key, MAX_RAW_BYTES)
             if data is None:
                 raise NotFound("no such artifact")
             if more:
@@ -359,10 +364,15 @@ class Viewer:
             return Response(
                 content_type=artifacts.content_type(rel), body=data, headers={"Content-Security-Policy": sandbox}
             )
-        found, _ = artifacts.head_bytes(store, key, 0)
+        found, _ = head_bytes(store, key, 0)
         if found is None:
             raise NotFound("no such artifact")
-        fragment = artifacts.render(store, run_id, rel, f"/run/{run_id}/raw/{rel}")
+        record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
+        prefix = RunLayout(run_id).artifacts
+        view = ResultsView(store, run_id, [k.removeprefix(prefix) for k in store.list(prefix)])
+        own, note = RunPipeline(record.pipeline, record.config_toml).sections(view, "artifact_results", rel)
+        extra = render_sections(own, f"/run/{run_id}/artifact/", note, level=2)
+        fragment = artifacts.render(store, run_id, rel, f"/run/{run_id}/raw/{rel}", extra)
         return Response(body=pages.artifact_page(run_id, rel, fragment).encode())
 
 

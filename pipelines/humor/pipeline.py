@@ -27,6 +27,7 @@ import msgspec
 
 from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext, repeated
+from punchline.cluster.result_sections import ResultSection, ResultsView
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
@@ -36,6 +37,7 @@ from punchline.data.units import UnitSpec
 from punchline.pipelines.humor.data.judge import MERA_JUDGE_MAX_TOKENS
 from punchline.pipelines.humor.data.loaders import check_unique_ids, load_items
 from punchline.pipelines.humor.data.report import REPORT_JSON, HumorReport, headlines
+from punchline.pipelines.humor.results import artifact_results, results
 from punchline.pipelines.humor.run_submission import submission_of_run
 from punchline.pipelines.humor.settings import (
     REPORT_PREFIX,
@@ -167,6 +169,14 @@ class HumorPipeline:
                 report = msgspec.json.decode(raw, type=HumorReport)
                 out.append(headline(nick, cfg.provider(settings.provider).model_id(nick), report))
         return out
+
+    def results(self, view: ResultsView) -> list[ResultSection]:
+        """For the viewer: each model's scores with CIs and its judges' disagreements (:mod:`.results`)."""
+        return results(view)
+
+    def artifact_results(self, view: ResultsView, artifact: str) -> list[ResultSection]:
+        """For the viewer, above a model's report: its CIs and the items its judges disagree on."""
+        return artifact_results(view, artifact)
 
     def simulate(self, request: SimRequest) -> str | None:
         """Its prompts' simulated answers (:mod:`.simulate`)."""

@@ -10,8 +10,17 @@ from typing import Any
 
 from punchline.cluster.config import RunConfig
 from punchline.cluster.pipeline import AnswerParser, Stage, StageContext
+from punchline.cluster.result_sections import Cell, ResultSection, ResultsView
 from punchline.cluster.stages.compiled import CompiledPrompts
-from punchline.cluster.stages.generate import check_inputs, judge_upper_bound, stages, summary_lines
+from punchline.cluster.stages.generate import (
+    OUTPUTS_JSONL,
+    check_inputs,
+    judge_upper_bound,
+    model_counts,
+    stages,
+    summary_lines,
+)
+from punchline.cluster.stages.outputs import read_jsonl
 from punchline.cluster.stages.parse import Parser
 from punchline.cluster.stages.settings import PromptsSettings, model_ref
 from punchline.data.provider_settings import Mode
@@ -61,6 +70,11 @@ class PromptsPipeline:
         """The simulator needs nothing of the run: it answers an ``Options:`` prompt from the prompt itself."""
         return sim
 
+    def results(self, view: ResultsView) -> list[ResultSection]:
+        """For the viewer: per model, samples answered, the share parsed and the judge's verdicts (the headlines'
+        counts, :func:`~punchline.cluster.stages.generate.model_counts`, as a table)."""
+        return per_model(view)
+
     def answer_parsers(self, settings: PromptsSettings) -> dict[str, AnswerParser]:
         """``[prompts] parse`` for generate's answers, ``[prompts.judge] parse`` for the judge's (for the viewer)."""
         out: dict[str, AnswerParser] = {}
@@ -69,6 +83,33 @@ class PromptsPipeline:
         if settings.judge is not None and settings.judge.parse is not None:
             out["judge"] = _fields(Parser(settings.judge.parse, field="prompts.judge.parse"))
         return out
+
+
+def per_model(view: ResultsView) -> list[ResultSection]:
+    """The table of :meth:`PromptsPipeline.results`, from ``outputs.jsonl``: its first 20 MB at most (what
+    :meth:`ResultsView.read_head` reads); rows are row-major, so a head of a larger file counts every model alike,
+    and the note says it is a head."""
+    if OUTPUTS_JSONL not in view.artifacts:
+        return []
+    settings = view.settings
+    if not isinstance(settings, PromptsSettings):
+        return [ResultSection(title="Per model", note="the run's [prompts] table is not readable by this version")]
+    data, more = view.read_head(OUTPUTS_JSONL)
+    if data is None:
+        return []
+    if more:
+        data = data[: data.rfind(b"\n") + 1]  # whole lines only
+    counts = model_counts(settings, read_jsonl(data))
+    verdicts = sorted({v for c in counts for v in c.verdicts})
+    rows: list[dict[str, Cell]] = []
+    for c in counts:
+        row: dict[str, Cell] = {"model": c.model, "samples": c.samples, "answered": c.answered}
+        if settings.parse is not None:
+            row["parsed"] = f"{c.parsed / c.answered:.0%}" if c.answered else ""
+        rows.append(row | {f"judge: {v}": c.verdicts.get(v, 0) for v in verdicts})
+    head = f"counted over the first {sum(c.samples for c in counts)} rows of {OUTPUTS_JSONL} (it is larger)"
+    note = head if more else ""
+    return [ResultSection(title="Per model", anchor="prompts-results", rows=rows, note=note)]
 
 
 def _fields(parser: Parser) -> AnswerParser:

@@ -17,6 +17,7 @@ import msgspec
 
 from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext, repeated
+from punchline.cluster.result_sections import ResultSection, ResultsView
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.figure_cache import FigureCache
 from punchline.data.jsonio import decode_bytes, dumps_upstream, upstream_object_chunks
@@ -48,6 +49,7 @@ from punchline.pipelines.puns.data.schemas import (
 )
 from punchline.pipelines.puns.data.tiers import apply_rankings, rank, tier_counts
 from punchline.pipelines.puns.data.words import extract_word
+from punchline.pipelines.puns.results import results
 from punchline.pipelines.puns.simulate import PunsSimKnobs, simulate
 
 
@@ -129,6 +131,7 @@ def settings_of(cfg: RunConfig) -> PunsSettings:
 RAW = "raw_completions.json"
 CLASSIFIED = "classified_completions.json"
 RANKED = "puns_ranked.json"
+CLOZE_REPORT = "cloze_report"  # the folder of the cloze report's files
 TIERS_PLOT = "tiers.png"
 # the code the figures and the cloze report are drawn by (their figure cache's digest covers all of it)
 DRAWING_CODE = ("punchline.data", "punchline.pipelines.puns.data")
@@ -326,8 +329,8 @@ class EvaluateStage:
         files = FigureCache(ctx.store, DRAWING_CODE).files("puns/cloze_report", msgspec.json.encode(report), draw)
         names = [RESPONSES]
         for name in sorted(files):
-            ctx.write_artifact(f"cloze_report/{name}", files[name])
-            names.append(f"cloze_report/{name}")
+            ctx.write_artifact(f"{CLOZE_REPORT}/{name}", files[name])
+            names.append(f"{CLOZE_REPORT}/{name}")
         return names
 
 
@@ -454,6 +457,10 @@ class PunsPipeline:
 
     def headlines(self, ctx: StageContext) -> list[str]:
         return headlines(ctx.store, ctx.run_id)
+
+    def results(self, view: ResultsView) -> list[ResultSection]:
+        """For the viewer: the ranked jokes' tiers and the cloze report (:mod:`.results`)."""
+        return results(view, RANKED, f"{CLOZE_REPORT}/report.md")
 
     def simulate(self, request: SimRequest) -> str | None:
         """Its prompts' simulated answers (:mod:`.simulate`)."""

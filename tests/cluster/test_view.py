@@ -19,7 +19,6 @@ import pytest
 import redis
 
 from bench.view import MODELS, generate
-from punchline.cluster.view import artifacts
 from punchline.cluster.view.metrics import from_ledger, render
 from punchline.cluster.view.server import ViewServer, ViewSettings
 from punchline.data.stores import open_store
@@ -234,20 +233,20 @@ def test_the_command_prints_its_url_and_refuses_bad_flags(served: tuple[ViewServ
         assert last.startswith("punchline") and "error" in last and "Traceback" not in done.stderr
 
 
-def test_puns_results_tiers_and_cloze(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
-    ranked = [{"id": i, "cloze_tier": tier} for i, tier in enumerate(["balanced", "leaning", "balanced"])]
-    store.put("r/artifacts/puns_ranked.json", msgspec.json.encode(ranked))
-    store.put(
-        "r/artifacts/cloze_report/report.md",
-        b"# Cloze\n| Model | P(funny \\| funny ctx) |\n|---|---|\n| 3b | 13.3% |\n",
-    )
-    store.put("r/artifacts/tiers.png", b"\x89PNG")
-    found = ["puns_ranked.json", "cloze_report/report.md", "tiers.png"]
-    html = artifacts.results(store, "r", "puns", found, "/run/r/artifact/")
-    assert "<td>balanced</td><td>2</td>" in html and "<td>leaning</td><td>1</td>" in html
-    assert "<th>P(funny | funny ctx)</th>" in html and "<td>13.3%</td>" in html
-    assert "src='/run/r/raw/tiers.png'" in html
+def test_the_runs_pipeline_is_asked_and_one_that_cannot_answer_is_a_line(served: tuple[ViewServer, Path]) -> None:
+    """The run's page and an artifact's page ask the pipeline its record names; one not installed here is one line
+    on the page, and the artifacts are shown as ever."""
+    server, runs = served
+    status, page = get(server, f"/run/{RUN}")
+    assert status == 200 and "pipeline cannot" not in page and "failed:" not in page  # prompts: no outputs yet
+    record = runs / RUN / "run.json"
+    raw = msgspec.json.decode(record.read_bytes())
+    record.write_bytes(msgspec.json.encode({**raw, "pipeline": "gone-plugin"}))
+    status, page = get(server, f"/run/{RUN}")
+    assert status == 200 and "the gone-plugin pipeline cannot be loaded here: ConfigError" in page
+    assert "table.json" in page
+    status, page = get(server, f"/run/{RUN}/artifact/table.json")
+    assert status == 200 and "the gone-plugin pipeline cannot be loaded here" in page and "<td>70b</td>" in page
 
 
 def test_a_corrupt_plan_page_is_named(served: tuple[ViewServer, Path]) -> None:
