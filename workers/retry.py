@@ -8,7 +8,7 @@ after which the last error is raised.
 
 Which errors are retried is the provider kind's to say (:attr:`ProviderKind.retryable
 <punchline.workers.provider.ProviderKind>`, a predicate over the error); by default
-:func:`retried_by_default`, the error's own class (a 429, 408, 409, 5xx, timeout, dropped connection or
+:func:`retried_by_default`, the error's own class (a 429, 408, 409, 425, 5xx, timeout, dropped connection or
 malformed body is a :class:`~punchline.data.errors.RetryableProviderError`). An error the kind's rule judges
 otherwise than its class is raised as the class of the verdict, so the unit's record says it too (whether a
 resume calls it again).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -333,3 +334,36 @@ def test_worst_case_billing_bills_what_the_budget_holds_and_the_default_is_uncha
     assert 0 < claude.input_tokens <= estimate_request_cost(fake.provider_settings("anthropic"), one, 1)[0]
     assert claude.output_tokens == 7
     assert fake.stats().input_tokens == default.input_tokens + worst.input_tokens + claude.input_tokens
+
+
+def _post(url: str, body: dict, headers: dict[str, str]) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_each_wire_refuses_and_errs_in_its_own_shape(fake: FakeProviderServer) -> None:
+    """The handler names no API: the path says which wire reads the body and writes the error, and a refused
+    key on the models list is answered in the shape of the SDK whose headers came."""
+    status, openai = _post(f"{fake.openai_base_url}/chat/completions", {"model": "m"}, {})
+    assert status == 400 and openai["error"] == {
+        "message": "model and messages are required",
+        "type": "invalid_request_error",
+        "code": 400,
+    }
+    status, claude = _post(f"{fake.anthropic_base_url}/v1/messages", {"messages": []}, {})
+    assert status == 400 and claude == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "model and messages are required"},
+    }
+    assert fake.stats().total_calls == 0  # refused for free, as a real API does
+    fake.configure(require_api_key="sk-right-key-1234")
+    for headers, shape in (({"x-api-key": "sk-wrong-key-5678"}, "type"), ({"Authorization": "Bearer x"}, "error")):
+        req = urllib.request.Request(f"{fake.url}/v1/models", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=5)
+        assert refused.value.code == 401
+        assert next(iter(json.loads(refused.value.read()))) == shape

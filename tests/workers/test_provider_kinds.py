@@ -17,6 +17,7 @@ from punchline.cluster.config import load_config
 from punchline.data.errors import ConfigError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.pipelines.puns.data.completions import greedy_request
+from punchline.workers.fake.kind_wires import wire_of
 from punchline.workers.provider import KIND_GROUP
 from punchline.workers.providers import installed_kinds, kind_of, make_batch_provider, make_provider
 
@@ -53,6 +54,9 @@ def test_the_built_in_kinds_are_entry_points() -> None:
     assert kind_of("openai").has_batches and kind_of("anthropic").has_batches and not kind_of("litellm").has_batches
     assert kind_of("anthropic").wire_calls(ProviderSettings(kind="anthropic"), 3) == 3  # the Messages API has no n
     assert kind_of("openai").wire_calls(ProviderSettings(kind="openai"), 3) == 1
+    # each brings its offline twin, or reuses another kind's
+    assert wire_of("openai").name == "openai" and wire_of("anthropic").name == "anthropic"
+    assert wire_of("litellm") is wire_of("openai")
 
 
 @pytest.mark.parametrize(
