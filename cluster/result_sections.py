@@ -1,10 +1,10 @@
-"""What a pipeline shows of a run's results in the viewer: :class:`ResultSection`\\ s read through a
+"""What a pipeline shows of a run's results in the viewer: :class:`ResultSection` blocks, read through a
 :class:`ResultsView`.
 
-A pipeline knows what its artifacts mean (Humor's per-model scores, Puns' tiers); the viewer knows how a page
-is written and escaped. So a pipeline's optional ``results(view)`` and ``artifact_results(view, artifact)``
-hooks (:class:`~punchline.cluster.pipeline.Pipeline`) return structured sections (a title, a table, a list, a
-markdown report) and never HTML: the viewer renders them with its own escaping, and a plug-in's text cannot
+A pipeline knows what its artifacts mean (per-model scores with their CIs, a ranking's tiers); the viewer knows
+how a page is written and escaped. So a pipeline's optional ``results(view)`` and ``artifact_results(view,
+artifact)`` hooks (:class:`~punchline.cluster.pipeline.Pipeline`) return structured sections (a title, a table,
+a list, a markdown report) and never HTML: the viewer renders them with its own escaping, and a plug-in's text cannot
 become a script on the page. The view hands a hook what it needs to read the run's artifacts (the store, the run
 id, the artifacts' names, the run's settings) with the viewer's limits: a read never pulls a large artifact whole.
 """
@@ -38,7 +38,7 @@ class ResultSection(msgspec.Struct, frozen=True, kw_only=True):
     report and a note. Every string is text: the viewer escapes it."""
 
     title: str = ""
-    anchor: str = ""  # the id of the block on the page (``humor-results``): links and tests find it by it
+    anchor: str = ""  # the id of the block on the page (``<pipeline>-results``): links and tests find it by it
     items: list[str] = []  # a bullet list
     rows: list[dict[str, Cell]] = []  # a table: one dict a row, its keys the columns (in first-seen order)
     empty: str = ""  # what to say when ``rows`` is empty ("none"); nothing when empty

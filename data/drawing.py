@@ -3,7 +3,7 @@
 matplotlib keeps process-wide state: ``rcParams`` (one dict, which ``rc_context`` changes and restores) and
 pyplot's figure registry. Two runs of one process (threads of a notebook, a test's runs side by side, a
 plug-in's plot beside a built-in's) drawing at once would see each other's settings and write different bytes
-(seen: two Puns runs at once wrote different ``tiers.png``). So every savefig / pyplot use holds this lock.
+(seen: two runs of one pipeline at once wrote different plots). So every savefig / pyplot use holds this lock.
 """
 
 from __future__ import annotations

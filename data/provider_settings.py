@@ -91,7 +91,7 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
         bool, msgspec.Meta(description="one request with n choices (else n requests); Anthropic never")
     ] = True
     # "batch": a stage's uncached units of this provider go through its batch API (half price, within 24 h);
-    # a stage's own table may say otherwise for its units (``[puns.collect] mode = "batch"``)
+    # a stage's own table may say otherwise for its units (``[<pipeline>.<stage>] mode = "batch"``)
     mode: Annotated[
         Mode, msgspec.Meta(description="batch: uncached units through the batch API (a stage's mode wins)")
     ] = "online"

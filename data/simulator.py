@@ -1,8 +1,8 @@
 """What the simulated provider (:mod:`punchline.workers.fake`) and a pipeline's own simulated answers share.
 
 The fake provider is the engine's: it speaks the providers' HTTP APIs, injects faults and answers any prompt
-generically. What a *pipeline's* prompts should get back (a pun for a pun prompt, a Humor answer that is right as
-often as the model's size says) is the pipeline's to say: its object may have a ``simulate(request)`` hook,
+generically. What a *pipeline's* prompts should get back (a pun for a pun prompt, a benchmark's answer that is
+right as often as the model's size says) is the pipeline's to say: its object may have a ``simulate(request)`` hook,
 given a :class:`SimRequest` (one choice of one request), returning the answer's text or None (not one of its
 prompts). The fake finds every installed pipeline through the ``punchline.pipelines`` entry points
 (:data:`PIPELINES_GROUP`) when it starts, and asks them in name order before its generic answers; a pipeline's

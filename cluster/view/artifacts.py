@@ -2,8 +2,8 @@
 
 Large artifacts are never read whole: a JSON-lines file shows its first rows (a local store reads just their
 bytes), and a JSON file over ``MAX_JSON_BYTES`` is offered as a download. What an artifact means to its
-pipeline (Humor's disagreeing judges, say) is the pipeline's to say (:mod:`punchline.cluster.view.pipeline_results`),
-shown above the artifact as this module shows it.
+pipeline (the items where two judges disagree, say) is the pipeline's to say
+(:mod:`punchline.cluster.view.pipeline_results`), shown above the artifact as this module shows it.
 """
 
 from __future__ import annotations

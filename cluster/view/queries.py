@@ -237,7 +237,7 @@ class Samples:
         return found
 
     def _id_heads(self, stage: str, layout: Layout, samples: int = 64) -> set[str]:
-        """The first segments of a stage's unit ids (Humor's judge stage has ``judge/`` and ``judge_mera/``), from
+        """The first segments of a stage's unit ids (a stage may have several: ``judge/`` and ``judge_mera/``), from
         the first unit of up to ``samples`` shards spread over the stage."""
         with self._lock:
             have = self._heads.get(stage)
