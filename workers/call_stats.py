@@ -5,11 +5,10 @@ What a shard did reaches Redis only with its commit (:class:`~punchline.data.uni
 file in the store; that is minutes late for "how many calls are out right now" and "is the provider
 throttling us". So each worker keeps them in memory (with its retries and its answers' latency) and writes them, whole,
 as one JSON value of its own (``<ns>:run:<run>:calls:<worker>``, listed in the run's sorted set
-``<ns>:run:<run>:calls``, scored by when it was written; the ledger's command allow-list has sorted sets,
-not sets): one round trip a second per worker, nothing per call. The reader sums every worker's figures;
-figures not refreshed for :data:`STALE_S` (a worker that ended or died) count no calls in flight, while
-their 429s still count (a Prometheus counter does not go down when a worker leaves). Both keys expire a
-day after their last write.
+``<ns>:run:<run>:calls``, scored by when it was written; how they are stored is
+:mod:`punchline.schedulers.call_figures`): one round trip a second per worker, nothing per call. The reader sums
+every worker's figures; figures not refreshed for :data:`STALE_S` (a worker that ended or died) count no calls in
+flight, while their 429s still count (a Prometheus counter does not go down when a worker leaves).
 """
 
 from __future__ import annotations
@@ -21,19 +20,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgspec
-import redis
-import redis.asyncio
 import structlog
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import LATENCY_BUCKETS_S, latency_bucket
+from punchline.schedulers import call_figures
 from punchline.schedulers import keys as redis_keys
-from punchline.schedulers.ledger import ledger_errors
+from punchline.schedulers.redis_client import ClientError
 
 log = structlog.get_logger("punchline.worker")
 PUBLISH_S = 1.0  # how often a worker writes its figures
 STALE_S = 10.0  # a hash older than this: its worker is gone, its calls are not in flight
-KEEP_S = 86_400  # the keys' expiry after their last write
 
 Scope = tuple[str, str, str]  # stage, provider, model
 
@@ -134,17 +131,12 @@ class CallStats:
     def blob(self, now_s: float | None = None) -> bytes:
         return _encode(_Figures(updated_at=time.time() if now_s is None else now_s, rows=list(self.rows.values())))
 
-    async def publish(self, r: redis.asyncio.Redis, namespace: str, run_id: str, worker_id: str) -> None:
-        key, members = worker_key(namespace, run_id, worker_id), run_key(namespace, run_id)
-        pipe = r.pipeline(transaction=False)
-        pipe.set(key, self.blob(), ex=KEEP_S)
-        pipe.zadd(members, {key: time.time()})
-        pipe.expire(members, KEEP_S)
-        with ledger_errors():
-            await pipe.execute()
+    async def publish(self, r: Any, namespace: str, run_id: str, worker_id: str) -> None:
+        """Write this worker's figures now (``r``: an asynchronous Redis client)."""
+        await call_figures.publish(r, namespace, run_id, worker_id, self.blob())
 
     async def publish_every(
-        self, r: redis.asyncio.Redis, namespace: str, run_id: str, worker_id: str, period_s: float = PUBLISH_S
+        self, r: Any, namespace: str, run_id: str, worker_id: str, period_s: float = PUBLISH_S
     ) -> None:
         """Publish until cancelled, and once more then (the last figures: nothing in flight any more)."""
         said = False
@@ -153,7 +145,7 @@ class CallStats:
             while True:
                 try:
                     await self.publish(r, namespace, run_id, worker_id)
-                except (LedgerUnavailable, redis.RedisError) as exc:  # figures only: the next second tries again,
+                except (LedgerUnavailable, ClientError) as exc:  # figures only: the next second tries again,
                     if not said:  # and they never stop the worker
                         log.warning("call_stats_not_published", error=f"{type(exc).__name__}: {exc}"[:300])
                         said = True
@@ -171,9 +163,7 @@ def read(r: Any, namespace: str, run_id: str, now_s: float | None = None) -> lis
     """The run's figures summed over its workers, per (stage, provider, model), sorted: calls in flight from
     fresh figures only, the rest from all. ``r``: a synchronous Redis client."""
     now = time.time() if now_s is None else now_s
-    with ledger_errors():
-        keys = r.zrange(run_key(namespace, run_id), 0, -1)
-        blobs = r.mget(keys) if keys else []
+    blobs = call_figures.read_all(r, namespace, run_id)
     rows: dict[Scope, CallRow] = {}
     for blob in blobs:
         if not blob:
@@ -188,7 +178,3 @@ def read(r: Any, namespace: str, run_id: str, now_s: float | None = None) -> lis
             mine = rows.setdefault(scope, CallRow(stage=scope[0], provider=scope[1], model=scope[2]))
             mine.add(row, in_flight=fresh)
     return [rows[s] for s in sorted(rows)]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

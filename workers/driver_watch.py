@@ -3,7 +3,7 @@
 Ray ends a dead driver's actors only after it notices the driver's connection is gone, and until then
 the workers keep claiming shards and calling providers (a user who kills a run to stop spending would
 keep spending). So each worker watches its driver itself, through the run's claim that the driver
-renews every 10 s (``pl:run:<id>:driver``, ``cluster/run/run_claim.py``):
+renews every 10 s (``pl:run:<id>:driver``, ``schedulers/run_claim.py``):
 
 * on the driver's own machine, every ``PID_CHECK_S`` whether the driver's process still exists
   (a ``kill -9`` is seen within a fraction of a second);
@@ -46,6 +46,7 @@ import structlog
 
 from punchline.data.errors import LedgerUnavailable, PunchlineError
 from punchline.schedulers import keys as redis_keys
+from punchline.schedulers.driver_liveness import DriverClaimReader
 
 PID_CHECK_S = 0.2
 CLAIM_CHECK_S = 2.0
@@ -79,8 +80,8 @@ class DriverWatch:
     with (None: nothing to watch, e.g. a worker used without a driver in tests)."""
 
     def __init__(self, client: Any, run_id: str, claim: str | None) -> None:
-        self.r = client
-        self.key = driver_claim_key(run_id)
+        self.r = client  # the ledger client, for a watch built on the same connection (local_process's)
+        self.claim_reader = DriverClaimReader(client, run_id)
         self.claim = claim
         self.gone = False
         self.also: Callable[[], bool] | None = None  # another sign of the driver's end (the lifeguard's finding)
@@ -96,20 +97,11 @@ class DriverWatch:
         """The driver ran on this machine and its process no longer exists (or :attr:`also` says it is gone)."""
         return (bool(self._pid) and _process_gone(self._pid)) or (self.also is not None and self.also())
 
-    async def _held(self) -> tuple[bool, str | None]:
-        """(read, the claim's value now); an unreachable ledger reads nothing (and says nothing: without
-        it no lease can be taken anyway)."""
-        try:
-            held = await self.r.get(self.key)
-        except Exception:  # ledger down: fail closed elsewhere, decide nothing here
-            return False, None
-        return True, held.decode() if isinstance(held, bytes) else held
-
     async def claim_lost(self) -> bool:
         """The run's claim no longer holds this driver's value."""
         if not self.claim:
             return False
-        read, held = await self._held()
+        read, held = await self.claim_reader.read()
         if not read:
             return False
         if held is None:  # lapsed, or the ledger was wiped: gone only if it stays missing
@@ -124,7 +116,7 @@ class DriverWatch:
         claim, which a paused driver takes again when it wakes, this one never comes back."""
         if not self.claim:
             return False
-        read, held = await self._held()
+        read, held = await self.claim_reader.read()
         return read and held is not None and held != self.claim
 
     async def check(self) -> bool:
