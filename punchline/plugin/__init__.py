@@ -46,6 +46,7 @@ from punchline.cluster.pipeline_base import (
     Settings,
     resolve_model,
 )
+from punchline.cluster.result_sections import Link, ResultSection, ResultsView
 from punchline.data.errors import (
     ConfigError,
     FatalProviderError,
@@ -77,6 +78,7 @@ __all__ = [
     "InputFile",
     "InputFiles",
     "Judge",
+    "Link",
     "Message",
     "Meta",
     "Mode",
@@ -92,6 +94,8 @@ __all__ = [
     "ProviderResponse",
     "ProviderSettings",
     "PunchlineError",
+    "ResultSection",
+    "ResultsView",
     "RetryableProviderError",
     "Rows",
     "RunConfig",
