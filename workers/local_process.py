@@ -47,6 +47,7 @@ import struct
 import sys
 import threading
 import traceback
+from collections.abc import Coroutine
 from typing import IO, Any, Literal, NoReturn
 
 import msgspec
@@ -125,6 +126,25 @@ def _send(out: IO[bytes], message: LocalMessage) -> None:
         write_frame(out, msgspec.msgpack.encode(message))
 
 
+def run_to_end(work: Coroutine[Any, Any, WorkerReport]) -> WorkerReport:
+    """``asyncio.run`` but for its last wait: it joins every thread of the loop's default executor, and in a child
+    forked from the driver one may never end (a thread building an SDK client blocked on a lock, OpenSSL's, that a
+    thread of the driver held at the fork: seen once, a worker done with its stage that never reported, and a run
+    that waited for it). The loop's ``close`` lets such threads be; the forked child then reports and ends with
+    ``os._exit``, which ends them all."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(work)
+    finally:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()  # the default executor is shut down without waiting for its threads
+
+
 def serve(stdin: IO[bytes], out: IO[bytes]) -> int:
     """The worker process's life: read its job, build, say ready, work the stage, report; its exit code."""
     raw = read_frame(stdin)
@@ -151,7 +171,7 @@ def serve(stdin: IO[bytes], out: IO[bytes]) -> int:
         processor.driver = StoppableWatch(processor.driver.r, job.cfg.run_id, job.cfg.driver_claim, stop)
         _send(out, LocalMessage(kind="ready", worker_id=worker_id))
         log.info("local_worker_start", run_id=job.plan.run_id, stage=job.plan.stage, worker=worker_id)
-        report = asyncio.run(processor.work(job.plan))
+        report = run_to_end(processor.work(job.plan))
     except Exception as exc:  # the Ray workers carry on: this one is only a head start
         error = f"{type(exc).__name__}: {exc}"[:500]
         log.warning("local_worker_failed", stage=job.plan.stage, error=error)

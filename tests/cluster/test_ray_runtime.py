@@ -45,7 +45,7 @@ def _where_is_schemas() -> tuple[str, int]:
 def test_local_ray_imports_project_modules(ray_local: RaySettings) -> None:
     ensure_ray(ray_local)  # second call is a no-op
     path, pid = ray.get(_where_is_schemas.remote(), timeout=120)
-    assert path.endswith(os.path.join("punchline", "data", "puns", "schemas.py"))
+    assert path.endswith(os.path.join("punchline", "pipelines", "puns", "data", "schemas.py"))
     assert pid != os.getpid()
     nodes = alive_nodes()
     assert len(nodes) == 1 and nodes[0].cpus == 2 and nodes[0].alive

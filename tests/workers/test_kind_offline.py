@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from punchline.data.errors import FatalProviderError
-from punchline.plugin import Message, ProviderRequest, run_simulated
+from punchline.plugin import Message, ProviderRequest
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import make_provider
 from tests.fixtures.kinds import install_kind
@@ -123,16 +126,37 @@ def talk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_kind(tmp_path, monkeypatch, "talk", "talk_kind", TALK_KIND)
 
 
+# The run goes in a fresh interpreter, as a user's would: a test worker that has joined a Ray earlier in the session
+# keeps it, and that Ray's workers started before the kind was installed (they would not find it on their path).
+_RUN = """
+import json, sys
+from punchline.plugin import run_simulated
+done = run_simulated(sys.argv[1], tmp_dir=sys.argv[2])
+texts = [r["text"] for r in done.rows("outputs.jsonl")]
+print(json.dumps({"state": done.record.state, "failures": str(done.record.failures), "calls": done.calls,
+                  "texts": texts}))
+"""
+
+
+def _run_simulated(config: Path, tmp_dir: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, str(config), str(tmp_dir)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 @pytest.mark.usefixtures("talk")
 def test_a_kind_brings_its_wire_and_a_stage_runs_offline_on_it(tmp_path: Path) -> None:
-    talked = run_simulated(_config(tmp_path, "talk"), tmp_dir=tmp_path / "talk")
-    assert talked.record.state == "finished", talked.record.failures
-    assert talked.calls == 6  # 6 rows x 1 model, n = 2 in one call
-    outputs = talked.rows("outputs.jsonl")
-    assert len(outputs) == 12 and all(r["text"] for r in outputs)
+    talked = _run_simulated(_config(tmp_path, "talk"), tmp_path / "talk")
+    assert talked["state"] == "finished", talked["failures"]
+    assert talked["calls"] == 6  # 6 rows x 1 model, n = 2 in one call
+    outputs = talked["texts"]
+    assert len(outputs) == 12 and all(outputs)
     # the simulator answered the neutral request: the same texts as the same run over the OpenAI wire
-    spoken = run_simulated(_config(tmp_path, "openai"), tmp_dir=tmp_path / "openai")
-    assert [r["text"] for r in outputs] == [r["text"] for r in spoken.rows("outputs.jsonl")]
+    spoken = _run_simulated(_config(tmp_path, "openai"), tmp_path / "openai")
+    assert outputs == spoken["texts"]
 
 
 @pytest.mark.usefixtures("talk")
