@@ -421,7 +421,7 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
     import redis as redis_sync
 
     from punchline.cluster.ray_cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
-    from punchline.data.response_cache import MARKER_MS
+    from punchline.data.storage.response_cache import MARKER_MS
 
     jokes = tmp / f"jokes-{scale}.json"
     jokes.write_text(json.dumps(synthetic_jokes(jokes_n * scale)))

@@ -32,9 +32,9 @@ from punchline.data.provider_settings import ProviderSettings  # noqa: E402
 from punchline.pipelines.puns.data.completions import greedy_request  # noqa: E402
 from punchline.schedulers.rate_limit import RedisRateLimiter  # noqa: E402
 from punchline.schedulers.redis_client import connect  # noqa: E402
+from punchline.workers.calls.retry import AttemptEvent, RetryPolicy, call_with_retries  # noqa: E402
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer  # noqa: E402
 from punchline.workers.providers import make_provider  # noqa: E402
-from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries  # noqa: E402
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
 

@@ -26,8 +26,8 @@ from punchline.cluster.run_config import Names as Names
 from punchline.cluster.run_config import RunConfig as RunConfig
 from punchline.cluster.run_config import resolve_path as resolve_path
 from punchline.data.errors import ConfigError
-from punchline.data.jsonio import validation_location
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
+from punchline.data.storage.jsonio import validation_location
 from punchline.schedulers.redis_client import check_url, control_characters, redact_url
 from punchline.workers.fake.checks import check_simulator
 from punchline.workers.providers.registry import check_kind

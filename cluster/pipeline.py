@@ -20,8 +20,8 @@ from punchline.cluster.run_config import RunConfig
 from punchline.data.errors import PluginError, PunchlineError, code_line
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
-from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
 

@@ -23,8 +23,8 @@ from punchline.cluster.result_sections import ResultSection, ResultsView
 from punchline.cluster.run_config import RunConfig, resolve_path
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
-from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig, SimRequest
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.units import StageManifest, UnitSpec
 
 _KIND = "punchline"  # the key in msgspec.Meta(extra=...) that marks what a settings field is

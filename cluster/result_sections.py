@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores.local import LocalStore, validate_key
 

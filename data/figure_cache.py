@@ -30,7 +30,7 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.response_cache import CACHE_PREFIX
+from punchline.data.storage.response_cache import CACHE_PREFIX
 from punchline.data.store import Store
 
 FIGURE_PREFIX = f"{CACHE_PREFIX}figures/"  # beside the response cache's packs (one place spells ``_cache/``)

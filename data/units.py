@@ -20,15 +20,15 @@ import msgspec
 
 from punchline.data.errors import PunchlineError
 from punchline.data.requests import ProviderRequest, ProviderResponse
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 
 
 class UnitSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One deterministic provider request of a stage. ``check`` names the pipeline's own response validator,
-    ``"package.module:function"`` or ``"package.module:function:ARG"`` (``punchline/workers/validators.py``; ``""``:
-    a non-empty answer), run before the answer is accepted, so that a malformed answer is retried instead of
-    cached. ``retries = False``: a failed attempt (429, 5xx, timeout, malformed body) fails
-    the unit at once instead of being retried, for a stage that reproduces a caller that never retries."""
+    ``"package.module:function"`` or ``"package.module:function:ARG"`` (``punchline/workers/calls/validators.py``;
+    ``""``: a non-empty answer), run before the answer is accepted, so that a malformed answer is retried instead of
+    cached. ``retries = False``: a failed attempt (429, 5xx, timeout, malformed body) fails the unit at once instead of
+    being retried, for a stage that reproduces a caller that never retries."""
 
     unit_id: str
     request: ProviderRequest

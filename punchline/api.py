@@ -35,8 +35,8 @@ from punchline.cluster.run.coordinator import ProgressFn
 from punchline.cluster.run.driver import RunOptions, RunRecord
 from punchline.cluster.run.driver import run as run_driver
 from punchline.data.errors import PunchlineError
-from punchline.data.run_layout import RunLayout
 from punchline.data.settings import overlay
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores import open_store
 from punchline.notebook import (
     NOTEBOOK_DIR,

@@ -62,8 +62,8 @@ import structlog
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import MARKER_MS
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.response_cache import MARKER_MS
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.schedulers import keys as redis_keys
 from punchline.schedulers import lua

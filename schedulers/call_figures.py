@@ -1,7 +1,7 @@
 """Where workers' call figures live in the ledger: each worker's latest figures as one value of its own, listed in
 the run's sorted set by when they were written.
 
-What the figures are and how they add up is the workers' (``workers/call_stats.py``: a JSON blob per worker); this
+What the figures are and how they add up is the workers' (``workers/calls/call_stats.py``: a JSON blob per worker); this
 module only stores and fetches the blobs, so that the Redis commands stay in this layer. One round trip a second
 per worker (a pipeline of three commands), nothing per call; both keys expire :data:`KEEP_S` after their last write.
 The ledger's command allow-list has sorted sets, not sets, hence ``ZADD`` for the listing.

@@ -173,7 +173,7 @@ def inflight(namespace: str, provider: str, model: str | None = None) -> str:
 
 def calls(namespace: str, run_id: str) -> str:
     """Sorted set: the keys of a run's workers' call figures, scored by when each was last written (by the
-    workers, :mod:`punchline.workers.call_stats`)."""
+    workers, :mod:`punchline.workers.calls.call_stats`)."""
     return f"{namespace}:run:{run_id}:calls"
 
 

@@ -27,7 +27,7 @@ import msgspec
 import redis
 import redis.asyncio
 
-from punchline.data.response_cache import MARKER_MS
+from punchline.data.storage.response_cache import MARKER_MS
 from punchline.schedulers import keys as redis_keys
 from punchline.schedulers import lua
 from punchline.schedulers.keys import NAMESPACE, UNLIMITED_RATE, BudgetKeys, StageKeys

@@ -26,8 +26,8 @@ import structlog
 
 from punchline.data.backoff import Backoff, retry_async
 from punchline.data.errors import LedgerUnavailable, StoreError
-from punchline.data.response_cache import CachedResponse, ResponseCache
-from punchline.data.response_spool import ResponseSpool
+from punchline.data.storage.response_cache import CachedResponse, ResponseCache
+from punchline.data.storage.response_spool import ResponseSpool
 from punchline.schedulers.leases import Grant, Leases, Settle
 
 log = structlog.get_logger("punchline.unit")

@@ -18,7 +18,7 @@ The protocol, all msgspec and nothing on the command line (the Redis password st
 * stdin: one frame (a 4-byte big-endian length, then a msgpack :class:`LocalJob`), then any line or EOF
   means "stop";
 * stdout: frames of :class:`LocalMessage`: ``ready`` once the connections are built, ``calling`` when the
-  first unit the cache cannot answer builds its provider (:mod:`punchline.workers.lazy_provider`: a worker
+  first unit the cache cannot answer builds its provider (:mod:`punchline.workers.calls.lazy_provider`: a worker
   whose units are all cached imports no SDK), then ``report`` with the :class:`WorkerReport` (or ``failed``).
 
 Two ways to start it, one body (:func:`serve`):
@@ -54,8 +54,8 @@ import msgspec
 import structlog
 
 from punchline.data.units import StagePlan
+from punchline.workers.calls.lazy_provider import LazyProvider
 from punchline.workers.driver_watch import DriverWatch
-from punchline.workers.lazy_provider import LazyProvider
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig, WorkerReport, build_processor
 

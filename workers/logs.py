@@ -29,7 +29,7 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from punchline.data.redaction import redact_text
-from punchline.data.run_layout import LOG
+from punchline.data.storage.run_layout import LOG
 
 MAX_LINE_BYTES = 4000
 REDACTED = "***"

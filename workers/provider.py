@@ -62,7 +62,8 @@ class ProviderKind:
       implementation's own module: the SDK an implementation imports lazily).
     - ``retryable``: which of its errors a call retries (with backoff, up to ``max_retries``); None: the
       error's own class says, :class:`~punchline.data.errors.RetryableProviderError` (a 429, 408, 409, 425, 5xx, a
-      timeout, a dropped connection, a malformed body) or not (:func:`punchline.workers.retry.retried_by_default`).
+      timeout, a dropped connection, a malformed body) or not
+      (:func:`punchline.workers.calls.retry.retried_by_default`).
     """
 
     def __init__(

@@ -30,8 +30,8 @@ from punchline.data.backoff import retry_async
 from punchline.data.errors import BudgetExceeded, LedgerUnavailable, PunchlineError, StoreError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
-from punchline.data.response_cache import ResponseCache
-from punchline.data.response_spool import ResponseSpool
+from punchline.data.storage.response_cache import ResponseCache
+from punchline.data.storage.response_spool import ResponseSpool
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import (
@@ -49,14 +49,14 @@ from punchline.schedulers.keys import NAMESPACE, StageKeys
 from punchline.schedulers.leases import BudgetTerms, Claim, Leases
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect, connect_async, resolve_url
-from punchline.workers.call_stats import CallStats
+from punchline.workers.calls.call_stats import CallStats
+from punchline.workers.calls.retry import AttemptEvent, RetryPolicy, call_with_retries
 from punchline.workers.driver_watch import DriverGone, DriverWatch
 from punchline.workers.group_commit import GroupCommit
 from punchline.workers.held_leases import HeldLeases, LeaseLost
 from punchline.workers.plan_pages import PlanPages
 from punchline.workers.provider import Provider
 from punchline.workers.providers import make_provider, wire_calls
-from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 from punchline.workers.unit_runner import LEDGER_WAIT_S, CallFn, Slot, UnitRunner
 from punchline.workers.worker_config import (
     WorkerConfig,

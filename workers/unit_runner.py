@@ -14,7 +14,7 @@ The order of steps is the delivery guarantee:
 5. hands the answer to the worker's group commit (:mod:`punchline.workers.group_commit`), which writes
    the answers of a short spell as one pack (an answer already stored by someone else is adopted, so
    every shard built from the cache is identical; a store down past its outage bound gets the answers
-   kept in the node's spool instead, ``data/response_spool.py``, committed on resume) and, once the
+   kept in the node's spool instead, ``data/storage/response_spool.py``, committed on resume) and, once the
    pack is durable,
 6. commits their leases with their fencing tokens in one round trip, settling costs and returning
    unused tokens; each lease becomes a done marker for ``MARKER_MS``, then nothing of the request stays
@@ -46,18 +46,18 @@ from punchline.data.errors import (
     RetryableProviderError,
 )
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import CachedResponse, ResponseCache
-from punchline.data.response_spool import ResponseSpool
+from punchline.data.storage.response_cache import CachedResponse, ResponseCache
+from punchline.data.storage.response_spool import ResponseSpool
 from punchline.data.units import ShardUsage, UnitResult, UnitSpec
 from punchline.schedulers.inflight import RunWideSlots, Ticket
 from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
+from punchline.workers.calls.validators import validator
 from punchline.workers.driver_watch import DriverGone
 from punchline.workers.group_commit import GroupCommit, LeaseBook
 from punchline.workers.held_leases import LeaseLost
 from punchline.workers.provider import Provider
 from punchline.workers.providers import wire_calls
-from punchline.workers.validators import validator
 
 log = structlog.get_logger("punchline.unit")
 # units of one worker that may wait on requests held by others with their call slots given back

@@ -25,8 +25,8 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.driver import RunOptions, RunRecord, run
 from punchline.cluster.run.planner import StageEstimate
 from punchline.data.errors import ConfigError, PluginError
-from punchline.data.run_layout import RunLayout
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores import open_store
 from punchline.schedulers.redis_client import redact_url
 

@@ -31,9 +31,9 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.executors.local_pace import LOCAL_ALONE_S
 from punchline.data.errors import InputError
 from punchline.data.requests import ProviderRequest
-from punchline.data.response_cache import CACHE_PREFIX, ResponseCache
-from punchline.data.run_layout import RECORD, RunLayout
 from punchline.data.settings import STORE
+from punchline.data.storage.response_cache import CACHE_PREFIX, ResponseCache
+from punchline.data.storage.run_layout import RECORD, RunLayout
 from punchline.data.stores.local import LocalStore
 
 #: what the plan asks of the response cache: whether it holds a request's answer

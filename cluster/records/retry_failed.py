@@ -24,7 +24,7 @@ import msgspec
 
 from punchline.cluster.records.run_record import RunRecord
 from punchline.cluster.records.runs import load_run_record
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import ShardOutput, UnitResult

@@ -22,7 +22,7 @@ from punchline.cluster.records.runs import load_run_record
 from punchline.cluster.run.driver import RunRecord
 from punchline.data.errors import InputError, ProviderError
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import (

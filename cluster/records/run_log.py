@@ -18,7 +18,7 @@ from pathlib import Path
 
 import structlog
 
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 
 log = structlog.get_logger("punchline.run_log")

@@ -10,7 +10,7 @@ import socket
 import msgspec
 
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.jsonio import decode_bytes
+from punchline.data.storage.jsonio import decode_bytes
 from punchline.data.units import RunState
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters

@@ -15,7 +15,7 @@ import msgspec
 
 from punchline.cluster.records.run_record import RunRecord, check_run_id, load_record
 from punchline.data.errors import InputError, PunchlineError
-from punchline.data.run_layout import RECORD, RunLayout
+from punchline.data.storage.run_layout import RECORD, RunLayout
 from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records, with_batch_costs
 from punchline.schedulers.budget import UsageRow

@@ -23,7 +23,7 @@ from punchline.cluster.ray_cluster.autoscale import Autoscaler
 from punchline.cluster.run.executor import ProgressFn, RayStart, StageExecutor, executor_name, stage_providers
 from punchline.cluster.run.executors.batches import BatchExecutor
 from punchline.cluster.run.executors.shards import ShardExecutor
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import (
     PlanPage,

@@ -34,7 +34,7 @@ from punchline.cluster.run.run_options import RunOptions
 from punchline.cluster.run.run_services import Prepared, RunServices, snapshot_at_end
 from punchline.data.errors import BudgetExceeded, ConfigError, PluginError, PunchlineError
 from punchline.data.redaction import redact_urls
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import StageManifest

@@ -39,8 +39,8 @@ from punchline.cluster.run.store_guard import PREFIX as STORE_MARKS
 from punchline.cluster.runs_folder.private_files import check_folder_files
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, LedgerUnavailable
-from punchline.data.response_cache import CACHE_PREFIX
-from punchline.data.run_layout import LOG, RECORD, SPOOL
+from punchline.data.storage.response_cache import CACHE_PREFIX
+from punchline.data.storage.run_layout import LOG, RECORD, SPOOL
 from punchline.data.stores.local import TMP_DIR
 from punchline.schedulers.redis_client import control_characters
 

@@ -39,11 +39,11 @@ from punchline.cluster.runs_folder.local_ray import LocalRay, notice
 from punchline.cluster.runs_folder.local_redis import LocalRedis
 from punchline.cluster.view.metrics import serve_driver_metrics
 from punchline.data.errors import InfraError, LedgerFailed
-from punchline.data.jsonio import atomic_write_bytes, overwrite_in_place
 from punchline.data.redaction import redact_url
-from punchline.data.response_cache import ResponseCache
-from punchline.data.response_spool import ResponseSpool
-from punchline.data.run_layout import LOG, RECORD, SPOOL, RunLayout
+from punchline.data.storage.jsonio import atomic_write_bytes, overwrite_in_place
+from punchline.data.storage.response_cache import ResponseCache
+from punchline.data.storage.response_spool import ResponseSpool
+from punchline.data.storage.run_layout import LOG, RECORD, SPOOL, RunLayout
 from punchline.data.store import Store
 from punchline.schedulers.ledger import Ledger
 from punchline.schedulers.ledger_access import check_loaded

@@ -36,7 +36,7 @@ from punchline.cluster.stages.rows import Row, load_rows
 from punchline.cluster.stages.settings import ParseSettings, PromptsSettings, sampling_for
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
 

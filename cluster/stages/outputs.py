@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from punchline.data.arrow_columns import column, infer_type
+from punchline.data.storage.arrow_columns import column, infer_type
 
 if TYPE_CHECKING:  # pyarrow is imported when a Parquet file is written (a second and 40 MB otherwise)
     import pyarrow as pa

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from punchline.cluster.result_sections import MAX_READ_BYTES, head_bytes
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 
 MAX_JSON_BYTES = MAX_READ_BYTES

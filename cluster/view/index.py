@@ -26,8 +26,8 @@ from typing import TypeVar
 import msgspec
 
 from punchline.data.errors import InputError, PunchlineError
-from punchline.data.jsonio import atomic_write_bytes
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.jsonio import atomic_write_bytes
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import ShardOutput, UnitSpec, plan_page_key, shard_key, stage_prefix
 

@@ -5,7 +5,7 @@ tokens, dollars, units, shards), the budget's tokens and dollars per (stage, mod
 (in flight), the provider batches' records and states, and the run log's events that say something went wrong
 (``lease_lost``, ``shard_lease_lost``, ``unit_failed``, ``invalid_answer_retry``, ...), counted by reading the
 log from where the last scrape stopped, and the workers' own figures of the moment
-(:mod:`punchline.workers.call_stats`: calls in flight, 429s, retries and the calls' latency per stage, provider
+(:mod:`punchline.workers.calls.call_stats`: calls in flight, 429s, retries and the calls' latency per stage, provider
 and model, published once a second). A finished run's shard files give the same per model (answered units'
 latency, retries, 429s) on ``punchline view``'s ``/run/<id>/metrics``. Nothing here imports the driver, so the
 driver can serve it.
@@ -31,8 +31,8 @@ from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.budget import Budget, UsageRow
 from punchline.schedulers.ledger import Ledger, StageCounters
-from punchline.workers import call_stats
-from punchline.workers.call_stats import CallRow
+from punchline.workers.calls import call_stats
+from punchline.workers.calls.call_stats import CallRow
 
 log = structlog.get_logger("punchline.metrics")
 

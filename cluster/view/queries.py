@@ -23,7 +23,7 @@ from punchline.cluster.registry import resolve
 from punchline.cluster.view.index import Layout, RunFiles
 from punchline.data.store import Store
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, UnitResult, UnitSpec
-from punchline.workers.call_stats import CallRow
+from punchline.workers.calls.call_stats import CallRow
 from punchline.workers.logs import is_secret_name, redact_text
 
 SCAN_UNITS = 20_000  # units a filtered page may look at before it hands back a cursor

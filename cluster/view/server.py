@@ -34,15 +34,15 @@ from punchline.cluster.view.pipeline_results import RunPipeline, render_sections
 from punchline.cluster.view.queries import RunMeta, Samples, SamplesQuery, model_rows, redacted_config, stage_rows
 from punchline.cluster.view.usage import RunUsage
 from punchline.data.errors import InputError, PunchlineError
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore, validate_key
 from punchline.data.units import ModelUsage
 from punchline.schedulers.keys import NAMESPACE
 from punchline.schedulers.redis_client import ClientError
-from punchline.workers import call_stats
-from punchline.workers.call_stats import CallRow
+from punchline.workers.calls import call_stats
+from punchline.workers.calls.call_stats import CallRow
 from punchline.workers.logs import redact_text
 
 log = structlog.get_logger("punchline.view")

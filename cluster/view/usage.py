@@ -26,8 +26,8 @@ import msgspec
 import structlog
 
 from punchline.data.errors import PunchlineError
-from punchline.data.jsonio import atomic_write_bytes
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.jsonio import atomic_write_bytes
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import ModelUsage, ShardUsage, StageManifest
 

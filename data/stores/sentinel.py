@@ -19,7 +19,7 @@ import time
 import msgspec
 
 from punchline.data.errors import StoreError
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 
 SHARED_HINT = "use --store s3://bucket/prefix or a folder on a mount every node shares"

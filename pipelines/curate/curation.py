@@ -17,8 +17,8 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from punchline.data.errors import InputError, RetryableProviderError
-from punchline.data.jsonio import decode_file
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse
+from punchline.data.storage.jsonio import decode_file
 from punchline.pipelines.puns.data.puns_io import check_sentence
 from punchline.pipelines.puns.data.schemas import BLANK, PunEntry
 

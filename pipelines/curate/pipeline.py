@@ -16,10 +16,10 @@ import msgspec
 from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.jsonio import decode_bytes, dumps_upstream
 from punchline.data.provider_settings import Mode
-from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig, SimRequest
+from punchline.data.storage.jsonio import decode_bytes, dumps_upstream
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.pipelines.curate.curation import (

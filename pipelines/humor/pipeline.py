@@ -31,8 +31,8 @@ from punchline.cluster.result_sections import ResultSection, ResultsView
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
-from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig, SimRequest
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.units import UnitSpec
 from punchline.pipelines.humor.data.judge import MERA_JUDGE_MAX_TOKENS
 from punchline.pipelines.humor.data.loaders import check_unique_ids, load_items

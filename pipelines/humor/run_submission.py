@@ -14,9 +14,9 @@ import msgspec
 from punchline.cluster.config import RunConfig, check_run_id, load_config, resolve_path
 from punchline.cluster.run.driver import RunRecord
 from punchline.data.errors import InputError
-from punchline.data.jsonio import check_out_dir
-from punchline.data.run_layout import RunLayout
 from punchline.data.settings import runs_dir as resolve_runs_dir
+from punchline.data.storage.jsonio import check_out_dir
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores import open_store
 from punchline.pipelines.humor.data.loaders import load_humor
 from punchline.pipelines.humor.data.submission import answers_by_id, submission_files, write_submission

@@ -16,9 +16,9 @@ import msgspec
 
 from punchline.cluster.config import RunConfig, check_service_url, load_config
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.jsonio import check_out_dir, decode_file
 from punchline.data.requests import ProviderRequest, ProviderResponse
-from punchline.data.response_cache import CachedResponse, ResponseCache
+from punchline.data.storage.jsonio import check_out_dir, decode_file
+from punchline.data.storage.response_cache import CachedResponse, ResponseCache
 from punchline.data.stores import open_store
 from punchline.pipelines.puns.data.classify import batches, classify_request
 from punchline.pipelines.puns.data.cloze_run import cloze_request

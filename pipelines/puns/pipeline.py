@@ -20,11 +20,11 @@ from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.cluster.result_sections import ResultSection, ResultsView
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.figure_cache import FigureCache
-from punchline.data.jsonio import decode_bytes, dumps_upstream, upstream_object_chunks
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
-from punchline.data.run_layout import RunLayout
 from punchline.data.simulator import FakeConfig, SimRequest
+from punchline.data.storage.jsonio import decode_bytes, dumps_upstream, upstream_object_chunks
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec, in_unit_order
 from punchline.pipelines.puns.data.classify import Verdicts, batches, classify_request, merge_all, parse_verdicts

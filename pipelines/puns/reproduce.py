@@ -23,8 +23,8 @@ import msgspec
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.run.driver import RunOptions, RunRecord
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.jsonio import atomic_write_bytes
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.jsonio import atomic_write_bytes
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores import open_store
 from punchline.data.units import RunState

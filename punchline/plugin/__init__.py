@@ -63,11 +63,11 @@ from punchline.data.units import UnitResult, UnitSpec
 from punchline.plugin.artifacts import bar_plot, write_csv
 from punchline.plugin.stages import Generate, Judge, Rows, read_rows
 from punchline.plugin.testing import SimulatedRun, run_simulated, simulated_providers
+from punchline.workers.calls.retry import retried_by_default
 from punchline.workers.fake.wire import SimulatedWire, WireRequest
 from punchline.workers.provider import Provider as ProviderClient
 from punchline.workers.provider import ProviderKind
 from punchline.workers.providers.base import status_error
-from punchline.workers.retry import retried_by_default
 
 __all__ = [
     "Annotated",

@@ -30,7 +30,7 @@ from punchline.cluster.stages import generate as builtin
 from punchline.cluster.stages.compiled import CompiledPrompts
 from punchline.cluster.stages.settings import PromptsSettings
 from punchline.data.errors import ConfigError, InputError, PluginError, PunchlineError, code_line
-from punchline.data.jsonio import validation_location
+from punchline.data.storage.jsonio import validation_location
 from punchline.data.units import UnitResult, UnitSpec
 from punchline.notebook import parse_table
 

@@ -22,7 +22,7 @@ from punchline.api import run
 from punchline.cluster.pipeline_base import default_provider, marked_values, model_provider
 from punchline.cluster.run.driver import RunRecord
 from punchline.data.errors import PunchlineError
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores import open_store
 from punchline.notebook import content_id
 

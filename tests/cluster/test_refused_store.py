@@ -20,7 +20,7 @@ import pytest
 from punchline.cluster.cli.main import main
 from punchline.cluster.run.store_guard import PREFIX, LedgerMark
 from punchline.cluster.runs_folder.keeper import cmdline
-from punchline.data.response_cache import CACHE_PREFIX
+from punchline.data.storage.response_cache import CACHE_PREFIX
 from punchline.data.stores.local import TMP_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

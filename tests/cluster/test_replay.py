@@ -11,7 +11,7 @@ import pytest
 
 from punchline.cluster.cli.main import main
 from punchline.cluster.run.driver import RunOptions, run
-from punchline.data.jsonio import decode_file
+from punchline.data.storage.jsonio import decode_file
 from punchline.pipelines.puns.data.schemas import RawCompletions
 from punchline.pipelines.puns.legacy import UPSTREAM_MODELS
 from punchline.workers.fake.server import FakeProviderServer

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from punchline.cluster.records.retry_failed import drop_failed_shards
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, UnitResult
 

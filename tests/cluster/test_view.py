@@ -26,7 +26,7 @@ from punchline.data.stores.local import LocalStore
 from punchline.data.units import plan_page_key, shard_key
 from punchline.schedulers.batches import BatchRecord, record_path
 from punchline.schedulers.ledger import Ledger
-from punchline.workers.call_stats import CallStats
+from punchline.workers.calls.call_stats import CallStats
 
 RUN = "bench-view-test"
 

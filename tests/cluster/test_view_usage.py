@@ -19,7 +19,7 @@ import pytest
 from bench.view import MODELS, generate
 from punchline.cluster.view.server import ViewServer, ViewSettings
 from punchline.cluster.view.usage import RunUsage, shard_usage
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardUsage, StageManifest
 

@@ -18,8 +18,8 @@ from punchline.cluster.records.run_record import RunRecord, Services
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.planner import plan_run
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import ResponseCache
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.response_cache import ResponseCache
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.ledger import StageCounters
 

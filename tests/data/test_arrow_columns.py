@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from punchline.data.arrow_columns import column, infer_type
+from punchline.data.storage.arrow_columns import column, infer_type
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from punchline.data.errors import RetryableProviderError
-from punchline.data.jsonio import dumps_upstream
+from punchline.data.storage.jsonio import dumps_upstream
 from punchline.pipelines.puns.data.classify import (
     MalformedVerdicts,
     batches,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import dumps_upstream
+from punchline.data.storage.jsonio import dumps_upstream
 from punchline.pipelines.puns.data.cloze import build_tests, fill, select_pools
 from punchline.pipelines.puns.data.completions import truncate_before_blank
 from punchline.pipelines.puns.data.puns_io import load_puns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from punchline.data.jsonio import dumps_upstream
+from punchline.data.storage.jsonio import dumps_upstream
 from punchline.pipelines.puns.data.completions import aggregate, build_raw_entry, truncate_before_blank
 from punchline.pipelines.puns.data.puns_io import load_puns, load_raw_completions
 from punchline.pipelines.puns.data.schemas import ModelCompletions, PunEntry

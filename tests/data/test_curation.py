@@ -25,7 +25,7 @@ from punchline.pipelines.curate.curation import (
     repair_request,
 )
 from punchline.pipelines.puns.data.puns_io import validate_puns
-from punchline.workers.validators import validator
+from punchline.workers.calls.validators import validator
 from tests.fixtures.simulated import ask
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "candidate_jokes.json"

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import dumps_upstream
+from punchline.data.storage.jsonio import dumps_upstream
 from punchline.pipelines.puns.data.classify import candidates, merge_all
 from punchline.pipelines.puns.data.cloze import build_tests
 from punchline.pipelines.puns.data.completions import build_raw_entry

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import dumps_upstream
+from punchline.data.storage.jsonio import dumps_upstream
 from punchline.pipelines.puns.data import puns_io
 
 

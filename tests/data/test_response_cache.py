@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import (
+from punchline.data.storage.response_cache import (
     PACK_PREFIX,
     CachedResponse,
     ResponseCache,

@@ -1,4 +1,4 @@
-"""One place spells a run's store paths (``data/run_layout.py``): no other module of the package does."""
+"""One place spells a run's store paths (``data/storage/run_layout.py``): no other module of the package does."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import punchline
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.units import plan_page_key, shard_key, stage_prefix
 from tests.test_import_cycles import package_modules
 
@@ -37,13 +37,13 @@ def test_no_module_but_the_layout_spells_a_runs_store_paths() -> None:
     found = []
     for path in sorted(package_modules(ROOT).values()):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.endswith("data/run_layout.py"):
+        if rel.endswith("data/storage/run_layout.py"):
             continue
         for line, text in _strings(ast.parse(path.read_text())):
             hits = [s for s in SPELLINGS if s in text] + [w for w in WHOLE if text == w]
             if hits and not text.startswith(("http", "/v1")):
                 found.append(f"{rel}:{line}: {text[:60]!r}")
-    assert not found, "store paths spelled outside data/run_layout.py:\n" + "\n".join(found)
+    assert not found, "store paths spelled outside data/storage/run_layout.py:\n" + "\n".join(found)
 
 
 def test_the_layouts_keys() -> None:

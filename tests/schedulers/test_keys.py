@@ -20,7 +20,7 @@ from punchline.schedulers.inflight import bounds_of
 from punchline.schedulers.ledger import StageKeys, fence_key, request_key
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RateScope
 from punchline.schedulers.run_claim import claim_key
-from punchline.workers.call_stats import run_key, worker_key
+from punchline.workers.calls.call_stats import run_key, worker_key
 from punchline.workers.driver_watch import driver_claim_key
 
 ROOT = Path(punchline.__file__).parent

@@ -14,7 +14,7 @@ import redis
 import redis.asyncio
 
 from punchline.data.errors import LedgerUnavailable
-from punchline.data.response_cache import MARKER_MS
+from punchline.data.storage.response_cache import MARKER_MS
 from punchline.schedulers.budget import Budget
 from punchline.schedulers.leases import (
     Answered,

@@ -18,9 +18,9 @@ from punchline.data.errors import LedgerUnavailable, RetryableProviderError
 from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect
+from punchline.workers.calls.retry import RetryPolicy, call_with_retries
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import make_provider
-from punchline.workers.retry import RetryPolicy, call_with_retries
 
 
 def _url(client: redis.Redis) -> str:

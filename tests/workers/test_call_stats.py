@@ -13,8 +13,8 @@ import redis
 
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, ShardOutput, ShardUsage, UnitSpec, shard_key
 from punchline.pipelines.puns.data.completions import greedy_request
-from punchline.workers import call_stats
-from punchline.workers.call_stats import CallStats
+from punchline.workers.calls import call_stats
+from punchline.workers.calls.call_stats import CallStats
 from punchline.workers.fake.server import FakeProviderServer
 from tests.workers.test_shard_worker import _run
 

@@ -12,7 +12,7 @@ import redis
 import redis.asyncio
 
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import CachedResponse, ResponseCache
+from punchline.data.storage.response_cache import CachedResponse, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.leases import BudgetTerms, Grant, Leases, Settle

@@ -10,8 +10,8 @@ import pytest
 
 from punchline.cluster.cli.main import main
 from punchline.cluster.config import load_config
-from punchline.data.jsonio import decode_file, dumps_upstream
-from punchline.data.response_cache import ResponseCache
+from punchline.data.storage.jsonio import decode_file, dumps_upstream
+from punchline.data.storage.response_cache import ResponseCache
 from punchline.data.stores import open_store
 from punchline.pipelines.puns.data.classify import batches, classify_request, merge_all, parse_verdicts
 from punchline.pipelines.puns.data.completions import (

@@ -1,4 +1,4 @@
-"""The driver's own worker builds a provider at its first call (workers/lazy_provider.py): a worker whose units
+"""The driver's own worker builds a provider at its first call (workers/calls/lazy_provider.py): a worker whose units
 are all cached imports no SDK; the first call builds it once for every call that waits for it, says so once, and
 a provider that cannot be built fails the call as a refused call would."""
 
@@ -11,7 +11,7 @@ import pytest
 from punchline.data.errors import FatalProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse
-from punchline.workers.lazy_provider import LazyProvider
+from punchline.workers.calls.lazy_provider import LazyProvider
 
 SETTINGS = ProviderSettings(kind="openai", base_url="http://127.0.0.1:1")
 REQUEST = ProviderRequest(provider="p", model="m", messages=(Message("user", "hi"),), max_tokens=1)

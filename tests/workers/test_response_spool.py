@@ -1,5 +1,5 @@
 """Answers paid before a fatal S3 outage are kept on the node's disk and committed on resume
-(data/response_spool.py): real Redis, moto S3 behind a TCP proxy that is switched off, the fake provider."""
+(data/storage/response_spool.py): real Redis, moto S3 behind a TCP proxy that is switched off, the fake provider."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import redis.asyncio
 
 from punchline.data.errors import StoreError
 from punchline.data.provider_settings import ModelSettings
-from punchline.data.response_cache import ResponseCache
-from punchline.data.response_spool import ResponseSpool
+from punchline.data.storage.response_cache import ResponseCache
+from punchline.data.storage.response_spool import ResponseSpool
 from punchline.data.stores.s3 import S3Settings, S3Store
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
 from punchline.pipelines.puns.data.completions import greedy_request

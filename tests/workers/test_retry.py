@@ -13,9 +13,9 @@ from punchline.data.errors import FatalProviderError, ProviderError, RetryablePr
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderResponse
 from punchline.pipelines.puns.data.completions import greedy_request
+from punchline.workers.calls.retry import AttemptEvent, RetryPolicy, call_with_retries
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import MalformedResponse, make_provider
-from punchline.workers.retry import AttemptEvent, RetryPolicy, call_with_retries
 from tests.fixtures.kinds import install_kind
 
 MODEL = "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo"

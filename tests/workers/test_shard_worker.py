@@ -17,7 +17,7 @@ import redis.asyncio
 import structlog.testing
 
 from punchline.data.provider_settings import ModelSettings
-from punchline.data.response_cache import PACK_PREFIX, ResponseCache
+from punchline.data.storage.response_cache import PACK_PREFIX, ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
 from punchline.pipelines.puns.data.completions import greedy_request

@@ -9,7 +9,7 @@ import pytest
 
 from punchline.data.errors import RetryableProviderError
 from punchline.data.requests import ProviderResponse
-from punchline.workers.validators import validator
+from punchline.workers.calls.validators import validator
 
 PLUGIN = """
 def must_say(word, response):

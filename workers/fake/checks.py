@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 
 from punchline.data.errors import ConfigError
-from punchline.data.jsonio import validation_location
 from punchline.data.simulator import FakeConfig
+from punchline.data.storage.jsonio import validation_location
 from punchline.workers.fake.server import load_knobs
 from punchline.workers.fake.simulators import decode_knobs, find_simulators
 

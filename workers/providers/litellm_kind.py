@@ -9,7 +9,7 @@ else LiteLLM reads its usual variables (``GEMINI_API_KEY``, AWS credentials...),
 a placeholder (a local server).
 
 Why retries are off here too (``num_retries=0``, ``max_retries=0``): every attempt must go through
-:mod:`punchline.workers.retry` and the rate limiter, which see it cluster-wide; a retry behind their back could
+:mod:`punchline.workers.calls.retry` and the rate limiter, which see it cluster-wide; a retry behind their back could
 pay for a request twice. LiteLLM's errors are the OpenAI SDK's classes with a ``status_code``: 408, 409, 425,
 429 and 5xx, timeouts and lost connections are :class:`RetryableProviderError`, other 4xx
 :class:`FatalProviderError`; the key is masked in every message. No batch API (``mode = "batch"`` is refused

@@ -6,7 +6,7 @@ layers: a third of a unit's CPU at 0 ms latency), and importing it took 0.6-1 CP
 in the driver's fork warm-up (BENCHMARKS.md, the peers' job). The SDK's own behaviour that matters is kept:
 its base URL and headers (the kind's: ``OPENAI_BASE_URL``, the key as a bearer token, ``OPENAI_ORG_ID`` and
 ``OPENAI_PROJECT_ID``), one keep-alive connection pool per provider, ``timeout_s`` on every phase of a call,
-redirects followed, proxies from the environment; no retries (they belong to :mod:`punchline.workers.retry`).
+redirects followed, proxies from the environment; no retries (they belong to :mod:`punchline.workers.calls.retry`).
 The batch API (``batch_openai``) still uses the SDK.
 
 When ``settings.supports_n`` is false and ``request.n > 1``, :meth:`complete` makes ``n`` calls with

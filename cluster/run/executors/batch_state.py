@@ -17,11 +17,11 @@ import structlog
 from punchline.data.errors import ProviderError, PunchlineError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import ResponseCache
+from punchline.data.storage.response_cache import ResponseCache
 from punchline.data.units import UnitSpec
 from punchline.schedulers.batches import BatchRecord, BatchRecords, HeldLeases, now_s
 from punchline.workers.batch_provider import BatchProvider, Part, merge_parts, parts
-from punchline.workers.validators import validator
+from punchline.workers.calls.validators import validator
 
 log = structlog.get_logger("punchline.batches")  # one logger for the batches executor, whatever module logs
 

@@ -54,7 +54,7 @@ from punchline.cluster.run.executors.batch_state import BatchesCancelled, BatchF
 from punchline.cluster.run.executors.batch_submission import BatchSubmission
 from punchline.data.errors import BudgetExceeded
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.response_cache import ResponseCache
+from punchline.data.storage.response_cache import ResponseCache
 from punchline.data.units import ShardResults, StagePlan, UnitSpec
 from punchline.schedulers.batches import BatchRecord, BatchRecords, HeldLeases, now_s
 from punchline.schedulers.ledger import Ledger

@@ -28,7 +28,7 @@ from punchline.cluster.run.executor import ExecutorName, ProgressFn, RayStart
 from punchline.cluster.run.executors.local_pace import LocalPace
 from punchline.cluster.run.local_worker import ForkWarmup, LocalWorker
 from punchline.data.errors import BudgetExceeded, InfraError, PunchlineError
-from punchline.data.run_layout import RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores.sentinel import is_not_shared
 from punchline.data.units import ShardOutput, ShardResults, StagePlan, shard_key

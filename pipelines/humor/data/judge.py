@@ -24,8 +24,8 @@ from pathlib import Path
 import msgspec
 
 from punchline.data.errors import InputError, RetryableProviderError
-from punchline.data.jsonio import reject_duplicate_keys
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse
+from punchline.data.storage.jsonio import reject_duplicate_keys
 from punchline.pipelines.humor.data.prompts import mera_task_text, render_prompt
 from punchline.pipelines.humor.data.schema import HumorItem
 

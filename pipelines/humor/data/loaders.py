@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import reject_duplicate_keys
+from punchline.data.storage.jsonio import reject_duplicate_keys
 from punchline.pipelines.humor.data.schema import HumorFile, HumorItem, HumorShotsFile, HumorTestFile
 
 _PATH_RE = re.compile(r"at `\$(?P<path>[^`]*)`")

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from punchline.data.drawing import drawing
-from punchline.data.jsonio import atomic_write_bytes, check_out_dir
+from punchline.data.storage.jsonio import atomic_write_bytes, check_out_dir
 from punchline.pipelines.humor.data.judge import (
     DEFAULT_THRESHOLD,
     JudgeStats,

@@ -27,7 +27,7 @@ from pathlib import Path
 import msgspec
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import atomic_write_bytes
+from punchline.data.storage.jsonio import atomic_write_bytes
 from punchline.pipelines.humor.data.mera import mera_filtered
 from punchline.pipelines.humor.data.prompts import mera_task_text
 from punchline.pipelines.humor.data.schema import HumorItem

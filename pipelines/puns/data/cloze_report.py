@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import atomic_write_bytes, write_upstream_json
+from punchline.data.storage.jsonio import atomic_write_bytes, write_upstream_json
 from punchline.pipelines.puns.data.intervals import newcombe_difference, wilson_interval
 from punchline.pipelines.puns.data.schemas import (
     ClozeReport,

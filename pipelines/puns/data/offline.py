@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.jsonio import atomic_write_bytes, check_out_dir
+from punchline.data.storage.jsonio import atomic_write_bytes, check_out_dir
 from punchline.pipelines.puns.data import puns_io
 from punchline.pipelines.puns.data.cloze import build_tests
 from punchline.pipelines.puns.data.cloze_report import build_report, write_report

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import msgspec
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import dumps_upstream
+from punchline.data.storage.jsonio import dumps_upstream
 from punchline.pipelines.puns.data.schemas import ClassifiedEntry, ClozeTest, PunEntry
 
 #: Tier counts of the published ``puns_205.json`` (DATASET.md of davidbau/puns).

@@ -1,6 +1,6 @@
 """Loading, validating and writing the Puns artifacts.
 
-Decoding (via :mod:`punchline.data.jsonio`) already rejects wrong types and unknown tiers; the checks here
+Decoding (via :mod:`punchline.data.storage.jsonio`) already rejects wrong types and unknown tiers; the checks here
 catch what a schema cannot express (exactly one blank, non-empty answer lists, unique indices,
 tests that point at jokes that exist) so that a bad file fails at load time with the file, the
 record and the field named, instead of as a ``KeyError`` half-way through a pipeline stage.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from punchline.data.errors import InputError
-from punchline.data.jsonio import check_out_file, decode_file, write_upstream_json
+from punchline.data.storage.jsonio import check_out_file, decode_file, write_upstream_json
 from punchline.pipelines.puns.data.schemas import (
     BLANK,
     ClassifiedCompletions,

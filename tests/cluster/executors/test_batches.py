@@ -19,7 +19,7 @@ from punchline.cluster.run.executors.batches import BatchesCancelled, BatchFaile
 from punchline.data.errors import BudgetExceeded, InputError
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.requests import ProviderResponse
-from punchline.data.response_cache import ResponseCache
+from punchline.data.storage.response_cache import ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 from punchline.pipelines.puns.data.completions import sample_request

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import msgspec
 
-from punchline.data.jsonio import atomic_write_bytes
 from punchline.data.requests import ProviderRequest, ProviderResponse
-from punchline.data.response_cache import CachedResponse, ResponseCache
+from punchline.data.storage.jsonio import atomic_write_bytes
+from punchline.data.storage.response_cache import CachedResponse, ResponseCache
 
 SUFFIX = ".msgpack"
 _decoder = msgspec.msgpack.Decoder(CachedResponse)
