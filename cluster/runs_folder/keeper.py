@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from punchline.cluster.runs_folder.private_files import open_private, read_private, write_private
+from punchline.cluster.runs_folder.private_files import check_folder_files, open_private, read_private, write_private
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.settings import LEDGER_STALE_S
 
@@ -226,6 +226,26 @@ def open_keeper(folder: Path, *, wait_s: float = 0.0) -> tuple[FolderHold, int] 
                 os.close(fd)
                 return hold, -1
             time.sleep(0.05)
+
+
+def take_folder(folder: Path, what: str, *, wait_s: float) -> tuple[FolderHold, int] | None:
+    """A starting keeper's :func:`open_keeper`, its failures said to the driver waiting for it (:func:`say`): the
+    folder gone (or an entry in it not ours: named by the folder's check), or kept by another keeper still. None
+    then; else the hold and the fd that holds ``keeper.lock``. ``what``: the folder's name in the line."""
+    opened = open_keeper(folder, wait_s=wait_s)
+    if opened is None:
+        try:
+            check_folder_files(folder)
+            say(f"{FAILED} {what} {folder} is gone")
+        except LedgerUnavailable as exc:
+            say(f"{FAILED} {exc}")
+        return None
+    hold, fd = opened
+    if fd < 0:
+        hold.close()
+        say(f"{FAILED} {folder} is kept by another keeper still (its keeper.lock is held)")
+        return None
+    return hold, fd
 
 
 def spawn_starter(module: str, folder: Path, settings: Sequence[str], *, timeout_s: float) -> None:

@@ -56,7 +56,7 @@ from punchline.cluster.runs_folder.keeper import (
     start_ticks,
     stat_fields,
 )
-from punchline.cluster.runs_folder.private_files import check_folder_files, open_private, read_private, write_private
+from punchline.cluster.runs_folder.private_files import open_private, read_private, write_private
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.settings import LOCAL_RAY_LINGER_S
 
@@ -394,19 +394,10 @@ def _value(arg: str) -> int | None:
 def serve(folder: Path, linger_s: float, settings: RaySettings, dashboard_port: int) -> int:
     """A starting keeper (``--start``): take the folder's ``keeper.lock``, start its second, then the head as this
     process's child, say so to the driver waiting for it (:func:`keeper.say`), then keep it."""
-    opened = keeper.open_keeper(folder, wait_s=TAKEOVER_S)
-    if opened is None:  # gone, or an entry that is not ours (a planted link: named by the folder's check)
-        try:
-            check_folder_files(folder)
-            say(f"{FAILED} the local Ray head's folder {folder} is gone")
-        except LedgerUnavailable as exc:
-            say(f"{FAILED} {exc}")
+    taken = keeper.take_folder(folder, "the local Ray head's folder", wait_s=TAKEOVER_S)
+    if taken is None:
         return 1
-    hold, fd = opened
-    if fd < 0:
-        hold.close()
-        say(f"{FAILED} {folder} is kept by another keeper still (its keeper.lock is held)")
-        return 1
+    hold, fd = taken
     try:
         second = subprocess.Popen(
             [sys.executable, "-m", KEEPER_MODULE, str(folder), AFTER_FLAG],

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from punchline.cluster.runs_folder import keeper
 from punchline.cluster.runs_folder.keeper import FAILED, READY, START_FLAG, live_clients, say, start_ticks
-from punchline.cluster.runs_folder.private_files import check_folder_files
 from punchline.cluster.runs_folder.redis_folder import find_running, recorded_pid, stop_running
 from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
 from punchline.data.errors import LedgerUnavailable
@@ -74,19 +73,10 @@ def start_server(folder: Path, port: int | None = None) -> None:
 def serve(folder: Path, port: int) -> int:
     """A starting keeper (``--start PORT``, 0: any): take the folder's ``keeper.lock``, start the server as this
     process's child, say so to the driver waiting for it (:func:`keeper.say`), then keep it."""
-    opened = keeper.open_keeper(folder, wait_s=TAKEOVER_S)
-    if opened is None:  # gone, or an entry that is not ours (a planted link: named by the folder's check)
-        try:
-            check_folder_files(folder)
-            say(f"{FAILED} the ledger's folder {folder} is gone")
-        except LedgerUnavailable as exc:
-            say(f"{FAILED} {exc}")
+    taken = keeper.take_folder(folder, "the ledger's folder", wait_s=TAKEOVER_S)
+    if taken is None:
         return 1
-    hold, fd = opened
-    if fd < 0:
-        hold.close()
-        say(f"{FAILED} {folder} is kept by another keeper still (its keeper.lock is held)")
-        return 1
+    hold, fd = taken
     try:
         server = EmbeddedRedis(hold.path, port=port or None, parent_bound=True).start()
     except (LedgerUnavailable, OSError) as exc:
