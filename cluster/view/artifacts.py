@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from punchline.cluster.result_sections import MAX_READ_BYTES, head_bytes
@@ -41,12 +42,13 @@ def cell(value: Any) -> str:
     return esc(value)
 
 
-def table(rows: list[dict[str, Any]], cls: str = "data") -> str:
+def table(rows: Sequence[Mapping[str, Any]], cls: str = "data", render: Callable[[Any], str] = cell) -> str:
+    """Rows as an HTML table, its columns in their first appearance's order; ``render`` writes one cell."""
     cols: list[str] = []
     for row in rows:
         cols += [c for c in row if c not in cols]
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{render(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 

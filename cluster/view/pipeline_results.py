@@ -16,7 +16,7 @@ import structlog
 
 from punchline.cluster.registry import resolve
 from punchline.cluster.result_sections import Cell, Link, ResultSection, ResultsView
-from punchline.cluster.view.artifacts import cell, esc, markdown
+from punchline.cluster.view.artifacts import cell, esc, markdown, table
 
 log = structlog.get_logger("punchline.view")
 
@@ -86,12 +86,7 @@ def render_sections(sections: list[ResultSection], link: str, note: str = "", le
 
 
 def _table(rows: list[dict[str, Cell]], link: str) -> str:
-    cols: list[str] = []
-    for row in rows:
-        cols += [c for c in row if c not in cols]
-    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(r.get(c, ''), link)}</td>" for c in cols) + "</tr>" for r in rows)
-    return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return table(rows, render=lambda value: _cell(value, link))
 
 
 def _cell(value: Cell, link: str) -> str:

@@ -29,6 +29,7 @@ import pytest
 
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.conftest import driver_argv, engine_config
+from tests.cluster.test_engine_faults import Setup  # the module setup both fault files share
 
 pytestmark = pytest.mark.slow
 
@@ -37,11 +38,6 @@ UNITS = 8 * 2 * 2  # 8 jokes x 2 models x (greedy + samples)
 # every request's first three attempts are 500s: whenever the signal comes, the calls in flight are nearly all
 # failing ones (with one failing attempt, the retries in flight would be answered and the case often missed)
 FAILING = dict(latency_ms_min=300, latency_ms_max=500, fail_first_attempts=3, fail_status=500)
-
-
-class Setup:
-    def __init__(self, cfg: Path, expected: bytes, address: str) -> None:
-        self.cfg, self.expected, self.address = cfg, expected, address
 
 
 @pytest.fixture(scope="module")
