@@ -420,8 +420,9 @@ def memory_child(scale: int, jokes_n: int, tmp: Path, redis_url: str) -> None:
     import psutil
     import redis as redis_sync
 
-    from punchline.cluster.ray_cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
+    from punchline.cluster.ray_cluster.ray_runtime import ensure_ray, shutdown_ray
     from punchline.data.storage.response_cache import MARKER_MS
+    from punchline.services.ray_settings import RaySettings
 
     jokes = tmp / f"jokes-{scale}.json"
     jokes.write_text(json.dumps(synthetic_jokes(jokes_n * scale)))
@@ -552,8 +553,9 @@ def main() -> None:
         return
     only = set(filter(None, args.only.split(","))) or {"throughput", "rate", "resume", "claims", "memory"}
 
-    from punchline.cluster.ray_cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
-    from punchline.cluster.runs_folder.redis_server import EmbeddedRedis
+    from punchline.cluster.ray_cluster.ray_runtime import ensure_ray, shutdown_ray
+    from punchline.services.ray_settings import RaySettings
+    from punchline.services.redis_server import EmbeddedRedis
 
     with tempfile.TemporaryDirectory() as tmp_s, EmbeddedRedis(Path(tmp_s) / "redis", wipe_commands=True) as server:
         tmp = Path(tmp_s)

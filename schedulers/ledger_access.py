@@ -8,7 +8,7 @@ review wiped 334 keys mid-run and four requests were paid twice (issue 39). So t
 lists keys (``SCAN``, ``KEYS``, ``RANDOMKEY``) or deletes them (``DEL``, ``UNLINK``, ``FLUSHALL``). Redis checks
 the commands a script calls against the caller's ACL too, so the engine's scripts delete nothing with ``DEL``
 either (``schedulers/lua/__init__.py`` says how they remove a key). The scripts are loaded by
-:data:`LOADER_USER`, whose password only the process that starts a server has (``cluster/runs_folder/redis_server.py``:
+:data:`LOADER_USER`, whose password only the process that starts a server has (``services/redis_server.py``:
 a new one at every start, kept nowhere), right after the server answers and before anyone is told it runs. A server
 forgets its scripts when it restarts, so every start loads them again.
 
@@ -39,7 +39,7 @@ from punchline.schedulers.redis_client import ENV_URL, SCRIPTS_MISSING, connect,
 # and run it against a server's INFO commandstats), by redis-py's handshake and by its Script and pipeline
 # objects. An allow-list, not a deny-list: SWAPDB, FUNCTION FLUSH/DELETE/RESTORE, MOVE, COPY, RENAME,
 # RESTORE, FLUSHALL, KEYS, MIGRATE and every command a later server version adds are refused without being
-# named. A command the engine starts to use must be added here (tests/cluster/test_redis_server.py runs
+# named. A command the engine starts to use must be added here (tests/services/test_redis_server.py runs
 # the engine's Lua and its ledger calls against a server with this list, and checks every script's calls).
 RUN_COMMANDS = (
     # connection: redis-py's handshake (AUTH or HELLO, CLIENT SETINFO/SETNAME, SELECT for /n) and health checks

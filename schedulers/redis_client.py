@@ -1,6 +1,6 @@
 """How every layer above talks to the ledger's Redis: settings, a patient client, outage conversion.
 
-The embedded server (``punchline.cluster.runs_folder.redis_server``) is started by the driver; this module is
+The embedded server (``punchline.services.redis_server``) is started by the driver; this module is
 all a worker or a scheduler needs, so they never import the cluster layer.
 """
 

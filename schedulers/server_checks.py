@@ -2,7 +2,7 @@
 scripts are loaded, a user's server answers PING.
 
 Why here and not beside whoever asks: the embedded server's process (starting ``valkey-server``, its config,
-its keeper) is the runs folder's (``cluster/runs_folder/redis_server.py``) and the checks before a run are the
+its keeper) is the runs folder's (``services/redis_server.py``) and the checks before a run are the
 driver's (``cluster/run/preflight.py``), but what either says to a server over the protocol goes through this
 layer, the only one that speaks to Redis (``tests/test_redis_access.py``). The keeper's bare-socket ``INFO`` is
 :mod:`punchline.schedulers.server_info` (it must not import a client library).

@@ -1,11 +1,11 @@
 """``INFO server`` of a Redis over a bare socket: the embedded server's identity (process id, run id), asked
 without a client library.
 
-Why not redis-py: the runs folder's keeper (``cluster/runs_folder/redis_keeper.py``, a process of its own beside
+Why not redis-py: the runs folder's keeper (``services/redis_keeper.py``, a process of its own beside
 every local run) asks this once every two seconds. Through redis-py it paid a quarter of a CPU second a run to
 import redis, OpenTelemetry (which redis-py loads when it is installed) and structlog; one ``AUTH`` and one ``INFO
 server`` over a socket cost a millisecond. It lives here, with the engine's other Redis conversations, so that the
-runs folder's modules (``cluster/runs_folder/redis_folder.py``) manage processes and files and speak no protocol.
+runs folder's modules (``services/redis_folder.py``) manage processes and files and speak no protocol.
 """
 
 from __future__ import annotations

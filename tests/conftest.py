@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.provider",
     "tests.fixtures.ray",
+    "tests.fixtures.engine",
 ]
 
 
@@ -21,7 +22,7 @@ class _NoTopLevelLayers(importlib.abc.MetaPathFinder):
     of a layer; the installed package has no such module, so any code that tries fails here as it would
     for a user."""
 
-    LAYERS = frozenset({"cluster", "workers", "schedulers", "data"})
+    LAYERS = frozenset({"cluster", "workers", "schedulers", "data", "pipelines", "services", "viewer"})
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
         if fullname.partition(".")[0] in self.LAYERS:

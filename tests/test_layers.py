@@ -24,19 +24,21 @@ FLOORS: dict[str, int] = {
     "punchline.data": 0,
     "punchline.schedulers": 1,
     "punchline.workers": 2,
+    "punchline.services": 2,  # the runs folder's embedded ledger and local Ray head, and their keepers
     "punchline.cluster": 3,  # config, ray_runtime, redis_server, coordinator, pipeline (the Stage interface)
     "punchline.cluster.run.driver": 4,
     "punchline.cluster.run.run_services": 4,  # the services one run holds open (the driver opens them)
     "punchline.cluster.run.planner": 4,
     "punchline.cluster.run.run_checks": 4,
     "punchline.pipelines": 4,
+    "punchline.viewer": 4,  # `punchline view`: pages over a run's store files
+    "punchline.viewer.command": 5,
     "punchline.pipelines.puns.commands": 5,  # a pipeline's own command family (`punchline puns ...`)
     "punchline.pipelines.humor.commands": 5,
     "punchline.cluster.records.runs": 4,  # a run's record and the list of runs (commands print them)
     "punchline.cluster.records.status": 4,
     "punchline.cluster.records.retry_failed": 4,
     "punchline.cluster.records.run_batches": 4,  # a run's provider batches, and cancelling them
-    "punchline.cluster.view": 4,  # `punchline view`: pages over a run's store files, and its /metrics
     "punchline.cluster.cli.shared": 5,  # what several command families share (commands never import each other)
     "punchline.cluster.cli.commands": 5,
     "punchline.cluster.cli.main": 5,
@@ -136,7 +138,7 @@ def test_the_walk_sees_an_upward_import(tmp_path: Path) -> None:
     assert floor_of(target[1]) > floor_of("punchline.data.bad")
 
 
-@pytest.mark.parametrize("name", ["cluster", "workers", "schedulers", "data"])
+@pytest.mark.parametrize("name", ["cluster", "workers", "schedulers", "data", "pipelines", "services", "viewer"])
 def test_layers_are_not_top_level_packages(name: str) -> None:
     """Installed, the project is one package: the layer folders are reachable only as ``punchline.<name>``."""
     import subprocess

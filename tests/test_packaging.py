@@ -87,7 +87,7 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_wheel_holds_one_package(wheel_venv: Path, tmp_path: Path) -> None:
     py = str(wheel_venv / "bin" / "python")
-    for name in ("data", "cluster", "workers", "schedulers"):
+    for name in ("data", "cluster", "workers", "schedulers", "pipelines", "services", "viewer"):
         probe = _run([py, "-c", f"import {name}"], cwd=tmp_path, timeout=60)
         assert probe.returncode != 0 and "No module named" in probe.stderr, name
     where = _run([py, "-c", "import punchline.data.store as s; print(s.__file__)"], cwd=tmp_path, timeout=60)

@@ -22,7 +22,7 @@ from punchline.cluster.estimate.machine_load import runnable_others
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.ray_cluster import autoscale
 from punchline.cluster.ray_cluster.autoscale import RequestResources
-from punchline.cluster.ray_cluster.ray_runtime import RaySettings, driver_node_ip, ray_running
+from punchline.cluster.ray_cluster.ray_runtime import driver_node_ip, ray_running
 from punchline.cluster.ray_cluster.shared_store import config_store
 from punchline.cluster.records.retry_failed import drop_retryable_failures
 from punchline.cluster.records.run_record import RunRecord, Services, check_run_id, load_record
@@ -40,6 +40,7 @@ from punchline.data.stores import open_store
 from punchline.data.units import StageManifest
 from punchline.schedulers.budget import Budget, usage_rows
 from punchline.schedulers.ledger import patiently, with_store_totals
+from punchline.services.ray_settings import RaySettings
 from punchline.workers.logs import configure_logging
 
 __all__ = ["RunOptions", "RunRecord", "Services", "finished", "new_run_id", "pipeline_stages", "prepare", "run"]
@@ -154,7 +155,7 @@ def run(
         return prep  # finished already: nothing to do
     # the driver works shards itself while the local Ray starts (not when this process has one already:
     # there is no start to overlap); the runs folder's head is found now (a resume's, the last run's) or
-    # started once the driver's own worker is ready, and never waited for (cluster/runs_folder/local_ray.py)
+    # started once the driver's own worker is ready, and never waited for (services/local_ray.py)
     services = RunServices(
         prep,
         local_first=prep.local and not ray_running(),

@@ -35,8 +35,7 @@ from urllib.parse import urlsplit
 import httpx2
 import structlog
 
-from punchline.cluster.run.store_guard import check_unguarded, embedded_identity, redis_identity
-from punchline.cluster.runs_folder.local_redis import redis_dir
+from punchline.cluster.run.store_guard import check_unguarded, redis_identity
 from punchline.data.backoff import Backoff, retry_sync
 from punchline.data.errors import (
     ConfigError,
@@ -51,6 +50,8 @@ from punchline.data.settings import START_WAIT_S as START_WAIT
 from punchline.data.store import Store
 from punchline.schedulers.redis_client import ENV_URL, check_url, redact_url
 from punchline.schedulers.server_checks import Pinger
+from punchline.services.local_redis import redis_dir
+from punchline.services.redis_folder import embedded_identity
 from punchline.workers.providers import kind_of
 
 log = structlog.get_logger("punchline.preflight")

@@ -36,13 +36,13 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.planner import StageEstimate, plan_run
 from punchline.cluster.run.run_options import RunOptions
 from punchline.cluster.run.store_guard import PREFIX as STORE_MARKS
-from punchline.cluster.runs_folder.private_files import check_folder_files
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, LedgerUnavailable
 from punchline.data.storage.response_cache import CACHE_PREFIX
 from punchline.data.storage.run_layout import LOG, RECORD, SPOOL
 from punchline.data.stores.local import TMP_DIR
 from punchline.schedulers.redis_client import control_characters
+from punchline.services.private_files import check_folder_files
 
 
 def check_options(opts: RunOptions, cfg: RunConfig, store_url: str) -> None:

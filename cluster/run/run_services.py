@@ -28,16 +28,14 @@ import structlog
 
 from punchline.cluster.config import SIMULATED, RunConfig
 from punchline.cluster.pipeline import Stage
-from punchline.cluster.ray_cluster.ray_runtime import RaySettings, ensure_ray, shutdown_ray
+from punchline.cluster.ray_cluster.ray_runtime import ensure_ray, shutdown_ray
 from punchline.cluster.ray_cluster.shared_store import ensure_shared
+from punchline.cluster.records.metrics import serve_driver_metrics
 from punchline.cluster.records.run_log import LogShipper
 from punchline.cluster.records.run_record import RunRecord, Services
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.preflight import check_providers, check_redis
 from punchline.cluster.run.store_guard import StoreGuard, redis_identity
-from punchline.cluster.runs_folder.local_ray import LocalRay, notice
-from punchline.cluster.runs_folder.local_redis import LocalRedis
-from punchline.cluster.view.metrics import serve_driver_metrics
 from punchline.data.errors import InfraError, LedgerFailed
 from punchline.data.redaction import redact_url
 from punchline.data.storage.jsonio import atomic_write_bytes, overwrite_in_place
@@ -49,6 +47,9 @@ from punchline.schedulers.ledger import Ledger
 from punchline.schedulers.ledger_access import check_loaded
 from punchline.schedulers.redis_client import connect, credentials_in_userinfo
 from punchline.schedulers.run_claim import RunClaim
+from punchline.services.local_ray import LocalRay, notice
+from punchline.services.local_redis import LocalRedis
+from punchline.services.ray_settings import RaySettings
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig

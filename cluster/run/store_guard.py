@@ -22,7 +22,6 @@ import secrets
 import socket
 import threading
 import time
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -57,11 +56,6 @@ def redis_identity(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path or "/0", "", ""))
-
-
-def embedded_identity(folder: Path) -> str:
-    """The identity of a runs folder's own ledger (``folder``: its ``_ledger``): no password, no port."""
-    return f"embedded ledger {folder} on {socket.gethostname()}"
 
 
 def _stale(mark: LedgerMark, now: float) -> bool:

@@ -38,7 +38,7 @@ DEMO_FILES = re.compile("|".join(re.escape(name) for name in (*starter.CONFIGS, 
 def test_the_engine_never_names_a_pipeline() -> None:
     assert {"puns", "humor", "curate", "prompts"} <= set(registry.shipped())
     engine = engine_modules()
-    assert {"workers/fake/answers.py", "cluster/view/artifacts.py", "data/units.py", "api.py"} <= set(engine)
+    assert {"workers/fake/answers.py", "viewer/artifacts.py", "data/units.py", "api.py"} <= set(engine)
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert NAMES.search(pyproject), "the pattern finds the names where they are (punchline's own entry points)"
     assert NAMES.search("Humor's report") and not NAMES.search(DEMO_FILES.sub("", "configs/humor_demo.toml"))
@@ -60,7 +60,7 @@ def engine_modules() -> list[str]:
     """Every engine module: every .py of the package but the built-in pipelines' folder (``pipelines/``)."""
     return sorted(
         path.relative_to(ROOT).as_posix()
-        for top in ("cluster", "workers", "schedulers", "data", "plugin")
+        for top in ("cluster", "workers", "schedulers", "data", "services", "viewer", "plugin")
         for path in (ROOT / top).rglob("*.py")
     ) + sorted(p.name for p in ROOT.glob("*.py"))
 

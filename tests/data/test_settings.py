@@ -17,13 +17,13 @@ from punchline.cluster.cli.main import main
 from punchline.cluster.cli.settings_doc import config_tables, reference
 from punchline.cluster.ray_cluster.autoscale import AutoscaleSettings
 from punchline.cluster.ray_cluster.ray_jobs import JOB_ENV, SubmitOptions, refuse_secrets
-from punchline.cluster.ray_cluster.ray_runtime import RaySettings
 from punchline.cluster.run.driver import RunOptions, RunRecord, Services
 from punchline.data import settings
 from punchline.data.errors import ConfigError
 from punchline.data.stores.s3 import S3Settings
 from punchline.schedulers.rate_limit import RateLimitSettings
 from punchline.schedulers.redis_client import RedisSettings
+from punchline.services.ray_settings import RaySettings
 
 PACKAGE = Path(punchline.__file__).parent
 DOC = Path(__file__).resolve().parents[2] / "docs" / "settings.md"

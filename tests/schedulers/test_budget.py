@@ -10,7 +10,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from punchline.cluster.runs_folder.redis_server import free_port
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.requests import Message, ProviderRequest
@@ -24,6 +23,7 @@ from punchline.schedulers.budget import (
     text_tokens_bound,
 )
 from punchline.schedulers.redis_client import connect
+from punchline.services.redis_server import free_port
 from punchline.workers.providers import wire_calls
 
 

@@ -238,7 +238,7 @@ def test_heartbeat_renews_everything_in_one_round_trip(redis_client: redis.Redis
 
 
 def test_unreachable_redis_fails_closed() -> None:
-    from punchline.cluster.runs_folder.redis_server import free_port
+    from punchline.services.redis_server import free_port
 
     async def go() -> None:
         client = redis.asyncio.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)

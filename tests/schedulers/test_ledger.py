@@ -48,7 +48,7 @@ def test_unreachable_redis_fails_closed() -> None:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from punchline.cluster.runs_folder.redis_server import free_port
+    from punchline.services.redis_server import free_port
 
     client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     with pytest.raises(LedgerUnavailable):

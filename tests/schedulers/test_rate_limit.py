@@ -13,11 +13,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from punchline.cluster.runs_folder.redis_server import free_port
 from punchline.data.errors import LedgerUnavailable, RetryableProviderError
 from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
 from punchline.schedulers.redis_client import connect
+from punchline.services.redis_server import free_port
 from punchline.workers.calls.retry import RetryPolicy, call_with_retries
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import make_provider

@@ -15,7 +15,7 @@ import pytest
 import ray
 import structlog
 
-from punchline.cluster.ray_cluster.ray_runtime import RaySettings
+from punchline.services.ray_settings import RaySettings
 from punchline.workers.logs import (
     MAX_LINE_BYTES,
     configure_logging,

@@ -22,7 +22,7 @@ from punchline.data.requests import ProviderRequest
 from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers.fake import FakeProviderServer
 from punchline.workers.providers import make_provider, wire_calls
-from tests.cluster.test_faults import opts
+from tests.cluster.run.test_faults import opts
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
 ROUTE = f"openai/{MODEL}"  # LiteLLM's route to an OpenAI-compatible api_base: the fake sees MODEL

@@ -3,7 +3,7 @@
 The index is what ``punchline --help`` lists without importing a single command module (they import the
 engine: about half a second on a quiet machine, several on a busy one); ``punchline CMD`` imports only the
 module that registers CMD. Each module takes its commands' one-line help from here (:func:`summary`), so the
-line is spelled once; ``tests/cluster/test_cli.py`` checks that every module registers exactly its entries.
+line is spelled once; ``tests/cluster/cli/test_cli.py`` checks that every module registers exactly its entries.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ INDEX: dict[str, Command] = {
     "settings": Command(
         "settings", "every config key and environment variable: type, default, range, description (markdown)"
     ),
-    "view": Command("view", "a local web page: runs, a run's progress and artifacts, every unit's answers"),
 }
 
 

@@ -35,7 +35,7 @@ PUBLISHED_DELTA_PP: dict[str, float] = {"3b": 2.0, "8b": 2.0, "70b": 38.0, "3.3-
 #: ``datasets/`` at b15585485ce1bbbce41c1198aa15880fb129fb18, sha256 7b45996d…ebcc6): which jokes are
 #: paired, in which order, with which prompts, tiers and balances. The word lists are left out: the
 #: published file carries the lists of the day it was written, which are neither today's nor those at
-#: classification time. tests/data/test_puns_history.py recomputes it from the byte-exact reconstruction.
+#: classification time. tests/pipelines/puns/data/test_puns_history.py recomputes it from the byte-exact reconstruction.
 PUBLISHED_TESTS_SELECTION_SHA256 = "e284b0d26b14b47bdc1a890b1a599f2d97b3fd9efb06d45443291d6ca8fa7ce2"
 PUBLISHED_TESTS = 100
 

@@ -1,6 +1,0 @@
-"""``punchline view``: a local web viewer over a run's store, and the Prometheus text of a run's counters.
-
-It reads the store's own files (run record, plan pages, shard files, artifacts) a page at a time and keeps a
-small index per stage (each unit's model and prompt digest, each shard's first unit), so a run of a million
-units opens and pages without being loaded whole. ``metrics`` is also what the driver serves during a run.
-"""
