@@ -93,6 +93,11 @@ class DriverWatch:
                 if holder.get("host") == socket.gethostname():
                     self._pid = int(holder.get("pid", 0))
 
+    def asked_to_stop(self) -> bool:
+        """The driver, alive, told the worker to stop (its stage is over): not a gone driver, nothing to warn
+        about. This watch has no such channel; the driver's own worker's has (``local_process.StoppableWatch``)."""
+        return False
+
     def process_gone(self) -> bool:
         """The driver ran on this machine and its process no longer exists (or :attr:`also` says it is gone)."""
         return (bool(self._pid) and _process_gone(self._pid)) or (self.also is not None and self.also())

@@ -101,11 +101,18 @@ def read_frame(stream: IO[bytes]) -> bytes | None:
 
 class StoppableWatch(DriverWatch):
     """The worker's watch of its driver that the driver can also end: a stop reads as "driver gone", so
-    the worker winds down the way it does when its driver dies."""
+    the worker winds down the way it does when its driver dies; ``asked`` says the driver asked (a stop line:
+    its stage is over), so that a normal end is not logged as a gone driver."""
 
-    def __init__(self, client: Any, run_id: str, claim: str | None, stop: threading.Event) -> None:
+    def __init__(
+        self, client: Any, run_id: str, claim: str | None, stop: threading.Event, asked: threading.Event | None = None
+    ) -> None:
         super().__init__(client, run_id, claim)
         self.stop = stop
+        self.asked = asked or threading.Event()
+
+    def asked_to_stop(self) -> bool:
+        return self.asked.is_set()
 
     def process_gone(self) -> bool:
         return self.stop.is_set() or super().process_gone()
@@ -115,9 +122,10 @@ class StoppableWatch(DriverWatch):
         return await super().check()
 
 
-def _wait_for_stop(stdin: IO[bytes], stop: threading.Event) -> None:
-    """A line (the driver's stop) or EOF (the driver is gone: the kernel closed its end) ends the work."""
-    stdin.readline()
+def _wait_for_stop(stdin: IO[bytes], stop: threading.Event, asked: threading.Event) -> None:
+    """A line (the driver's stop: ``asked``) or EOF (the driver is gone: the kernel closed its end) ends the work."""
+    if stdin.readline():
+        asked.set()
     stop.set()
 
 
@@ -157,10 +165,10 @@ def serve(stdin: IO[bytes], out: IO[bytes]) -> int:
         return 2
     configure_logging(None, console=False, json_path=job.cfg.log_path)
     worker_id = f"driver@{socket.gethostname()}:{os.getpid()}"
-    stop = threading.Event()
+    stop, asked = threading.Event(), threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # drain, as for a stop line
         signal.signal(signum, lambda _signum, _frame: stop.set())
-    threading.Thread(target=_wait_for_stop, args=(stdin, stop), name="punchline-stop", daemon=True).start()
+    threading.Thread(target=_wait_for_stop, args=(stdin, stop, asked), name="punchline-stop", daemon=True).start()
     try:
         calling = LocalMessage(kind="calling", worker_id=worker_id)
         processor = build_processor(
@@ -168,7 +176,7 @@ def serve(stdin: IO[bytes], out: IO[bytes]) -> int:
             worker_id,
             make=lambda name, settings: LazyProvider(name, settings, on_build=lambda: _send(out, calling)),
         )
-        processor.driver = StoppableWatch(processor.driver.r, job.cfg.run_id, job.cfg.driver_claim, stop)
+        processor.driver = StoppableWatch(processor.driver.r, job.cfg.run_id, job.cfg.driver_claim, stop, asked)
         _send(out, LocalMessage(kind="ready", worker_id=worker_id))
         log.info("local_worker_start", run_id=job.plan.run_id, stage=job.plan.stage, worker=worker_id)
         report = run_to_end(processor.work(job.plan))

@@ -241,7 +241,7 @@ class _StageRun:
     async def go(self) -> WorkerReport:
         self.p.driver.gone = False  # a paused driver that came back has taken its claim again
         if await self.p.driver.check():
-            self.report.driver_gone = True
+            self.report.driver_gone = not self.p.driver.asked_to_stop()
             return self.report
         heartbeat = asyncio.create_task(self._heartbeat(), name="heartbeat")
         watch = asyncio.create_task(self.p.driver.watch(self._driver_gone), name="driver-watch")
@@ -287,9 +287,13 @@ class _StageRun:
             self.room.set()
 
     def _driver_gone(self) -> None:
-        """No new unit from now on: calls in flight finish, the rest wait for the next driver."""
-        self.log.warning("driver_gone", pending_units=self.pending_units)
-        self.report.driver_gone = True
+        """No new unit from now on: calls in flight finish, the rest wait for the next driver. A stop the driver
+        asked for (its stage is over) is a normal end: logged as such, not as a gone driver."""
+        if self.p.driver.asked_to_stop():
+            self.log.info("worker_stop_asked", pending_units=self.pending_units)
+        else:
+            self.log.warning("driver_gone", pending_units=self.pending_units)
+            self.report.driver_gone = True
         self.stop = True
         self.room.set()
 
