@@ -23,7 +23,7 @@ from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.planner import plan_run
 from punchline.data.errors import ConfigError, PluginError
 from punchline.data.stores.local import LocalStore
-from punchline.plugin.stages import _own_reduce
+from punchline.plugin.stages import StageArgumentError, _own_reduce
 from punchline.plugin.testing import _content_id
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "multiple_choice"
@@ -120,9 +120,9 @@ def test_plan_prices_both_model_stages_of_the_example(project: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "words"),
     [  # a bad argument names the stage and the key; a bad row the file, the row and the column
-        ('name="answer")', 'name="answer", top_p=7)', ["answer.top_p"]),
-        ('name="answer")', 'name="answer", mode="batch")', ["answer.mode", "not an argument"]),
-        ("(?P<verdict>\\w+)", "(?P<verdict>\\w+", ["grade.parse.regex", "not a valid regex"]),
+        ('name="answer")', 'name="answer", top_p=7)', ["stage 'answer'", "Generate(top_p=7)", "<= 1.0"]),
+        ('name="answer")', 'name="answer", mode="batch")', ["stage 'answer'", "mode=", "not an argument"]),
+        ("(?P<verdict>\\w+)", "(?P<verdict>\\w+", ["stage 'grade'", "Judge() argument parse.regex", "not a valid"]),
         (
             "Reference: {{ answer }}",
             "Reference: {{ nope }}",
@@ -143,6 +143,56 @@ def test_a_bad_stage_argument_or_row_is_one_line_before_anything_starts(
     for w in words:
         assert w in err, err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [  # a keyword or a value the stage's settings refuse: the plug-in's line that built it, not mc.toml
+        ('name="answer")', 'name="answer", max_token=96)', ["'max_token'", "did you mean 'max_tokens'?"]),
+        ('name="answer")', 'name="answer", max_tokens=-1)', ["Generate(max_tokens=-1)", ">= 1"]),
+        ("n=s.n,", 'n="3",', ["Generate(n='3')", "Expected `int`, got `str`"]),
+        ("(s.questions, ASK,", "(s.questions, prompt=ASK,", ["'prompt'", "did you mean 'template'?"]),
+        ('name="grade",', 'name="grade", wher="x",', ["stage 'grade'", "did you mean 'where'?"]),
+        ('name="grade",', 'name="grade", fraction=2,', ["stage 'grade'", "Judge(fraction=2)", "<= 1.0"]),
+        ('name="grade",', 'name="grade", sampling={},', ["stage 'grade'", "unknown keyword 'sampling'"]),
+    ],
+)
+def test_a_bad_stage_keyword_or_value_names_the_python_line_that_built_it(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, words: list[str]
+) -> None:
+    code = project / "multiple_choice" / "__init__.py"
+    text = code.read_text()
+    assert old in text
+    code.write_text(text.replace(old, new, 1))
+    at = next(i for i, line in enumerate(code.read_text().splitlines(), 1) if new in line)
+    for command in (["plan", str(project / "mc.toml")], ["run", str(project / "mc.toml")]):
+        assert main([*command, "--runs-dir", str(tmp_path / "runs")]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert f"{code}:{at}: stage " in err and "mc.toml" not in err and "prompts" not in err, err
+        for w in words:
+            assert w in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_stage_is_checked_as_it_is_built() -> None:
+    line = sys._getframe().f_lineno + 2
+    with pytest.raises(StageArgumentError) as bad:
+        plugin.Generate("rows.jsonl", "{{ q }}", models="m", temprature=0.5, name="ask")
+    assert isinstance(bad.value, ConfigError) and bad.value.stage == "ask"
+    assert str(bad.value) == (
+        f"{bad.value.site}: stage 'ask': Generate() got an unknown keyword 'temprature' (did you mean 'temperature'?)"
+    )
+    assert bad.value.site.endswith(f"test_plugin.py:{line}")
+    ask = plugin.Generate("rows.jsonl", "{{ q }}", models="m", temperature=0.5, stop=["\n"], name="ask")
+    with pytest.raises(StageArgumentError, match=r"Judge\(max_tokens=0\)"):
+        plugin.Judge(ask, "{{ response }}", model="j", max_tokens=0)
+    with pytest.raises(StageArgumentError, match=r"Judge\(\) argument template: .*"):
+        plugin.Judge(ask, "{{ response ", model="j")
+    with pytest.raises(StageArgumentError, match=r"Generate\(\) argument sampling\.x: .*not one of"):
+        plugin.Generate("rows.jsonl", "{{ q }}", models="m", sampling={"x": {"temperature": 1.0}})
+    with pytest.raises(StageArgumentError, match=r"Judge\(of=\.\.\.\) is a str"):
+        plugin.Judge("answer", "{{ response }}", model="j")  # type: ignore[arg-type]
 
 
 def test_tables_and_plots_are_the_same_bytes_every_time(tmp_path: Path) -> None:
