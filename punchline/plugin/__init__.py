@@ -11,6 +11,12 @@ every other module of punchline is private and may change. In short:
   of your own; or write a :class:`Stage` (``name``, ``plan(ctx)`` -> :class:`UnitSpec`s of
   :class:`ProviderRequest`s, ``reduce(ctx, results)`` over :class:`UnitResult`s -> artifact names).
 * :func:`write_csv`, :func:`bar_plot`, :func:`read_rows`: artifacts a reduce writes, byte-identical.
+* Scores with their uncertainty (docs/metrics.md): :func:`outcomes` -> :func:`per_model` (:class:`Estimate`: a
+  rate with its :func:`wilson` / :func:`clopper_pearson` interval, a mean with :func:`bootstrap_mean`'s),
+  :func:`compare_models` (two models on the same items: :func:`mcnemar`, :func:`paired_bootstrap`), rows for
+  :func:`write_csv` (:func:`estimate_rows`, :func:`comparison_rows`), figures as PNG and SVG
+  (:func:`error_bars`, :func:`paired_differences`, :func:`write_figure`); an undefined value is ``None``, shown
+  ``n/a``.
 * :class:`InputError` / :class:`ConfigError`: raise them for bad input (one line naming file, record and field,
   exit 2); anything else a stage raises is reported as the plug-in's error, naming its ``file:line``.
 * :func:`run_simulated`: a plug-in's own tests run it against the simulated provider, in-process; a pipeline's
@@ -55,6 +61,22 @@ from punchline.data.errors import (
     PunchlineError,
     RetryableProviderError,
 )
+from punchline.data.metrics.intervals import Interval, bootstrap_mean, clopper_pearson, newcombe_difference, wilson
+from punchline.data.metrics.paired import McNemar, PairedComparison, compare, compare_models, mcnemar, paired_bootstrap
+from punchline.data.metrics.plots import error_bars, paired_differences, write_figure
+from punchline.data.metrics.tables import (
+    NA,
+    Estimate,
+    comparison_rows,
+    estimate,
+    estimate_rows,
+    markdown_table,
+    mean,
+    outcomes,
+    per_model,
+    proportion,
+    shown,
+)
 from punchline.data.provider_settings import Mode, ProviderSettings
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse
 from punchline.data.simulator import SimRequest
@@ -70,21 +92,26 @@ from punchline.workers.provider import ProviderKind
 from punchline.workers.providers.base import status_error
 
 __all__ = [
+    "NA",
     "Annotated",
     "ConfigError",
+    "Estimate",
     "FatalProviderError",
     "Generate",
     "InputError",
     "InputFile",
     "InputFiles",
+    "Interval",
     "Judge",
     "Link",
+    "McNemar",
     "Message",
     "Meta",
     "Mode",
     "Model",
     "Models",
     "NoSettings",
+    "PairedComparison",
     "Pipeline",
     "Provider",
     "ProviderClient",
@@ -110,14 +137,34 @@ __all__ = [
     "UnitSpec",
     "WireRequest",
     "bar_plot",
+    "bootstrap_mean",
+    "clopper_pearson",
+    "compare",
+    "compare_models",
+    "comparison_rows",
+    "error_bars",
+    "estimate",
+    "estimate_rows",
+    "markdown_table",
+    "mcnemar",
+    "mean",
     "msgspec",
+    "newcombe_difference",
+    "outcomes",
+    "paired_bootstrap",
+    "paired_differences",
+    "per_model",
+    "proportion",
     "read_rows",
     "repeated",
     "resolve_model",
     "resolve_path",
     "retried_by_default",
     "run_simulated",
+    "shown",
     "simulated_providers",
     "status_error",
+    "wilson",
     "write_csv",
+    "write_figure",
 ]
