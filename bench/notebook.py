@@ -71,8 +71,8 @@ def main() -> None:
                 max_tokens=64,
             )
             seconds = time.perf_counter() - start
-            run_id = out.attrs["run_id"]
-            counters = punchline.status(run_id, runs_dir=runs).counters["generate"]
+            run_id, runs_used = out.attrs["punchline"]["run_id"], out.attrs["punchline"]["runs_dir"]
+            counters = punchline.status(run_id, runs_dir=runs_used).counters["generate"]
             before = seen.get(run_id, (0, 0))
             seen[run_id] = (counters.provider_requests, counters.cache_hits)
             print(

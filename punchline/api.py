@@ -13,14 +13,14 @@ The result is the run's :class:`~punchline.cluster.run.driver.RunRecord` (a msgs
 
 Without a TOML file: ``punchline.run(pipeline, settings)`` runs a pipeline object with its settings, and
 ``punchline.prompts(...)`` runs the prompts pipeline over a DataFrame (or a list of dicts, a path, a
-``datasets.Dataset``) and returns the outputs as a pandas DataFrame. Both name the run by its content
+``datasets.Dataset``) and returns the user's frame with the answers beside it (its index, its columns,
+the run named in ``attrs``). Both name the run by its content
 (:mod:`punchline.notebook`), so running a cell again pays nothing and a killed kernel's run resumes.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from punchline.notebook import (
     toml_text,
     write_config,
 )
+from punchline.notebook_frame import answer_fields, check_names, result_frame
 
 __all__ = ["RunRecord", "artifact_url", "prompts", "run", "status"]
 
@@ -156,28 +157,74 @@ def prompts(
     progress: bool | None = None,
     **options: Any,
 ) -> Any:
-    """The prompts pipeline over ``data`` as a pandas DataFrame: one row per input row x model x sample,
-    the input's columns first, then the answer's (``text``, ``parsed.<field>``, costs, the judge's).
+    """The prompts pipeline over ``data``: the user's frame back, one row per input row x model x sample, with
+    the answers beside the input's columns. Running the same call again returns the same frame and pays
+    nothing (the run id is a hash of the call and the data's content: the finished run answers); after a
+    killed kernel it resumes the run, paying only for what was not committed.
 
-    ``data``: a path (.jsonl/.csv/.parquet), a list of dicts, a pandas or polars DataFrame, a
-    ``datasets.Dataset``. ``template``: the user message, a Jinja2 template over the row's columns (or
-    ``messages``, a chat of ``{"role", "content"}``). ``models``: nicknames of ``provider`` (default: the
-    only provider, else the first) or ``"provider:nick"``. ``parse``: a regex, a JSON schema or a Pydantic
+    **Arguments.** ``data``: a pandas or polars DataFrame, a list of dicts, a ``datasets.Dataset``, a pyarrow
+    Table or a path (.jsonl/.csv/.parquet). ``template``: the user message, a Jinja2 template over the row's
+    columns (or ``messages``, a chat of ``{"role", "content"}``). ``models``: nicknames of ``provider``
+    (default: the first provider) or ``"provider:nick"``. ``parse``: a regex, a JSON schema or a Pydantic
     model class (both sent as the provider's structured-output format), or a ``[prompts.parse]`` table.
     ``judge``: a dict shaped like ``[prompts.judge]`` (``model``, ``prompt``, ``parse``, ``where``,
     ``fraction``...). ``options``: any other ``[prompts]`` key (``temperature``, ``max_tokens``, ``seed``,
     ``null``, ``mode``...). ``id_field``: the rows' id column (default: ``id`` when there is one, else the
-    rows are numbered). ``progress``: a bar per stage (default: in a notebook). The run id is a hash of
-    all of it and the data's content (``df.attrs["run_id"]``)."""
-    runs = Path(runs_dir if runs_dir is not None else RunOptions.from_env().runs_dir)
+    rows are numbered). ``progress``: a bar per stage (default: in a notebook).
+
+    **Rows**: input row order, then ``models`` as given, then sample ``0..n-1`` (``len(data) x len(models)
+    x n`` rows), the same on every call.
+
+    **Type and index**: a pandas DataFrame in, a pandas DataFrame out with the input's own index, each label
+    repeated once per model x sample (a MultiIndex and the index's name too). A polars DataFrame in, a polars
+    DataFrame out: polars has no index, so the rows' order is the link (row ``i * len(models) * n + j`` answers
+    input row ``i``). Anything else (a list of dicts, a Dataset, a pyarrow Table, a path): a pandas DataFrame
+    whose index is the input row's 0-based position (in the list, the Dataset as selected, the file).
+
+    **Columns**: first the input's columns under their own names (pandas and polars: with their own dtypes;
+    the others: as the run read them, typed by Arrow, JSON text for a column of mixed types), then the
+    answer's, only those of the steps that ran:
+
+    * always: ``row_id`` (str: the row's id in the run, its ``id_field`` value or its 1-based number),
+      ``model`` (the ``models`` entry), ``sample`` (int32), ``text`` (the answer; null when there is none),
+      ``finish_reason``, ``input_tokens``, ``output_tokens``, ``cost_usd`` (the request's: its ``n`` samples
+      were one request, so sum over distinct ``request_key``), ``mode`` (``online``/``batch``),
+      ``request_key``, ``error`` (null unless the unit failed after its retries);
+    * with ``parse``: after ``text``, ``parsed.<field>`` for each field the parser declares (a regex's named
+      groups, a schema's ``properties``: str, int64, float64, bool, else JSON text), or one ``parsed`` (JSON
+      text) when it declares none, then ``parse_error``;
+    * with ``judge``: ``judge_text``, with the judge's ``parse`` ``judge_parsed.<field>`` (or
+      ``judge_parsed``) and ``judge_parse_error``, then ``judge_request_key`` (null: the judge did not read
+      this answer, ``where``/``fraction``), ``judge_cost_usd``, ``judge_mode``.
+
+    **A name clash** (an input column named like one of this call's answer columns: ``text``, ``model``,
+    ``sample``..., or ``parsed``/``parsed.*`` with ``parse``) raises :class:`InputError` before anything
+    runs, naming the column. Why an error and not a prefix: the answer columns keep the same names for every
+    dataset, so code reading ``out["text"]`` always means the answer, and the input columns keep the names
+    the template and the user's own code use; a silent rename on either side would make a column's meaning
+    depend on the data. Renaming the input column (and its name in the template) is one line.
+
+    **attrs**: ``out.attrs["punchline"]`` is ``{"run_id", "runs_dir", "store", "state"}``: the run
+    (``punchline.status(run_id, runs_dir=...)``, ``punchline view``), the absolute runs folder it used, its
+    store's URL and ``finished`` (or ``failed``: some units failed, their rows have ``error``). A pandas
+    frame's own attrs are kept beside it; for polars, which has no attrs, the returned object carries an
+    ``attrs`` dict of the same shape (polars' operations do not pass it on). Nothing is printed."""
+    runs = Path(runs_dir if runs_dir is not None else RunOptions.from_env().runs_dir).absolute()
     folder = runs / NOTEBOOK_DIR
     path, digest, columns = data_file(data, folder)
+    parse_spec, judge_spec = parse_table(parse), judge_table(judge)
+    fields = answer_fields(
+        parse=parse_spec is not None,
+        judge=judge_spec is not None,
+        judge_parse=judge_spec is not None and judge_spec.get("parse") is not None,
+    )
+    check_names(columns, fields)
     provider_table, engine = provider_tables(providers, settings_file)
     model_list = [models] if isinstance(models, str) else list(models)
     if provider is None:
         provider = next(iter(provider_table)) if provider_table else ""
     if id_field is None:
-        id_field = "id" if ("id" in columns if columns else _has_id(path)) else ""
+        id_field = "id" if "id" in columns else ""
     table: dict[str, Any] = {
         "data": str(path) if path.parent != folder else path.name,
         "id_field": id_field,
@@ -187,8 +234,8 @@ def prompts(
         "prompt": template,
         "system": system,
         "messages": [dict(m) for m in messages] if messages is not None else None,
-        "parse": parse_table(parse),
-        "judge": judge_table(judge),
+        "parse": parse_spec,
+        "judge": judge_spec,
         **options,
     }
     tables = {**engine, "run": {**engine.get("run", {}), "pipeline": "prompts"}, "providers": provider_table}
@@ -209,23 +256,5 @@ def prompts(
         raise PunchlineError(
             f"run {record.run_id} ended {record.state} without outputs: punchline status {record.run_id}"
         )
-    try:
-        frame = pq.read_table(pa.BufferReader(raw)).to_pandas()
-    except ImportError:
-        raise PunchlineError(
-            f"punchline.prompts returns a pandas DataFrame: pip install pandas (the outputs are in {record.run_id})"
-        ) from None
-    frame.attrs["run_id"] = record.run_id
-    frame.attrs["state"] = record.state
-    return frame
-
-
-def _has_id(path: Path) -> bool:
-    """Whether the rows' file has an ``id`` column (its first row does)."""
-    if path.suffix.lower() in (".parquet", ".pq"):
-        return "id" in pq.read_schema(path).names
-    with path.open(encoding="utf-8-sig", errors="replace") as fh:
-        first = fh.readline()
-    if path.suffix.lower() == ".csv":
-        return "id" in [c.strip() for c in first.split(",")]
-    return re.search(r'"id"\s*:', first) is not None
+    info = {"run_id": record.run_id, "runs_dir": str(runs), "store": record.services.store_url, "state": record.state}
+    return result_frame(data, pq.read_table(pa.BufferReader(raw)), columns, fields, info)

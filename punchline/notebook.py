@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from punchline.cluster.stages.rows import FORMATS
+from punchline.cluster.stages.rows import FORMATS, load_rows
 from punchline.data import settings as env_registry
 from punchline.data.errors import ConfigError, InputError
 from punchline.schedulers.ledger import StageCounters
@@ -141,7 +141,8 @@ def _arrow_table(data: Any) -> pa.Table | None:
 
 
 def data_file(data: Any, folder: Path) -> tuple[Path, str, list[str]]:
-    """(the rows' file, its content hash, its column names) for a path, a list of dicts or a table."""
+    """(the rows' file, its content hash, its column names in the order the run's outputs put them) for a
+    path, a list of dicts or a table."""
     if isinstance(data, (str, os.PathLike)):
         path = Path(data).expanduser().absolute()
         if path.suffix.lower() not in FORMATS:
@@ -150,7 +151,8 @@ def data_file(data: Any, folder: Path) -> tuple[Path, str, list[str]]:
             raw = path.read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
-        return path, hashlib.sha256(raw).hexdigest(), []
+        columns = list(dict.fromkeys(k for row in load_rows(path, "") for k in row.fields))  # as the run reads them
+        return path, hashlib.sha256(raw).hexdigest(), columns
     table = _arrow_table(data)
     if table is not None:
         sink = io.BytesIO()

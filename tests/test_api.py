@@ -1,7 +1,8 @@
 """The Python API: ``punchline.run`` / ``punchline.status`` return the run's record and raise the project's
 errors, print nothing, and ``import punchline`` alone loads neither the engine nor Ray; ``punchline.prompts``
-takes a DataFrame (pandas, polars), a Dataset, a list of dicts or a path and returns a DataFrame with the
-input's columns, and a second call pays nothing (the fake provider counts the calls); ``punchline.run`` takes
+takes a DataFrame (pandas, polars), a Dataset, a list of dicts or a path and gives the user's frame back (its
+index, its columns and dtypes, the answer columns of the steps that ran, the run in ``attrs``), and a second
+call pays nothing (the fake provider counts the calls); ``punchline.run`` takes
 a pipeline object and its settings without a TOML file."""
 
 from __future__ import annotations
@@ -103,43 +104,70 @@ def _providers(fake: Any) -> dict[str, Any]:
     return {"sim": {"kind": "openai", "base_url": fake.openai_base_url, "timeout_s": 5, "models": {"small": model}}}
 
 
-def _ask(data: Any, fake: Any, runs: Path) -> Any:
+def _ask(data: Any, fake: Any, runs: Path, **kwargs: Any) -> Any:
     return punchline.prompts(
         data,
         "{{ question }}\nOptions: {{ options | join(' | ') }}",
         models=["small"],
         n=2,
-        parse=ANSWER,
         providers=_providers(fake),
         runs_dir=str(runs),
         max_tokens=32,
+        **({"parse": ANSWER} | kwargs),
     )
 
 
-def test_prompts_over_a_dataframe_keeps_its_columns_and_a_second_call_pays_nothing(
+ANSWERS = ["row_id", "model", "sample", "text", "parsed.answer", "parse_error", "finish_reason", "input_tokens",
+           "output_tokens", "cost_usd", "mode", "request_key", "error"]  # fmt: skip
+
+
+def test_prompts_gives_back_the_users_frame_and_a_second_call_pays_nothing(
     tmp_path: Path, fake: Any, ray_local: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    frame = pd.DataFrame(QUESTIONS)
+    index = pd.Index([f"q{i * 3}" for i in range(len(QUESTIONS))], name="key")  # not 0..n: the user's own
+    frame = pd.DataFrame(QUESTIONS, index=index).astype({"level": "int8"})
+    frame.attrs["source"] = "my questions"
     fake.reset()
     out = _ask(frame, fake, tmp_path / "runs")
     assert isinstance(out, pd.DataFrame) and len(out) == len(QUESTIONS) * 2  # rows x n samples
-    assert list(out.columns[:4]) == ["question", "options", "level", "row_id"]  # the inputs first, as they were
-    assert out["level"].tolist() == [q["level"] for q in QUESTIONS for _ in range(2)]
-    assert out["text"].notna().all() and "parsed.answer" in out.columns and "parsed" not in out.columns
-    assert set(out["parsed.answer"].dropna()) <= {"red", "green", "blue"}
+    assert list(out.columns) == ["question", "options", "level", *ANSWERS]  # no judge_*: no judge was asked for
+    assert out.index.name == "key" and out.index.tolist() == [k for k in index for _ in range(2)]
+    assert out["level"].dtype == "int8" and out["sample"].tolist() == [0, 1] * len(QUESTIONS)
+    pd.testing.assert_frame_equal(out[["question", "level"]], frame.loc[out.index, ["question", "level"]])
+    assert out["text"].notna().all() and set(out["parsed.answer"].dropna()) <= {"red", "green", "blue"}
     assert out["row_id"].tolist()[:4] == ["1", "1", "2", "2"]  # no id column: rows are numbered
+    meta = out.attrs["punchline"]
+    assert out.attrs["source"] == "my questions" and meta["runs_dir"] == str((tmp_path / "runs").absolute())
+    assert meta["state"] == "finished" and punchline.status(meta["run_id"], runs_dir=meta["runs_dir"]).run_id
     paid = fake.stats().total_calls
     assert paid == len(QUESTIONS)  # one request per row (n in the request)
-    run_id = out.attrs["run_id"]
 
     again = _ask(frame.copy(), fake, tmp_path / "runs")  # the same cell run again
-    assert fake.stats().total_calls == paid and again.attrs["run_id"] == run_id
+    assert fake.stats().total_calls == paid and again.attrs == out.attrs
     pd.testing.assert_frame_equal(again, out)
     # the same rows as a list of dicts: another run (another file), every answer from the response cache
     listed = _ask(QUESTIONS, fake, tmp_path / "runs")
-    assert fake.stats().total_calls == paid and listed.attrs["run_id"] != run_id
-    assert listed["text"].tolist() == out["text"].tolist()
+    assert fake.stats().total_calls == paid and listed.attrs["punchline"]["run_id"] != meta["run_id"]
+    assert listed.index.tolist() == [i for i in range(len(QUESTIONS)) for _ in range(2)]  # positions in the list
+    assert list(listed.columns) == list(out.columns) and listed["text"].tolist() == out["text"].tolist()
     assert capfd.readouterr().out == ""
+
+
+def test_prompts_over_polars_keeps_its_order_and_a_judge_adds_its_columns(
+    tmp_path: Path, fake: Any, ray_local: Any
+) -> None:
+    rows = [{**q, "parsed": f"mine {i}"} for i, q in enumerate(QUESTIONS)]  # "parsed": no parse step, no clash
+    judge = {"model": "small", "prompt": "Q: {{ row.question }}\nA: {{ response }}", "parse": r"(?P<verdict>\w+)"}
+    out = _ask(polars.DataFrame(rows), fake, tmp_path / "runs", parse=None, judge=judge)
+    assert isinstance(out, polars.DataFrame) and out.height == len(rows) * 2
+    judged = ["judge_text", "judge_parsed.verdict", "judge_parse_error", "judge_request_key", "judge_cost_usd",
+              "judge_mode"]  # fmt: skip
+    generated = [a for a in ANSWERS if a not in ("parsed.answer", "parse_error")]
+    assert out.columns == ["question", "options", "level", "parsed", *generated, *judged]
+    assert out["parsed"].to_list() == [r["parsed"] for r in rows for _ in range(2)]  # the input's, in its order
+    assert out["judge_text"].null_count() == 0 and out.attrs["punchline"]["state"] == "finished"
+    with pytest.raises(InputError, match="field 'judge_text'"):  # with a judge, its columns are the answer's
+        _ask([{**q, "judge_text": "x"} for q in QUESTIONS], fake, tmp_path / "runs", judge=judge)
 
 
 def test_polars_and_datasets_tables_become_the_same_rows(tmp_path: Path) -> None:
