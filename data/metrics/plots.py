@@ -19,7 +19,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from punchline.data.drawing import drawing
+from punchline.data.drawing import DRAWING, drawing
 from punchline.data.metrics.paired import PairedComparison
 from punchline.data.metrics.tables import NA, Estimate, pct
 
@@ -109,6 +109,17 @@ def error_bars(
     estimate`` for a group of bars per model (one colour a metric). ``percent``: rates shown in %, the axis
     0-100 unless ``ylim`` says otherwise. The title should name the metric; the note under the axes names the
     intervals and the n per bar."""
+    with DRAWING:  # matplotlib's settings are read while the figure is built too: one figure at a time
+        return render_formats(_error_bars(estimates, title, ylabel, percent, ylim), formats)
+
+
+def _error_bars(
+    estimates: Mapping[str, Estimate] | Mapping[str, Mapping[str, Estimate]],
+    title: str,
+    ylabel: str,
+    percent: bool,
+    ylim: tuple[float, float] | None,
+) -> Figure:
     series: dict[str, Mapping[str, Estimate]] = {}
     for key, given in estimates.items():
         if isinstance(given, Estimate):  # one series: model -> estimate
@@ -155,19 +166,29 @@ def error_bars(
     else:
         ax.set_xlabel(f"{_interval_note(every)}; {n_note} per bar", fontsize=8)
     fig.tight_layout()
-    return render_formats(fig, formats)
+    return fig
 
 
 def paired_differences(
     comparisons: Mapping[str, Sequence[PairedComparison]] | Sequence[PairedComparison],
     *,
     title: str,
-    xlabel: str = "difference (a − b)",
+    xlabel: str = "difference a − b",
     percent: bool = True,
     formats: Sequence[Format] = FORMATS,
 ) -> dict[Format, bytes]:
     """Each pair's difference on its shared items with the paired bootstrap interval, one row a pair (and
     metric, given ``metric -> comparisons``), around a zero line; right/wrong outcomes add McNemar's mid-p."""
+    with DRAWING:  # as in error_bars
+        return render_formats(_paired_differences(comparisons, title, xlabel, percent), formats)
+
+
+def _paired_differences(
+    comparisons: Mapping[str, Sequence[PairedComparison]] | Sequence[PairedComparison],
+    title: str,
+    xlabel: str,
+    percent: bool,
+) -> Figure:
     groups = dict(comparisons) if isinstance(comparisons, Mapping) else {"": list(comparisons)}
     rows = [(metric, c) for metric, pairs in groups.items() for c in pairs]
     scale = 100.0 if percent else 1.0
@@ -188,8 +209,8 @@ def paired_differences(
     ax.axvline(0, color="#666666", linewidth=0.8, linestyle="--")
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.set_xlabel(f"{xlabel}{' (percentage points)' if percent else ''}; 95 % paired bootstrap intervals")
+    ax.set_xlabel(f"{xlabel}{', percentage points' if percent else ''}; 95 % paired bootstrap intervals")
     ax.set_title(title)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
-    return render_formats(fig, formats)
+    return fig

@@ -1,57 +1,43 @@
 """Multiple choice: every model answers every question n times, a judge grades each answer against the key.
 
-Stage `answer` writes answer.jsonl/.parquet; stage `grade` adds the judge's verdicts (grade.jsonl/.parquet)
-and writes per_model.csv (accuracy by the parsed option and by the judge) and accuracy.png.
-"""
+Reports each model's accuracy with its 95 % Wilson interval (per_model.csv, accuracy.png/.svg) and each pair of
+models compared on the same answers (paired.csv with McNemar's test, paired.png/.svg)."""
 
-from collections import Counter, defaultdict
+from punchline import plugin as pl
 
-from punchline.plugin import Generate, InputFile, Judge, Model, Models, Pipeline, Settings, bar_plot, write_csv
-
-ASK = """{{ question }}
-Options: {{ options | join(" | ") }}
-Reply with one option as "Answer: <option>"."""
-
+ASK = '{{ question }}\nOptions: {{ options | join(" | ") }}\nReply with one option as "Answer: <option>".'
 GRADE = """Does the response give the reference answer? Reply VERDICT: correct or VERDICT: incorrect.
-Reference: {{ answer }}
-Response: {{ response | replace("\\n", " ") }}"""
+Reference: {{ answer }}\nResponse: {{ response | replace("\\n", " ") }}"""
+RIGHT = {  # an answer's outcome by metric: 1 right, 0 wrong, None (no verdict read) left out
+    "exact_match": lambda r: (r["parsed"] or {}).get("option") == r["answer"],
+    "judge": lambda r: {"correct": 1, "incorrect": 0}.get((r["judge_parsed"] or {}).get("verdict")),
+}
 
 
-class MCSettings(Settings):
-    questions: InputFile  # JSONL: {"id", "question", "options": [...], "answer"} per line
-    models: Models
-    judge: Model
+class MCSettings(pl.Settings):
+    questions: pl.InputFile  # JSONL: {"id", "question", "options": [...], "answer"} per line
+    models: pl.Models
+    judge: pl.Model
     n: int = 3  # samples per question and model (1 to 1000: checked by the stage)
 
 
 def report(ctx, rows):
-    """Per model: its answers, and the share right by exact match of the parsed option and by the judge."""
-    counts = defaultdict(Counter)
-    for r in rows:
-        c = counts[r["model"]]
-        c["answers"] += 1
-        c["exact"] += (r["parsed"] or {}).get("option") == r["answer"]
-        c["judged"] += (r["judge_parsed"] or {}).get("verdict") == "correct"
-    table = [
-        {
-            "model": m,
-            "answers": c["answers"],
-            "exact_match": c["exact"] / c["answers"],
-            "judge": c["judged"] / c["answers"],
-        }
-        for m, c in counts.items()
+    """Each model's accuracy with its interval; the models compared on the same (question, sample) answers."""
+    by_metric = {metric: pl.outcomes(rows, right) for metric, right in RIGHT.items()}
+    table, pairs = ({m: f(o) for m, o in by_metric.items()} for f in (pl.per_model, pl.compare_models))
+    return [
+        pl.write_csv(ctx, "per_model.csv", pl.estimate_rows(table)),
+        pl.write_csv(ctx, "paired.csv", pl.comparison_rows(pairs)),
+        *pl.write_figure(ctx, "accuracy", pl.error_bars(table, title="Accuracy by model", ylabel="% right")),
+        *pl.write_figure(ctx, "paired", pl.paired_differences(pairs, title="Accuracy: models on the same answers")),
     ]
-    accuracy = {k: {t["model"]: t[k] for t in table} for k in ("exact_match", "judge")}
-    return [write_csv(ctx, "per_model.csv", table), bar_plot(ctx, "accuracy.png", accuracy, ylim=(0, 1))]
 
 
-class MultipleChoice(Pipeline):
-    name = "mc"
-    settings_type = MCSettings
+class MultipleChoice(pl.Pipeline):
+    name, settings_type = "mc", MCSettings
 
     def stages(self, cfg):
-        s = cfg.settings
-        parse = r"Answer:\s*(?P<option>\w+)"
-        answer = Generate(s.questions, ASK, models=s.models, n=s.n, parse=parse, temperature=1.0, name="answer")
-        grade = Judge(answer, GRADE, model=s.judge, parse=r"VERDICT: (?P<verdict>\w+)", name="grade", reduce=report)
+        s, parse = cfg.settings, r"Answer:\s*(?P<option>\w+)"
+        answer = pl.Generate(s.questions, ASK, models=s.models, n=s.n, parse=parse, temperature=1.0, name="answer")
+        grade = pl.Judge(answer, GRADE, model=s.judge, parse=r"VERDICT: (?P<verdict>\w+)", name="grade", reduce=report)
         return [answer, grade]
