@@ -38,7 +38,7 @@ def test_every_variable_the_package_and_its_docs_name_is_in_the_registry() -> No
     sources = package_sources()
     assert len(sources) > 60, "the walk found the package's modules"
     repo = DOC.parents[1]  # README, docs and deploy manifests name no variable that does not exist
-    sources += [repo / "README.md", *repo.glob("docs/*.md"), *(p for p in repo.glob("deploy/**/*") if p.is_file())]
+    sources += [repo / "README.md", *repo.glob("docs/**/*.md"), *(p for p in repo.glob("deploy/**/*") if p.is_file())]
     unknown = []
     for path in sources:
         for name in set(NAME.findall(path.read_text())):

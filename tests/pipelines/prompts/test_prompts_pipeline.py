@@ -362,9 +362,8 @@ def test_judge_stage_grades_every_sample(
     assert verdicts == {"correct", "incorrect"}
 
 
-def test_the_readme_example_config_loads(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## The prompts pipeline") :]
+def test_the_docs_example_config_loads(tmp_path: Path) -> None:
+    section = (ROOT / "docs" / "pipelines" / "prompts.md").read_text()
     example = section[section.index("```toml\n") + len("```toml\n") : section.index("```\n", section.index("```toml"))]
     path = tmp_path / "example.toml"
     path.write_text(example)

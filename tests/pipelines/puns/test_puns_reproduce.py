@@ -4,7 +4,7 @@ The recorded cloze answers (upstream's cloze_benchmark_raw.json) are optional: a
 or may not hold them. The tests cover both cases honestly: a folder holding only the three checkpoints
 (linked from the shared files) reproduces tiers and cloze tests and says the table is missing; the
 shared folder with its recorded answers (or, in a copy without them, answers generated in upstream's
-layout) reproduces the context-effect table the README states.
+layout) reproduces the context-effect table docs/pipelines/puns.md states.
 """
 
 from __future__ import annotations

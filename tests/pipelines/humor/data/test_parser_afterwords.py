@@ -7,8 +7,9 @@ that corrects the class or the letter, names another one, or doubts the answer �
 (или, может, возможно, хотя) and without them (нет, скорее, поправка, P.S., 50/50, UPD, a bare "В?"). Clear
 answers: the same answers followed by lines that explain, repeat the answer, or rule another option out.
 
-The counts both ways are printed by ``test_counts_both_ways`` (``pytest -s``) and quoted in the README: our strict
-reading credits no retraction and every clear answer; MERA's reading (``em_mera``, which must stay MERA's)
+The counts both ways are printed by ``test_counts_both_ways`` (``pytest -s``) and quoted in
+docs/pipelines/humor.md: our strict reading credits no retraction and every clear answer; MERA's reading
+(``em_mera``, which must stay MERA's)
 credits most retractions, since it keeps the last ``ОТВЕТ``/``РЕШЕНИЕ`` it finds and reads nothing after them.
 """
 
