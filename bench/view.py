@@ -1,16 +1,22 @@
-"""Benchmark: ``punchline view`` over a run of a million units.
+"""Benchmark: ``punchline view`` over a run of a million units with a judge stage.
 
     .venv/bin/python bench/view.py [--units 1000000] [--shard-size 100] [--keep DIR] [--cold]
+    .venv/bin/python bench/view.py --synthetic [--units N] ...    # issue 31's one-stage run and its figures
 
-Writes a finished run in the store's real format (run.json, plan pages cut by ``data.units.cut``, one shard
-file per shard as a worker writes it, a stage manifest): one ``generate`` stage asking two models the same
-prompts (``generate/r<row>/m<model>``, three samples each, 1% of the units failed), then starts ``punchline
-view`` on it in a process of its own and prints: the time to open the run page, the first samples page (it
-builds the stage's index), the time per page (random pages, a model's pages, two models compared, a scan for
-failed units), ``/run/<id>/metrics`` and the latency-per-model page (both read the stage manifest's usage, which
-the coordinator writes, not the shard files), and the server's RSS after all that.
-``--cold``: the run's files are dropped from the page cache first (``posix_fadvise``, those files only), as after a
-reboot or on a run larger than the memory. Targets (issue 31): open < 2 s, a page < 200 ms, RSS < 300 MB.
+The run has the files a real run has: a real small run first (``punchline init`` then ``punchline run
+configs/prompts_demo.toml``, the prompts demo with its judge, against the offline simulated provider: its
+run.json, log, artifacts, stage manifests with usage), then scaled up (:func:`scale`) with the engine's own
+writers: its units and answers repeated over ``--units / 2`` rows x its two models (one sample each), the
+plan pages cut by ``data.units.cut`` and encoded by ``encode_page``, one shard file per shard as a worker writes
+it, a judge stage of one unit per answer (``judge/r<row>/m<model>/s0000``), ``outputs.jsonl``/``answers.jsonl``
+written by the generic stages' ``jsonl_chunks``, the stage manifests' usage summed as the coordinator does
+(``outputs.parquet`` stays the small run's). The last row's question holds a word no other row has.
+
+Then ``punchline view`` in a process of its own, and: the first answers page cold (a fresh server and no index
+kept under ``runs/_view/``) and warm (the stage indexes built), a page further on, a text search for the last
+row's word, sorting by the judge's score (the first time builds the order), ``HEAD``, and again after a restart
+(the kept indexes). Targets (issue 41): the first answers page < 0.5 s cold; the last row's word found < 2 s.
+``--cold``: the run's files are dropped from the page cache first (``posix_fadvise``, those files only).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -35,7 +42,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from punchline.cluster.records.run_record import RunRecord, Services  # noqa: E402
+from punchline.cluster.stages.outputs import OUTPUT_NAMES, OutputRow, jsonl_chunks  # noqa: E402
+from punchline.cluster.stages.outputs import Layout as Columns  # noqa: E402
 from punchline.data.requests import Message, ProviderRequest, ProviderResponse  # noqa: E402
+from punchline.data.storage.run_layout import RunLayout  # noqa: E402
 from punchline.data.stores.local import LocalStore  # noqa: E402
 from punchline.data.units import (  # noqa: E402
     PlanPage,
@@ -45,12 +55,15 @@ from punchline.data.units import (  # noqa: E402
     UnitResult,
     UnitSpec,
     cut,
+    decode_page,
     encode_page,
     plan_page_key,
     shard_key,
 )
 from punchline.schedulers.ledger import StageCounters  # noqa: E402
 
+MARKER = "zanzibarquokka"  # a word only the last row's question has
+INPUT_COLUMNS = ("id", "topic", "question", "options", "answer")  # the demo's rows' columns
 MODELS = ("meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo", "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo")
 CONFIG = """[run]
 pipeline = "prompts"
@@ -162,13 +175,8 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--units", type=int, default=1_000_000)
-    ap.add_argument("--shard-size", type=int, default=100)
-    ap.add_argument("--keep", help="write the run here (and reuse it if there)")
-    ap.add_argument("--cold", action="store_true", help="drop the run's files from the page cache first")
-    args = ap.parse_args()
+def synthetic(args: argparse.Namespace) -> None:
+    """Issue 31's bench: one generate stage of two models, random pages, filters, comparison, models page."""
     root = Path(args.keep or tempfile.mkdtemp(prefix="punchline-view-bench-"))
     run_id = f"bench-{args.units}"
     if not (root / run_id / "run.json").exists():
@@ -236,6 +244,254 @@ def main() -> None:
         took, _ = fetch(f"{base}/samples?model={MODELS[0]}&page=777")
         print(f"started again, a model's page: {took * 1000:6.0f} ms (the kept index)")
         print(f"server RSS then:               {rss_mb(proc.pid):6.0f} MB")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def real_run(folder: Path) -> Path:
+    """A real small run: the prompts demo (two models x 3 samples over 36 rows, parsed, then judged), offline."""
+    env = {**os.environ, "HOME": str(folder / "home")}
+    cli = str(ROOT / ".venv/bin/punchline")
+    subprocess.run([cli, "init", "."], cwd=folder, env=env, check=True, capture_output=True)
+    subprocess.run([cli, "run", "configs/prompts_demo.toml"], cwd=folder, env=env, check=True, capture_output=True)
+    found = [p for p in (folder / "runs").iterdir() if (p / "run.json").is_file()]
+    if len(found) != 1:
+        raise SystemExit(f"expected one run under {folder / 'runs'}, found {found}")
+    return found[0]
+
+
+def _units(run: Path, stage: str) -> list[UnitSpec]:
+    return [
+        u
+        for p in sorted((run / "stages" / stage / "plan").iterdir())
+        for s in decode_page(p.read_bytes()).shards
+        for u in s
+    ]
+
+
+def _results(run: Path, stage: str) -> dict[str, UnitResult]:
+    decoder = msgspec.msgpack.Decoder(ShardOutput)
+    return {
+        r.unit_id: r
+        for p in (run / "stages" / stage / "shards").iterdir()
+        for r in decoder.decode(p.read_bytes()).results
+    }
+
+
+def scale(real: Path, root: Path, run_id: str, rows: int, shard_size: int, word: str = MARKER) -> None:
+    """The real run ``real`` as a run ``run_id`` of ``rows`` rows x its models, one sample each, under ``root`` (see
+    the module's docstring): its units and answers repeated (row ``i`` is the real run's row ``i % 36``), written
+    with the engine's writers; the last row's question holds ``word``."""
+    store = LocalStore(root)
+    layout = RunLayout(run_id)
+    encoder = msgspec.msgpack.Encoder()
+    record = msgspec.json.decode((real / "run.json").read_bytes(), type=RunRecord)
+    gen_units = {u.unit_id: u for u in _units(real, "generate")}
+    judge_units = {u.unit_id: u for u in _units(real, "judge")}
+    gen_results, judge_results = _results(real, "generate"), _results(real, "judge")
+    real_rows = [msgspec.json.decode(line) for line in (real / "artifacts" / "outputs.jsonl").read_bytes().splitlines()]
+    models = sorted({u.unit_id.split("/")[2] for u in gen_units.values()})
+    inputs_of = {r["row_id"]: {k: v for k, v in r.items() if k in INPUT_COLUMNS} for r in real_rows}
+    row_ids = list(dict.fromkeys(r["row_id"] for r in real_rows))
+    base = len(row_ids)
+
+    def question(i: int, text: str) -> str:
+        return text.replace("?", f" {word}?", 1) if i == rows - 1 else text
+
+    def gen(i: int, m: str) -> UnitSpec:
+        t = gen_units[f"generate/r{i % base:09d}/{m}"]
+        messages = tuple(Message(x.role, question(i, x.content)) for x in t.request.messages)
+        request = msgspec.structs.replace(t.request, messages=messages, n=1)
+        return UnitSpec(unit_id=f"generate/r{i:09d}/{m}", request=request)
+
+    def judge(i: int, m: str) -> UnitSpec:
+        t = judge_units[f"judge/r{i % base:09d}/{m}/s0000"]
+        messages = tuple(Message(x.role, question(i, x.content)) for x in t.request.messages)
+        return UnitSpec(
+            unit_id=f"judge/r{i:09d}/{m}/s0000", request=msgspec.structs.replace(t.request, messages=messages)
+        )
+
+    def answer(stage: str, spec: UnitSpec) -> UnitResult:
+        row = int(spec.unit_id.split("/")[1][1:])
+        real_id = spec.unit_id.replace(f"/r{row:09d}/", f"/r{row % base:09d}/", 1)
+        r = (gen_results if stage == "generate" else judge_results)[real_id]
+        response = r.response
+        if response is not None:
+            response = msgspec.structs.replace(
+                response, texts=response.texts[:1], finish_reasons=response.finish_reasons[:1]
+            )
+        return msgspec.structs.replace(r, unit_id=spec.unit_id, response=response)
+
+    counters: dict[str, StageCounters] = {}
+    for stage, make in (("generate", gen), ("judge", judge)):
+        units = (make(i, m) for i in range(rows) for m in models)
+        c = counters[stage] = StageCounters(started_at=time.time() - 3600)
+        total = ShardUsage()
+
+        def on_page(page: PlanPage, stage: str = stage, c: StageCounters = c, total: ShardUsage = total) -> None:
+            store.put(plan_page_key(run_id, stage, page.first_shard // 64), encode_page(page))
+            for offset, specs in enumerate(page.shards):
+                results = [answer(stage, s) for s in specs]
+                usage = ShardUsage(
+                    units_ok=sum(r.error is None for r in results),
+                    units_failed=sum(r.error is not None for r in results),
+                )
+                for s, r in zip(specs, results, strict=True):
+                    if r.response is not None:
+                        usage.add_call(s.request.model, r.response.input_tokens, r.response.output_tokens, 1e-5)
+                    usage.add_unit(s.request.model, r.latency_s, r.retries)
+                c.units_done += usage.units_ok
+                c.units_failed += usage.units_failed
+                c.provider_requests += usage.units_ok
+                total.add(usage)
+                shard = page.first_shard + offset
+                output = ShardOutput(stage=stage, shard=shard, results=results, usage=usage)
+                store.put(shard_key(run_id, stage, shard), encoder.encode(output))
+
+        shape = cut(stage, units, shard_size, 64, on_page)
+        c.units_total, c.shards_total, c.shards_done, c.updated_at = (
+            shape.units_total,
+            shape.shards_total,
+            shape.shards_total,
+            time.time(),
+        )
+        store.put(layout.plan_digest(stage), shape.digest.encode())
+        manifest = StageManifest(
+            stage=stage, units=shape.units_total, shards=shape.shards_total, failed=0, artifacts=[]
+        )
+        manifest.usage = total
+        store.put(layout.manifest(stage), msgspec.json.encode(manifest))
+
+    real_outputs = {(r["row_id"], r["model"]): r for r in real_rows if r["sample"] == 0}
+    nicks = list(dict.fromkeys(r["model"] for r in real_rows))
+
+    def output_rows(with_inputs: bool) -> Iterator[tuple[OutputRow, dict[str, object]]]:
+        for i in range(rows):
+            real_id = row_ids[i % base]
+            fields = dict(inputs_of[real_id], id=f"q{i:07d}")
+            fields["question"] = question(i, str(fields["question"]))
+            for nick in nicks:
+                out = msgspec.convert(
+                    {k: v for k, v in real_outputs[(real_id, nick)].items() if k in OUTPUT_NAMES}, OutputRow
+                )
+                yield msgspec.structs.replace(out, row_id=fields["id"]), fields if with_inputs else {}
+
+    columns = Columns([inputs_of[row_ids[0]]])
+    store.put(layout.artifact("outputs.jsonl"), b"".join(jsonl_chunks(output_rows(True), columns)))
+    store.put(layout.artifact("answers.jsonl"), b"".join(jsonl_chunks(output_rows(False))))
+    shutil.copy(real / "artifacts" / "outputs.parquet", root / layout.artifact("outputs.parquet"))
+    shutil.copy(real / "log.jsonl", root / layout.log)
+    record = msgspec.structs.replace(
+        record,
+        run_id=run_id,
+        config_toml=record.config_toml.replace("n = 3 ", "n = 1 ").replace(
+            "shard_size = 8", f"shard_size = {shard_size}"
+        ),
+        services=Services(redis_url="redis://127.0.0.1:1/0", store_url=str(root)),
+        counters=counters,
+        failures={s: {} for s in counters},
+    )
+    store.put(layout.record, msgspec.json.encode(record))
+
+
+def timed(url: str, method: str = "GET") -> tuple[float, int, bytes]:
+    request = urllib.request.Request(url, method=method)
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        body = resp.read()
+        status = resp.status
+    return time.perf_counter() - started, status, body
+
+
+def wait_for(path: Path, timeout_s: float = 600) -> float:
+    started = time.perf_counter()
+    while not path.exists() and time.perf_counter() - started < timeout_s:
+        time.sleep(0.1)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "--units", type=int, default=1_000_000, help="generate's units (rows x 2 models); judge has as many"
+    )
+    ap.add_argument("--shard-size", type=int, default=100)
+    ap.add_argument("--keep", help="write the run here (and reuse it if there)")
+    ap.add_argument("--cold", action="store_true", help="drop the run's files from the page cache first")
+    ap.add_argument("--synthetic", action="store_true", help="issue 31's one-stage bench instead")
+    args = ap.parse_args()
+    if args.synthetic:
+        synthetic(args)
+        return
+    root = Path(args.keep or tempfile.mkdtemp(prefix="punchline-view-bench-"))
+    run_id = f"judged-{args.units}"
+    if not (root / run_id / "run.json").exists():
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="punchline-view-real-") as scratch:
+            real = real_run(Path(scratch))
+            print(f"a real run of the prompts demo (36 rows, judged): {time.perf_counter() - started:.1f} s")
+            started = time.perf_counter()
+            scale(real, root, run_id, args.units // 2, args.shard_size)
+        print(
+            f"scaled to {args.units:,} generate + {args.units:,} judge units in {time.perf_counter() - started:.1f} s"
+        )
+    size = sum(p.stat().st_size for p in (root / run_id).rglob("*") if p.is_file())
+    print(f"run on disk: {size / 1e6:.0f} MB under {root}")
+    env = {**os.environ, "HOME": tempfile.mkdtemp()}
+    shutil.rmtree(root / "_view", ignore_errors=True)  # a fresh viewer: no index kept
+    if args.cold:
+        drop_from_cache(root / run_id)
+    proc, base = start_view(root, run_id, env)
+    last = f"generate/r{args.units // 2 - 1:09d}/"
+    try:
+        took, _, body = timed(f"{base}/samples?stage=generate")
+        judged = body.count(b"judged by")
+        print(f"first answers page, cold (no index):  {took * 1000:7.0f} ms ({judged} of 25 with their judge)")
+        took, _, _ = timed(f"{base}/samples?stage=generate&page=20000")
+        print(f"page 20,000, cold:                    {took * 1000:7.0f} ms")
+        took, _, body = timed(f"{base}/samples?stage=generate&q={MARKER}")
+        found = last.encode() in body
+        print(f"the last row's word, searched:        {took * 1000:7.0f} ms (found: {found})")
+        timed(base)  # the run page: it starts building the stage indexes in the background
+        built = wait_for(root / "_view" / run_id / "judge.idx")
+        print(f"the stage indexes built in:           {built:7.1f} s (background, after the run page)")
+        times = [timed(f"{base}/samples?stage=generate")[0] for _ in range(5)]
+        print(f"first answers page, warm:             {statistics.median(times) * 1000:7.0f} ms median of 5")
+        rng = random.Random(1)
+        times = [timed(f"{base}/samples?stage=generate&page={rng.randrange(args.units // 25)}")[0] for _ in range(10)]
+        print(f"a random answers page, warm:          {statistics.median(times) * 1000:7.0f} ms median of 10")
+        took, _, body = timed(f"{base}/samples?stage=generate&q={MARKER}")
+        print(f"the last row's word, again:           {took * 1000:7.0f} ms (found: {last.encode() in body})")
+        took, _, body = timed(f"{base}/samples?stage=generate&sort=score")
+        print(f"sorted by the judge's score, first:   {took * 1000:7.0f} ms (builds the order)")
+        took, _, body = timed(f"{base}/samples?stage=generate&sort=-score")
+        print(f"sorted by the judge's score, desc:    {took * 1000:7.0f} ms")
+        times = [timed(f"{base}/samples?stage=generate&sort=score&page={rng.randrange(1000)}")[0] for _ in range(5)]
+        print(f"a sorted page, again:                 {statistics.median(times) * 1000:7.0f} ms median of 5")
+        took, _, body = timed(f"{base}/samples?stage=generate&sort=-parsed.confidence")
+        print(f"sorted by parsed confidence, first:   {took * 1000:7.0f} ms (builds the order)")
+        took, status, body = timed(base, "HEAD")
+        print(
+            f"HEAD of the run page:                 {took * 1000:7.0f} ms (status {status}, {len(body)} bytes of body)"
+        )
+        took, status, body = timed(f"{base}/samples?stage=generate", "HEAD")
+        print(
+            f"HEAD of the answers page:             {took * 1000:7.0f} ms (status {status}, {len(body)} bytes of body)"
+        )
+        print(f"server RSS after:                     {rss_mb(proc.pid):7.0f} MB")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    if args.cold:
+        drop_from_cache(root / run_id)
+    proc, base = start_view(root, run_id, env)  # started again: it reads the indexes and orders it kept
+    try:
+        took, _, _ = timed(f"{base}/samples?stage=generate")
+        print(f"restarted, first answers page:        {took * 1000:7.0f} ms (the kept indexes)")
+        took, _, _ = timed(f"{base}/samples?stage=generate&sort=-score&page=3")
+        print(f"restarted, a page sorted by score:    {took * 1000:7.0f} ms (the kept order)")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -310,8 +310,17 @@ class RunFiles:
             self._layouts[stage] = made
         return made
 
+    def built_index(self, stage: str) -> StageIndex | None:
+        """The stage's index if it is built or loaded already (never builds it)."""
+        return self._indexes.get(stage)
+
     def first_id(self, stage: str, shard: int) -> str:
-        """The first unit id of a shard (kept: a binary search over shards asks for the same few)."""
+        """The first unit id of a shard: from the stage's index when it is built (no plan page read; a plan page
+        never changes once written, so an index of fewer pages still answers for the shards it has), else from
+        the shard's plan page (kept: a search over shards asks for the same few)."""
+        index = self._indexes.get(stage)
+        if index is not None and shard < len(index.shard_first):
+            return index.shard_first[shard]
         with self._lock:
             found = self._first_ids.get((stage, shard))
         if found is None:
@@ -321,9 +330,29 @@ class RunFiles:
                 self._first_ids[(stage, shard)] = found
         return found
 
-    def shard_at_or_before(self, stage: str, layout: Layout, unit_id: str) -> int:
-        """The shard where ``unit_id`` is or would be (ids are sorted): a binary search over first ids."""
+    def shard_at_or_before(self, stage: str, layout: Layout, unit_id: str, guess: int | None = None) -> int:
+        """The shard where ``unit_id`` is or would be (ids are sorted): a search over first ids. ``guess``: where
+        it likely is (a unit's place in an earlier stage, scaled); the search gallops out from there, so without
+        an index it reads the plan pages near the guess, not ``log2(shards)`` pages spread over the stage."""
         lo, hi = 0, layout.shards_total
+        if guess is not None and lo < hi:
+            at, step = min(max(guess, 0), hi - 1), 1
+            if self.first_id(stage, at) <= unit_id:  # every shard up to ``at`` starts at or before it
+                good, bound = at, hi
+                while good + step < hi:
+                    if self.first_id(stage, good + step) > unit_id:
+                        bound = good + step
+                        break
+                    good, step = good + step, step * 2
+                lo, hi = good + 1, bound
+            else:  # every shard from ``at`` on starts after it
+                bad, bound = at, 0
+                while bad - step >= 0:
+                    if self.first_id(stage, bad - step) <= unit_id:
+                        bound = bad - step + 1
+                        break
+                    bad, step = bad - step, step * 2
+                lo, hi = bound, bad
         while lo < hi:
             mid = (lo + hi) // 2
             if self.first_id(stage, mid) <= unit_id:
@@ -396,6 +425,31 @@ class RunFiles:
                 return _shard_units.decode(page.shards[at]) if 0 <= at < len(page.shards) else []
 
         return self._units.fetch((stage, shard), load)
+
+    def unit_ids(self, stage: str) -> Iterator[str]:
+        """The stage's unit ids in plan order, a plan page at a time (only each unit's id and model decoded)."""
+        for key in self.page_keys(stage):
+            raw = self.store.get(key)
+            if raw is None:
+                continue
+            with _plan_file(key):
+                page = _idx_page.decode(_plain(raw))
+            for units in page.shards:
+                yield from (u.unit_id for u in units)
+
+    def plan_shard_raw(self, stage: str, shard: int) -> bytes:
+        """A shard's units as the plan page holds them, encoded (what a text search looks through before it
+        decodes anything)."""
+        per_page = self._per_page.get(stage)
+        if per_page is None:
+            per_page = self._per_page[stage] = len(self._page(stage, 0).shards) or 1
+        page = self._page(stage, shard // per_page)
+        at = shard - page.first_shard
+        return bytes(page.shards[at]) if 0 <= at < len(page.shards) else b""
+
+    def shard_raw(self, stage: str, shard: int) -> bytes | None:
+        """A shard file's bytes as stored (None: not written yet), not decoded and not kept."""
+        return self.store.get(shard_key(self.run_id, stage, shard))
 
     def _page(self, stage: str, page: int, *, fresh: bool = False) -> _RawPage:
         def load() -> _RawPage:

@@ -5,6 +5,7 @@ Every value is escaped here; what reaches these functions is already redacted (s
 
 from __future__ import annotations
 
+import contextlib
 import time
 from urllib.parse import quote, urlencode
 
@@ -26,6 +27,7 @@ pre{white-space:pre-wrap;margin:0;max-height:260px;overflow:auto}img.plot{max-wi
 form.filters label{margin-right:10px}.pair{display:flex;gap:12px}.pair>div{flex:1;min-width:0}
 .unit{border:1px solid #ddd;margin:8px 0;padding:6px}.role{font-weight:bold;color:#555}
 img.thumb{max-height:220px;margin:4px;border:1px solid #ddd}
+tr.reference th,tr.reference td{background:#eef7ee}
 """
 
 LIVE_JS = """
@@ -201,6 +203,15 @@ def _unit(u: UnitView | None) -> str:
     )
     out = f"<div class='unit' data-unit='{esc(u.unit_id)}'><div>{head}</div>"
     out += f"<details><summary>prompt</summary>{prompt}</details>"
+    if u.row:
+        cells = "".join(
+            f"<tr class='{'reference' if ref else ''}'><th>{esc(name)}{' (reference)' if ref else ''}</th>"
+            f"<td><pre>{esc(value[:2000])}</pre></td></tr>"
+            for name, value, ref in u.row
+        )
+        out += f"<table class='row-inputs'>{cells}</table>"
+    elif u.row_note:
+        out += f"<p class='muted row-note'>{esc(u.row_note)}</p>"
     if u.error:
         out += f"<p class='bad error'>{esc(u.error)}</p>"
     if u.texts:
@@ -245,6 +256,7 @@ def samples_page(p: SamplesPage) -> str:
         " failed / does not parse</label>"
         f"<label>judge score <input name='score' id='f-score' size='8' value='{esc(q.score)}'></label>"
         f"<label>search <input name='q' id='f-q' value='{esc(q.q)}'></label>"
+        f"<label>order <select name='sort' id='f-sort'>{_sort_options(q.sort, p.rows)}</select></label>"
         "<button type='submit' id='f-go'>show</button></form>"
     )
     base = msgspec.structs.asdict(q)
@@ -261,6 +273,8 @@ def samples_page(p: SamplesPage) -> str:
         nxt = {**base, "after": p.next_after} if scanning else {**base, "page": p.next_after}
         nav += f"<a id='next' href='?{urlencode(nxt)}'>next</a>"
     notes = "".join(f"<p class='note bad'>{esc(n)}</p>" for n in p.notes)
+    if p.sorted_by:
+        notes += f"<p class='muted' id='sorted-by'>{esc(p.sorted_by)}</p>"
     if q.compare:
         rows = "".join(
             f"<div class='pair'><div>{_unit(a)}</div><div>{_unit(b)}</div></div>"
@@ -273,6 +287,26 @@ def samples_page(p: SamplesPage) -> str:
         rows = "".join(_unit(u) for u in p.rows)
     back = f"<p><a href='/run/{rid}'>back to {esc(p.run_id)}</a></p>"
     return layout(f"{p.run_id}: samples", f"{back}{form}{notes}<p class='nav'>{nav}</p><div id='rows'>{rows}</div>")
+
+
+def _sort_options(current: str, rows: list[UnitView]) -> str:
+    """Plan order, the judge's score and the parsed value either way, and each parsed field seen on the page."""
+    fields: list[str] = []
+    for u in rows:
+        for parsed in u.parsed[:1]:
+            with contextlib.suppress(msgspec.DecodeError):
+                value = msgspec.json.decode(parsed)
+                if isinstance(value, dict):
+                    fields += [str(k) for k in value if str(k) not in fields]
+    keys = [("", "plan order"), ("score", "judge's score, ascending"), ("-score", "judge's score, descending")]
+    keys += [("parsed", "parsed value, ascending"), ("-parsed", "parsed value, descending")]
+    for f in fields[:12]:
+        keys += [(f"parsed.{f}", f"parsed {f}, ascending"), (f"-parsed.{f}", f"parsed {f}, descending")]
+    if current and all(k != current for k, _ in keys):
+        keys.append((current, current))
+    return "".join(
+        f"<option value='{esc(k)}'{' selected' if k == current else ''}>{esc(label)}</option>" for k, label in keys
+    )
 
 
 def _secs(value: float | None) -> str:

@@ -9,9 +9,11 @@ size of the run.
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +24,15 @@ from punchline.cluster.records.status import StatusView
 from punchline.cluster.registry import resolve
 from punchline.data.store import Store
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, UnitResult, UnitSpec
-from punchline.viewer.index import Layout, RunFiles
+from punchline.viewer.index import Layout, RunFiles, StageIndex
+from punchline.viewer.references import RowInputs
+from punchline.viewer.sorting import Sorter, SortSpec, Value, parse_sort
 from punchline.workers.calls.call_stats import CallRow
 from punchline.workers.logs import is_secret_name, redact_text
 
 SCAN_UNITS = 20_000  # units a filtered page may look at before it hands back a cursor
 SCAN_S = 0.5  # and seconds
+SEARCH_S = 10.0  # a text search's seconds: it passes over the shards without the text undecoded
 _SCORE = re.compile(r"\b(score|verdict|rating|grade|label|оценка)\s*[:=]\s*\"?([\w.+-]+)", re.I)
 _ASSIGN = re.compile(r"^(\s*\"?)([A-Za-z0-9_.-]+)(\"?\s*=\s*)(.+)$")
 
@@ -68,6 +73,8 @@ class UnitView(msgspec.Struct, kw_only=True):
     shard_cache_hits: int = 0
     latency_s: float | None = None  # first attempt to accepted answer (None: cached, or not recorded then)
     retries: int = 0  # the unit's failed attempts tried again
+    row: list[tuple[str, str, bool]] = []  # its input row: (field, value, is a reference), from outputs.jsonl
+    row_note: str = ""  # why the row is not shown
 
 
 class SamplesQuery(msgspec.Struct, kw_only=True):
@@ -80,6 +87,7 @@ class SamplesQuery(msgspec.Struct, kw_only=True):
     page: int = 0
     after: int = 0  # with a scanning filter: the position (in the model's units) to go on from
     size: int = 25
+    sort: str = ""  # "": plan order; score / parsed[.<field>], "-" first: descending (sorting.parse_sort)
 
 
 class SamplesPage(msgspec.Struct, kw_only=True):
@@ -94,6 +102,7 @@ class SamplesPage(msgspec.Struct, kw_only=True):
     next_after: int | None = None
     scanned: int = 0
     notes: list[str] = []
+    sorted_by: str = ""  # how the rows are ordered, when not in plan order
 
 
 class RunMeta:
@@ -158,14 +167,25 @@ class Samples:
     """Pages of one run's units. One per run in the server, shared by its threads."""
 
     def __init__(
-        self, store: Store, run_id: str, stages: list[str], meta: RunMeta, cache_dir: Path | None = None
+        self,
+        store: Store,
+        run_id: str,
+        stages: list[str],
+        meta: RunMeta,
+        cache_dir: Path | None = None,
+        *,
+        finished: bool = False,
+        rows: RowInputs | None = None,
     ) -> None:
         self.files = RunFiles(store, run_id, cache_dir=cache_dir)
         self.run_id = run_id
         self.stages = stages
         self.meta = meta
+        self.rows = rows
+        self.sorter = Sorter(self.files, stages, self.judge_score, self.parsed_value, keep=finished)
+        self._by_model: dict[tuple[str, str, bool, int], array[int]] = {}
         self._lock = threading.Lock()
-        self._heads: dict[str, tuple[Layout, set[str]]] = {}
+        self._heads: dict[str, tuple[tuple[Layout, bool], set[str]]] = {}
         self._models: dict[str, tuple[Layout, list[str]]] = {}
 
     # --- one unit -------------------------------------------------------------------------------------
@@ -190,8 +210,24 @@ class Samples:
             if result is not None:
                 self._fill_result(view, stage, result)
         if judges and spec is not None:
-            view.judges = self._judges(stage, spec.unit_id)
+            view.judges = self._judges(stage, spec.unit_id, layout, position)
+        if judges and self.rows is not None and spec is not None:
+            view.row, view.row_note = self.rows.row(spec.unit_id)
         return view
+
+    def parsed_value(self, stage: str, text: str, field: str) -> Value:
+        """What sorting by the parsed value reads of an answer: the field (by default the first) of its parsed
+        fields (None: it does not parse); a stage without a parser: the answer's text."""
+        parser = self.meta.parsers.get(stage)
+        if parser is None:
+            return text[:200]
+        fields, error = parser(text)
+        if error or not fields:
+            return None
+        value = fields.get(field) if field else next(iter(fields.values()))
+        if value is None or isinstance(value, (str, int, float, bool)):
+            return value
+        return msgspec.json.encode(value).decode()
 
     def _fill_request(self, view: UnitView, spec: UnitSpec) -> None:
         req = spec.request
@@ -219,11 +255,15 @@ class Samples:
                 view.parsed.append(f"error: {error}" if error else msgspec.json.encode(fields).decode())
                 view.parse_failed = view.parse_failed or error is not None
         if stage.startswith("judge") and resp.texts:
-            view.score = _score_of(resp.texts[0])
+            view.score = self.judge_score(stage, resp.texts[0])
         view.parse_failed = view.parse_failed or view.state == "failed"
 
-    def _judges(self, stage: str, unit_id: str, limit: int = 8) -> list[JudgeView]:
-        """The units of later stages whose id continues this unit's (``judge/r1/m0/s0`` for ``generate/r1/m0``)."""
+    def _judges(
+        self, stage: str, unit_id: str, here: Layout | None = None, position: int | None = None, limit: int = 8
+    ) -> list[JudgeView]:
+        """The units of later stages whose id continues this unit's (``judge/r1/m0/s0`` for ``generate/r1/m0``).
+        Stages are row-major alike, so the unit's place in its stage, scaled, is where to look first in the later
+        one: without that stage's index a page reads the plan pages near it, not pages spread over the stage."""
         suffix = unit_id.split("/", 1)[1] if "/" in unit_id else unit_id
         found: list[JudgeView] = []
         later = self.stages[self.stages.index(stage) + 1 :] if stage in self.stages else []
@@ -231,28 +271,49 @@ class Samples:
             layout = self.files.layout(other)
             if layout is None:
                 continue
+            guess = None
+            if here is not None and position is not None and here.units_total:
+                guess = position * layout.shards_total // here.units_total
             prefixes = {f"{other}/{suffix}", *(f"{p}/{suffix}" for p in self._id_heads(other, layout))}
             for prefix in sorted(prefixes):
-                found += self._units_with_prefix(other, layout, prefix, limit - len(found))
+                found += self._units_with_prefix(other, layout, prefix, limit - len(found), guess)
         return found
 
-    def _id_heads(self, stage: str, layout: Layout, samples: int = 64) -> set[str]:
-        """The first segments of a stage's unit ids (a stage may have several: ``judge/`` and ``judge_mera/``), from
-        the first unit of up to ``samples`` shards spread over the stage."""
+    def _id_heads(self, stage: str, layout: Layout) -> set[str]:
+        """The first segments of a stage's unit ids (a stage may have several: ``judge/`` and ``judge_mera/``): from
+        its index's shards' first ids when the index is built, else from its first and last units (ids are
+        sorted: two heads are its first and its last)."""
+        index = self.files.built_index(stage)
+        key = (layout, index is not None)
         with self._lock:
             have = self._heads.get(stage)
-        if have is None or have[0] is not layout:
-            step = max(1, layout.shards_total // samples)
-            shards = {*range(0, layout.shards_total, step), layout.shards_total - 1}
-            heads = {self.files.first_id(stage, s).split("/", 1)[0] for s in shards}
-            have = (layout, heads)
+        if have is None or have[0] != key:
+            if index is not None:
+                heads = {first.split("/", 1)[0] for first in index.shard_first}
+            else:
+                last = self.files.plan_shard(stage, layout.shards_total - 1)
+                heads = {self.files.first_id(stage, 0).split("/", 1)[0]}
+                heads |= {last[-1].unit_id.split("/", 1)[0]} if last else set()
+            have = (key, heads)
             with self._lock:
                 self._heads[stage] = have
         return have[1]
 
-    def _units_with_prefix(self, stage: str, layout: Layout, prefix: str, limit: int) -> list[JudgeView]:
+    def judge_score(self, stage: str, text: str) -> str | None:
+        """A judge's score or verdict in its answer: its parsed fields when the pipeline parses that stage's
+        answers, else a ``score: 7`` / ``verdict: correct`` line or a bare number."""
+        parser = self.meta.parsers.get(stage)
+        if parser is not None and text:
+            fields, _ = parser(text)
+            if fields:
+                return " ".join(str(v) for v in fields.values())
+        return _score_of(text)
+
+    def _units_with_prefix(
+        self, stage: str, layout: Layout, prefix: str, limit: int, guess: int | None = None
+    ) -> list[JudgeView]:
         out: list[JudgeView] = []
-        shard = self.files.shard_at_or_before(stage, layout, prefix)
+        shard = self.files.shard_at_or_before(stage, layout, prefix, guess)
         while shard < layout.shards_total and len(out) < limit:
             units = self.files.plan_shard(stage, shard)
             read = self.files.shard(stage, shard)
@@ -263,17 +324,12 @@ class Samples:
                 if uid == prefix or uid.startswith(prefix + "/"):
                     r = results.get(uid)
                     text = r.response.texts[0] if r and r.response and r.response.texts else ""
-                    parser = self.meta.parsers.get(stage)
-                    score = _score_of(text)
-                    if parser is not None and text:
-                        fields, _ = parser(text)
-                        score = " ".join(str(v) for v in fields.values()) if fields else score
                     out.append(
                         JudgeView(
                             unit_id=uid,
                             model=self.meta.aliases.get(spec.request.model, spec.request.model),
                             text=text,
-                            score=score,
+                            score=self.judge_score(stage, text),
                             error=redact_text(r.error) if r and r.error else (None if r else "pending"),
                         )
                     )
@@ -318,6 +374,13 @@ class Samples:
         positions: Any = range(layout.units_total)
         if index is not None and model is not None:
             positions = index.by_model[model]
+        sort = parse_sort(q.sort)
+        if sort is not None:
+            positions = self._sorted(stage, layout, sort, index, model)
+            what = "the judge's score" if sort.key == "score" else f"the parsed {sort.field or 'value'}"
+            out.sorted_by = (
+                f"sorted by {what}, {'descending' if sort.descending else 'ascending'} (units without one last)"
+            )
         scanning = q.failed or bool(q.score) or bool(q.q)
         if not scanning:
             out.total = len(positions)
@@ -326,12 +389,29 @@ class Samples:
             if (q.page + 1) * q.size < len(positions):
                 out.next_after = q.page + 1
         else:
-            self._scan(stage, layout, positions, q, out)
+            self._scan(stage, layout, positions, q, out, ordered=sort is None)
         if index is not None and other is not None:
             for row in out.rows:
                 match = index.same_prompt(row.position, other, self.files.store.get)
                 out.partners.append(None if match is None else self.unit(stage, layout, match))
         return out
+
+    def _sorted(
+        self, stage: str, layout: Layout, sort: SortSpec, index: StageIndex | None, model: int | None
+    ) -> array[int]:
+        """The stage's positions in ``sort``'s order (built once: a pass over its shard files), a model's only
+        when ``model`` is given."""
+        order = self.sorter.order(stage, layout, sort)
+        if index is None or model is None:
+            return order
+        key = (stage, sort.name, sort.descending, model)
+        have = self._by_model.get(key)
+        if have is None or not self.sorter.keep:
+            of = index.unit_model
+            have = array("I", (p for p in order if of[p] == model))
+            if self.sorter.keep:
+                self._by_model[key] = have
+        return have
 
     def _some_models(self, stage: str, layout: Layout) -> list[str]:
         """The models of the stage's first and last shards, while its index is being built."""
@@ -346,15 +426,39 @@ class Samples:
                 self._models[stage] = have
         return have[1]
 
-    def _scan(self, stage: str, layout: Layout, positions: Any, q: SamplesQuery, out: SamplesPage) -> None:
+    def _scan(
+        self, stage: str, layout: Layout, positions: Any, q: SamplesQuery, out: SamplesPage, ordered: bool = True
+    ) -> None:
+        """Units from the cursor on that pass the filters, until the page is full or the scan's bound. A text
+        search first looks for the text in each shard's bytes (its plan units and its answers, as stored): a
+        shard without it is passed over undecoded, so a search reads the stage once, one shard at a time, and
+        decodes only the shards that hold the text. ``ordered``: positions ascend (plan order), so a passed-over
+        shard's units are skipped at once."""
         needle = q.q.lower()
+        raw = needle.encode() if needle and needle.isascii() else None
         started = time.monotonic()
+        bound_s = SEARCH_S if raw is not None else SCAN_S
         at = max(0, q.after)
+        decoded = 0
+        seen: dict[int, bool] = {}
         while at < len(positions) and len(out.rows) < q.size:
-            if out.scanned >= SCAN_UNITS or time.monotonic() - started > SCAN_S:
+            if decoded >= SCAN_UNITS or time.monotonic() - started > bound_s:
                 break
-            view = self.unit(stage, layout, positions[at], judges=bool(q.score))
+            position = positions[at]
+            if raw is not None:
+                shard = position // layout.shard_size
+                if shard not in seen:
+                    if len(seen) > 4096:
+                        seen.clear()
+                    seen[shard] = self._holds(stage, shard, raw)
+                if not seen[shard]:
+                    end = bisect.bisect_left(positions, (shard + 1) * layout.shard_size, at) if ordered else at + 1
+                    out.scanned += end - at
+                    at = end
+                    continue
+            view = self.unit(stage, layout, position, judges=bool(q.score))
             at += 1
+            decoded += 1
             out.scanned += 1
             if q.failed and not view.parse_failed and view.state != "unreadable":
                 continue
@@ -363,11 +467,18 @@ class Samples:
             if needle and not _contains(view, needle):
                 continue
             if not view.judges:
-                view.judges = self._judges(stage, view.unit_id)
+                view.judges = self._judges(stage, view.unit_id, layout, position)
             out.rows.append(view)
         out.next_after = at if at < len(positions) else None
         if out.next_after is not None and len(out.rows) < q.size:
             out.notes.append(f"looked at {out.scanned} units; go on to look further")
+
+    def _holds(self, stage: str, shard: int, needle: bytes) -> bool:
+        """Whether the shard's plan units or its answers hold ``needle`` (lower-case ASCII) in any case."""
+        if needle in self.files.plan_shard_raw(stage, shard).lower():
+            return True
+        data = self.files.shard_raw(stage, shard)
+        return data is not None and needle in data.lower()
 
 
 def _contains(view: UnitView, needle: str) -> bool:

@@ -40,6 +40,7 @@ from punchline.schedulers.redis_client import ClientError
 from punchline.viewer import artifacts, pages
 from punchline.viewer.pipeline_results import RunPipeline, render_sections
 from punchline.viewer.queries import RunMeta, Samples, SamplesQuery, model_rows, redacted_config, stage_rows
+from punchline.viewer.references import RowInputs, reference_names
 from punchline.viewer.usage import RunUsage
 from punchline.workers.calls import call_stats
 from punchline.workers.calls.call_stats import CallRow
@@ -114,7 +115,10 @@ class Viewer:
         record = load_run_record(self.settings.runs_dir, run_id, self.settings.store)
         meta = RunMeta(record.pipeline, record.config_toml)
         cache = Path(self.settings.runs_dir) / VIEW_CACHE / run_id  # the stage indexes, kept for the next start
-        made = Samples(self.run_store(run_id), run_id, record.stages, meta, cache_dir=cache)
+        store = self.run_store(run_id)
+        finished = record.state != "running"
+        rows = RowInputs(store, run_id, cache, reference_names(record.config_toml)) if finished else None
+        made = Samples(store, run_id, record.stages, meta, cache_dir=cache, finished=finished, rows=rows)
         with self._lock:
             self._samples[run_id] = made
             while len(self._samples) > 8:
@@ -347,6 +351,7 @@ class Viewer:
             page=num("page"),
             after=num("after"),
             size=num("size") or 25,
+            sort=query.get("sort", "").strip(),
         )
         return Response(body=pages.samples_page(self.samples(run_id).page(q)).encode())
 
@@ -397,23 +402,29 @@ def _handler(viewer: Viewer, token: str | None) -> type[BaseHTTPRequestHandler]:
         sys_version = ""
 
         def do_GET(self) -> None:
+            self._answer(body=True)
+
+        def do_HEAD(self) -> None:
+            """What GET answers (status and headers, its Content-Length included), without the body."""
+            self._answer(body=False)
+
+        def _answer(self, *, body: bool) -> None:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
             extra: dict[str, str] = {}
             if not self._host_ok():
-                self._send(Response(status=403, body=pages.error_page(403, "unexpected Host header").encode()))
+                self._send(Response(status=403, body=pages.error_page(403, "unexpected Host header").encode()), body)
                 return
             if token is not None:
                 given = query.pop("token", None) or self._cookie("punchline_view")
                 if given is None or not hmac.compare_digest(given.encode(), token.encode()):
-                    self._send(
-                        Response(status=403, body=pages.error_page(403, "a token is needed (?token=...)").encode())
-                    )
+                    denied = pages.error_page(403, "a token is needed (?token=...)").encode()
+                    self._send(Response(status=403, body=denied), body)
                     return
                 extra["Set-Cookie"] = f"punchline_view={token}; HttpOnly; SameSite=Strict; Path=/"
             response = _page(viewer, url.path, query)
             response.headers.update(extra)
-            self._send(response)
+            self._send(response, body)
 
         def _host_ok(self) -> bool:
             if token is not None:
@@ -428,7 +439,7 @@ def _handler(viewer: Viewer, token: str | None) -> type[BaseHTTPRequestHandler]:
                     return v
             return None
 
-        def _send(self, r: Response) -> None:
+        def _send(self, r: Response, body: bool = True) -> None:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self.send_response(r.status)
                 self.send_header("Content-Type", r.content_type)
@@ -439,7 +450,8 @@ def _handler(viewer: Viewer, token: str | None) -> type[BaseHTTPRequestHandler]:
                 for k, v in r.headers.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(r.body)
+                if body:
+                    self.wfile.write(r.body)
 
         def log_message(self, format: str, *args: object) -> None:
             pass
