@@ -107,6 +107,14 @@ class FakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     judge_flip_rate: Annotated[
         Rate, msgspec.Meta(description="how often the judge's grade disagrees with the reference")
     ] = 0.05
+    accuracy: Annotated[
+        dict[Annotated[str, msgspec.Meta(min_length=1, max_length=300)], Rate],
+        msgspec.Meta(
+            description="model (its nick, provider:nick or id) -> the share of a generic stage's answers (a "
+            "Generate's, a Judge's verdicts) the simulator draws right; a model left out: by its size (a judge: "
+            "1 - judge_flip_rate)"
+        ),
+    ] = {}
     # batch endpoints (workers/fake/batches.py): processing delay, per-request outcomes, a crash point
     batch_delay_s: Annotated[float, msgspec.Meta(description="how long a batch takes, s", ge=0.0, le=86_400.0)] = 0.0
     batch_error_rate: Annotated[Rate, msgspec.Meta(description="share of a batch's requests that fail")] = 0.0

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.text import Text
 
 from punchline.cluster.cli.commands import Subcommands as Subcommands
-from punchline.cluster.cli.commands._progress import Bars, Notices
+from punchline.cluster.cli.commands._progress import Bars, Notices, Warnings
 from punchline.cluster.cli.commands._tables import counters_table
 from punchline.cluster.config import RunConfig, load_config
 from punchline.cluster.pipeline import StageContext
@@ -137,6 +138,8 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
     console = Console(stderr=True)
     bars = None if no_progress else Bars(console)
     shown = bars or (None if opts.verbose else Notices(console))  # --no-progress: a wait only its user ends, said
+    warnings = Warnings()  # said again at the end, after the counters and headlines
+    warnings.start()
     if shown:
         shown.start()
     try:
@@ -147,6 +150,7 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
             exc.resume_command = resume_command(config, opts, run_id)  # type: ignore[union-attr]
         raise
     finally:
+        warnings.stop()
         if shown:
             shown.stop()
     out = Console(width=max(Console().width, 110))
@@ -159,6 +163,8 @@ def run_and_report(config: str, opts: RunOptions, no_progress: bool, cfg: RunCon
     ctx = StageContext(cfg, record.run_id, open_store(record.services.store_url))
     for text in pipeline_of(cfg).headlines(ctx):
         out.print(Markdown(text))
+    for line in warnings.lines:
+        out.print(Text.assemble(("warning: ", "yellow"), line), soft_wrap=True)  # a regex is no markup
     if record.failures:
         out.print(
             f"[red]{sum(len(v) for v in record.failures.values())} failed units[/red]; "

@@ -51,6 +51,7 @@ from punchline.services.local_ray import LocalRay, notice
 from punchline.services.local_redis import LocalRedis
 from punchline.services.ray_settings import RaySettings
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer
+from punchline.workers.fake.stage_answers import stage_answers
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig
 
@@ -173,8 +174,10 @@ def open_simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | No
     if not sim:
         yield None
         return
-    sim_cfg = pipeline_of(cfg).simulator_knobs(cfg, cfg.simulator or FakeConfig())
-    server = FakeProviderServer(sim_cfg, host=host)
+    pipeline = pipeline_of(cfg)
+    sim_cfg = pipeline.simulator_knobs(cfg, cfg.simulator or FakeConfig())
+    stages = stage_answers(sim_cfg, pipeline.stages(cfg), cfg, cfg.source)  # what its generic stages' answers parse
+    server = FakeProviderServer(sim_cfg, host=host, stages=stages)
     server.start()
     try:
         for name in sim:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import msgspec
+import structlog
 
 from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
@@ -34,6 +35,18 @@ from punchline.cluster.stages.compiled import CompiledPrompts
 from punchline.cluster.stages.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
 from punchline.cluster.stages.rows import Row, load_rows
 from punchline.cluster.stages.settings import ParseSettings, PromptsSettings, sampling_for
+from punchline.cluster.stages.simulate import (
+    answer_parse,
+    generate_answers,
+    judge_answers,
+    judged_prompt,
+    marked_parse,
+    model_names,
+    reference_of,
+    split_prompt,
+)
+from punchline.data.answer_format import ANSWER_MARK, StageAnswers, prompt_digest
+from punchline.data.errors import InputError
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import ProviderRequest
 from punchline.data.storage.run_layout import RunLayout
@@ -43,6 +56,12 @@ from punchline.data.units import UnitResult, UnitSpec
 OUTPUTS_JSONL = "outputs.jsonl"
 OUTPUTS_PARQUET = "outputs.parquet"
 ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
+#: a stage none of whose answers parsed says so once it has at least this many: below it a study is a smoke test
+#: whose rows its author reads anyway; from it, if the model parses a third of its answers, 0 of 20 is a chance of
+#: less than 1 in 3,000, so the parse (or the prompt) is wrong, not the luck
+NEVER_PARSED_AFTER = 20
+
+log = structlog.get_logger("punchline.stages")
 
 
 def settings_of(cfg: RunConfig) -> PromptsSettings:
@@ -60,6 +79,7 @@ class Job:
         self.compiled = CompiledPrompts(self.settings, file=cfg.source)
         self.data_file = str(resolve_path(cfg, self.settings.data))
         self._rows: list[Row] | None = None
+        self._reference: str | None = None  # the reference column, once found ("": none)
         self._modes: dict[tuple[str, str], Mode] = {}
         self._schema = _schema_text(self.settings.parse)  # once, not per request
         self._judge_schema = _schema_text(self.settings.judge.parse if self.settings.judge is not None else None)
@@ -71,8 +91,24 @@ class Job:
         return self._rows
 
     def check(self) -> None:
-        """The input check: rows load, every row's messages render (judge's included), before any call."""
+        """The input check: rows load, every row's messages render (judge's included), the reference column is
+        in every row, before any call."""
         self.compiled.check_rows(self.rows, self.data_file)
+        column = self.settings.reference
+        for row in self.rows if column is not None else ():
+            if column not in row.fields:
+                raise InputError(
+                    f"no column {column!r} (the rows' reference)", file=self.data_file, record=row.where, field=column
+                )
+
+    def reference(self, row: Row) -> object:
+        """The row's reference (None: the stage has none), as :func:`~.simulate.reference_of` finds its column."""
+        if self._reference is None:
+            self._reference = reference_of(self.settings, self.compiled.parser, self.rows)[0]
+        return row.fields.get(self._reference) if self._reference else None
+
+    def model_names(self, models: list[tuple[str, str, str]]) -> dict[str, list[str]]:
+        return model_names(models, self.model_id)
 
     def model_id(self, provider: str, nick: str) -> str:
         return self.cfg.provider(provider).model_id(nick)
@@ -180,8 +216,18 @@ class GenerateStage:
         job = Job(ctx.cfg)
         return (unit for _, _, _, unit in self._units(job))
 
+    def simulated_answers(self, cfg: RunConfig, name: str | None = None) -> list[StageAnswers]:
+        """What its answers parse into and each row's reference, for the simulated provider (:mod:`.simulate`)."""
+        job = Job(cfg)
+        prompts = {
+            prompt_digest(*split_prompt(job.compiled.messages(r, job.data_file))): job.reference(r) for r in job.rows
+        }
+        models = job.model_names(job.compiled.models)
+        return [generate_answers(name or self.name, job.settings, job.compiled.parser, job.rows, prompts, models)]
+
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
+        never_parsed(ctx, self.name, job.settings.parse, (o for o, _ in self._rows(job, results)), judge=False)
         if job.settings.judge is not None:
             ctx.write_artifact_chunks(ANSWERS_JSONL, jsonl_chunks((o, {}) for o, _ in self._rows(job, results)))
             return [ANSWERS_JSONL]
@@ -251,8 +297,28 @@ class JudgeStage:
         job = Job(ctx.cfg)
         return (unit for _, _, unit in self._units(ctx, job) if isinstance(unit, UnitSpec))
 
+    def simulated_answers(self, cfg: RunConfig, name: str | None = None) -> list[StageAnswers]:
+        """Its verdicts' parse and every row's prompt with the judged answer left out, for the simulated
+        provider (:mod:`.simulate`)."""
+        job = Job(cfg)
+        compiled = job.compiled
+        assert compiled.judge_model is not None
+        parsed = marked_parse(compiled.parser)
+        judged = [
+            judged_prompt(
+                compiled.judge_messages(r, job.data_file, response=ANSWER_MARK, parsed=parsed, model="", sample=0),
+                job.reference(r),
+            )
+            for r in job.rows
+        ]
+        models = job.model_names([("", *compiled.judge_model)])
+        return [judge_answers(name or self.name, job.settings, compiled.parser, job.rows, judged, models)]
+
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
+        judge = job.settings.judge
+        assert judge is not None
+        never_parsed(ctx, self.name, judge.parse, (o for o, _ in self._rows(ctx, job, results)), judge=True)
         return _write_outputs(ctx, job, lambda: self._rows(ctx, job, results))
 
     def _rows(self, ctx: StageContext, job: Job, results: Mapping[str, UnitResult]) -> Rows:
@@ -278,6 +344,33 @@ class JudgeStage:
                 judge_mode=mode,
             )
             yield judged, row
+
+
+def never_parsed(
+    ctx: StageContext, stage: str, parse: ParseSettings | None, rows: Iterable[OutputRow], *, judge: bool
+) -> None:
+    """Logs ``answers_never_parsed`` (a warning the progress line and the run's summary show) when a stage with a
+    parse step has :data:`NEVER_PARSED_AFTER` answers or more and not one of them parsed."""
+    if parse is None:
+        return
+    answered = parsed = 0
+    for r in rows:
+        text, fields = (r.judge_text, r.judge_parsed) if judge else (r.text, r.parsed)
+        answered += text is not None
+        parsed += fields is not None
+        if parsed:
+            return
+    if answered < NEVER_PARSED_AFTER:
+        return
+    how = answer_parse(parse)
+    assert how is not None
+    log.warning(
+        "answers_never_parsed",
+        run_id=ctx.run_id,
+        stage=getattr(ctx.cfg, "stage_names", {}).get(stage, stage),  # a plug-in's stage: its own name
+        answers=answered,
+        how=how.how,
+    )
 
 
 def check_inputs(cfg: RunConfig) -> None:

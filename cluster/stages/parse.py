@@ -8,7 +8,6 @@ finding of the study, not a fault of the run.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -16,9 +15,9 @@ import jsonschema
 import msgspec
 
 from punchline.cluster.stages.settings import ParseSettings
+from punchline.data.answer_format import json_of
 from punchline.data.errors import ConfigError
 
-_FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)\n?```", re.S)
 _FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
@@ -73,7 +72,7 @@ class Parser:
             if match is None:
                 return Parsed(error="no match for the regex")
             return Parsed(fields=match.groupdict())
-        value, error = _json_of(text)
+        value, error = json_of(text)
         if error is not None:
             return Parsed(error=error)
         problem = jsonschema.exceptions.best_match(self._validator.iter_errors(value))
@@ -96,21 +95,3 @@ def _type_of(schema: Any) -> str:
         kind = "string"
     kinds = [k for k in kind if k != "null"] if isinstance(kind, list) else [kind]
     return kinds[0] if len(kinds) == 1 and kinds[0] in _SCALARS else "json"
-
-
-def _json_of(text: str) -> tuple[Any, str | None]:
-    """The JSON value an answer holds: the text itself, else its fenced block, else its outermost span."""
-    candidates = [text.strip()]
-    fence = _FENCE.search(text)
-    if fence is not None:
-        candidates.append(fence.group(1).strip())
-    for open_, close in (("{", "}"), ("[", "]")):
-        start, end = text.find(open_), text.rfind(close)
-        if 0 <= start < end:
-            candidates.append(text[start : end + 1])
-    for candidate in candidates:
-        try:
-            return json.loads(candidate), None
-        except ValueError:
-            continue
-    return None, "no JSON value in the answer"

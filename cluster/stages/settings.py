@@ -133,6 +133,14 @@ class PromptsSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     parse: Annotated[
         ParseSettings | None, msgspec.Meta(description="how an answer becomes fields (none: no parse step)")
     ] = None
+    reference: Annotated[
+        Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None,
+        msgspec.Meta(
+            description="the column holding each row's expected answer (of the parsed field of its name, else of "
+            "the first); the simulated provider answers it right at [simulator] accuracy. Left out: a column "
+            "named like a parsed field, else answer, reference, expected, label, gold or target, if the rows have one"
+        ),
+    ] = None
     judge: Annotated[
         JudgeSettings | None, msgspec.Meta(description="a second model grades every answer (none: no judge)")
     ] = None

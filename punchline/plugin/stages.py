@@ -36,6 +36,7 @@ from punchline.cluster.pipeline_base import default_provider, model_provider
 from punchline.cluster.stages import generate as builtin
 from punchline.cluster.stages.compiled import CompiledPrompts
 from punchline.cluster.stages.settings import JudgeSettings, PromptsSettings
+from punchline.data.answer_format import StageAnswers
 from punchline.data.errors import ConfigError, InputError, PluginError, PunchlineError, code_line
 from punchline.data.storage.jsonio import validation_location
 from punchline.data.units import UnitResult, UnitSpec
@@ -257,6 +258,11 @@ class _Composed:
         """Every row loads and every row's messages render (the judge's too), before any call."""
         with _named(self._renames()):
             builtin.check_inputs(self.config(cfg))
+
+    def simulated_answers(self, cfg: RunConfig) -> list[StageAnswers]:
+        """What the stage's answers parse into, for the simulated provider (the built-in stage's, under its name)."""
+        with _named(self._renames()):
+            return self._builtin.simulated_answers(self.config(cfg), self.name)
 
 
 def _own_reduce(fn: Reduce, ctx: StageContext, stage: str, rows: Rows) -> list[str]:

@@ -2,7 +2,8 @@
 
 * ```` ```python ````: run as-is, by the venv's ``python`` in the page's scratch folder (each block a process);
 * ```` ```console ````: each line starting with ``$ `` is a command run by bash there (a line ending in ``\\``
-  continues on the next); the other lines are output, shown, not checked;
+  continues on the next), which must exit 0 (as typed: ``cmd | grep x`` is grep's status, so a page may show an
+  expected error that way); the other lines are output, shown, not checked;
 * ```` ```toml ```` whose first line is ``# file: NAME``: written to NAME before the page's first command;
 * anything else is shown, never run (```` ```text ```` for output, fragments and cluster-only commands), except
   that a block with no language or a shell's (``sh``, ``bash``...) is refused: say ``console`` or ``text``.

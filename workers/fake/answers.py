@@ -4,8 +4,9 @@ Every answer is a pure function of (request key, choice index, seed, model), so 
 the same requests gets the same texts, and a split ``n`` call gives the same texts as one ``n`` call.
 
 The installed pipelines answer their own requests first (:mod:`punchline.workers.fake.simulators` finds their
-``simulate`` hooks; the built-ins' are in ``pipelines/<name>/simulate.py``); a prompt none of them
-claims gets a generic answer, from the prompt alone (the fake knows no answers):
+``simulate`` hooks; the built-ins' are in ``pipelines/<name>/simulate.py``); then the run's generic stages
+(:mod:`punchline.workers.fake.stage_answers`: what each parses, right at each model's accuracy); a prompt none of
+them claims gets a generic answer, from the prompt alone (the fake knows no answers):
 
 * a prompt with ``VERDICT`` and ``Reference:`` / ``Response:`` lines is graded ``VERDICT: correct|incorrect`` by
   whether the response names the reference, flipped now and then;
@@ -27,21 +28,29 @@ import msgspec
 
 from punchline.data.simulator import SimRequest
 from punchline.workers.fake.simulators import Simulator
-
-GENERIC_WORDS: tuple[str, ...] = ("time", "way", "day", "friend", "idea", "reason", "problem", "plan", "home", "job")
+from punchline.workers.fake.stage_answers import GENERIC_WORDS, StageBook, prompt_options
 
 _NUMBERED_RE = re.compile(r"^\s*(\d+)[.):]\s", re.M)
-_OPTIONS_RE = re.compile(r"^Options:[ \t]*(.+)$", re.M)
 _REFERENCE_RE = re.compile(r"^Reference:[ \t]*(.*)$", re.M)
 _RESPONSE_RE = re.compile(r"^Response:[ \t]*(.*?)(?=^\w+:|\Z)", re.M | re.S)
 
 
-def answer(request: SimRequest, simulators: Sequence[Simulator] = (), knobs: dict[str, object] | None = None) -> str:
+def answer(
+    request: SimRequest,
+    simulators: Sequence[Simulator] = (),
+    knobs: dict[str, object] | None = None,
+    stages: StageBook | None = None,
+) -> str:
     """The text of one choice: the first installed pipeline's that claims the prompt (each given its own knobs,
-    ``knobs[name]``), else a generic one. At temperature 0 every choice of a key is the same (greedy)."""
+    ``knobs[name]``), else the run's generic stages' (``stages``), else a generic one. At temperature 0 every
+    choice of a key is the same (greedy)."""
     for sim in simulators:
         own = (knobs or {}).get(sim.name)
         text = sim.simulate(msgspec.structs.replace(request, knobs=own) if own is not None else request)
+        if text is not None:
+            return text
+    if stages:
+        text = stages.answer(request)
         if text is not None:
             return text
     return generic(request)
@@ -53,9 +62,9 @@ def generic(request: SimRequest) -> str:
     text = request.text
     if "VERDICT" in text and _REFERENCE_RE.search(text) and _RESPONSE_RE.search(text):
         return _verdict(rng, request.judge_flip_rate, text)
-    options = _OPTIONS_RE.search(text)
-    if options is not None:
-        return _options(rng, request, text, options.group(1))
+    options = prompt_options(text)
+    if options:
+        return _options(rng, request, text, options)
     lower = text.lower()
     if "rate" in lower and "json" in lower:
         count = max(1, len(set(_NUMBERED_RE.findall(text))))
@@ -63,9 +72,8 @@ def generic(request: SimRequest) -> str:
     return rng.choice(GENERIC_WORDS)
 
 
-def _options(rng: random.Random, request: SimRequest, text: str, options_line: str) -> str:
+def _options(rng: random.Random, request: SimRequest, text: str, options: list[str]) -> str:
     """One of the prompt's options, in the format the prompt asks for."""
-    options = [o.strip() for o in options_line.split("|") if o.strip()] or list(GENERIC_WORDS)
     pick = rng.choice(options)
     hedge = rng.random() < request.noise_rate / 2
     if "JSON" in text:

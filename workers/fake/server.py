@@ -41,6 +41,7 @@ from typing import Any
 
 import msgspec
 
+from punchline.data.answer_format import StageAnswers
 from punchline.data.provider_settings import ProviderKind, ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.data.simulator import FakeConfig
@@ -80,13 +81,15 @@ class FakeProviderServer:
         port: int = 0,
         simulators: Sequence[Simulator] | None = None,
         wires: KindWires | None = None,
+        stages: Sequence[StageAnswers] = (),
     ) -> None:
         """``simulators``: the pipelines whose answers it gives (default: those ``config.simulators`` names, then
         every installed pipeline's, found through the entry points); a bad ``pipeline_knobs`` table is a ValueError
-        naming it. ``wires``: the APIs it speaks (default: every installed kind's)."""
+        naming it. ``wires``: the APIs it speaks (default: every installed kind's). ``stages``: what a run's generic
+        stages' answers parse into (:func:`~punchline.workers.fake.stage_answers.stage_answers`)."""
         config = config or FakeConfig()
         found = find_simulators(config.simulators) if simulators is None else simulators
-        self._state = ServerState(config, found, find_wires() if wires is None else wires)
+        self._state = ServerState(config, found, find_wires() if wires is None else wires, stages)
         self._address = (host, port)
         self._httpd: FakeHTTPServer | None = None
         self._thread: threading.Thread | None = None

@@ -17,12 +17,14 @@ from typing import Any
 
 import msgspec
 
+from punchline.data.answer_format import StageAnswers
 from punchline.data.simulator import FakeConfig, SimRequest
 from punchline.schedulers.budget import messages_tokens_bound
 from punchline.workers.fake.answers import answer
 from punchline.workers.fake.batches import BatchBook
 from punchline.workers.fake.kind_wires import KindWires
 from punchline.workers.fake.simulators import Simulator, decode_knobs
+from punchline.workers.fake.stage_answers import StageBook
 from punchline.workers.fake.wire import WireRequest, apply_stop, tokens, wire_key
 
 FAULTS = (
@@ -55,7 +57,13 @@ class FakeStats(msgspec.Struct, kw_only=True):
 class ServerState:
     """Mutable server state, guarded by one lock."""
 
-    def __init__(self, config: FakeConfig, simulators: Sequence[Simulator], wires: KindWires) -> None:
+    def __init__(
+        self,
+        config: FakeConfig,
+        simulators: Sequence[Simulator],
+        wires: KindWires,
+        stages: Sequence[StageAnswers] = (),
+    ) -> None:
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.defaults = config
@@ -63,6 +71,8 @@ class ServerState:
         self.simulators = list(simulators)
         self.wires = wires  # the APIs it speaks (the installed kinds' simulated wires)
         self.knobs = decode_knobs(self.simulators, config.pipeline_knobs)  # each pipeline's, decoded once
+        self.stage_answers = list(stages)  # the run's generic stages' (the driver asked them): not a knob
+        self.stages = stage_book(config, self.stage_answers)  # compiled once
         self.batches = BatchBook(lambda api, body, offset: completion(self, api, body, offset))
         self.window: deque[float] = deque()  # admitted calls' times, with rate_limit_window_s
         self.in_flight = 0  # completion calls since the last reset being answered (holding)
@@ -92,9 +102,11 @@ class ServerState:
     def set_config(self, config: FakeConfig) -> None:
         """New knobs (a ValueError, before anything changes, when a pipeline's knobs are wrong)."""
         knobs = decode_knobs(self.simulators, config.pipeline_knobs)
+        stages = stage_book(config, self.stage_answers)
         with self.lock:
             self.config = config
             self.knobs = knobs
+            self.stages = stages
             self.tat = 0.0
             self.window.clear()
 
@@ -203,11 +215,16 @@ def answer_texts(state: ServerState, req: WireRequest, offset: int) -> list[str]
         format_variant_rate=cfg.format_variant_rate,
         judge_flip_rate=cfg.judge_flip_rate,
     )
-    knobs = state.knobs
+    knobs, stages = state.knobs, state.stages
     return [
-        apply_stop(answer(msgspec.structs.replace(base, choice=offset + j), state.simulators, knobs), req.stop)
+        apply_stop(answer(msgspec.structs.replace(base, choice=offset + j), state.simulators, knobs, stages), req.stop)
         for j in range(req.n)
     ]
+
+
+def stage_book(config: FakeConfig, stages: Sequence[StageAnswers]) -> StageBook:
+    """The run's generic stages' answers, each model right at its ``accuracy``."""
+    return StageBook(stages, config.accuracy, config.judge_flip_rate)
 
 
 def knob_models(config: FakeConfig) -> set[str]:

@@ -8,6 +8,7 @@ phase of many seconds shows as such instead of a frozen bar (issue 31: no silent
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -100,11 +101,30 @@ ASIDES: dict[str, Callable[[Event], str | None]] = {
     "local_ray_joined": lambda e: None,
 }
 RAY_UP = "ray_up"  # a start_phases event with this mark: Ray is joined (the aside above is over)
+
+
+def _never_parsed(e: Event) -> str:
+    return (
+        f"{_stage(e)}0 of {e.get('answers', '?')} answers parsed ({e.get('how', '')}): "
+        "its parse does not read what the model writes (or the prompt does not ask for it)"
+    )
+
+
+#: what is wrong with a run's results though the run goes on: kept under the phase line, said on stderr without the
+#: display, and again in the run's summary (:class:`Warnings`)
+WARNINGS: dict[str, Callable[[Event], str]] = {"answers_never_parsed": _never_parsed}
+
+
+def _warning(say: Callable[[Event], str], e: Event) -> str:
+    return f"warning: {say(e)}"
+
+
 #: what a run shown without the display (``--no-progress``) still says, a line each on stderr: a wait that only
 #: the run's user can end, and its end
 NOTICES: dict[str, Callable[[Event], str]] = {
     "batch_unresolved": lambda e: _look_alike(e)(0.0),
     "batch_wait_over": _wait_over,
+    **{name: functools.partial(_warning, say) for name, say in WARNINGS.items()},
 }
 
 
@@ -116,9 +136,11 @@ class Phase:
         self._text: PhaseText = "starting"
         self.since = clock()
         self.aside: str | None = None
+        self.warnings = Warnings()  # kept under the line until the run ends
         self._lock = threading.Lock()
 
     def on_event(self, event: Event) -> None:
+        self.warnings.on_event(event)
         name = str(event.get("event", ""))
         aside = ASIDES.get(name)
         if aside is not None or (name == "start_phases" and RAY_UP in event):
@@ -161,7 +183,37 @@ class Phase:
             return line + (f"; {self.aside}" if self.aside else "")
 
     def __rich__(self) -> Text:
-        return Text(self.line(), style="cyan")
+        text = Text(self.line(), style="cyan")
+        for warning in self.warnings.lines:
+            text.append(f"\nwarning: {warning}", style="yellow")
+        return text
+
+
+class Warnings:
+    """The :data:`WARNINGS` a run logged, in order, each once: what the run's summary says again at its end."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._unlisten: Callable[[], None] | None = None
+
+    def on_event(self, event: Event) -> None:
+        describe = WARNINGS.get(str(event.get("event", "")))
+        if describe is None:
+            return
+        try:
+            line = describe(event)
+        except (TypeError, ValueError):  # a field of an unexpected type: the event's name says enough
+            line = str(event.get("event"))
+        if line not in self.lines:
+            self.lines.append(line)
+
+    def start(self) -> None:
+        self._unlisten = add_listener(self.on_event)
+
+    def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
 
 
 class Bars:

@@ -42,7 +42,10 @@ def humor_config(
     judge: bool = True,
     extra: str = "",
 ) -> Path:
-    rows = "\n".join(f'"{nick}" = {{ id = "{mid}", input_usd_per_mtok = 1.0 }}' for nick, mid in models.items())
+    rows = "\n".join(
+        f'"{nick}" = {{ id = "{mid}", input_usd_per_mtok = 1.0, output_usd_per_mtok = 1.0 }}'
+        for nick, mid in models.items()
+    )
     text = f"""
 [run]
 pipeline = "humor"
@@ -67,7 +70,7 @@ max_concurrency = 8
 timeout_s = 5
 
 [providers.claude.models]
-judge = {{ id = "{JUDGE_ID}" }}
+judge = {{ id = "{JUDGE_ID}", input_usd_per_mtok = 3.0, output_usd_per_mtok = 15.0 }}
 
 [humor]
 data = "{SAMPLE}"

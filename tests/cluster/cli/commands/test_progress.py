@@ -9,7 +9,7 @@ import pytest
 import structlog
 from rich.console import Console
 
-from punchline.cluster.cli.commands._progress import Bars, Phase
+from punchline.cluster.cli.commands._progress import Bars, Notices, Phase, Warnings
 from punchline.schedulers.ledger import StageCounters
 from punchline.workers.logs import add_listener, configure_logging, reset_logging
 
@@ -110,3 +110,26 @@ def test_a_wait_on_a_look_alike_is_said_with_its_growing_age_and_the_command_tha
         said[0].startswith("punchline: judge: waiting on batch msgbatch_other (open, 2m31s old)") and release in said[0]
     )
     assert said[1].startswith("punchline: judge: batch aaaaaaaaaaaa no longer waits")
+
+
+def test_a_stage_whose_answers_never_parse_is_a_warning_under_the_line_and_in_the_summary(logging_to: Path) -> None:
+    console = Console(record=True, width=200, force_terminal=False)
+    phase, notices, summary = Phase(), Notices(console), Warnings()
+    log = structlog.get_logger("punchline.stages")
+    unlisten = add_listener(phase.on_event)
+    notices.start()
+    summary.start()
+    try:
+        log.warning("answers_never_parsed", run_id="r", stage="answer", answers=240, how="regex (?P<a>[ABCD])")
+        log.info("reduce_done", run_id="r", stage="answer", seconds=0.1)  # the phase moves on; the warning stays
+        log.warning("answers_never_parsed", run_id="r", stage="answer", answers=240, how="regex (?P<a>[ABCD])")
+    finally:
+        unlisten()
+        notices.stop()
+        summary.stop()
+    said = "answer: 0 of 240 answers parsed (regex (?P<a>[ABCD]))"
+    assert len(summary.lines) == 1 and summary.lines[0].startswith(said)  # once, for the end-of-run summary
+    console.print(phase)
+    shown = console.export_text()
+    assert "now: answer: reduced in 0.1 s" in shown and f"warning: {said}" in shown  # markup-free: [ABCD] kept
+    assert shown.count(f"punchline: warning: {said}") == 2  # --no-progress: a line on stderr as it happens
