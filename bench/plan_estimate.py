@@ -1,11 +1,19 @@
 """Benchmark: ``punchline plan``'s wall-time estimate against the run it estimates, quiet and beside busy loops.
 
     .venv/bin/python bench/plan_estimate.py [--busy 0,2,4] [--configs prompts_demo,demo]
+    .venv/bin/python bench/plan_estimate.py --http-latency-ms 250 [--configs prompts_demo]
 
 For each number of busy loops (``python -c "while True: pass"``, started beside and stopped after) and each demo
 config: a fresh folder (its own ``HOME``, ``punchline init``), then ``punchline plan`` and ``punchline run`` (a
 fresh run: every request called), then both again (every answer cached). Prints planned and measured wall time,
 their ratio, and the load factor ``plan`` said (``cluster/estimate/machine_load.py``). The issue's target: within ±30 %.
+
+``--http-latency-ms``: the same demo against a real HTTP endpoint instead of ``base_url = "simulated"``: the fake
+provider served on 127.0.0.1 by this process, every answer ``N`` ms late, each provider's ``base_url`` pointed at it
+(so ``plan`` cannot read the latency from ``[simulator]`` knobs). A fresh folder, then plan and run twice: first with
+no earlier run (the calls timed at each provider kind's default, ``cluster/estimate/call_time.py``), then with the
+config's ``[prompts] seed`` changed (new requests, every one called) after that run (the latencies it measured,
+``cluster/estimate/latencies.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from pathlib import Path
 
 PUNCHLINE = str(Path(sys.executable).with_name("punchline"))
 WALL = re.compile(r"^wall time: about ([0-9.]+) s", re.M)
+PARTS = re.compile(r"^wall time: about [0-9.]+ s \(([0-9.]+ s) calls, ([0-9.]+ s) start", re.M)
 LOAD = re.compile(r"x[0-9.]+ for the machine's load now \([^)]*\)")
 
 
@@ -39,15 +48,54 @@ def plan_and_run(folder: Path, config: str, env: dict[str, str]) -> tuple[float,
     subprocess.run([PUNCHLINE, "run", f"configs/{config}.toml", "--no-progress"], cwd=folder, env=env,
                    capture_output=True, check=True)  # fmt: skip
     said = LOAD.search(out)
-    return float(found.group(1)), time.monotonic() - started, said.group(0) if said else ""
+    parts = PARTS.search(out)
+    shown = " ".join(filter(None, [f"[{parts.group(1)} calls + {parts.group(2)} fixed]" if parts else "",
+                                   said.group(0) if said else ""]))  # fmt: skip
+    return float(found.group(1)), time.monotonic() - started, shown
+
+
+def http_rounds(config: str, latency_ms: float) -> list[float]:
+    """Plan and run ``config`` against the fake provider over HTTP (``latency_ms`` per answer): no earlier run, then
+    one; prints each and returns planned / measured - 1 of each."""
+    from punchline.data.simulator import FakeConfig  # lazy: the busy-loop rounds need none of punchline
+    from punchline.workers.fake.server import FakeProviderServer
+
+    misses = []
+    knobs = FakeConfig(latency_ms_min=latency_ms, latency_ms_max=latency_ms)
+    with FakeProviderServer(knobs) as fake, tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        env = {**os.environ, "HOME": str(folder / "home"), "TOGETHER_API_KEY": "k", "ANTHROPIC_API_KEY": "k"}
+        env.pop("PUNCHLINE_RUNS_DIR", None)
+        (folder / "home").mkdir()
+        subprocess.run([PUNCHLINE, "init"], cwd=folder, env=env, capture_output=True, check=True)
+        text = (folder / "configs" / f"{config}.toml").read_text()
+        for kind, url in (("openai", fake.openai_base_url), ("anthropic", fake.anthropic_base_url)):
+            text = re.sub(rf'(kind = "{kind}"\nbase_url = )"simulated"', rf'\1"{url}"', text)
+        if '"simulated"' in text:
+            raise SystemExit(f"configs/{config}.toml: a provider still simulated")
+        for round_, seed in (("no earlier run", "1"), ("one earlier run", "2")):
+            name = f"http_{config}_{seed}"
+            (folder / "configs" / f"{name}.toml").write_text(re.sub(r"(?m)^seed = 1$", f"seed = {seed}", text))
+            planned, measured, said = plan_and_run(folder, name, env)
+            off = planned / measured - 1
+            misses.append(off)
+            print(f"http {latency_ms:g} ms, {config:12} {round_:15}: planned {planned:5.1f} s, measured "
+                  f"{measured:5.2f} s (ratio {planned / measured:.2f}, {off:+.0%}) {said}", flush=True)  # fmt: skip
+    return misses
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--busy", default="0,2,4", help="busy loops beside the runs, one count per round")
     ap.add_argument("--configs", default="prompts_demo,demo")
+    ap.add_argument("--http-latency-ms", type=float, help="against the fake provider over HTTP, answers this late")
     args = ap.parse_args()
     print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    if args.http_latency_ms is not None:
+        misses = [m for config in args.configs.split(",") for m in http_rounds(config, args.http_latency_ms)]
+        inside = sum(abs(m) <= 0.30 for m in misses)
+        print(f"\n{inside} of {len(misses)} within ±30 % (from {min(misses):+.0%} to {max(misses):+.0%})")
+        return
     misses = []
     for n in [int(x) for x in args.busy.split(",")]:
         loops = busy_loops(n)

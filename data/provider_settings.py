@@ -26,12 +26,25 @@ Price = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
 PerMinute = Annotated[float, msgspec.Meta(ge=1e-6, le=1e12)]
 
 
-class ModelSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A model reachable through a provider, with its price per million tokens."""
+#: a model's price fields: both must be declared (0 included) before ``plan`` or ``run`` calls the model
+PRICE_FIELDS = ("input_usd_per_mtok", "output_usd_per_mtok")
 
+
+class ModelSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A model reachable through a provider, with its price per million tokens (both required for a model a run
+    calls: 0 for a free one)."""
+
+    # A price left out is not $0: ``plan`` and ``run`` stop naming the model (``cluster/run/planner.py``'s
+    # ``check_model``), since a silent $0 would keep its calls out of the budget's sight.
     id: Annotated[str, msgspec.Meta(min_length=1, description="the provider's model id")]
-    input_usd_per_mtok: Annotated[Price, msgspec.Meta(description="dollars per million input tokens")] = 0.0
-    output_usd_per_mtok: Annotated[Price, msgspec.Meta(description="dollars per million output tokens")] = 0.0
+    input_usd_per_mtok: Annotated[
+        Price | None,
+        msgspec.Meta(description="dollars per million input tokens (required for a model a run calls; 0: free)"),
+    ] = None
+    output_usd_per_mtok: Annotated[
+        Price | None,
+        msgspec.Meta(description="dollars per million output tokens (required for a model a run calls; 0: free)"),
+    ] = None
     # Optional limits of this model alone, on top of the provider's (which cover all its models).
     requests_per_minute: Annotated[
         PerMinute | None, msgspec.Meta(description="this model's own request limit, on top of the provider's")
@@ -129,10 +142,17 @@ class ProviderSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
         return m.requests_per_minute or 0.0, m.tokens_per_minute or 0.0
 
     def cost_usd(self, model_id: str, input_tokens: int, output_tokens: int) -> float:
+        """Dollars for these tokens; a price not declared counts 0 (only an offline run, which pays nothing, gets
+        past ``check_model`` with one)."""
         m = self.price(model_id)
         if m is None:
             return 0.0
-        return (input_tokens * m.input_usd_per_mtok + output_tokens * m.output_usd_per_mtok) / 1e6
+        return (input_tokens * (m.input_usd_per_mtok or 0.0) + output_tokens * (m.output_usd_per_mtok or 0.0)) / 1e6
+
+    def undeclared_prices(self, model_id: str) -> list[str]:
+        """The price fields (:data:`PRICE_FIELDS`) a configured model leaves out."""
+        m = self.price(model_id)
+        return [] if m is None else [f for f in PRICE_FIELDS if getattr(m, f) is None]
 
     def api_key(self, provider_name: str) -> str:
         """Read the key from the named env var or file, at call time only."""

@@ -57,6 +57,8 @@ class StageEstimate(Protocol):
     def calls_s(self) -> float: ...
     @property
     def providers(self) -> int: ...
+    @property
+    def timed_by(self) -> list[str]: ...
 
 
 START_S = 0.4  # the driver's start to its first stage's plan: preflight, the embedded ledger, the run's claim
@@ -103,6 +105,7 @@ class WallEstimate(msgspec.Struct, kw_only=True):
     measured_runs: int = 0  # of how many runs they are the medians
     requests: int = 0
     cached_requests: int = 0  # of ``requests``, answered by the response cache already
+    timed_by: list[str] = []  # what timed the calls: "simulator", "measured" (here), "default" (per kind)
 
     def describe(self) -> str:
         """One line: the estimate with its parts, and the lower bound."""
@@ -119,10 +122,15 @@ class WallEstimate(msgspec.Struct, kw_only=True):
             if self.cached_requests
             else ""
         )
+        timing = ""
+        if "default" in self.timed_by:
+            timing = "; real endpoints' calls at their kind's default latency (none measured here yet)"
+        elif "measured" in self.timed_by:
+            timing = "; real endpoints' calls at the latencies earlier runs here measured"
         return (
             f"wall time: about {_secs(self.total_s)} ({_secs(self.calls_s)} calls, {_secs(self.fixed_s)} start, "
             f"plans, reduces and report{ray}{load}: {where}); the rate limits alone, every request called: at least "
-            f"{_secs(self.least_s)}{cache}"
+            f"{_secs(self.least_s)}{cache}{timing}"
         )
 
 
@@ -179,6 +187,7 @@ def estimate_wall(
         measured_runs=measured.runs if measured is not None else 0,
         requests=sum(e.requests for e in estimates),
         cached_requests=sum(e.cached_requests for e in estimates),
+        timed_by=sorted({source for e in estimates for source in e.timed_by}),
     )
 
 

@@ -3,7 +3,8 @@
 Stages whose units depend on earlier results cannot be expanded exactly before those results exist;
 for them the plan shows the upper bound the pipeline's ``estimate`` states, and says so.
 
-Each stage's calls are timed too (``calls_s``, :mod:`punchline.cluster.estimate.call_time`): only the requests the
+Each stage's calls are timed too (``calls_s``, :mod:`punchline.cluster.estimate.call_time`: the simulator's knobs,
+the latencies this runs folder measured for a real endpoint, or a default per provider kind): only the requests the
 response cache does not answer are called, when the plan is given the cache (``cached``); an upper-bound
 stage's requests are synthetic, so it takes the cached share of the exact stages before it (the same
 earlier answers give the same later requests). ``cluster/estimate/wall_estimate.py`` adds the run's fixed costs.
@@ -11,6 +12,8 @@ earlier answers give the same later requests). ``cluster/estimate/wall_estimate.
 
 from __future__ import annotations
 
+import json
+import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
@@ -18,13 +21,13 @@ from collections.abc import Iterable
 import msgspec
 
 from punchline.cluster.config import RunConfig
-from punchline.cluster.estimate.call_time import SlotTime, call_s, simulated
+from punchline.cluster.estimate.call_time import Latencies, SlotTime, simulated, unit_s
 from punchline.cluster.estimate.wall_estimate import CacheLookup
 from punchline.cluster.pipeline import StageContext, pipeline_code
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.executor import stage_providers
 from punchline.data.errors import ConfigError
-from punchline.data.provider_settings import ProviderSettings
+from punchline.data.provider_settings import PRICE_FIELDS, ProviderSettings
 from punchline.data.simulator import FakeConfig
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
@@ -52,6 +55,9 @@ class StageEstimate(msgspec.Struct, kw_only=True):
     calls_s: float = 0.0
     cached_requests: int = 0
     providers: int = 0  # the providers its requests call online (the driver's worker holds one's call places)
+    # what timed its calls (call_time.py): "simulator" knobs, latencies "measured" in this runs folder, or the
+    # "default" per provider kind
+    timed_by: list[str] = []
 
 
 def _check_batch_api(cfg: RunConfig, stage: str, provider: str, settings: ProviderSettings) -> None:
@@ -120,6 +126,7 @@ def _estimate(
     exact: bool,
     note: str = "",
     cached: CacheLookup | None = None,
+    latencies: Latencies | None = None,
 ) -> StageEstimate:
     """Requests, tokens, dollars and the least wall time the rate limits allow (limits are per provider,
     all models together, plus any model's own); the expected time of its calls, of the uncached ones."""
@@ -130,6 +137,7 @@ def _estimate(
     every = _Load()
     fresh, uncached = _Calls(), _Calls()  # every request called; only those the cache does not answer
     tin = tout = n_units = hits = 0
+    timed_by: set[str] = set()
     usd = batch_usd = 0.0
     for u in units:
         n_units += 1
@@ -154,8 +162,9 @@ def _estimate(
                 timed.batch_delay_s = sim.batch_delay_s if simulated(settings) else 0.0
             else:
                 timed.load.add(u.request.provider, u.request.model, calls, paced)
-                per_call_s = call_s(cfg, settings, u.request.model, o // max(1, calls))
-                timed.slots.add(u.request.provider, u.request.model, calls * per_call_s)
+                seconds, source = unit_s(cfg, settings, u.request.model, calls, latencies)
+                timed.slots.add(u.request.provider, u.request.model, seconds)
+                timed_by.add(source)
     return StageEstimate(
         stage=stage,
         requests=sum(every.model_req.values()),
@@ -173,26 +182,43 @@ def _estimate(
         calls_s=uncached.wall_s(cfg),
         cached_requests=hits,
         providers=len(fresh.load.req),
+        timed_by=sorted(timed_by),
     )
 
 
 def check_model(cfg: RunConfig, stage: str, provider: str, model: str) -> None:
-    """A stage may call only a configured model: a nickname it names unknown to the provider would
-    reach the provider as a model id, priced at $0 and so out of the budget cap's sight."""
+    """A stage may call only a configured model with both its prices declared: a nickname unknown to the provider
+    would reach the provider as a model id, and a price left out would be taken as $0; either way its calls would
+    be out of the budget cap's sight and ``plan`` would say they cost nothing. A price of 0 written out is declared
+    (a free endpoint); an offline run (``[run] offline``) calls nothing, so pays nothing, and needs none."""
     settings = cfg.provider(provider)
-    if settings.price(model) is not None:
+    if settings.price(model) is None:
+        known = ", ".join(sorted(settings.models)) or "none configured"
+        raise ConfigError(
+            f"stage {stage} calls model {model!r}, which is not a nickname or id in [providers.{provider}.models] "
+            f"(known: {known}): fix the stage's model or add the model with its prices",
+            file=cfg.source or None,
+            field=f"providers.{provider}.models",
+        )
+    missing = settings.undeclared_prices(model)
+    if not missing or cfg.run.offline:
         return
-    known = ", ".join(sorted(settings.models)) or "none configured"
+    nick = next(n for n, m in settings.models.items() if m.id == model)
+    key = nick if re.fullmatch(r"[A-Za-z0-9_-]+", nick) else json.dumps(nick)  # as a TOML key
     raise ConfigError(
-        f"stage {stage} calls model {model!r}, which is not a nickname or id in [providers.{provider}.models] "
-        f"(known: {known}): fix the stage's model or add the model with its prices",
+        f"provider {provider!r}, model {nick!r} ({model}) declares no {' and no '.join(missing)}, so plan and the "
+        f"budget cannot price its calls: write its prices in its table, e.g. {key} = {{ id = {json.dumps(model)}, "
+        f"{', '.join(f'{f} = ...' for f in PRICE_FIELDS)} }}, or 0 for each if it costs nothing",
         file=cfg.source or None,
-        field=f"providers.{provider}.models",
+        field=f"providers.{provider}.models.{nick}",
     )
 
 
-def plan_run(cfg: RunConfig, cached: CacheLookup | None = None) -> list[StageEstimate]:
-    """Every stage with calls, expanded; ``cached``: the response cache, asked about each exact request."""
+def plan_run(
+    cfg: RunConfig, cached: CacheLookup | None = None, latencies: Latencies | None = None
+) -> list[StageEstimate]:
+    """Every stage with calls, expanded; ``cached``: the response cache, asked about each exact request;
+    ``latencies``: the real endpoints' measured in this runs folder (``estimate/latencies.py``)."""
     out: list[StageEstimate] = []
     asked = answered = 0  # requests of the exact stages so far, and how many the cache answers
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,9 +226,12 @@ def plan_run(cfg: RunConfig, cached: CacheLookup | None = None) -> list[StageEst
         for stage in pipeline_of(cfg).stages(cfg):
             try:
                 with pipeline_code(cfg.run.pipeline, stage, "plan", passing=(FileNotFoundError,)):
-                    estimate = _estimate(cfg, stage.name, stage.plan(ctx), exact=True, cached=cached)
+                    estimate = _estimate(
+                        cfg, stage.name, stage.plan(ctx), exact=True, cached=cached, latencies=latencies
+                    )
             except FileNotFoundError:
-                out.append(_as_cached(_upper_bound(cfg, stage.name), answered / asked if asked else 0.0))
+                bound = _upper_bound(cfg, stage.name, latencies)
+                out.append(_as_cached(bound, answered / asked if asked else 0.0))
                 continue
             asked, answered = asked + estimate.requests, answered + estimate.cached_requests
             if estimate.requests:
@@ -220,11 +249,12 @@ def _as_cached(estimate: StageEstimate, share: float) -> StageEstimate:
     )
 
 
-def _upper_bound(cfg: RunConfig, stage: str) -> StageEstimate:
+def _upper_bound(cfg: RunConfig, stage: str, latencies: Latencies | None = None) -> StageEstimate:
     """Units of a stage that needs earlier results: the most the pipeline says it can have."""
     units = list(pipeline_of(cfg).estimate(cfg, stage))
     if units:
-        return _estimate(cfg, stage, units, exact=False, note="upper bound: depends on earlier results")
+        note = "upper bound: depends on earlier results"
+        return _estimate(cfg, stage, units, exact=False, note=note, latencies=latencies)
     return StageEstimate(
         stage=stage,
         requests=0,

@@ -13,9 +13,9 @@ order and without touching the network or the disk beyond reading:
 3. every input file of every stage, and every stage's settings against those inputs (the
    pipeline's ``check_inputs``: e.g. enough jokes for the cloze pairs);
 4. every stage's units as ``plan`` expands them (earlier artifacts missing: the pipeline's upper
-   bound), so any model a stage would call must be a configured, priced model: an unknown
-   nickname would otherwise go to the provider as a model id, priced at $0, out of the budget's
-   sight;
+   bound), so any model a stage would call must be a configured model with both prices declared (0
+   written out for a free one; an offline run needs none): an unknown nickname would otherwise go to
+   the provider as a model id, and a price left out would be $0, out of the budget's sight;
 5. the API keys the local workers will read (a key file that is missing or empty).
 
 Each mistake is one line naming the file, record or field (ConfigError / InputError, exit 2).
@@ -31,6 +31,7 @@ import stat
 from pathlib import Path
 
 from punchline.cluster.config import SIMULATED, RunConfig, check_service_urls
+from punchline.cluster.estimate.call_time import Latencies
 from punchline.cluster.ray_cluster.ray_runtime import check_address
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.planner import StageEstimate, plan_run
@@ -207,8 +208,9 @@ def cap_warning(cfg: RunConfig, estimates: list[StageEstimate], cap_usd: float |
     )
 
 
-def check_run(cfg: RunConfig) -> list[StageEstimate]:
-    """Steps 3 and 4 (``plan``'s checks): the inputs, the settings against them, every stage's units.
-    Returns the plan, so ``plan`` does not expand it twice."""
+def check_run(cfg: RunConfig, latencies: Latencies | None = None) -> list[StageEstimate]:
+    """Steps 3 and 4 (``plan``'s checks): the inputs, the settings against them, every stage's units (each model
+    configured and priced: ``planner.check_model``). Returns the plan, its calls timed by ``latencies`` (the ones
+    the runs folder measured), so ``plan`` does not expand it twice."""
     pipeline_of(cfg).check_inputs(cfg)
-    return plan_run(cfg)
+    return plan_run(cfg, latencies=latencies)

@@ -197,7 +197,7 @@ kind = "openai"
 base_url = "simulated"
 
 [providers.sim.models]
-m = {{ id = "model-m" }}
+m = {{ id = "model-m", input_usd_per_mtok = 0, output_usd_per_mtok = 0 }}
 
 [echo]
 provider = "sim"

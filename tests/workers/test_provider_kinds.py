@@ -37,7 +37,7 @@ pipeline = "prompts"
 {provider_table}
 
 [providers.p.models]
-m = {{ id = "openai/sim/m" }}
+m = {{ id = "openai/sim/m", input_usd_per_mtok = 0, output_usd_per_mtok = 0 }}
 
 [prompts]
 data = "{rows}"

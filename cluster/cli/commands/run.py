@@ -20,6 +20,7 @@ from punchline.cluster.cli.shared import (
     run_config,
 )
 from punchline.cluster.config import load_config
+from punchline.cluster.estimate.latencies import measured_latencies
 from punchline.cluster.estimate.machine_load import sample_runnable
 from punchline.cluster.estimate.wall_estimate import cache_lookup, estimate_wall, store_of
 from punchline.cluster.records.retry_failed import drop_failed
@@ -91,14 +92,15 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     check_environment()
     cfg = load_config(args.config)
-    estimates = check_run(cfg)  # the checks `run` makes before anything starts
+    runs = runs_dir(args.runs_dir)
+    latencies = measured_latencies(runs)  # the real endpoints' calls as this runs folder timed them
+    estimates = check_run(cfg, latencies)  # the checks `run` makes before anything starts
     redis_url = overlay(RunOptions.from_env(), redis_url=args.redis_url).redis_url or cfg.run.redis_url
     if redis_url:  # the run's order: the flag, PUNCHLINE_REDIS_URL, [run] redis_url
         check_ledger(redis_url)
-    runs = runs_dir(args.runs_dir)
     cached = cache_lookup(store_of(cfg, runs))
     if cached is not None:  # the same plan, each request looked up in the response cache
-        estimates = plan_run(cfg, cached)
+        estimates = plan_run(cfg, cached, latencies)
     wall = estimate_wall(cfg, estimates, runs, sample_runnable())
     warning = cap_warning(cfg, estimates)
     if warning is not None:  # on stderr, so --json stays one document

@@ -36,7 +36,7 @@ max_retries = 8
 max_malformed_retries = 4
 
 [providers.gem.models]
-flash = {{ id = "gemini-sim" }}
+flash = {{ id = "gemini-sim", input_usd_per_mtok = 0.3, output_usd_per_mtok = 2.5 }}
 
 [providers.claude]
 kind = "anthropic"
@@ -46,8 +46,8 @@ max_retries = 8
 max_malformed_retries = 4
 
 [providers.claude.models]
-sonnet = {{ id = "claude-sonnet-sim" }}
-opus = {{ id = "claude-opus-sim" }}
+sonnet = {{ id = "claude-sonnet-sim", input_usd_per_mtok = 3.0, output_usd_per_mtok = 15.0 }}
+opus = {{ id = "claude-opus-sim", input_usd_per_mtok = 15.0, output_usd_per_mtok = 75.0 }}
 
 [curate]
 jokes = "{CANDIDATES}"
