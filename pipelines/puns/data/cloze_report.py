@@ -2,7 +2,9 @@
 
 Each answer is classified against the *target* joke's word lists in the puns file (not against the
 test's expected list), so straight-primed and funny-primed answers are judged by the same rule; the
-headline number is the funny-rate shift in percentage points between the two contexts.
+headline number is the funny-rate shift in percentage points between the two contexts. A rate over no answers
+(a model that answered no test of a context) is undefined: ``report.json`` keeps upstream's ``0.0`` (its schema),
+but the tables and figures show ``n/a``, never a measured 0.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import os
 from pathlib import Path
 
 from punchline.data.errors import InputError
+from punchline.data.metrics.intervals import wilson
+from punchline.data.metrics.tables import NA
 from punchline.data.storage.jsonio import atomic_write_bytes, write_upstream_json
-from punchline.pipelines.puns.data.intervals import newcombe_difference, wilson_interval
+from punchline.pipelines.puns.data.intervals import shift_shown
 from punchline.pipelines.puns.data.schemas import (
     ClozeReport,
     ClozeResponses,
@@ -108,18 +112,19 @@ def summarize(scored: dict[str, list[ScoredResponse]]) -> ClozeReport:
     return ClozeReport(models=models)
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
+def _pct(x: float, n: int) -> str:
+    """A rate over ``n`` answers, ``n/a`` over none."""
+    return f"{x * 100:.1f}%" if n else NA
 
 
 def _ci(k: int, n: int) -> str:
-    lo, hi = wilson_interval(k, n)
-    return f"[{lo * 100:.1f}, {hi * 100:.1f}]"
+    iv = wilson(k, n)
+    return f"[{iv.low * 100:.1f}, {iv.high * 100:.1f}]" if iv is not None else NA
 
 
 INTERVALS_NOTE = (
     "Intervals: 95 % Wilson score intervals of each rate; the shift's is Newcombe's hybrid score interval "
-    "(a difference of two independent rates)."
+    f"(a difference of two independent rates). {NA}: undefined (no answer in that context)."
 )
 
 
@@ -133,7 +138,7 @@ def to_markdown(report: ClozeReport) -> str:
             c: ContextSummary = getattr(m, ctx)
             lines.append(
                 f"| {nick} | {ctx} | {c.n} | {c.straight} | {c.funny} | {c.other} | "
-                f"{_pct(c.p_straight)} | {_pct(c.p_funny)} | {_pct(c.p_other)} |"
+                f"{_pct(c.p_straight, c.n)} | {_pct(c.p_funny, c.n)} | {_pct(c.p_other, c.n)} |"
             )
     lines += [
         "",
@@ -142,10 +147,10 @@ def to_markdown(report: ClozeReport) -> str:
     ]
     for nick, m in report.models.items():
         s, f = m.straight, m.funny
-        lo, hi = newcombe_difference(f.funny, f.n, s.funny, s.n)
+        delta, interval = shift_shown(m)
         lines.append(
-            f"| {nick} | {_pct(s.p_funny)} | {_ci(s.funny, s.n)} | {_pct(f.p_funny)} | {_ci(f.funny, f.n)} | "
-            f"{m.delta_funny_pp:+.1f} | [{lo * 100:+.1f}, {hi * 100:+.1f}] |"
+            f"| {nick} | {_pct(s.p_funny, s.n)} | {_ci(s.funny, s.n)} | {_pct(f.p_funny, f.n)} | {_ci(f.funny, f.n)} | "
+            f"{delta} | {interval} |"
         )
     return "\n".join(lines) + "\n\n" + INTERVALS_NOTE + "\n"
 

@@ -3,29 +3,34 @@
 We build ``Figure`` objects directly instead of using pyplot: no global backend state, no GUI, safe in worker
 processes and threads. What a reviewer asks of a figure, and how these meet it:
 
-* every rate carries its 95 % Wilson score interval (:mod:`punchline.pipelines.puns.data.intervals`), said on the
+* every rate carries its 95 % Wilson score interval (:mod:`punchline.data.metrics.intervals`), said on the
 figure;
-* a rate of 0 is drawn (a marker on the zero line and its interval), never an invisible bar;
+* a rate of 0 is drawn (a marker on the zero line and its interval), never an invisible bar; a rate over no
+  answers is undefined and written ``n/a`` at its place, never drawn as a 0;
+* titles name the metric (the models are the axis' labels);
 * legends sit outside the axes, below them, so they cover no data;
 * numbers are printed as ``report.md`` prints them (``52.0%``, ``+38.0 pp``);
 * colours are the Okabe-Ito palette (distinguishable with every common colour-vision deficiency), with hatching
   as a second cue, so the figures also survive greyscale printing;
 * the bytes are the same on every run: no creation date (PDF ``CreationDate``, SVG ``Date``), no software
-  version (PNG ``Software``, PDF ``Producer``), a fixed SVG id salt, fonts embedded the same way each time.
+  version (PNG ``Software``, PDF ``Producer``), a fixed SVG id salt, fonts embedded the same way each time
+  (:func:`punchline.data.metrics.plots.render`, which every figure of punchline goes through).
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
-from typing import Any, Literal
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from punchline.data.drawing import DRAWING, drawing
-from punchline.pipelines.puns.data.intervals import newcombe_difference, wilson_interval
+from punchline.data.drawing import DRAWING
+from punchline.data.metrics import plots as metric_plots
+from punchline.data.metrics.intervals import wilson
+from punchline.data.metrics.plots import Format
+from punchline.data.metrics.tables import NA
+from punchline.pipelines.puns.data.intervals import shift_shown
 from punchline.pipelines.puns.data.schemas import ClozeReport, ContextSummary, PunEntry
 from punchline.pipelines.puns.data.tiers import (
     BALANCED_MIN_BALANCE,
@@ -36,7 +41,6 @@ from punchline.pipelines.puns.data.tiers import (
     tier_counts,
 )
 
-Format = Literal["png", "pdf", "svg"]
 FORMATS: tuple[Format, ...] = ("png", "pdf", "svg")
 DPI = 200
 
@@ -55,21 +59,13 @@ COLORS = {"straight": OKABE_ITO["blue"], "funny": OKABE_ITO["vermillion"], "othe
 HATCHES = {"straight": "", "funny": "//", "other": ".."}
 INTERVAL_NOTE = "Error bars: 95 % Wilson score intervals"
 
-_METADATA: dict[Format, dict[str, str | None]] = {
-    "png": {"Software": None},
-    "pdf": {"CreationDate": None, "Producer": None, "Creator": None},
-    "svg": {"Date": None, "Creator": None},
-}
-_RC: dict[str, Any] = {"svg.hashsalt": "punchline", "svg.fonttype": "path", "pdf.fonttype": 42, "hatch.linewidth": 0.6}
+_RC = {"hatch.linewidth": 0.6}  # beside the settings every figure of punchline is drawn with
 
 
 def render(fig: Figure, fmt: Format) -> bytes:
     """The figure's bytes in ``fmt``, the same on every run."""
     FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    with drawing(_RC):
-        fig.savefig(buf, format=fmt, dpi=DPI, bbox_inches="tight", metadata=_METADATA[fmt])
-    return buf.getvalue()
+    return metric_plots.render(fig, fmt, dpi=DPI, rc=_RC)
 
 
 def render_all(fig: Figure) -> dict[Format, bytes]:
@@ -87,19 +83,27 @@ def _count(summary: ContextSummary, cls: str) -> int:
 
 def _bars_with_intervals(
     ax: Axes, xs: list[float], counts: list[int], ns: list[int], width: float, cls: str, label: str
-) -> list[tuple[float, float]]:
-    """Bars of ``counts / ns`` (in %) with their Wilson intervals; a zero is a marker on the zero line."""
-    rates = [100 * k / n if n else 0.0 for k, n in zip(counts, ns, strict=True)]
-    bounds = [wilson_interval(k, n) for k, n in zip(counts, ns, strict=True)]
-    lower = [max(0.0, r - 100 * lo) for r, (lo, _) in zip(rates, bounds, strict=True)]  # 0 - 0.0 may be -1e-15
-    upper = [max(0.0, 100 * hi - r) for r, (_, hi) in zip(rates, bounds, strict=True)]
-    ax.bar(xs, rates, width, label=label, color=COLORS[cls], hatch=HATCHES[cls], edgecolor="black", linewidth=0.6)
-    zeros = [x for x, r in zip(xs, rates, strict=True) if r == 0]
+) -> list[tuple[float, float] | None]:
+    """Bars of ``counts / ns`` (in %) with their Wilson intervals, returned in %; a zero is a marker on the zero
+    line; a rate over no answers is undefined: ``n/a`` at its place, its interval ``None``."""
+    bounds: list[tuple[float, float] | None] = []
+    for k, n in zip(counts, ns, strict=True):
+        iv = wilson(k, n)
+        bounds.append(None if iv is None else (100 * iv.low, 100 * iv.high))
+    known = [(x, 100 * k / n, b) for x, k, n, b in zip(xs, counts, ns, bounds, strict=True) if b is not None]
+    for x, b in zip(xs, bounds, strict=True):
+        if b is None:
+            ax.text(x, 1.0, NA, ha="center", va="bottom", fontsize=7, color=COLORS[cls], rotation=90)
+    at, rates = [x for x, _, _ in known], [r for _, r, _ in known]
+    lower = [max(0.0, r - b[0]) for _, r, b in known]  # 0 - 0.0 may be -1e-15
+    upper = [max(0.0, b[1] - r) for _, r, b in known]
+    ax.bar(at, rates, width, label=label, color=COLORS[cls], hatch=HATCHES[cls], edgecolor="black", linewidth=0.6)
+    zeros = [x for x, r in zip(at, rates, strict=True) if r == 0]
     if zeros:  # an empty bar would vanish into the axis: mark it, in the series' colour
         ax.plot(zeros, [0.0] * len(zeros), linestyle="none", marker="D", markersize=4.5, color=COLORS[cls],
                 markeredgecolor="black", markeredgewidth=0.6, clip_on=False, zorder=4)  # fmt: skip
-    ax.errorbar(xs, rates, yerr=[lower, upper], fmt="none", ecolor="black", elinewidth=0.8, capsize=2.5, zorder=3)
-    return [(100 * lo, 100 * hi) for lo, hi in bounds]
+    ax.errorbar(at, rates, yerr=[lower, upper], fmt="none", ecolor="black", elinewidth=0.8, capsize=2.5, zorder=3)
+    return bounds
 
 
 def _n_note(ns: list[int]) -> str:
@@ -131,7 +135,7 @@ def figure_context_effect(report: ClozeReport) -> Figure:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False,
                title=f"Answer class  ·  {INTERVAL_NOTE}, {_n_note(ns)}")  # fmt: skip
-    fig.suptitle("Answer class by priming context")
+    fig.suptitle("Share of answers by class (straight / funny / other) and priming context, per model")
     fig.tight_layout()
     return fig
 
@@ -152,23 +156,24 @@ def figure_funny_shift(report: ClozeReport) -> Figure:
         bounds = _bars_with_intervals(
             ax, xs, counts, [s.n for s in summaries], width, cls, f"{ctx.capitalize()} context"
         )
-        for i, (x, s, (_, hi)) in enumerate(zip(xs, summaries, bounds, strict=True)):
-            ax.annotate(pct(s.p_funny), xy=(x, hi), xytext=(0, 2), textcoords="offset points", ha="center",
+        for i, (x, s, bound) in enumerate(zip(xs, summaries, bounds, strict=True)):
+            if bound is None:  # undefined: written n/a by the bars
+                continue
+            ax.annotate(pct(s.p_funny), xy=(x, bound[1]), xytext=(0, 2), textcoords="offset points", ha="center",
                         va="bottom", fontsize=7.5)  # fmt: skip
-            tops[i] = max(tops[i], hi)
+            tops[i] = max(tops[i], bound[1])
     for i, m in enumerate(models):
-        s, f = report.models[m].straight, report.models[m].funny
-        lo, hi = newcombe_difference(f.funny, f.n, s.funny, s.n)
-        ax.annotate(f"{report.models[m].delta_funny_pp:+.1f} pp\n[{100 * lo:+.1f}, {100 * hi:+.1f}]", xy=(i, tops[i]),
-                    xytext=(0, 14), textcoords="offset points", ha="center", va="bottom", fontsize=8,
-                    fontweight="bold", linespacing=1.1)  # fmt: skip
+        delta, interval = shift_shown(report.models[m])
+        text = f"{delta} pp\n{interval}" if interval != NA else f"shift {NA}"
+        ax.annotate(text, xy=(i, tops[i]), xytext=(0, 14), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=8, fontweight="bold", linespacing=1.1)  # fmt: skip
     ax.set_xticks(range(len(models)))
     ax.set_xticklabels(models)
     ax.set_ylabel("Funny answer rate (%)")
     ax.set_ylim(0, min(100.0, max([*tops, 1.0])) + 30)
     ax.grid(axis="y", color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
-    ax.set_title("Context effect on pun answers (shift: funny minus straight context)")
+    ax.set_title("Funny-answer rate by priming context, per model (shift: funny minus straight context)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=2, frameon=False,
               title=f"{INTERVAL_NOTE}, {_n_note(ns)}; shift interval: Newcombe")  # fmt: skip
     fig.tight_layout()

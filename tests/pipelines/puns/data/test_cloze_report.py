@@ -10,9 +10,9 @@ import pytest
 from matplotlib.transforms import Bbox
 
 from punchline.data.errors import InputError
+from punchline.data.metrics.intervals import Interval, newcombe_difference, wilson
 from punchline.pipelines.puns.data.cloze_report import build_report, classify_word, score, to_markdown, write_report
 from punchline.pipelines.puns.data.cloze_run import MAX_TOKENS, STOP, cloze_request, to_response
-from punchline.pipelines.puns.data.intervals import newcombe_difference, wilson_interval
 from punchline.pipelines.puns.data.schemas import ClozeModelResponses, ClozeResponse, ClozeTest, PunEntry
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -81,8 +81,9 @@ def test_hand_computed_report() -> None:
     assert two.delta_funny_pp == -50.0
     md = to_markdown(report)
     assert "| m | straight | 3 | 2 | 0 | 1 | 66.7% | 0.0% | 33.3% |" in md
-    # Wilson intervals of 0/2 and 1/2, and Newcombe's interval of their difference
-    assert "| two | 50.0% | [9.5, 90.5] | 0.0% | [0.0, 100.0] | -50.0 | [-90.5, +57.9] |" in md
+    # model two answered no funny-context test: its funny rate, and so its shift, are undefined: n/a, never 0.0
+    assert "| two | 50.0% | [9.5, 90.5] | n/a | n/a | n/a | n/a |" in md
+    assert "| two | funny | 0 | 0 | 0 | 0 | n/a | n/a | n/a |" in md
     assert "| m | 0.0% | [0.0, 56.1] | 100.0% | [43.9, 100.0] | +100.0 | [+20.6, +100.0] |" in md
     assert "95 % Wilson score intervals" in md
 
@@ -134,12 +135,16 @@ def test_cloze_request_and_response() -> None:
 def test_wilson_and_newcombe_intervals_match_published_values() -> None:
     # Newcombe (1998), Stat. Med. 17:857-872: 0/10 -> (0, 0.2775), 5/10 -> (0.2366, 0.7634),
     # 56/70 - 48/80 -> (0.0524, 0.3339)
-    assert wilson_interval(0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4))
-    assert wilson_interval(5, 10) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
-    lo, hi = newcombe_difference(56, 70, 48, 80)
+    def bounds(iv: Interval | None) -> tuple[float, float]:
+        assert iv is not None
+        return iv.low, iv.high
+
+    assert bounds(wilson(0, 10)) == (0.0, pytest.approx(0.2775, abs=1e-4))
+    assert bounds(wilson(5, 10)) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
+    lo, hi = bounds(newcombe_difference(56, 70, 48, 80))
     assert (lo, hi) == (pytest.approx(0.0524, abs=1e-4), pytest.approx(0.3339, abs=1e-4))
-    assert wilson_interval(0, 0) == (0.0, 1.0)
-    assert wilson_interval(0, 15)[1] == pytest.approx(0.2039, abs=1e-4)  # what n = 15 says about a 0
+    assert wilson(0, 0) is None  # nothing known: undefined, not [0, 1] read as a measurement
+    assert bounds(wilson(0, 15))[1] == pytest.approx(0.2039, abs=1e-4)  # what n = 15 says about a 0
 
 
 def _overlap(a: Bbox, b: Bbox) -> bool:
@@ -182,3 +187,17 @@ def test_figures_show_zeros_intervals_and_the_tables_numbers_with_legends_clear_
     for rate in (m.straight.p_funny, m.funny.p_funny):
         label = f"{rate * 100:.1f}%"
         assert label in texts and f"| {label} |" in md
+
+
+def test_an_undefined_rate_is_drawn_na_not_zero() -> None:
+    from punchline.pipelines.puns.data.plots import figure_context_effect, figure_funny_shift
+
+    responses = _responses(["rest", "loafed", "xyz", "Rose.", "swam", "schooled"])
+    responses["two"] = ClozeModelResponses(model_id="org/two", responses={"0": to_response(TESTS[0], "fell")})
+    report = build_report(responses, TESTS, PUNS)  # two: no funny-context answer
+    shift = figure_funny_shift(report)
+    texts = [t.get_text() for t in shift.axes[0].texts]
+    assert texts.count("n/a") == 1 and "shift n/a" in texts  # two's funny-context rate and its shift
+    assert "Funny-answer rate" in shift.axes[0].get_title()
+    context = figure_context_effect(report)
+    assert sum(t.get_text() == "n/a" for ax in context.axes for t in ax.texts) == 3  # straight, funny, other
