@@ -45,6 +45,7 @@ from pathlib import Path
 import structlog
 
 from punchline.data.errors import ConfigError, InfraError, LedgerUnavailable
+from punchline.data.extras import require_cluster_extra
 from punchline.data.settings import LOCAL_RAY_DASHBOARD_PORT, LOCAL_RAY_LINGER_S
 from punchline.services.keeper import ClientFile, folder_lock, is_kept
 from punchline.services.private_files import private_dir, read_private
@@ -132,12 +133,18 @@ class LocalRay:
 
     def check_startable(self) -> None:
         """What the head will need, proven before the run's first paid call (the head itself starts only when a
-        stage needs it, maybe after batches were paid for): Ray and its ``ray start`` in this Python, Ray's auth
-        settings usable, and the head's token writable in its folder (written now; a starting head writes a new
-        one). A failure is one line, exit 2, before anything is paid."""
+        stage needs it, maybe after batches were paid for): Ray and its ``ray start`` in this Python, the cluster
+        extra when Ray's dashboard is asked for, Ray's auth settings usable, and the head's token writable in its
+        folder (written now; a starting head writes a new one). A failure is one line, exit 2, before anything is
+        paid."""
         if importlib.util.find_spec("ray") is None:
             raise InfraError(
                 f"Ray is not installed for {sys.executable}: the local Ray head cannot start; reinstall punchline"
+            )
+        if self.dashboard_port is not None:
+            require_cluster_extra(
+                "Ray's dashboard on the local head",
+                field=f"{LOCAL_RAY_DASHBOARD_PORT.flag} / {LOCAL_RAY_DASHBOARD_PORT.name}",
             )
         mode = os.environ.get(AUTH_MODE_ENV, "")
         if mode and mode.lower() not in ("token", "disabled"):

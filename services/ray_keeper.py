@@ -43,6 +43,7 @@ from typing import IO
 import msgspec
 
 from punchline.data.errors import LedgerUnavailable
+from punchline.data.extras import ray_client_installed
 from punchline.data.settings import LOCAL_RAY_LINGER_S
 from punchline.services import keeper
 from punchline.services.keeper import (
@@ -118,7 +119,8 @@ def head_command(settings: RaySettings, temp_dir: str, dashboard_port: int = 0) 
         argv += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
     else:
         argv += ["--include-dashboard=false", f"--dashboard-port={free_port()}"]
-    argv += [f"--ray-client-server-port={free_port()}"]
+    if ray_client_installed():  # else (no cluster extra) Ray starts no client server and refuses its port
+        argv += [f"--ray-client-server-port={free_port()}"]
     argv += [f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats"]
     if settings.num_cpus is not None:
         argv.append(f"--num-cpus={settings.num_cpus}")

@@ -11,6 +11,7 @@ package's imports proves each third-party import is declared.
 from __future__ import annotations
 
 import ast
+import email.parser
 import os
 import shutil
 import subprocess
@@ -152,6 +153,34 @@ def test_the_new_venv_satisfies_every_declared_requirement(wheel_venv: Path) -> 
     if "No module named pip" in checked.stderr:  # the venv has no pip of its own: ask ours about it
         checked = _run([sys.executable, "-m", "pip", "--python", str(wheel_venv / "bin" / "python"), "check"])
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _wheel_requirements(wheel_venv: Path) -> list[Requirement]:
+    """The built wheel's ``Requires-Dist`` lines, read from the wheel itself."""
+    (wheel,) = wheel_venv.parent.glob("punchline-*.whl")
+    with zipfile.ZipFile(wheel) as whl:
+        name = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(whl.read(name).decode())
+    return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+
+
+def _in_extra(requirements: list[Requirement], extra: str) -> dict[str, Requirement]:
+    return {r.name.lower(): r for r in requirements if r.marker is not None and r.marker.evaluate({"extra": extra})}
+
+
+def test_the_wheels_runtime_requirements_exclude_the_test_tools_and_rays_dashboard(wheel_venv: Path) -> None:
+    """`pip install punchline` (and `make run`) carry what runs; the test tools, the docs site's and Ray's
+    dashboard packages come with the extras `make test` installs (docs/install.md)."""
+    requirements = _wheel_requirements(wheel_venv)
+    runtime = {r.name.lower(): r for r in requirements if r.marker is None}
+    test, docs, cluster = (_in_extra(requirements, e) for e in ("test", "docs", "cluster"))
+    assert {"pytest", "mypy", "ruff", "moto", "playwright", "litellm", "datasets", "polars"} <= test.keys()
+    assert {"mkdocs", "mkdocs-material"} <= docs.keys()
+    assert not runtime.keys() & (test.keys() | docs.keys()), "a test or docs tool is a runtime requirement"
+    assert runtime["ray"].extras == set(), "ray[default] (the dashboard's packages) is a runtime requirement"
+    assert cluster["ray"].extras == {"default"} and cluster["ray"].specifier == runtime["ray"].specifier
+    for needed in ("matplotlib", "pyarrow", "redis", "msgspec", "openai", "anthropic"):  # the demo's, the API's
+        assert needed in runtime, needed
 
 
 def _third_party_imports() -> dict[str, str]:

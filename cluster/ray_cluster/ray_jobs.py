@@ -41,6 +41,7 @@ from punchline.cluster.config import RunConfig, load_config, resolve_path
 from punchline.cluster.ray_cluster.ray_runtime import raise_if_auth
 from punchline.cluster.registry import FIELD, pipeline_of
 from punchline.data.errors import ConfigError, InfraError, InputError
+from punchline.data.extras import require_cluster_extra
 from punchline.data.redaction import redact_text, secret_parts
 from punchline.data.settings import BY_NAME, JOB_VARS, JOBS_ADDRESS, MAX_WORKERS
 
@@ -221,6 +222,7 @@ def entrypoint(config_rel: str, run_id: str, opts: SubmitOptions) -> str:
 
 def client(address: str) -> Any:
     """A ``JobSubmissionClient`` for the cluster's dashboard (token auth when a token is configured)."""
+    require_cluster_extra("Ray's job SDK (submit, jobs, logs, stop, delete)")
     from ray.job_submission import JobSubmissionClient  # lazy: ray takes seconds to import
 
     try:

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from punchline.data.errors import ConfigError, InfraError, ServiceRejected
+from punchline.data.extras import require_cluster_extra
 from punchline.services.ray_settings import RaySettings
 
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's driver
@@ -113,6 +114,8 @@ def check_address(address: str | None, *, field: str = "--ray-address / PUNCHLIN
     ``auto`` and addresses Ray resolves itself are left to Ray; a slow network is not refused."""
     if not address or address in ("auto", "local"):
         return
+    if address.startswith("ray://"):
+        require_cluster_extra("a ray:// address (Ray Client)", field=field)
     target = address.split("://", 1)[1] if address.startswith("ray://") else address
     host, sep, port_text = target.rpartition(":")
     host = host.strip("[]")
