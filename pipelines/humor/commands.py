@@ -61,7 +61,7 @@ def _add_score(hs: Subcommands) -> None:
     s = hs.add_parser(
         "score",
         help="score model answers: EM (MERA's reading and ours), per-class metrics, both judges",
-        description="Writes report.json, report.md and confusion.png into --out, and MERA's submission files "
+        description="Writes report.json, report.md, confusion.png and .svg into --out, and MERA's submission files "
         "Humor.json + logs_public.zip when every item has an answer.",
     )
     s.add_argument("--data", required=True, help="the data file with reference outputs")
@@ -158,7 +158,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n")
         return 0
-    written = [paths.report_json, paths.report_md, paths.confusion_png]
+    written = [paths.report_json, paths.report_md, paths.confusion_png, paths.confusion_svg]
     print_score_summary(report, [*([paths.submission] if paths.submission else []), *written])
     return 0
 

@@ -27,7 +27,7 @@ from punchline.pipelines.humor.data.judge import (
 from punchline.pipelines.humor.data.loaders import Prediction, load_humor, load_items
 from punchline.pipelines.humor.data.mera import mera_readings
 from punchline.pipelines.humor.data.prompts import MERA_STOP, answer_request, cut_at_stop, mera_answer_request
-from punchline.pipelines.humor.data.report import score_and_write
+from punchline.pipelines.humor.data.report import JudgeRetry, judge_retries, retries_of_report, score_and_write
 from punchline.pipelines.humor.data.schema import HumorFile, HumorItem
 from punchline.pipelines.humor.data.shots import draws_per_item, first_k_shots, lm_eval_shots
 from punchline.pipelines.humor.data.submission import LOGS_NAME, SUBMISSION_FILE, submission_zip
@@ -136,6 +136,7 @@ def _score(
     judge_scores: Mapping[int, float | None] | None,
     judge_mera_scores: Mapping[int, float] | None = None,
     judge_mera_failed_calls: int | None = None,
+    judge_mera_retried: list[JudgeRetry] | None = None,
 ) -> list[str]:
     """Score one model into a temp dir and store every output file as ``report/<nick>/<file>``, and MERA's
     submission archive as ``submission/<nick>.zip`` when every item has an answer."""
@@ -148,6 +149,8 @@ def _score(
             judge_scores=judge_scores,
             judge_mera_scores=judge_mera_scores,
             judge_mera_failed_calls=judge_mera_failed_calls,
+            judge_mera_retried=judge_mera_retried,
+            model=nick,
         )
         files = {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir())}
         for file_name, data in files.items():
@@ -237,6 +240,36 @@ def _mera_judge_lines(
     return out
 
 
+def _mera_retries(
+    ctx: StageContext, results: Mapping[str, UnitResult], nick: str, lines: list[MeraJudgeScore], judge_id: str
+) -> list[JudgeRetry]:
+    """The MERA judge calls of ``nick`` asked more than once: against this run's previous reduce of the stage (its
+    ``judge_mera_scores`` and the retries its report kept; read before they are written again), and the attempts
+    retried within the run (each unit's ``retries``)."""
+    try:
+        raw = ctx.read_artifact(judge_mera_scores_artifact(nick))
+    except FileNotFoundError:  # the stage's first reduce in this run
+        before, earlier = None, []
+    else:
+        decoder = msgspec.json.Decoder(MeraJudgeScore)
+        kept = [decoder.decode(line) for line in raw.splitlines() if line.strip()]
+        before = {x.id: (x.score, x.failed_calls) for x in kept}
+        try:
+            earlier = retries_of_report(ctx.read_artifact(report_artifact(nick, "report.json")))
+        except FileNotFoundError:
+            earlier = []
+    within: dict[int, int] = {}
+    prefix = f"{MERA_JUDGE}/{nick}/"
+    for unit_id, result in results.items():
+        # ``retries`` counts failed attempts: a failed unit's last one was not followed by another
+        again = result.retries - (result.error is not None)
+        if unit_id.startswith(prefix) and again > 0:
+            item = int(unit_id[len(prefix) :].split("/")[0])
+            within[item] = within.get(item, 0) + again
+    after = {x.id: (x.score, x.failed_calls) for x in lines}
+    return judge_retries(before, after, within, model=nick, judge=judge_id, earlier=earlier)
+
+
 class JudgeStage:
     """The judge model grades each answer (binary); then every model is scored with its judgements.
 
@@ -271,6 +304,8 @@ class JudgeStage:
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         cfg = settings_of(ctx.cfg)
+        assert cfg.judge is not None
+        judge_id = ctx.cfg.provider(cfg.judge.provider).model_id(cfg.judge.model)
         source = _source(ctx)
         ids = sorted(it.id for it in source.data)
         names = []
@@ -290,11 +325,12 @@ class JudgeStage:
             names.append(judge_scores_artifact(nick))
             answers = read_answers(ctx, nick)
             mera_lines = _mera_judge_lines(results, nick, answers, ids)
+            retried = _mera_retries(ctx, results, nick, mera_lines, judge_id)
             ctx.write_artifact(judge_mera_scores_artifact(nick), _encode_lines(list(mera_lines)))
             names.append(judge_mera_scores_artifact(nick))
             mera = {line.id: line.score for line in mera_lines}
             failed = sum(line.failed_calls for line in mera_lines)
-            names += _score(ctx, source, nick, answers, scores, mera, failed)
+            names += _score(ctx, source, nick, answers, scores, mera, failed, retried)
         return names
 
 

@@ -5,10 +5,12 @@
 ``em_mera`` is the official reading (:mod:`punchline.pipelines.humor.data.mera`). ``ambiguous`` counts the answers
 the parser refused because they hedge (several classes or letters) or contradict themselves; they are
 also parse failures. Items without a prediction are scored as an empty answer (wrong) and counted in
-``n_missing``. Precision of a class never predicted is 0 (sklearn's
-``zero_division=0``). Bootstrap intervals are 95 % percentile intervals over items (the same resamples
-for every per-class figure), seeded so reports are reproducible: on EM (both readings), class accuracy and
-each class's precision, recall and F1.
+``n_missing``. The precision of a class never predicted, the recall of a class absent from the references, are
+undefined (``None``, shown ``n/a``), not 0; F1 is ``2·correct / (support + predicted)``, undefined only for a class
+neither present nor predicted (so a class present but never predicted has F1 0, as sklearn's
+``zero_division=0`` gives it). Intervals are 95 % (:mod:`punchline.data.metrics`): Wilson score intervals for the
+rates (EM under both readings, class accuracy, each class's precision and recall), and for each class's F1 a
+percentile bootstrap over items, seeded so reports are reproducible.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from punchline.data.errors import InputError
+from punchline.data.metrics.intervals import Interval, quantile, ratio, wilson
 from punchline.pipelines.humor.data.mera import em_mera as _em_mera
 from punchline.pipelines.humor.data.parser import ParsedAnswer, parse_answer
 from punchline.pipelines.humor.data.schema import CLASSES, LETTERS, NOT_A_JOKE, HumorItem, class_key, split_output
@@ -26,26 +29,21 @@ from punchline.pipelines.humor.data.schema import CLASSES, LETTERS, NOT_A_JOKE, 
 UNPARSED = "<unparsed>"
 
 
-class Interval(msgspec.Struct):
-    low: float
-    high: float
-
-
 class ClassStats(msgspec.Struct):
     support: int  # reference items of the class
     predicted: int  # items predicted as the class
     correct: int
-    precision: float
-    recall: float
-    f1: float
+    precision: float | None  # None: undefined (the class was never predicted)
+    recall: float | None  # None: undefined (no reference item of the class)
+    f1: float | None  # None: undefined (neither present nor predicted)
 
 
 class ClassIntervals(msgspec.Struct):
-    """95 % bootstrap intervals of one class's precision, recall and F1."""
+    """95 % intervals of one class's precision and recall (Wilson) and F1 (bootstrap); None where undefined."""
 
-    precision: Interval
-    recall: Interval
-    f1: Interval
+    precision: Interval | None
+    recall: Interval | None
+    f1: Interval | None
 
 
 class ConfusionMatrix(msgspec.Struct):
@@ -68,18 +66,18 @@ class HumorMetrics(msgspec.Struct, kw_only=True):
     letter_parse_failure_rate: float
     ambiguous: int  # answers that named several classes or letters, or disagreed with themselves: never credited
     ambiguous_rate: float
-    macro_f1: float
+    macro_f1: float | None  # over the classes present (None: no item)
     per_class: dict[str, ClassStats]
     confusion: ConfusionMatrix
-    not_a_joke_precision: float
-    not_a_joke_recall: float
+    not_a_joke_precision: float | None
+    not_a_joke_recall: float | None
     predicted_letters: dict[str, int]  # А, Б, В, Г and UNPARSED: position bias
     reference_letters: dict[str, int]
-    em_ci95: Interval
-    em_mera_ci95: Interval
-    class_accuracy_ci95: Interval
+    em_ci95: Interval | None  # Wilson; None only without items
+    em_mera_ci95: Interval | None
+    class_accuracy_ci95: Interval | None
     per_class_ci95: dict[str, ClassIntervals]
-    bootstrap_resamples: int
+    bootstrap_resamples: int  # the F1 intervals' (and MERA's judge score's, in the report)
     bootstrap_seed: int
 
 
@@ -121,42 +119,24 @@ def score_item(item: HumorItem, text: str) -> ItemScore:
 
 
 def _ratio(a: int | float, b: int | float) -> float:
+    """A rate over the items (0 without items: every item-level rate is defined whenever there is an item)."""
     return a / b if b else 0.0
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_values:
-        return 0.0
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def bootstrap_ci(values: Sequence[int | float], *, resamples: int = 1000, seed: int = 0) -> Interval:
-    """95 % percentile bootstrap interval of the mean of ``values``."""
-    n = len(values)
-    if n == 0:
-        return Interval(0.0, 0.0)
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
-    return Interval(_quantile(means, 0.025), _quantile(means, 0.975))
-
-
-def _prf(correct: int, predicted: int, support: int) -> tuple[float, float, float]:
-    p, r = _ratio(correct, predicted), _ratio(correct, support)
-    return p, r, _ratio(2 * p * r, p + r)
+def _prf(correct: int, predicted: int, support: int) -> tuple[float | None, float | None, float | None]:
+    """Precision, recall and F1 of one class; ``None`` where undefined (0/0)."""
+    return ratio(correct, predicted), ratio(correct, support), ratio(2 * correct, support + predicted)
 
 
 def per_class_bootstrap(
     pairs: Sequence[tuple[str, str | None]], *, resamples: int = 1000, seed: int = 0
-) -> dict[str, ClassIntervals]:
-    """Per-class precision/recall/F1 intervals: ``pairs`` are (reference class, predicted class or None)
-    per item; each resample draws items with replacement and recomputes all three for every class."""
+) -> dict[str, Interval | None]:
+    """Per-class F1 intervals: ``pairs`` are (reference class, predicted class or None) per item; each resample
+    draws items with replacement and recomputes every class's F1 (a resample where a class's F1 is undefined
+    adds nothing to its interval; None when no resample defines it)."""
     n = len(pairs)
     rng = random.Random(seed)
-    draws: dict[str, list[list[float]]] = {c: [[], [], []] for c in CLASSES}
+    draws: dict[str, list[float]] = {c: [] for c in CLASSES}
     for _ in range(resamples if n else 0):
         support = dict.fromkeys(CLASSES, 0)
         predicted = dict.fromkeys(CLASSES, 0)
@@ -167,14 +147,26 @@ def per_class_bootstrap(
                 predicted[pred] += 1
                 correct[pred] += pred == ref
         for c in CLASSES:
-            for values, x in zip(draws[c], _prf(correct[c], predicted[c], support[c]), strict=True):
-                values.append(x)
+            f1 = ratio(2 * correct[c], support[c] + predicted[c])
+            if f1 is not None:
+                draws[c].append(f1)
 
-    def interval(values: list[float]) -> Interval:
+    def interval(values: list[float]) -> Interval | None:
         values.sort()
-        return Interval(_quantile(values, 0.025), _quantile(values, 0.975))
+        return Interval(quantile(values, 0.025), quantile(values, 0.975)) if values else None
 
-    return {c: ClassIntervals(*(interval(v) for v in draws[c])) for c in CLASSES}
+    return {c: interval(draws[c]) for c in CLASSES}
+
+
+def per_class_intervals(
+    per_class: Mapping[str, ClassStats], f1: Mapping[str, Interval | None]
+) -> dict[str, ClassIntervals]:
+    """Each class's Wilson intervals of precision (correct of predicted) and recall (correct of support), beside
+    its F1's bootstrap interval."""
+    return {
+        c: ClassIntervals(wilson(st.correct, st.predicted), wilson(st.correct, st.support), f1[c])
+        for c, st in per_class.items()
+    }
 
 
 def _tallies(scores: Sequence[ItemScore]) -> tuple[list[list[int]], dict[str, int], dict[str, int]]:
@@ -235,18 +227,21 @@ def compute_metrics(
         letter_parse_failure_rate=_ratio(sum(1 for s in scores if s.parsed.letter is None), n),
         ambiguous=sum(1 for s in scores if s.parsed.ambiguous),
         ambiguous_rate=_ratio(sum(1 for s in scores if s.parsed.ambiguous), n),
-        macro_f1=_ratio(sum(st.f1 for st in present), len(present)),
+        macro_f1=ratio(sum(st.f1 or 0.0 for st in present), len(present)),  # a present class's F1 is defined
         per_class=per_class,
         confusion=ConfusionMatrix(rows=list(CLASSES), cols=[*CLASSES, UNPARSED], counts=counts),
         not_a_joke_precision=per_class[NOT_A_JOKE].precision,
         not_a_joke_recall=per_class[NOT_A_JOKE].recall,
         predicted_letters=predicted_letters,
         reference_letters=reference_letters,
-        em_ci95=bootstrap_ci(em, resamples=resamples, seed=seed),
-        em_mera_ci95=bootstrap_ci([s.em_mera for s in scores], resamples=resamples, seed=seed + 2),
-        class_accuracy_ci95=bootstrap_ci(cls_ok, resamples=resamples, seed=seed + 1),
-        per_class_ci95=per_class_bootstrap(
-            [(_reference_of(s)[0], s.parsed.cls) for s in scores], resamples=resamples, seed=seed + 3
+        em_ci95=wilson(sum(em), n),
+        em_mera_ci95=wilson(sum(s.em_mera for s in scores), n),
+        class_accuracy_ci95=wilson(sum(cls_ok), n),
+        per_class_ci95=per_class_intervals(
+            per_class,
+            per_class_bootstrap(
+                [(_reference_of(s)[0], s.parsed.cls) for s in scores], resamples=resamples, seed=seed + 3
+            ),
         ),
         bootstrap_resamples=resamples,
         bootstrap_seed=seed,

@@ -290,10 +290,9 @@ def test_reduces_skip_failed_answers_and_keep_failed_judgements_missing(tmp_path
     assert report["judge_mera_failed_calls"] == 1
     lines = [json.loads(line) for line in ctx.read_artifact("judge_mera_scores/a.jsonl").splitlines()]
     assert [ln for ln in lines if "failed_calls" in ln] == [{"id": 6, "score": 0.5, "failed_calls": 1}]
-    assert (
-        "failed judge calls (scored 0, not retried under the mera preset): 1"
-        in ctx.read_artifact("report/a/report.md").decode()
-    )
+    md = ctx.read_artifact("report/a/report.md").decode()
+    assert "failed judge calls (each scored 0; the mera preset does not retry them within the run): 1" in md
+    assert "judge calls asked again: none" in md and report["judge_mera_retried"] == []
     # item 3 has no answer: no MERA submission
     assert "submission/a.zip" not in names and "report/a/Humor.json" not in names
 
@@ -321,6 +320,7 @@ def test_without_judge_generate_scores_and_k_shot_prefixes(tmp_path: Path) -> No
         "answers/a.jsonl",
         "report/a/Humor.json",
         "report/a/confusion.png",
+        "report/a/confusion.svg",
         "report/a/logs_public.zip",
         "report/a/report.json",
         "report/a/report.md",

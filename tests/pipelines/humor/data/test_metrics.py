@@ -1,7 +1,8 @@
 import pytest
 
 from punchline.data.errors import InputError
-from punchline.pipelines.humor.data.metrics import UNPARSED, bootstrap_ci, compute_metrics
+from punchline.data.metrics.intervals import Interval, bootstrap_mean, wilson
+from punchline.pipelines.humor.data.metrics import UNPARSED, compute_metrics
 from punchline.pipelines.humor.data.schema import CLASSES
 from tests.pipelines.humor.data.conftest import make_item
 
@@ -45,8 +46,14 @@ def test_hand_computed_metrics() -> None:
     # не анекдот: support 2, predicted 1, correct 1
     assert m.not_a_joke_precision == 1.0 and m.not_a_joke_recall == 0.5
     assert m.per_class["не анекдот"].f1 == pytest.approx(2 / 3)
-    # каламбур: support 1, never predicted -> precision 0, f1 0
-    assert m.per_class["каламбур"].precision == 0.0 and m.per_class["каламбур"].f1 == 0.0
+    # каламбур: support 1, never predicted -> precision undefined (None, shown n/a: never 0.0), recall 0, f1 0
+    kal = m.per_class["каламбур"]
+    assert kal.precision is None and kal.recall == 0.0 and kal.f1 == 0.0
+    assert m.per_class_ci95["каламбур"].precision is None and m.per_class_ci95["каламбур"].recall == wilson(0, 1)
+    # a class neither present nor predicted: everything undefined
+    absent = m.per_class["оксюморон"]
+    assert (absent.precision, absent.recall, absent.f1) == (None, None, None)
+    assert m.per_class_ci95["оксюморон"].f1 is None
     assert m.macro_f1 == pytest.approx((0.8 + 2 / 3 + 0.0) / 3)
     conf = m.confusion
     assert conf.cols[-1] == UNPARSED and len(conf.counts) == 12 and all(len(r) == 13 for r in conf.counts)
@@ -57,17 +64,17 @@ def test_hand_computed_metrics() -> None:
     assert sum(map(sum, conf.counts)) == 5
     assert m.predicted_letters == {"А": 0, "Б": 1, "В": 2, "Г": 1, UNPARSED: 1}
     assert m.reference_letters == {"А": 1, "Б": 1, "В": 1, "Г": 2}
-    assert m.em_ci95.low <= m.em <= m.em_ci95.high
-    assert 0.0 <= m.em_ci95.low < m.em_ci95.high <= 1.0
+    assert m.em_ci95 == wilson(2, 5) and m.em_mera_ci95 == wilson(1, 5)  # rates: Wilson's interval
+    assert m.class_accuracy_ci95 == wilson(3, 5)
+    assert m.per_class_ci95["ирония"].precision == wilson(2, 3)
 
 
 def test_bootstrap_is_seeded_and_degenerate_cases() -> None:
     values = [1, 0, 1, 1, 0, 0, 1, 0, 1, 1]
-    assert bootstrap_ci(values, seed=3) == bootstrap_ci(values, seed=3)
-    ci = bootstrap_ci([1] * 20)
-    assert (ci.low, ci.high) == (1.0, 1.0)
-    wide = bootstrap_ci(values, resamples=2000)
-    assert 0.2 < wide.low < 0.6 < wide.high < 0.95
+    assert bootstrap_mean(values, seed=3) == bootstrap_mean(values, seed=3)
+    assert bootstrap_mean([1] * 20) == Interval(1.0, 1.0)
+    wide = bootstrap_mean(values, resamples=2000)
+    assert wide is not None and 0.2 < wide.low < 0.6 < wide.high < 0.95
 
 
 def test_unknown_prediction_id_and_unlabeled_item_are_errors() -> None:
@@ -114,10 +121,11 @@ def test_per_class_and_em_mera_intervals_are_seeded_and_cover_the_estimates() ->
     m1, _ = compute_metrics(items, preds, resamples=300, seed=7)
     m2, _ = compute_metrics(items, preds, resamples=300, seed=7)
     assert m1.per_class_ci95 == m2.per_class_ci95 and m1.em_mera_ci95 == m2.em_mera_ci95
-    assert m1.em_mera_ci95.low < m1.em_mera < m1.em_mera_ci95.high
+    assert m1.em_mera_ci95 is not None and m1.em_mera_ci95.low < m1.em_mera < m1.em_mera_ci95.high
     assert 0.0 < m1.em_mera < m1.em  # the CRLF answers: MERA keeps the CR in the class
     for cls in CLASSES:
         st, ci = m1.per_class[cls], m1.per_class_ci95[cls]
         for value, iv in ((st.precision, ci.precision), (st.recall, ci.recall), (st.f1, ci.f1)):
+            assert value is not None and iv is not None
             assert iv.low <= value <= iv.high and iv.high - iv.low < 0.8
-        assert ci.f1.high - ci.f1.low > 0.0  # 20 items per class: a real interval
+        assert ci.f1 is not None and ci.f1.high - ci.f1.low > 0.0  # 20 items per class: a real interval

@@ -6,7 +6,15 @@ import pytest
 
 from punchline.pipelines.humor.data.judge import judge_stats
 from punchline.pipelines.humor.data.metrics import compute_metrics
-from punchline.pipelines.humor.data.report import build_report, headlines, write_report
+from punchline.pipelines.humor.data.report import (
+    JudgeRetry,
+    build_report,
+    confusion_title,
+    headlines,
+    judge_retries,
+    retries_of_report,
+    write_report,
+)
 from punchline.pipelines.humor.data.schema import HumorTestFile
 from tests.pipelines.humor.data.conftest import make_item
 
@@ -18,7 +26,12 @@ def test_write_report(tmp_path: Path) -> None:
     metrics, scores = compute_metrics(ITEMS, PREDS, resamples=100)
     judge = judge_stats({1: 1.0, 2: None, 3: 0.0}, {s.id: s.em for s in scores})
     report = build_report(
-        metrics, scores, judge=judge, judge_scores={1: 1.0, 2: None, 3: 0.0}, judge_mera_scores={1: 1.0, 2: 0.5}
+        metrics,
+        scores,
+        judge=judge,
+        judge_scores={1: 1.0, 2: None, 3: 0.0},
+        judge_mera_scores={1: 1.0, 2: 0.5},
+        model="70b",
     )
     source = HumorTestFile(access="private", data=ITEMS)
     paths = write_report(tmp_path / "out", source, report, PREDS, stamp="2026-12-01T17-00-00.000000")
@@ -42,10 +55,22 @@ def test_write_report(tmp_path: Path) -> None:
     assert "| ирония | 1 | 1 | 1 | 100.0 [" in md and "| F1 [95 % CI] |" in md
     assert "Cohen's kappa" in md and "## MERA's judge" in md
     assert "| ambiguous answers (hedges, answers that disagree), % | 33.3 (1) |" in md
+    assert md.startswith("# Humor (MERA) results: 70b\n")
+    # оксюморон: neither present nor predicted: precision, recall and F1 undefined, shown n/a, never 0.0
+    assert "| оксюморон | 0 | 0 | 0 | n/a | n/a | n/a |" in md
+    assert rep["per_class"]["оксюморон"]["precision"] is None and rep["model"] == "70b"
+    assert "| EM (MERA's reading), % | 100.0 [43.9, 100.0] |" in md  # 3/3, Wilson's interval
+    assert "| каламбур | 1 | 1 | 1 | 100.0 [20.7, 100.0] | 100.0 [20.7, 100.0] |" in md  # 1/1: Wilson
+    assert "judge calls asked again: none" in md
     assert Path(paths.confusion_png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the figure names the model and MERA's score (not our parser's EM: 66.7 %), in its PNG and its SVG
+    title = confusion_title(report)
+    assert title == "Humor, 70b: class confusion (n = 3; EM, MERA's reading: 100.0 % [43.9, 100.0])"
+    assert f"<!-- {title} -->" in Path(paths.confusion_svg).read_text(encoding="utf-8").replace("&#39;", "'")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "Humor.json",
         "confusion.png",
+        "confusion.svg",
         "logs_public.zip",
         "report.json",
         "report.md",
@@ -68,3 +93,32 @@ def test_no_submission_while_an_item_has_no_answer(tmp_path: Path) -> None:
     paths = write_report(tmp_path, ITEMS, build_report(metrics, scores), preds)
     assert paths.submission is None and not (tmp_path / "Humor.json").exists()
     assert headlines(build_report(metrics, scores))[2].value is None  # not judged
+
+
+def test_judge_retries_list_each_call_asked_again_and_keep_earlier_ones() -> None:
+    before = {1: (0.0, 2), 2: (0.5, 1), 3: (1.0, 0), 4: (0.0, 1)}
+    after = {1: (1.0, 0), 2: (0.5, 1), 3: (1.0, 0), 4: (0.5, 0)}  # 2 failed again (or was not asked): not listed
+    earlier = [JudgeRetry(item=9, model="70b", judge="j", by="retry-failed", calls=1, score_before=0, score_after=1)]
+    got = judge_retries(before, after, {3: 2}, model="70b", judge="j", earlier=earlier)
+    assert got == [
+        earlier[0],
+        JudgeRetry(item=1, model="70b", judge="j", by="retry-failed", calls=2, score_before=0.0, score_after=1.0),
+        JudgeRetry(item=3, model="70b", judge="j", by="within the run", calls=2, score_after=1.0),
+        JudgeRetry(item=4, model="70b", judge="j", by="retry-failed", calls=1, score_before=0.0, score_after=0.5),
+    ]
+    assert judge_retries(None, after, {}, model="70b", judge="j") == []  # the stage's first reduce
+    assert judge_retries(after, after, {}, model="70b", judge="j", earlier=got) == got  # a reduce again: the same
+
+
+def test_retries_are_in_report_json_and_md(tmp_path: Path) -> None:
+    metrics, scores = compute_metrics(ITEMS, PREDS, resamples=10)
+    retried = [JudgeRetry(item=2, model="70b", judge="j", by="retry-failed", calls=1, score_before=0, score_after=0.5)]
+    report = build_report(
+        metrics, scores, judge_mera_scores={1: 1.0, 2: 0.5}, judge_mera_failed_calls=0, judge_mera_retried=retried
+    )
+    paths = write_report(tmp_path, ITEMS, report, PREDS)
+    assert retries_of_report(Path(paths.report_json).read_bytes()) == retried
+    md = Path(paths.report_md).read_text(encoding="utf-8")
+    assert "judge calls asked again (MERA asks each once" in md and "1 failed calls answered after retry-failed" in md
+    assert "| 2 | 70b | j | retry-failed | 1 | 0 → 0.5 |" in md
+    assert retries_of_report(b'{"n": 3}') == []  # a report written before retries were kept
