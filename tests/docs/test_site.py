@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from punchline.cluster.cli.commands import index
 from tests.docs.blocks import REPO, blocks
 
 MKDOCS = Path(sys.executable).parent / "mkdocs"
@@ -76,8 +77,6 @@ def test_the_site_builds_with_every_link_and_anchor_checked(tmp_path: Path) -> N
     assert built.returncode == 0, "\n".join(warnings) or built.stderr[-3000:]
     # the generated references are there, from the code: every command of the index, every settings table
     cli = (site / "cli" / "index.html").read_text()
-    from punchline.cluster.cli.commands import index
-
     missing = [name for name in index() if f"punchline {name}" not in cli]
     assert not missing, f"the CLI reference lacks {missing}"
     assert "punchline puns rank" in cli, "a family's sub-commands are there too"
