@@ -315,7 +315,11 @@ def test_a_resume_waiting_on_a_look_alike_says_so_without_bars_and_not_ours_rele
     from punchline.cluster.cli.main import main
 
     cfg = make_config(jokes=6, models=("3b",), shard_size=4, classify=True, unseen=True, workers_per_node=1)
-    cfg.write_text(cfg.read_text().replace("[providers.claude]\n", '[providers.claude]\nmode = "batch"\n'))
+    # the create call hangs until the driver is killed: its timeout is long, so a busy machine that polls the fake
+    # late still finds it hanging (with 5 s the call timed out first and the driver went on, unkilled)
+    text = cfg.read_text().replace("[providers.claude]\n", '[providers.claude]\nmode = "batch"\n')
+    head, claude = text.split("[providers.claude]\n", 1)
+    cfg.write_text(head + "[providers.claude]\n" + claude.replace("timeout_s = 5\n", "timeout_s = 90\n", 1))
     run_id = "look-alike"
     store = LocalStore(tmp_path / "store")
     argv = driver_argv(
