@@ -61,7 +61,7 @@ def register(pipeline: Any) -> str:
     """The ``[run] pipeline`` reference of a pipeline object of this process."""
     name = getattr(pipeline, "name", None)
     if not isinstance(name, str) or not name:
-        raise ConfigError("is not a Pipeline: it has no str `name` (see docs/pipelines.md)", field="pipeline")
+        raise ConfigError("is not a Pipeline: it has no str `name` (see docs/write-a-pipeline.md)", field="pipeline")
     attr = "pipeline_" + re.sub(r"\W", "_", name)
     _PIPELINES[attr] = pipeline
     return f"{__name__}:{attr}"
