@@ -77,6 +77,9 @@ def _plain(raw: bytes) -> bytes:
     return zlib.decompress(raw) if raw[:1] == b"\x78" else raw  # pages written before compression still read
 
 
+plain = _plain  # a plan page's msgpack, for the viewer's other readers
+
+
 @contextlib.contextmanager
 def _plan_file(key: str) -> Iterator[None]:
     """A plan page that does not decode is named (the page says so; the server goes on)."""
@@ -268,6 +271,7 @@ class RunFiles:
         self.store = store
         self.run_id = run_id
         self.cache_dir = cache_dir  # where built indexes are kept (None: not kept)
+        self.frozen = False  # a finished run: its plan pages are all there and never change
         self._indexes: dict[str, StageIndex] = {}
         self._index_lock = threading.Lock()
         self._pages: _Lru[tuple[str, int], _RawPage] = _Lru(keep_pages)
@@ -283,7 +287,13 @@ class RunFiles:
         return sorted(self.store.list(f"{stage_prefix(self.run_id, stage)}/plan/"))
 
     def layout(self, stage: str) -> Layout | None:
-        """The stage's layout (None: not planned yet), from two plan pages: what paging needs, at once."""
+        """The stage's layout (None: not planned yet), from two plan pages: what paging needs, at once. A finished
+        run's (``frozen``) is read once: its plan pages are not listed again for each unit."""
+        if self.frozen:
+            with self._lock:
+                kept = self._layouts.get(stage)
+            if kept is not None:
+                return kept
         keys = tuple(self.page_keys(stage))
         if not keys:
             return None

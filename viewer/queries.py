@@ -26,13 +26,14 @@ from punchline.data.store import Store
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, UnitResult, UnitSpec
 from punchline.viewer.index import Layout, RunFiles, StageIndex
 from punchline.viewer.references import RowInputs
+from punchline.viewer.search_text import SearchText, SearchTexts, needle_of
 from punchline.viewer.sorting import Sorter, SortSpec, Value, parse_sort
 from punchline.workers.calls.call_stats import CallRow
 from punchline.workers.logs import is_secret_name, redact_text
 
 SCAN_UNITS = 20_000  # units a filtered page may look at before it hands back a cursor
 SCAN_S = 0.5  # and seconds
-SEARCH_S = 10.0  # a text search's seconds: it passes over the shards without the text undecoded
+SEARCH_S = 10.0  # a text search's seconds (waiting for a finished stage's kept text, or reading the store's files)
 _SCORE = re.compile(r"\b(score|verdict|rating|grade|label|оценка)\s*[:=]\s*\"?([\w.+-]+)", re.I)
 _ASSIGN = re.compile(r"^(\s*\"?)([A-Za-z0-9_.-]+)(\"?\s*=\s*)(.+)$")
 
@@ -178,11 +179,13 @@ class Samples:
         rows: RowInputs | None = None,
     ) -> None:
         self.files = RunFiles(store, run_id, cache_dir=cache_dir)
+        self.files.frozen = finished
         self.run_id = run_id
         self.stages = stages
         self.meta = meta
         self.rows = rows
         self.sorter = Sorter(self.files, stages, self.judge_score, self.parsed_value, keep=finished)
+        self.texts = SearchTexts(self.files)
         self._by_model: dict[tuple[str, str, bool, int], array[int]] = {}
         self._lock = threading.Lock()
         self._heads: dict[str, tuple[tuple[Layout, bool], set[str]]] = {}
@@ -434,9 +437,10 @@ class Samples:
         shard without it is passed over undecoded, so a search reads the stage once, one shard at a time, and
         decodes only the shards that hold the text. ``ordered``: positions ascend (plan order), so a passed-over
         shard's units are skipped at once."""
-        needle = q.q.lower()
-        raw = needle.encode() if needle and needle.isascii() else None
         started = time.monotonic()
+        needle = q.q.lower()
+        text = self.search_text(stage, layout) if needle else None
+        raw = needle_of(needle) if text is not None else needle.encode() if needle and needle.isascii() else None
         bound_s = SEARCH_S if raw is not None else SCAN_S
         at = max(0, q.after)
         decoded = 0
@@ -447,15 +451,23 @@ class Samples:
             position = positions[at]
             if raw is not None:
                 shard = position // layout.shard_size
-                if shard not in seen:
-                    if len(seen) > 4096:
-                        seen.clear()
-                    seen[shard] = self._holds(stage, shard, raw)
-                if not seen[shard]:
-                    end = bisect.bisect_left(positions, (shard + 1) * layout.shard_size, at) if ordered else at + 1
-                    out.scanned += end - at
-                    at = end
-                    continue
+                if text is not None and ordered:  # the next shard that holds it, at once
+                    hit = text.next_holding(raw, shard)
+                    if hit != shard:
+                        end = bisect.bisect_left(positions, hit * layout.shard_size, at)
+                        out.scanned += end - at
+                        at = end
+                        continue
+                else:
+                    if shard not in seen:
+                        if len(seen) > 4096:
+                            seen.clear()
+                        seen[shard] = text.holds(raw, shard) if text is not None else self._holds(stage, shard, raw)
+                    if not seen[shard]:
+                        end = bisect.bisect_left(positions, (shard + 1) * layout.shard_size, at) if ordered else at + 1
+                        out.scanned += end - at
+                        at = end
+                        continue
             view = self.unit(stage, layout, position, judges=bool(q.score))
             at += 1
             decoded += 1
@@ -472,6 +484,13 @@ class Samples:
         out.next_after = at if at < len(positions) else None
         if out.next_after is not None and len(out.rows) < q.size:
             out.notes.append(f"looked at {out.scanned} units; go on to look further")
+
+    def search_text(self, stage: str, layout: Layout) -> SearchText | None:
+        """A finished stage's kept text (``search_text.py``), or None: not kept yet (it is being written now) or the
+        run still runs (its files are searched as they are)."""
+        if not self.sorter.keep:
+            return None
+        return self.texts.ready(stage, layout, self.sorter.digest(stage), wait_s=SEARCH_S)
 
     def _holds(self, stage: str, shard: int, needle: bytes) -> bool:
         """Whether the shard's plan units or its answers hold ``needle`` (lower-case ASCII) in any case."""

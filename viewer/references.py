@@ -37,6 +37,7 @@ ROW_ID = "row_id"  # its first column after the input row's own (cluster/stages/
 REFERENCE_NAMES = frozenset(
     {"answer", "reference", "expected", "expected_answer", "gold", "label", "target", "solution", "correct_answer"}
 )
+NEAR_TOP = 5_000  # a row the pass reaches in moments: a page of it waits for the pass (half a second at most)
 _UNIT_ROW = re.compile(r"^[^/]+/r(\d+)(?:/|$)")
 _ROW_READ = re.compile(r"\brow\.([A-Za-z_]\w*)")
 
@@ -90,7 +91,7 @@ class RowInputs:
         k = int(found.group(1))
         self._start()
         waited = 0
-        while k >= len(self._starts) and not self._done and waited < 50:  # a row near the top: the pass is there soon
+        while k < NEAR_TOP and k >= len(self._starts) and not self._done and waited < 50:  # the pass is there soon
             time.sleep(0.01)
             waited += 1
         if k >= len(self._starts):

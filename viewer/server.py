@@ -28,6 +28,7 @@ from punchline.cluster.records.metrics import CONTENT_TYPE, LogEvents, RunMetric
 from punchline.cluster.records.run_record import check_run_id
 from punchline.cluster.records.runs import ledger_client, list_runs, load_run_record
 from punchline.cluster.records.status import StatusView, run_status
+from punchline.cluster.registry import resolve
 from punchline.cluster.result_sections import ResultsView, head_bytes
 from punchline.data.errors import InputError, PunchlineError
 from punchline.data.storage.run_layout import RunLayout
@@ -191,6 +192,18 @@ class Viewer:
                 self._usage.popitem(last=False)
         return have
 
+    def warm(self) -> None:
+        """Import the pipelines of the folder's runs now, beside the first request rather than in it: a pipeline's
+        modules (its parsers, templates, the engine's config) take a second or more to import on a busy machine,
+        and every run page and answers page asks its pipeline."""
+        try:
+            names = {r.pipeline for r in list_runs(self.settings.runs_dir) if r.error is None}
+            for name in sorted(names)[:8]:
+                with contextlib.suppress(Exception):  # the page that needs it says why
+                    resolve(name)
+        except Exception as exc:  # a warm-up only
+            log.info("view_warm_failed", error=str(exc)[:200])
+
     # --- routes -------------------------------------------------------------------------------------------
 
     def handle(self, path: str, query: dict[str, str]) -> Response:
@@ -322,6 +335,11 @@ class Viewer:
                 files = self.samples(run_id).files
                 for stage in stages:
                     files.index(stage)
+                samples = self.samples(run_id)
+                for stage in stages:  # then a finished stage's searchable text (search_text.py)
+                    layout = files.layout(stage)
+                    if layout is not None and samples.sorter.keep:
+                        samples.texts.ready(stage, layout, samples.sorter.digest(stage))
                 for stage in stages:  # then what comparing two models needs
                     index = files.index(stage)
                     if index is not None and len(index.models) > 1:
@@ -485,6 +503,7 @@ class ViewServer:
 
     def start(self) -> ViewServer:
         self.thread.start()
+        threading.Thread(target=self.viewer.warm, name="punchline-view-warm", daemon=True).start()
         return self
 
     def close(self) -> None:

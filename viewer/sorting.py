@@ -107,7 +107,7 @@ class Sorter:
         return made
 
     def ranks(self, stage: str, layout: Layout, spec: SortSpec) -> Ranks:
-        digest = ",".join(self._digest(s) for s in (stage, self._judging(stage, spec)) if s)
+        digest = ",".join(self.digest(s) for s in (stage, self._judging(stage, spec)) if s)
         path = self.files.cache_dir / f"{stage}.sort-{spec.name}" if self.files.cache_dir and self.keep else None
         if path is not None and path.is_file():
             with contextlib.suppress(OSError, msgspec.DecodeError, ValueError):
@@ -120,7 +120,7 @@ class Sorter:
                 atomic_write_bytes(Path(path), msgspec.msgpack.encode(made))
         return made
 
-    def _digest(self, stage: str) -> str:
+    def digest(self, stage: str) -> str:
         raw = self.files.store.get(RunLayout(self.files.run_id).plan_digest(stage))
         return raw.decode(errors="replace").strip() if raw else ""
 
