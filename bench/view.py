@@ -453,7 +453,7 @@ def main() -> None:
         print(f"page 20,000, cold:                    {took * 1000:7.0f} ms")
         took, _, body = timed(f"{base}/samples?stage=generate&q={MARKER}")
         found = last.encode() in body
-        print(f"the last row's word, searched, cold:  {took * 1000:7.0f} ms (found: {found}; the store's files)")
+        print(f"the last row's word, searched, cold:  {took * 1000:7.0f} ms (found: {found}; waits for the kept text)")
         timed(base)  # the run page: it starts building the stage indexes in the background
         built = wait_for(root / "_view" / run_id / "judge.idx")
         print(f"the stage indexes built in:           {built:7.1f} s (background, after the run page)")

@@ -33,7 +33,7 @@ from punchline.workers.logs import is_secret_name, redact_text
 
 SCAN_UNITS = 20_000  # units a filtered page may look at before it hands back a cursor
 SCAN_S = 0.5  # and seconds
-SEARCH_S = 10.0  # a text search's seconds (waiting for a finished stage's kept text, or reading the store's files)
+SEARCH_S = 20.0  # a text search's seconds (waiting for a finished stage's kept text, or reading the store's files)
 _SCORE = re.compile(r"\b(score|verdict|rating|grade|label|оценка)\s*[:=]\s*\"?([\w.+-]+)", re.I)
 _ASSIGN = re.compile(r"^(\s*\"?)([A-Za-z0-9_.-]+)(\"?\s*=\s*)(.+)$")
 

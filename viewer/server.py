@@ -371,7 +371,9 @@ class Viewer:
             size=num("size") or 25,
             sort=query.get("sort", "").strip(),
         )
-        return Response(body=pages.samples_page(self.samples(run_id).page(q)).encode())
+        body = pages.samples_page(self.samples(run_id).page(q)).encode()
+        self.prepare(run_id, self.samples(run_id).stages)  # the indexes and searchable texts, for the next click
+        return Response(body=body)
 
     def artifact(self, run_id: str, rel: str, *, raw: bool) -> Response:
         store = self.run_store(run_id)
