@@ -9,7 +9,7 @@
 
 matplotlib is imported on first use (a second to import: a pipeline that draws nothing never pays it), with the
 Agg canvas on a bare ``Figure`` (no pyplot state, safe in threads and workers), under the process's drawing lock
-(:mod:`punchline.data.drawing`). The bytes carry no date and no software version, and SVG ids use a fixed salt.
+(:mod:`punchline.data.figures.drawing`). The bytes carry no date and no software version, and SVG ids use a fixed salt.
 Colours are the Okabe-Ito palette, distinguishable with every common colour-vision deficiency.
 """
 
@@ -19,7 +19,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from punchline.data.drawing import DRAWING, drawing
+from punchline.data.figures.drawing import DRAWING, drawing
 from punchline.data.metrics.paired import PairedComparison
 from punchline.data.metrics.tables import NA, Estimate, pct
 

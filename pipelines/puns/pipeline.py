@@ -19,7 +19,7 @@ from punchline.cluster.config import Count, Name, Names, RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext, repeated
 from punchline.cluster.result_sections import ResultSection, ResultsView
 from punchline.data.errors import ConfigError, InputError
-from punchline.data.figure_cache import FigureCache
+from punchline.data.figures.figure_cache import FigureCache
 from punchline.data.provider_settings import Mode
 from punchline.data.requests import Message, ProviderRequest
 from punchline.data.simulator import FakeConfig, SimRequest

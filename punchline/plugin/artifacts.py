@@ -16,8 +16,8 @@ from pathlib import PurePosixPath
 from typing import Any, cast
 
 from punchline.cluster.pipeline import StageContext
-from punchline.data.drawing import drawing
 from punchline.data.errors import ConfigError
+from punchline.data.figures.drawing import drawing
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#F0E442", "#999999")
 _METADATA: dict[str, dict[str, str | None]] = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
@@ -79,7 +79,7 @@ def bar_plot(
         ax.legend(frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     buf = io.BytesIO()
-    with drawing(_RC):  # matplotlib's settings are the process's: one figure at a time (data/drawing.py)
+    with drawing(_RC):  # matplotlib's settings are the process's: one figure at a time (data/figures/drawing.py)
         fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=_METADATA[fmt])
     ctx.write_artifact(name, buf.getvalue())
     return name

@@ -16,8 +16,8 @@ import pytest
 from punchline.data.answer_format import ANSWER_MARK, AnswerParse, JudgedPrompt, StageAnswers, prompt_digest
 from punchline.data.errors import ConfigError
 from punchline.data.simulator import FakeConfig, SimRequest
-from punchline.workers.fake.json_text import SchemaText
-from punchline.workers.fake.regex_text import RegexText
+from punchline.workers.fake.formats.json_text import SchemaText
+from punchline.workers.fake.formats.regex_text import RegexText
 from punchline.workers.fake.stage_answers import StageBook, default_accuracy, stage_answers
 
 LETTERS = r"Answer:\s*(?P<answer>[ABCD])"

@@ -29,8 +29,8 @@ from typing import Any
 from punchline.data.answer_format import AnswerParse, JudgedPrompt, StageAnswers, json_of, prompt_digest
 from punchline.data.errors import ConfigError
 from punchline.data.simulator import FakeConfig, SimRequest, by_size, rng_for
-from punchline.workers.fake.json_text import SchemaText
-from punchline.workers.fake.regex_text import RegexText
+from punchline.workers.fake.formats.json_text import SchemaText
+from punchline.workers.fake.formats.regex_text import RegexText
 
 GENERIC_WORDS: tuple[str, ...] = ("time", "way", "day", "friend", "idea", "reason", "problem", "plan", "home", "job")
 #: (a verdict saying the answer is right, one saying it is wrong), the first pair the judge's parse admits

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from punchline.data.drawing import drawing
+from punchline.data.figures.drawing import drawing
 from punchline.data.metrics.intervals import Interval, bootstrap_mean
 from punchline.data.metrics.plots import Format, new_figure, render_formats
 from punchline.data.metrics.tables import NA, pct
@@ -339,7 +339,7 @@ def confusion_title(report: HumorReport) -> str:
 
 def render_confusion(report: HumorReport) -> dict[Format, bytes]:
     """The confusion figure as PNG and SVG bytes (the same on every run)."""
-    with drawing():  # matplotlib's settings are the process's: one figure at a time (data/drawing.py)
+    with drawing():  # matplotlib's settings are the process's: one figure at a time (data/figures/drawing.py)
         return render_formats(_confusion_figure(report), dpi=100)
 
 

@@ -25,7 +25,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from punchline.data.drawing import DRAWING
+from punchline.data.figures.drawing import DRAWING
 from punchline.data.metrics import plots as metric_plots
 from punchline.data.metrics.intervals import wilson
 from punchline.data.metrics.plots import Format

@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 
-from punchline.workers.fake.regex_text import RegexText
+from punchline.workers.fake.formats.regex_text import RegexText
 
 _MAX_RANGE = 64  # an integer range this small counts as a field's few values
 

@@ -1,4 +1,4 @@
-"""The figure cache (data/figure_cache.py): a draw's files are kept by the digest of its name, its input, the
+"""The figure cache (data/figures/figure_cache.py): a draw's files are kept by the digest of its name, its input, the
 drawing code and the rendering libraries; the same digest copies them (byte for byte, checked), anything else
 draws again, and a partial or damaged entry is drawn again rather than copied."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from punchline.data.figure_cache import FIGURE_PREFIX, INDEX, FigureCache, code_digest
+from punchline.data.figures.figure_cache import FIGURE_PREFIX, INDEX, FigureCache, code_digest
 from punchline.data.stores.local import LocalStore
 
 
