@@ -151,14 +151,15 @@ class Job:
             self._modes[key] = self.cfg.stage_mode(stage) or self.cfg.provider(provider).mode
         return self._modes[key]
 
-    def cost_usd(self, stage: str, request: ProviderRequest, result: UnitResult) -> tuple[float, Mode]:
-        """What the request was charged, and in which mode (batch: the provider's batch price)."""
-        mode = self.mode(stage, request.provider)
+    def cost_usd(self, stage: str, provider: str, model: str, result: UnitResult) -> tuple[float, Mode]:
+        """What the request (to ``provider``'s ``model``) was charged, and in which mode (batch: the provider's
+        batch price)."""
+        mode = self.mode(stage, provider)
         r = result.response
         if r is None:
             return 0.0, mode
-        settings = self.cfg.provider(request.provider)
-        online = settings.cost_usd(request.model, r.input_tokens, r.output_tokens)
+        settings = self.cfg.provider(provider)
+        online = settings.cost_usd(model, r.input_tokens, r.output_tokens)
         return (online * settings.batch_price_factor if mode == "batch" else online), mode
 
     def layout(self) -> Layout:
@@ -234,34 +235,47 @@ class GenerateStage:
         return _write_outputs(ctx, job, lambda: self._rows(job, results))
 
     def _rows(self, job: Job, results: Mapping[str, UnitResult]) -> Rows:
+        """Every output row in order, from the plan's unit ids (a prompt is rendered again only for a result that
+        lacks its request key: rendering every prompt was half of a reduce's time)."""
+        models = [(mi, entry, provider, nick, job.model_id(provider, nick))
+                  for mi, (entry, provider, nick) in enumerate(job.compiled.models)]  # fmt: skip
+        for ri, row in enumerate(job.rows):
+            for mi, entry, provider, nick, model in models:
+                unit_id = _generate_id(ri, mi)
+                result = results.get(unit_id) or _missing(unit_id)
+                key = result.key or job.generate_request(row, entry, provider, nick).key()
+                yield from self._samples(job, row, entry, result, key, job.cost_usd(self.name, provider, model, result))
+
+    def _samples(
+        self, job: Job, row: Row, entry: str, result: UnitResult, key: str, priced: tuple[float, Mode]
+    ) -> Rows:
+        """One output row per sample of a unit's answer (``key``: its request's; ``priced``: its cost and mode)."""
         parser = job.compiled.parser
-        for row, _, entry, unit in self._units(job):
-            result = results.get(unit.unit_id) or _missing(unit.unit_id)
-            response = result.response
-            texts = response.texts if response is not None else []
-            reasons = response.finish_reasons if response is not None else []
-            cost, mode = job.cost_usd(self.name, unit.request, result)
-            for sample in range(job.settings.n):
-                text = texts[sample] if sample < len(texts) else None
-                parsed = parser.parse(text) if parser is not None and text is not None else None
-                yield (
-                    OutputRow(
-                        row_id=row.id,
-                        model=entry,
-                        sample=sample,
-                        text=text,
-                        parsed=parsed.fields if parsed is not None else None,
-                        parse_error=parsed.error if parsed is not None else None,
-                        finish_reason=reasons[sample] or None if sample < len(reasons) else None,
-                        input_tokens=response.input_tokens if response is not None else 0,
-                        output_tokens=response.output_tokens if response is not None else 0,
-                        cost_usd=cost,
-                        mode=mode,
-                        request_key=result.key or unit.request.key(),
-                        error=result.error or (None if text is not None else "no answer for this sample"),
-                    ),
-                    row,
-                )
+        cost, mode = priced
+        response = result.response
+        texts = response.texts if response is not None else []
+        reasons = response.finish_reasons if response is not None else []
+        for sample in range(job.settings.n):
+            text = texts[sample] if sample < len(texts) else None
+            parsed = parser.parse(text) if parser is not None and text is not None else None
+            yield (
+                OutputRow(
+                    row_id=row.id,
+                    model=entry,
+                    sample=sample,
+                    text=text,
+                    parsed=parsed.fields if parsed is not None else None,
+                    parse_error=parsed.error if parsed is not None else None,
+                    finish_reason=reasons[sample] or None if sample < len(reasons) else None,
+                    input_tokens=response.input_tokens if response is not None else 0,
+                    output_tokens=response.output_tokens if response is not None else 0,
+                    cost_usd=cost,
+                    mode=mode,
+                    request_key=key,
+                    error=result.error or (None if text is not None else "no answer for this sample"),
+                ),
+                row,
+            )
 
 
 class JudgeStage:
@@ -333,7 +347,7 @@ class JudgeStage:
             result = results.get(unit.unit_id) or _missing(unit.unit_id)
             text = result.response.texts[0] if result.response is not None and result.response.texts else None
             parsed = parser.parse(text) if parser is not None and text is not None else None
-            cost, mode = job.cost_usd(self.name, unit.request, result)
+            cost, mode = job.cost_usd(self.name, unit.request.provider, unit.request.model, result)
             judged = msgspec.structs.replace(
                 out,
                 judge_text=text,
