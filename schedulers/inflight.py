@@ -14,9 +14,11 @@ run's ``lease_ms``) runs out: a crash never leaks a slot for longer than a lease
 
 **Few round trips.** A slot a unit gives back goes straight to the next unit of the same worker waiting for
 the same scope (no Redis call); only a slot nobody in the worker waits for goes back to Redis, batched with
-the others given back in the same turn of the event loop. A unit that asks before that batch is sent (the
-worker's next unit, woken by the call slot the last one freed, takes its place within the same turn or the next)
-gets one of those slots, still held in Redis: no round trip either way (at 200 ms latency, two per call before).
+the others given back within :data:`GIVE_LINGER_S`. A unit that asks before that batch is sent (the
+worker's next unit, woken by the call slot the last one freed, takes its place within a few turns of the loop)
+gets one of those slots, still held in Redis: no round trip either way (at 200 ms latency, two per call before;
+at 0 ms, with the linger, about none per call instead of two). A slot kept that long is still counted against
+the bound, so lingering never lets more calls out; it only makes another worker wait up to that long for it.
 A worker's waiting units share one poller per
 scope, which asks for as many slots as there are waiters in one round trip and, when the scope is full
 (other workers hold it), polls again after a backoff (``POLL_FIRST_S`` doubling to ``POLL_MAX_S``, jittered):
@@ -50,6 +52,7 @@ log = structlog.get_logger("punchline.inflight")
 
 POLL_FIRST_S = 0.002  # a full scope is asked again after this long, doubling
 POLL_MAX_S = 0.05  # up to this (a slot freed by another worker idles at most about this long)
+GIVE_LINGER_S = 0.05  # a slot nobody in the worker waits for goes back to Redis after this long, unless taken again
 
 # schedulers/lua/inflight_*.lua (their KEYS, ARGV and replies)
 _TAKE = lua.script("inflight_take")
@@ -107,8 +110,11 @@ class RunWideSlots:
         owner: str,
         ttl_ms: int,
         namespace: str = NAMESPACE,
+        linger_s: float = GIVE_LINGER_S,
     ) -> None:
         self.r = client
+        self.linger_s = linger_s
+        self._hurry: asyncio.Event | None = None  # flushed() sends the slots given back without the linger
         self.providers = dict(providers)
         self.owner = owner
         self.ttl_ms = ttl_ms
@@ -215,29 +221,40 @@ class RunWideSlots:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
 
     async def _flush(self) -> None:
-        """Send the tokens given back this turn of the event loop in one round trip. If Redis cannot take
-        them, they expire by themselves within ``ttl_ms``."""
-        await asyncio.sleep(0)
+        """Send the tokens given back within ``linger_s`` in one round trip. If Redis cannot take them, they
+        expire by themselves within ``ttl_ms``."""
+        if self._hurry is None:
+            self._hurry = asyncio.Event()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._hurry.wait(), self.linger_s)
         while True:  # until none is left: more are given back while a round trip is on its way
-            pipe = self.r.pipeline(transaction=False)
-            n = 0
+            groups = []
             for scope in self._scopes.values():
                 if scope is not None and scope.giving:
                     tokens, scope.giving = scope.giving, []
-                    await self._give(keys=list(scope.bound.keys), args=tokens, client=pipe)
-                    n += 1
-            if not n:
+                    groups.append((list(scope.bound.keys), tokens))
+            if not groups:
                 return
             try:
                 with ledger_errors():
-                    await pipe.execute()
+                    if len(groups) == 1:  # one script call (a pipeline asks SCRIPT EXISTS first)
+                        await self._give(keys=groups[0][0], args=groups[0][1])
+                    else:
+                        pipe = self.r.pipeline(transaction=False)
+                        for keys, tokens in groups:
+                            await self._give(keys=keys, args=tokens, client=pipe)
+                        await pipe.execute()
             except Exception as exc:
                 log.warning("inflight_give_failed", error=f"{type(exc).__name__}: {exc}")
 
     async def flushed(self) -> None:
         """Wait until the places given back so far have reached Redis (a worker's work call ends with it)."""
         while self._flushing is not None and not self._flushing.done():
+            if self._hurry is not None:
+                self._hurry.set()
             await asyncio.shield(self._flushing)
+        if self._hurry is not None:
+            self._hurry.clear()
 
     async def renew(self) -> int:
         """Extend every held token by ``ttl_ms`` (one round trip); returns how many Redis no longer had (their

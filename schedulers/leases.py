@@ -1,12 +1,18 @@
-"""Leases as a worker takes them: one asynchronous round trip per step of the unit path.
+"""Leases as a worker takes them: one asynchronous round trip per step, for a group of units at a time.
 
-Two kinds of lease, each with a fencing token from one global counter (so a token is never reused):
+Two kinds of lease, each with a fencing token from one global counter (so a token is never reused; a worker
+takes its request leases' tokens from it in blocks of :data:`TOKEN_BLOCK`, so they are unique, not in order: a
+commit or renewal compares the lease's whole value ``owner|token`` for equality, never tokens by size):
 
 * a **request lease** (global, keyed by the request's content hash, shared by every run): a worker may
   call a paid provider only while it holds it, so two overlapping runs never pay twice. Taking it is one
-  Lua script that also reserves the call's rate-limit slot (:data:`~punchline.schedulers.rate_limit.GCRA_LUA`)
-  and, when the run has a cost cap, the call's estimated cost (:data:`~punchline.schedulers.budget.BUDGET_LUA`).
-  Committing it is one script that deletes the lease, settles the cost and gives back unused tokens.
+  Lua script (``lua/lease_take.lua``) that also reserves the call's rate-limit slot
+  (:data:`~punchline.schedulers.rate_limit.GCRA_LUA`) and, when the run has a cost cap, holds the call's
+  estimated cost (:data:`~punchline.schedulers.budget.BUDGET_LUA`), for one unit or for a group of them
+  (:meth:`Leases.acquire_many`; :mod:`punchline.schedulers.lease_groups` gathers the units of a worker that ask
+  together): one ``SET NX`` per unit, one fencing ``INCRBY``, one rate reservation and one budget hold per group.
+  Committing is one script for a group of leases (``lua/lease_settle.lua``): each lease, fenced by its token,
+  becomes a done marker (one ``SET ... IFEQ``), and the group's costs are settled and unused tokens given back.
   Nothing is left behind: the answer is in the store, and the store is the truth.
 * a **shard lease** (per run and stage): which worker processes which shard. Claims are O(log N)
   (see :mod:`punchline.schedulers.ledger`); the commit also adds the shard's counters and usage, so
@@ -34,10 +40,10 @@ from punchline.schedulers.keys import NAMESPACE, UNLIMITED_RATE, BudgetKeys, Sta
 from punchline.schedulers.ledger import ledger_errors, unavailable
 from punchline.schedulers.rate_limit import RateScope
 
-# The scripts (schedulers/lua/<name>.lua: their KEYS, ARGV and replies); acquire and commit include the rate
-# limiter's and the budget's, so a lease, its rate slot and its cost are one round trip.
-_ACQUIRE = lua.script("lease_acquire")
-_COMMIT = lua.script("lease_commit")
+# The scripts (schedulers/lua/<name>.lua: their KEYS, ARGV and replies); take and settle include the rate
+# limiter's and the budget's, so a group's leases, rate slots and costs are one round trip.
+_TAKE = lua.script("lease_take")
+_SETTLE = lua.script("lease_settle")
 _RELEASE = lua.script("lease_release")
 _RENEW_REQUESTS = lua.script("lease_renew")
 _CLAIM = lua.script("shard_claim")
@@ -105,6 +111,23 @@ class OverBudget(msgspec.Struct, frozen=True):
     """The run's cost cap would be exceeded by this call."""
 
 
+class NotYet(msgspec.Struct, frozen=True):
+    """The rate limit has no slot for this call soon (others of its group took them): ask again in ``wait_ms``.
+    Nothing is held for it."""
+
+    wait_ms: int
+
+
+class Take(NamedTuple):
+    """One unit's ask in a group take: its request's key, its wire calls and estimated tokens (the rate limit's),
+    and the most it may cost (the budget's hold)."""
+
+    key: str
+    requests: int = 1
+    tokens: int = 0
+    estimate_usd: float = 0.0
+
+
 class BudgetTerms(msgspec.Struct, frozen=True, kw_only=True):
     """A run's cost cap as the lease scripts take it (no cap: nothing is reserved or settled)."""
 
@@ -116,6 +139,11 @@ class BudgetTerms(msgspec.Struct, frozen=True, kw_only=True):
 
 _NO_RATE = [0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1]
 _NO_RATE_KEYS = list(UNLIMITED_RATE)
+# a group take grants the rate-limit slots due within this long of its first call's; the rest ask again then
+TAKE_AHEAD_MS = 1_000
+# request-lease tokens a client takes from the fence at once (one INCRBY per this many leases, not one per lease)
+TOKEN_BLOCK = 1_024
+Taken = Grant | Held | Answered | OverBudget | NotYet
 
 
 class Leases:
@@ -128,8 +156,10 @@ class Leases:
         self._budget = BudgetKeys(namespace, budget.run_id)
         self._budget_keys = self._budget.scripted
         self._fence = redis_keys.fence(namespace)
-        self._acquire = client.register_script(_ACQUIRE)
-        self._commit = client.register_script(_COMMIT)
+        self._next_token = self._block_end = 0  # the request leases' tokens this client took from the fence
+        self._ifeq: bool | None = None  # whether the server knows SET ... IFEQ (None: not asked yet)
+        self._take = client.register_script(_TAKE)
+        self._settle = client.register_script(_SETTLE)
         self._release = client.register_script(_RELEASE)
         self._renew_requests = client.register_script(_RENEW_REQUESTS)
         self._claim = client.register_script(_CLAIM)
@@ -157,24 +187,102 @@ class Leases:
         requests: int = 1,
         tokens: int = 0,
         estimate_usd: float = 0.0,
-    ) -> Grant | Held | Answered | OverBudget:
+    ) -> Taken:
         """Take a request's lease, its rate-limit slot and (with a cap) its cost reservation at once."""
-        rate_keys = rate.keys if rate is not None else _NO_RATE_KEYS
-        rate_args = rate.args(requests, tokens) if rate is not None else _NO_RATE
-        est = estimate_usd if self.budget.cap_usd is not None else 0.0
+        [got] = await self.acquire_many(owner, lease_ms, [Take(key, requests, tokens, estimate_usd)], rate=rate)
+        return got
+
+    async def acquire_many(
+        self, owner: str, lease_ms: int, takes: Sequence[Take], *, rate: RateScope | None = None
+    ) -> list[Taken]:
+        """Take the leases of a group of units under one rate scope, in one round trip: each answer is what
+        :meth:`acquire` would have answered for it asked alone, in order, at this instant, except that the rate
+        limit grants only the calls due within :data:`TAKE_AHEAD_MS` of the first's (the others get
+        :class:`NotYet` and hold nothing). Without a rate limit or a cost cap there is nothing to reserve: the
+        leases are plain ``SET NX`` commands, pipelined (no script to run: a third of the server's time)."""
+        if not takes:
+            return []
+        first = await self._tokens(len(takes))
+        if rate is None and self.budget.cap_usd is None:
+            return await self._take_plain(owner, lease_ms, takes, first)
+        capped = self.budget.cap_usd is not None
+        args: list[Any] = [
+            owner,
+            lease_ms,
+            *(rate.args(0, 0) if rate is not None else _NO_RATE),
+            self.budget.holder,
+            repr(self._cap),
+            self.budget.ttl_ms,
+            TAKE_AHEAD_MS,
+            first,
+        ]
+        for t in takes:
+            args += [t.requests, t.tokens, repr(t.estimate_usd if capped else 0.0)]
         res = await self._run(
-            self._acquire,
-            [redis_keys.request(self.ns, key), self._fence, *rate_keys, *self._budget_keys],
-            [owner, lease_ms, *rate_args, self.budget.holder, repr(est), repr(self._cap), self.budget.ttl_ms],
+            self._take,
+            [
+                *(rate.keys if rate is not None else _NO_RATE_KEYS),
+                *self._budget_keys,
+                *(redis_keys.request(self.ns, t.key) for t in takes),
+            ],
+            args,
         )
-        if res[0] == 1:
-            return Grant(key, owner, int(res[1]), wait_s=max(0, int(res[2])) / 1000, reserved_usd=est)
-        if res[0] == 0:
-            return Held(max(int(res[1]), 1))
-        if res[0] == 2:
-            raw = res[1]
-            return Answered(raw.decode() if isinstance(raw, bytes) else str(raw))
-        return OverBudget()
+        out: list[Taken] = []
+        for i, t in enumerate(takes):
+            code, value, wait = res[3 * i], res[3 * i + 1], res[3 * i + 2]
+            if code == 1:
+                est = t.estimate_usd if capped else 0.0
+                out.append(Grant(t.key, owner, int(value), wait_s=max(0, int(wait)) / 1000, reserved_usd=est))
+            elif code == 0:
+                out.append(Held(max(int(value), 1)))
+            elif code == 2:
+                out.append(Answered(_text(value)))
+            elif code == 3:
+                out.append(OverBudget())
+            else:
+                out.append(NotYet(max(int(value), 1)))
+        return out
+
+    async def _tokens(self, n: int) -> int:
+        """The first of ``n`` fresh tokens for request leases, from this client's block (a new block of
+        :data:`TOKEN_BLOCK` from the fence when it has fewer left: one ``INCRBY`` per that many leases)."""
+        if self._block_end - self._next_token < n:
+            size = max(n, TOKEN_BLOCK)
+            with ledger_errors():
+                end = int(await self.r.incrby(self._fence, size))
+            first = end - size + 1
+            self._next_token, self._block_end = first + n, end + 1
+            return first
+        first = self._next_token
+        self._next_token += n
+        return first
+
+    async def _take_plain(self, owner: str, lease_ms: int, takes: Sequence[Take], first: int) -> list[Taken]:
+        """The leases alone: one ``SET NX GET`` each (what it held, if anything: a done marker, or another's
+        lease, whose time left one ``PTTL`` more tells)."""
+        keys = [redis_keys.request(self.ns, t.key) for t in takes]
+        pipe = self.r.pipeline(transaction=False)
+        for i, key in enumerate(keys):
+            pipe.set(key, f"{owner}|{first + i}", nx=True, px=lease_ms, get=True)
+        with ledger_errors():
+            olds = await pipe.execute()
+        held = [i for i, old in enumerate(olds) if old is not None and not _text(old).startswith("=")]
+        left: dict[int, int] = {}
+        if held:
+            pipe = self.r.pipeline(transaction=False)
+            for i in held:
+                pipe.pttl(keys[i])
+            with ledger_errors():
+                left = dict(zip(held, await pipe.execute(), strict=True))
+        out: list[Taken] = []
+        for i, (t, old) in enumerate(zip(takes, olds, strict=True)):
+            if old is None:
+                out.append(Grant(t.key, owner, first + i))
+            elif i in left:
+                out.append(Held(max(int(left[i]), 1)))
+            else:
+                out.append(Answered(_text(old)[1:]))
+        return out
 
     async def commit(
         self,
@@ -191,35 +299,68 @@ class Leases:
         return (await self.commit_many([Settle(grant, rate, unused_tokens, actual_usd, pack)]))[0]
 
     async def commit_many(self, settles: Sequence[Settle]) -> list[bool]:
-        """Commit many request leases in one round trip (the answers of a group commit)."""
-        if not settles:
-            return []
+        """Commit many request leases (the answers of a group commit): one script call per rate scope among them,
+        or, with no rate limit and no cost cap (nothing to settle) and a server that knows ``SET ... IFEQ``
+        (Valkey 8.1, Redis 8.4), one such command per lease, pipelined."""
+        if (
+            self.budget.cap_usd is None
+            and self._ifeq is not False
+            and all(st.rate is None and st.pack for st in settles)
+        ):
+            plain = await self._settle_plain(settles)
+            if plain is not None:
+                return plain
+        groups: dict[int, list[int]] = {}
+        for i, st in enumerate(settles):
+            groups.setdefault(id(st.rate), []).append(i)
+        out = [False] * len(settles)
+        for indexes in groups.values():
+            for i, ok in zip(indexes, await self._settle_group([settles[i] for i in indexes]), strict=True):
+                out[i] = ok
+        return out
+
+    async def _settle_plain(self, settles: Sequence[Settle]) -> list[bool] | None:
+        """Each lease becomes its done marker if it is still its holder's (fenced: ``IFEQ owner|token``); None if
+        the server does not know ``IFEQ`` (nothing was changed: every SET was refused)."""
         pipe = self.r.pipeline(transaction=False)
         for st in settles:
-            rate = st.rate
-            await self._commit(
-                keys=[
-                    redis_keys.request(self.ns, st.grant.key),
-                    *(rate.keys if rate is not None else _NO_RATE_KEYS),
-                    *self._budget_keys,
-                ],
-                args=[
-                    st.grant.holder,
-                    *(rate.args(0, 0) if rate is not None else _NO_RATE),
-                    max(0, st.unused_tokens) if rate is not None else 0,
-                    self.budget.holder,
-                    repr(st.grant.reserved_usd),
-                    repr(st.actual_usd),
-                    repr(self._cap),
-                    self.budget.ttl_ms,
-                    st.pack,
-                    MARKER_MS,
-                ],
-                client=pipe,
-            )
+            key = redis_keys.request(self.ns, st.grant.key)
+            pipe.execute_command("SET", key, f"={st.pack}", "IFEQ", st.grant.holder, "PX", MARKER_MS)
         with ledger_errors():
-            results = await pipe.execute()
-        return [bool(r) for r in results]
+            res = await pipe.execute(raise_on_error=False)
+        errors = [r for r in res if isinstance(r, redis.exceptions.ResponseError)]
+        if errors:
+            if "syntax" in str(errors[0]).lower() and len(errors) == len(res):
+                self._ifeq = False
+                return None
+            raise errors[0]
+        self._ifeq = True
+        return [r is not None for r in res]
+
+    async def _settle_group(self, settles: Sequence[Settle]) -> list[bool]:
+        rate = settles[0].rate
+        args: list[Any] = [
+            *(rate.args(0, 0) if rate is not None else _NO_RATE),
+            sum(max(0, st.unused_tokens) for st in settles) if rate is not None else 0,
+            self.budget.holder,
+            repr(sum(st.grant.reserved_usd for st in settles)),
+            repr(sum(st.actual_usd for st in settles)),
+            repr(self._cap),
+            self.budget.ttl_ms,
+            MARKER_MS,
+        ]
+        for st in settles:
+            args += [st.grant.holder, st.pack]
+        res = await self._run(
+            self._settle,
+            [
+                *(rate.keys if rate is not None else _NO_RATE_KEYS),
+                *self._budget_keys,
+                *(redis_keys.request(self.ns, st.grant.key) for st in settles),
+            ],
+            args,
+        )
+        return [bool(r) for r in res]
 
     async def release(self, grant: Grant) -> None:
         """Give a lease back without an answer (the call failed); a held cost reservation is dropped."""
@@ -244,11 +385,14 @@ class Leases:
     async def commit_shard(
         self, keys: StageKeys, claim: Claim, *, counters: Mapping[str, float], usage: Mapping[str, float]
     ) -> bool:
+        # a zero adds nothing: not sent (a reader takes a missing field for 0), one command fewer each
+        counters = {name: value for name, value in counters.items() if value}
         args: list[Any] = [claim.shard, claim.holder, len(counters)]
         for name, value in counters.items():
             args += [name, repr(float(value)) if name == "cost_usd" else int(value)]
         for field, value in usage.items():
-            args += [field, repr(float(value)) if field.endswith("usd") else int(value)]
+            if value:
+                args += [field, repr(float(value)) if field.endswith("usd") else int(value)]
         res = await self._run(self._commit_shard, [keys.leased, keys.holders, keys.counters, self._budget.usage], args)
         return bool(res)
 
@@ -295,6 +439,10 @@ class Leases:
         for (_, claims), oks in zip(groups, results[idx:], strict=True):
             lost_shards += [c for c, ok in zip(claims, oks, strict=True) if not ok]
         return lost_requests, lost_shards
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def now_ms() -> int:

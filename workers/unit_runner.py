@@ -5,7 +5,8 @@ The order of steps is the delivery guarantee:
 1. the response cache (in the store) answers if anyone, in any run, already paid for this request
    (the shard worker looks up a whole shard's units at once when it claims the shard);
 2. otherwise the worker takes the request's lease in Redis (fail closed: no Redis, no call), with its
-   rate-limit slot and, under a cost cap, its cost reservation: one round trip. If the request's
+   rate-limit slot and, under a cost cap, its cost reservation: one round trip, shared by the worker's units
+   that ask in the same moment (:mod:`punchline.schedulers.lease_groups`). If the request's
    holder committed it moments ago, the answer is a *done marker* naming the pack that holds it;
 3. re-checks the cache under the lease (someone may have finished between 1 and 2): in memory, from
    the worker's index of response-cache packs, refreshed when older than the markers cover;
@@ -16,7 +17,7 @@ The order of steps is the delivery guarantee:
    every shard built from the cache is identical; a store down past its outage bound gets the answers
    kept in the node's spool instead, ``data/storage/response_spool.py``, committed on resume) and, once the
    pack is durable,
-6. commits their leases with their fencing tokens in one round trip, settling costs and returning
+6. commits their leases with their fencing tokens in one script call, settling costs and returning
    unused tokens; each lease becomes a done marker for ``MARKER_MS``, then nothing of the request stays
    in Redis: the store has the answer.
 
@@ -50,7 +51,8 @@ from punchline.data.storage.response_cache import CachedResponse, ResponseCache
 from punchline.data.storage.response_spool import ResponseSpool
 from punchline.data.units import ShardUsage, UnitResult, UnitSpec
 from punchline.schedulers.inflight import RunWideSlots, Ticket
-from punchline.schedulers.leases import Answered, Grant, Held, Leases, Settle
+from punchline.schedulers.lease_groups import LeaseGroups
+from punchline.schedulers.leases import Answered, Grant, Held, Leases, NotYet, Settle
 from punchline.schedulers.rate_limit import RateScope, estimate_tokens
 from punchline.workers.calls.validators import validator
 from punchline.workers.driver_watch import DriverGone
@@ -210,6 +212,7 @@ class UnitRunner:
         self.owner = owner
         self.lease_ms = lease_ms
         self._commits = commits
+        self._takes: LeaseGroups | None = None
         self.rate_scope = rate_scope
         self.offline = offline
         self.estimate_usd = estimate_usd
@@ -231,6 +234,13 @@ class UnitRunner:
                 self.cache, self.leases, self.book, ledger_retry_s=self.ledger_retry_s, spool=self.spool
             )
         return self._commits
+
+    @property
+    def takes(self) -> LeaseGroups:
+        """The worker's gathered lease takes (made on first use, inside the running event loop)."""
+        if self._takes is None:
+            self._takes = LeaseGroups(self.leases)
+        return self._takes
 
     async def run(
         self, unit: UnitSpec, usage: ShardUsage, cached: ProviderResponse | None = None, *, slot: Slot | None = None
@@ -312,7 +322,7 @@ class UnitRunner:
         tokens = estimate_tokens(request)
         estimate = self.estimate_usd(request) if self.estimate_usd is not None else 0.0
         while True:
-            got = await self.leases.acquire(
+            got = await self.takes.take(
                 key,
                 self.owner,
                 self.lease_ms,
@@ -331,6 +341,11 @@ class UnitRunner:
                 wait_ms = 500
             elif isinstance(got, Held):
                 wait_ms = got.wait_ms
+            elif isinstance(got, NotYet):  # the rate limit's next slots went to others of its group: soon
+                await asyncio.sleep(got.wait_ms / 1000 * (0.5 + random.random()))
+                if self.stopping():
+                    raise DriverGone(f"the driver is gone while {unit.unit_id} waited for a rate-limit slot")
+                continue
             else:
                 raise BudgetExceeded(f"the next unit ({unit.unit_id}) would exceed the budget")
             # Someone else holds it: their answer will appear in the cache (or their lease lapses: a dead

@@ -4,6 +4,10 @@
 --                     burst_s_tokens, increase_step, recover_window_ms, idle_ttl_ms.
 -- rl_reserve(k0, a0) returns the wait in ms (0 when nothing is limited) and the factor.
 -- rl_refund(k0, a0, unused) gives back unused tokens.
+-- rl_reserve_group(k0, a0, reqs, toks, ahead_ms) reserves for a group of calls in order (reqs[i] requests and
+-- toks[i] tokens each; ARGV's own requests and tokens are not used): each call's wait is what rl_reserve would
+-- answer called once per call at this instant, and the group stops before the first call (not the first) whose
+-- wait is more than ahead_ms after the first's. Returns the waits of the calls it reserved (a prefix).
 local function rl_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -64,4 +68,51 @@ local function rl_refund(k0, a0, unused)
       end
     end
   end
+end
+local function rl_reserve_group(k0, a0, reqs, toks, ahead)
+  local waits = {}
+  local p_rpm, p_tpm = tonumber(ARGV[a0 + 1]), tonumber(ARGV[a0 + 2])
+  local m_rpm, m_tpm = tonumber(ARGV[a0 + 3]), tonumber(ARGV[a0 + 4])
+  if p_rpm <= 0 and p_tpm <= 0 and m_rpm <= 0 and m_tpm <= 0 then
+    for i = 1, #reqs do waits[i] = 0 end
+    return waits
+  end
+  local burst_r, burst_s = tonumber(ARGV[a0 + 7]), tonumber(ARGV[a0 + 8])
+  local idle = tonumber(ARGV[a0 + 11])
+  local now = rl_now()
+  local factor = rl_factor(KEYS[k0 + 3], now, tonumber(ARGV[a0 + 9]), tonumber(ARGV[a0 + 10]), idle)
+  local cells = {}
+  local function cell(key, per_min, costs, burst)
+    if per_min > 0 then
+      local interval = 60000 / (per_min * factor)
+      local tat = tonumber(redis.call('GET', key) or '0')
+      if tat < now then tat = now end
+      cells[#cells + 1] = {key = key, interval = interval, costs = costs, burst = burst, tat = tat, used = 0}
+    end
+  end
+  cell(KEYS[k0 + 1], p_rpm, reqs, burst_r)
+  cell(KEYS[k0 + 2], p_tpm, toks, p_tpm / 60 * burst_s)
+  cell(KEYS[k0 + 4], m_rpm, reqs, burst_r)
+  cell(KEYS[k0 + 5], m_tpm, toks, m_tpm / 60 * burst_s)
+  local first = 0
+  for i = 1, #reqs do
+    local wait = 0
+    for _, c in ipairs(cells) do
+      local cost = c.costs[i]
+      if cost > 0 then
+        local w = c.tat + c.interval * (c.used + cost) - c.burst * c.interval - now
+        if w > wait then wait = w end
+      end
+    end
+    if i == 1 then first = wait elseif wait > first + ahead then break end
+    for _, c in ipairs(cells) do c.used = c.used + c.costs[i] end
+    waits[i] = math.ceil(wait)
+  end
+  for _, c in ipairs(cells) do
+    if c.used > 0 then
+      local new_tat = c.tat + c.interval * c.used
+      redis.call('SET', c.key, tostring(new_tat), 'PX', math.ceil(new_tat - now) + idle)
+    end
+  end
+  return waits
 end

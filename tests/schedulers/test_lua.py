@@ -55,9 +55,9 @@ def test_every_lua_file_is_run_by_a_module_or_included_by_a_script() -> None:
 
 
 def test_a_script_is_its_libraries_then_its_code_without_its_header() -> None:
-    acquire = lua.script("lease_acquire")
-    assert acquire.startswith(lua.script("gcra") + lua.script("budget"))
-    assert "local cur = redis.call('GET', KEYS[1])" in acquire
+    take = lua.script("lease_take")
+    assert take.startswith(lua.script("gcra") + lua.script("budget"))
+    assert "local n = #KEYS - 8" in take
     for name in lua.names():
         text = lua.script(name)
         assert not text.startswith("--") and "-- needs:" not in text, name

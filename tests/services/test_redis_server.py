@@ -93,7 +93,7 @@ def test_embedded_server_is_locked_down(tmp_path: Path) -> None:
         assert server.public_url == f"redis://:***@127.0.0.1:{server.port}/0"
         with pytest.raises(redis.exceptions.AuthenticationError):
             redis.Redis(host="127.0.0.1", port=server.port).ping()  # no password
-        client = server.client()
+        client = connect(server.url)
         for command in (("CONFIG", "SET", "dir", "/tmp"), ("CONFIG", "GET", "dir"), ("DEBUG", "SLEEP", "0"),
                         ("MODULE", "LIST"), ("ACL", "SETUSER", "x"), ("REPLICAOF", "127.0.0.1", "1"),
                         ("SHUTDOWN",)):  # fmt: skip
@@ -130,7 +130,7 @@ def test_kill_9_then_restart_reloads_aof(tmp_path: Path) -> None:
     server = EmbeddedRedis(tmp_path / "redis")
     server.start()
     url = server.url
-    client = server.client()
+    client = connect(server.url)
     for i in range(50):
         client.set(f"unit:{i}", f"done-{i}")
     client.hset("h", mapping={"a": "1", "b": "2"})
@@ -142,7 +142,7 @@ def test_kill_9_then_restart_reloads_aof(tmp_path: Path) -> None:
 
     server.start()
     assert server.url == url  # same port after restart: URLs handed out stay valid
-    client = server.client(decode_responses=True)
+    client = connect(server.url, decode_responses=True)
     assert client.get("unit:0") == "done-0"
     assert client.get("unit:49") == "done-49"
     assert client.hgetall("h") == {"a": "1", "b": "2"}
@@ -151,14 +151,14 @@ def test_kill_9_then_restart_reloads_aof(tmp_path: Path) -> None:
     server.stop()
     assert not server.running()
     server.start()  # and a clean stop keeps everything too
-    assert server.client().get("unit:7") == b"done-7"
+    assert connect(server.url).get("unit:7") == b"done-7"
     server.stop()
 
 
 def test_unix_socket_and_context_manager(tmp_path: Path) -> None:
     with EmbeddedRedis(tmp_path, unix_socket=True) as server:
         assert server.url.startswith("unix://")
-        client = server.client()
+        client = connect(server.url)
         assert client.ping()
         client.set("x", "1")
         assert client.get("x") == b"1"
@@ -200,12 +200,12 @@ def test_one_server_per_folder_and_find_running(tmp_path: Path) -> None:
         with pytest.raises(LedgerUnavailable, match="already served"):
             second.start()
         assert not second.running()
-        first.client().set("x", "1")
+        connect(first.url).set("x", "1")
     finally:
         first.kill()  # a crash releases the folder: the lock dies with the process
     assert EmbeddedRedis.find_running(tmp_path) is None
     with EmbeddedRedis(tmp_path) as again:
-        assert again.client().get("x") == b"1"
+        assert connect(again.url).get("x") == b"1"
 
 
 # What a client with the ledger's password must never do (issue 34): wipe, swap, move or rename data, replace
@@ -266,7 +266,7 @@ def ledger_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
 def test_the_ledger_refuses_every_command_the_engine_does_not_use(
     ledger_server: EmbeddedRedis, command: tuple[str, ...]
 ) -> None:
-    client = ledger_server.client()
+    client = connect(ledger_server.url)
     try:
         client.set("pl:x", "1")
         with pytest.raises(redis.exceptions.NoPermissionError):
@@ -399,9 +399,9 @@ def test_the_loader_s_password_is_made_for_one_start_and_kept_nowhere(tmp_path: 
         first = re.findall(r"^user loader on #([0-9a-f]{64}) ~\* &\* (.*)$", conf, re.M)
         assert len(first) == 1 and first[0][1] == command_rule((*LEDGER_COMMANDS, "script|load"))
         assert server._loader_password is None  # dropped once the scripts were loaded
-        assert missing_scripts(server.client()) == []
+        assert missing_scripts(connect(server.url)) == []
     with server:  # a restart: the scripts again, under a new loader password
-        assert missing_scripts(server.client()) == []
+        assert missing_scripts(connect(server.url)) == []
         again = re.findall(r"^user loader on #([0-9a-f]{64})", server.conf_path.read_text(), re.M)
         assert again and again[0] != first[0][0]
 
@@ -422,14 +422,16 @@ def test_clients_of_a_ledger_without_its_scripts_wait_then_carry_on(
         async def worker(then: Any) -> None:
             client = connect_async(server.url)
             try:
-                leases = Leases(client, budget=BudgetTerms(run_id="r"))
+                # under a cap a lease takes its cost hold in a script (without one it is a plain SET NX)
+                leases = Leases(client, budget=BudgetTerms(run_id="r", cap_usd=1.0))
                 with pytest.raises(LedgerUnavailable, match="scripts are not loaded"):
                     await leases.acquire("k", "w", 1000)
                 with pytest.raises(LedgerUnavailable, match="scripts are not loaded"):
                     await leases.renew(1000, requests=[Grant("k", "w", 1)])  # a pipeline
                 then()
-                assert isinstance(await leases.acquire("k", "w", 1000), Grant)
-                assert await leases.renew(1000, requests=[Grant("k", "w", 1)]) == ([], [])
+                grant = await leases.acquire("k", "w", 1000)
+                assert isinstance(grant, Grant)
+                assert await leases.renew(1000, requests=[grant]) == ([], [])
             finally:
                 await client.aclose()
 
@@ -470,7 +472,7 @@ def test_a_link_in_place_of_an_aof_file_is_refused_and_never_written(tmp_path: P
     runs folder. Each part of the multi-part AOF is checked before the server starts (it opens them by name)."""
     server = EmbeddedRedis(tmp_path / "ledger")
     server.start()
-    server.client().set("pl:kept", "1")
+    connect(server.url).set("pl:kept", "1")
     server.stop()
     aof = tmp_path / "ledger" / "appendonlydir" / part
     assert aof.is_file()  # what Valkey 7+ writes (a multi-part AOF), so the names tested are the real ones
@@ -487,7 +489,7 @@ def test_a_link_in_place_of_an_aof_file_is_refused_and_never_written(tmp_path: P
     aof.unlink()
     victim.rename(aof)  # put back: the server starts and has what it acknowledged
     with server:
-        assert server.client().get("pl:kept") == b"1"
+        assert connect(server.url).get("pl:kept") == b"1"
         server.check_files()
 
 
