@@ -177,7 +177,7 @@ def open_simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | No
     pipeline = pipeline_of(cfg)
     sim_cfg = pipeline.simulator_knobs(cfg, cfg.simulator or FakeConfig())
     stages = stage_answers(sim_cfg, pipeline.stages(cfg), cfg, cfg.source)  # what its generic stages' answers parse
-    server = FakeProviderServer(sim_cfg, host=host, stages=stages)
+    server = FakeProviderServer(sim_cfg, host=host, stages=stages, per_key=False)  # a run's: no per-key counts
     server.start()
     try:
         for name in sim:

@@ -24,6 +24,7 @@ Cost columns say what a request was charged: the online price, or the batch pric
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import msgspec
@@ -33,7 +34,7 @@ from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.stages.compiled import CompiledPrompts
 from punchline.cluster.stages.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
-from punchline.cluster.stages.rows import Row, load_rows
+from punchline.cluster.stages.rows import Row, check_rows, iter_rows, load_rows
 from punchline.cluster.stages.settings import ParseSettings, PromptsSettings, sampling_for
 from punchline.cluster.stages.simulate import (
     answer_parse,
@@ -60,6 +61,7 @@ ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
 #: whose rows its author reads anyway; from it, if the model parses a third of its answers, 0 of 20 is a chance of
 #: less than 1 in 3,000, so the parse (or the prompt) is wrong, not the luck
 NEVER_PARSED_AFTER = 20
+CHECK_CHUNK = 1_000  # rows whose prompts the input check renders at a time
 
 log = structlog.get_logger("punchline.stages")
 
@@ -71,7 +73,10 @@ def settings_of(cfg: RunConfig) -> PromptsSettings:
 
 
 class Job:
-    """The ``[prompts]`` table compiled against the run's providers, with its rows loaded."""
+    """The ``[prompts]`` table compiled against the run's providers, and its rows, read as a stream
+    (:meth:`each_row`): each pass over the rows (the check, the plan, the simulator's answers, the output's
+    columns, the reduce) reads the file again a chunk at a time, so the driver holds a chunk, not the rows
+    (issue 42)."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -79,6 +84,7 @@ class Job:
         self.compiled = CompiledPrompts(self.settings, file=cfg.source)
         self.data_file = str(resolve_path(cfg, self.settings.data))
         self._rows: list[Row] | None = None
+        self._first: Row | None = None
         self._reference: str | None = None  # the reference column, once found ("": none)
         self._modes: dict[tuple[str, str], Mode] = {}
         self._schema = _schema_text(self.settings.parse)  # once, not per request
@@ -86,16 +92,31 @@ class Job:
 
     @property
     def rows(self) -> list[Row]:
+        """Every row at once (for a test or a notebook: the stages stream them with :meth:`each_row`)."""
         if self._rows is None:
             self._rows = load_rows(self.data_file, self.settings.id_field)
         return self._rows
 
+    def each_row(self) -> Iterator[Row]:
+        """The rows in file order, read a chunk at a time (checked by :meth:`check` before a run reads them)."""
+        return iter_rows(self.data_file, self.settings.id_field)
+
+    @property
+    def first(self) -> Row | None:
+        """The first row: its columns say which is the reference (:func:`~.simulate.reference_of`)."""
+        if self._first is None:
+            self._first = next(self.each_row(), None)
+        return self._first
+
     def check(self) -> None:
         """The input check: rows load, every row's messages render (judge's included), the reference column is
         in every row, before any call."""
-        self.compiled.check_rows(self.rows, self.data_file)
+        check_rows(self.data_file, self.settings.id_field)
+        rows = self.each_row()
+        while chunk := list(itertools.islice(rows, CHECK_CHUNK)):
+            self.compiled.check_rows(chunk, self.data_file)
         column = self.settings.reference
-        for row in self.rows if column is not None else ():
+        for row in self.each_row() if column is not None else ():
             if column not in row.fields:
                 raise InputError(
                     f"no column {column!r} (the rows' reference)", file=self.data_file, record=row.where, field=column
@@ -104,7 +125,7 @@ class Job:
     def reference(self, row: Row) -> object:
         """The row's reference (None: the stage has none), as :func:`~.simulate.reference_of` finds its column."""
         if self._reference is None:
-            self._reference = reference_of(self.settings, self.compiled.parser, self.rows)[0]
+            self._reference = reference_of(self.settings, self.compiled.parser, self.first)[0]
         return row.fields.get(self._reference) if self._reference else None
 
     def model_names(self, models: list[tuple[str, str, str]]) -> dict[str, list[str]]:
@@ -166,7 +187,7 @@ class Job:
         """The output files' columns: the rows' input columns and the parsers' declared fields."""
         compiled = self.compiled
         return Layout(
-            [row.fields for row in self.rows],
+            lambda: (row.fields for row in self.each_row()),
             parsed=compiled.parser.types if compiled.parser is not None else None,
             judge_parsed=compiled.judge_parser.types if compiled.judge_parser is not None else None,
         )
@@ -208,7 +229,7 @@ class GenerateStage:
     name = "generate"
 
     def _units(self, job: Job) -> Iterator[tuple[Row, int, str, UnitSpec]]:
-        for ri, row in enumerate(job.rows):
+        for ri, row in enumerate(job.each_row()):
             for mi, (entry, provider, nick) in enumerate(job.compiled.models):
                 request = job.generate_request(row, entry, provider, nick)
                 yield row, mi, entry, UnitSpec(unit_id=_generate_id(ri, mi), request=request)
@@ -220,11 +241,12 @@ class GenerateStage:
     def simulated_answers(self, cfg: RunConfig, name: str | None = None) -> list[StageAnswers]:
         """What its answers parse into and each row's reference, for the simulated provider (:mod:`.simulate`)."""
         job = Job(cfg)
-        prompts = {
-            prompt_digest(*split_prompt(job.compiled.messages(r, job.data_file))): job.reference(r) for r in job.rows
-        }
+        prompts = (
+            (prompt_digest(*split_prompt(job.compiled.messages(r, job.data_file))), job.reference(r))
+            for r in job.each_row()
+        )
         models = job.model_names(job.compiled.models)
-        return [generate_answers(name or self.name, job.settings, job.compiled.parser, job.rows, prompts, models)]
+        return [generate_answers(name or self.name, job.settings, job.compiled.parser, job.first, prompts, models)]
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
@@ -239,7 +261,7 @@ class GenerateStage:
         lacks its request key: rendering every prompt was half of a reduce's time)."""
         models = [(mi, entry, provider, nick, job.model_id(provider, nick))
                   for mi, (entry, provider, nick) in enumerate(job.compiled.models)]  # fmt: skip
-        for ri, row in enumerate(job.rows):
+        for ri, row in enumerate(job.each_row()):
             for mi, entry, provider, nick, model in models:
                 unit_id = _generate_id(ri, mi)
                 result = results.get(unit_id) or _missing(unit_id)
@@ -286,11 +308,18 @@ class JudgeStage:
     def _units(self, ctx: StageContext, job: Job) -> Iterator[tuple[OutputRow, Row, UnitSpec | str | None]]:
         """Every output row, its input row and the judge's unit for it: None when the judge does not read
         it (no answer, or not chosen by ``where``/``fraction``), the reason when its request is too long."""
-        index = {row.id: (ri, row) for ri, row in enumerate(job.rows)}
+        rows = enumerate(job.each_row())
+        ri, row = -1, None
         models = {entry: mi for mi, (entry, _, _) in enumerate(job.compiled.models)}
         compiled = job.compiled
         for out in read_jsonl(ctx.read_artifact(ANSWERS_JSONL)):
-            ri, row = index[out.row_id]
+            while row is None or row.id != out.row_id:  # the answers are in row order: the rows are walked along
+                ri, row = next(rows, (ri, None))
+                if row is None:
+                    raise InputError(
+                        f"has no row {out.row_id!r} of {ANSWERS_JSONL} (changed since generate ran?)",
+                        file=job.data_file,
+                    )
             chosen = out.text is not None and compiled.judged(
                 row, response=out.text, parsed=out.parsed, model=out.model, sample=out.sample
             )
@@ -323,10 +352,10 @@ class JudgeStage:
                 compiled.judge_messages(r, job.data_file, response=ANSWER_MARK, parsed=parsed, model="", sample=0),
                 job.reference(r),
             )
-            for r in job.rows
+            for r in job.each_row()
         ]
         models = job.model_names([("", *compiled.judge_model)])
-        return [judge_answers(name or self.name, job.settings, compiled.parser, job.rows, judged, models)]
+        return [judge_answers(name or self.name, job.settings, compiled.parser, job.first, judged, models)]
 
     def reduce(self, ctx: StageContext, results: Mapping[str, UnitResult]) -> list[str]:
         job = Job(ctx.cfg)
@@ -398,7 +427,7 @@ def judge_upper_bound(cfg: RunConfig) -> list[UnitSpec]:
     job = Job(cfg)
     judge = job.settings.judge
     units = []
-    for ri, row in enumerate(job.rows):
+    for ri, row in enumerate(job.each_row()):
         for mi, (entry, _, _) in enumerate(job.compiled.models):
             stand_in = "x" * 4 * sampling_for(job.settings, entry).max_tokens
             for sample in range(job.settings.n):

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import functools
 import io
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from punchline.data.storage.arrow_columns import column, infer_type
+from punchline.data.storage.arrow_columns import TypeSummary, column, infer_type
 
 if TYPE_CHECKING:  # pyarrow is imported when a Parquet file is written (a second and 40 MB otherwise)
     import pyarrow as pa
@@ -59,6 +59,8 @@ class OutputRow(msgspec.Struct, kw_only=True, omit_defaults=False):
 OUTPUT_NAMES = frozenset(OutputRow.__struct_fields__)
 _JSON = msgspec.json.Encoder(order="deterministic")
 _DECODER = msgspec.json.Decoder(OutputRow)
+
+TYPE_CHUNK = 1_000  # input rows a Layout types at a time
 
 # a parsed field's JSON-schema type -> its Parquet column's Arrow type ("json": JSON text)
 _ARROW = {"string": "string", "integer": "int64", "number": "float64", "boolean": "bool_", "json": "string"}
@@ -110,27 +112,61 @@ def _infer(values: list[Any]) -> pa.DataType | None:
         return None
 
 
+Inputs = Iterable[Mapping[str, Any]]  # each input row's fields
+
+
 class Layout:
     """The columns of a run's output files: its input columns (names and Parquet types), and the parsed
-    columns its parsers declare (``parsed``/``judge_parsed``: field name -> JSON-schema type)."""
+    columns its parsers declare (``parsed``/``judge_parsed``: field name -> JSON-schema type).
+
+    ``inputs`` is read once, a chunk of :data:`TYPE_CHUNK` rows at a time, keeping each column's
+    :class:`~punchline.data.storage.arrow_columns.TypeSummary`, not its values (issue 42: a run's rows are
+    streamed). A column whose values are not flat (nested, or no common type) is typed from its values, read
+    again: ``inputs`` is then iterated a second time, so a one-shot iterator must come as a function that
+    returns a fresh one."""
 
     def __init__(
         self,
-        inputs: Sequence[Mapping[str, Any]] = (),
+        inputs: Inputs | Callable[[], Inputs] = (),
         parsed: Mapping[str, str] | None = None,
         judge_parsed: Mapping[str, str] | None = None,
     ) -> None:
+        self._read: Callable[[], Inputs] = inputs if callable(inputs) else (lambda: inputs)
         order: dict[str, None] = {}
-        for fields in inputs:
+        self._summaries: dict[str, TypeSummary] = {}
+        chunk: list[Mapping[str, Any]] = []
+        for fields in self._read():
             order.update(dict.fromkeys(fields))
+            chunk.append(fields)
+            if len(chunk) == TYPE_CHUNK:
+                self._summarize(chunk)
+                chunk = []
+        self._summarize(chunk)
         self.inputs = [(k, f"input.{k}" if k in OUTPUT_NAMES else k) for k in order]
-        self._values = {k: [f.get(k) for f in inputs] for k in order}  # typed when a Parquet file is laid out
         self.parsed = dict(parsed or {})
         self.judge_parsed = dict(judge_parsed or {})
 
+    def _summarize(self, chunk: list[Mapping[str, Any]]) -> None:
+        columns: dict[str, list[Any]] = {}
+        for fields in chunk:
+            for k, v in fields.items():
+                columns.setdefault(k, []).append(v)
+        for k, values in columns.items():
+            self._summaries.setdefault(k, TypeSummary()).add(values)
+
     @functools.cached_property
     def _input_types(self) -> dict[str, pa.DataType | None]:
-        return {k: _infer(values) for k, values in self._values.items()}
+        """Typed when a Parquet file is laid out: from the summaries, else (a column not flat) its values."""
+        pa = _arrow()
+        types = {k: self._summaries[k].flat_type(pa) for k, _ in self.inputs}
+        rest = [k for k, t in types.items() if t is None]
+        if rest:
+            values: dict[str, list[Any]] = {k: [] for k in rest}
+            for fields in self._read():
+                for k in rest:
+                    values[k].append(fields.get(k))
+            types.update({k: _infer(v) for k, v in values.items()})
+        return types
 
     @functools.cached_property
     def schema(self) -> pa.Schema:

@@ -15,7 +15,7 @@ guess that makes a study's offline numbers plausible beats none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from punchline.cluster.stages.parse import Parser
@@ -36,10 +36,11 @@ def answer_parse(settings: ParseSettings | None) -> AnswerParse | None:
     return AnswerParse(regex=settings.regex, flags=settings.flags, json_schema=settings.json_schema)
 
 
-def reference_of(settings: PromptsSettings, parser: Parser | None, rows: Sequence[Row]) -> tuple[str, str | None]:
-    """(the rows' reference column, the parsed field it is compared with); the column is empty when there is
-    none. The field is the one named like the column, else the parser's first (None: no parse step)."""
-    columns = rows[0].fields if rows else {}
+def reference_of(settings: PromptsSettings, parser: Parser | None, first: Row | None) -> tuple[str, str | None]:
+    """(the rows' reference column, the parsed field it is compared with), from the ``first`` row's columns;
+    the column is empty when there is none. The field is the one named like the column, else the parser's
+    first (None: no parse step)."""
+    columns = first.fields if first is not None else {}
     names = parser.names if parser is not None else ()
     column = settings.reference
     if column is None:
@@ -69,15 +70,28 @@ def generate_answers(
     name: str,
     settings: PromptsSettings,
     parser: Parser | None,
-    rows: Sequence[Row],
-    prompts: Mapping[str, Any],
+    first: Row | None,
+    prompts: Iterable[tuple[str, Any]],
     models: dict[str, list[str]],
 ) -> StageAnswers:
-    """A generate stage's answers: ``prompts`` is each row's prompt digest -> its reference, already found."""
-    _, field = reference_of(settings, parser, rows)
-    pool = list(dict.fromkeys(str(v) for v in prompts.values() if v is not None))[:POOL_SIZE]
+    """A generate stage's answers: ``prompts`` is each row's prompt digest and its reference, already found, in
+    row order (a stream: the book keeps what it needs of it).
+
+    Without a parse step, a prompt whose row has no reference is left out of the book: the simulator answers it
+    as it answers a prompt not in the book (a stage's free-text answer is its reference or another row's, so one
+    without a reference has none to give). A study without references, as a load test, thus gives the simulator
+    an empty book, not a digest per row (issue 42)."""
+    _, field = reference_of(settings, parser, first)
+    keep_all = settings.parse is not None
+    book: dict[str, Any] = {}
+    for digest, reference in prompts:  # the last row's reference wins, at the first row's place
+        if keep_all or reference is not None or digest in book:
+            book[digest] = reference
+    if not keep_all:
+        book = {d: r for d, r in book.items() if r is not None}
+    pool = list(dict.fromkeys(str(v) for v in book.values() if v is not None))[:POOL_SIZE]
     return StageAnswers(
-        stage=name, parse=answer_parse(settings.parse), field=field, prompts=dict(prompts), pool=pool, models=models
+        stage=name, parse=answer_parse(settings.parse), field=field, prompts=book, pool=pool, models=models
     )
 
 
@@ -91,13 +105,13 @@ def judge_answers(
     name: str,
     settings: PromptsSettings,
     parser: Parser | None,
-    rows: Sequence[Row],
+    first: Row | None,
     judged: list[JudgedPrompt],
     models: dict[str, list[str]],
 ) -> StageAnswers:
     """A judge stage's answers: its verdict's parse, and every row's prompt with the judged answer left out."""
     assert settings.judge is not None
-    _, field = reference_of(settings, parser, rows)
+    _, field = reference_of(settings, parser, first)
     verdict = Parser(settings.judge.parse, field="prompts.judge.parse") if settings.judge.parse else None
     return StageAnswers(
         stage=name,

@@ -116,15 +116,42 @@ def column(pa: Any, values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
 def infer_type(pa: Any, values: Sequence[Any]) -> pa.DataType:
     """``pyarrow.array(values).type`` (raising what it raises), without pandas when the values are flat: all
     null, strings, booleans, integers, or integers and floats."""
-    kinds = {type(v) for v in values if v is not None}
-    if not kinds:
-        return pa.null()
-    if kinds == {str}:
-        return pa.string()
-    if kinds == {bool}:
-        return pa.bool_()
-    if kinds == {int} and all(v is None or INT64[0] <= v <= INT64[1] for v in values):
-        return pa.int64()
-    if kinds in ({float}, {int, float}) and all(v is None or _double(v) for v in values):
-        return pa.float64()
-    return pa.array(values).type
+    summary = TypeSummary()
+    summary.add(values)
+    flat = summary.flat_type(pa)
+    return flat if flat is not None else pa.array(values).type
+
+
+class TypeSummary:
+    """What :func:`infer_type` needs of a column, gathered a chunk of values at a time, so that a column streamed
+    from a file is typed without being held (issue 42): the values' Python types, and whether every int fits
+    int64 and every number a double. :meth:`flat_type` is ``infer_type`` of all the values seen when they are
+    flat; None when they are not (a nested value, a subclass, an int out of range): then only the values
+    themselves say, and the caller reads them again for ``infer_type``."""
+
+    def __init__(self) -> None:
+        self.kinds: set[type] = set()
+        self.int64 = True  # every int is in int64's range
+        self.double = True  # every int and float converts to a double exactly
+
+    def add(self, values: Sequence[Any]) -> None:
+        kinds = {type(v) for v in values if v is not None}
+        self.kinds |= kinds
+        if int in kinds:
+            ints = [v for v in values if type(v) is int]
+            self.int64 = self.int64 and all(INT64[0] <= v <= INT64[1] for v in ints)
+            self.double = self.double and all(_double(v) for v in ints)
+
+    def flat_type(self, pa: Any) -> pa.DataType | None:
+        kinds = self.kinds
+        if not kinds:
+            return pa.null()
+        if kinds == {str}:
+            return pa.string()
+        if kinds == {bool}:
+            return pa.bool_()
+        if kinds == {int} and self.int64:
+            return pa.int64()
+        if kinds in ({float}, {int, float}) and self.double:
+            return pa.float64()
+        return None

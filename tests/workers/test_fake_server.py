@@ -367,3 +367,19 @@ def test_each_wire_refuses_and_errs_in_its_own_shape(fake: FakeProviderServer) -
             urllib.request.urlopen(req, timeout=5)
         assert refused.value.code == 401
         assert next(iter(json.loads(refused.value.read()))) == shape
+
+
+def test_a_runs_simulator_keeps_no_count_per_key_and_answers_the_same() -> None:
+    """A run's simulator (``per_key=False``) serves runs of any size in the driver (issue 42): no call count per
+    key, attempts numbered only while a knob reads them, and the same answers and faults as a test's server."""
+    requests = [greedy_request("fake", M3, f"Question {i}") for i in range(5)]
+    with FakeProviderServer() as counted, FakeProviderServer(per_key=False) as lean:
+        for req in requests:
+            assert asyncio.run(_complete(counted, req)).texts == asyncio.run(_complete(lean, req)).texts
+        assert len(counted.stats().calls) == 5
+        assert lean.stats().calls == {} and lean.stats().total_calls == 5
+        assert len(lean._state.attempts) == 0
+        lean.configure(fail_first_attempts=1)  # a knob that reads the attempt: numbered again, exactly
+        with pytest.raises(RetryableProviderError):
+            asyncio.run(_complete(lean, requests[0]))
+        assert asyncio.run(_complete(lean, requests[0])).texts == asyncio.run(_complete(counted, requests[0])).texts

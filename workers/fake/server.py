@@ -82,14 +82,17 @@ class FakeProviderServer:
         simulators: Sequence[Simulator] | None = None,
         wires: KindWires | None = None,
         stages: Sequence[StageAnswers] = (),
+        per_key: bool = True,
     ) -> None:
         """``simulators``: the pipelines whose answers it gives (default: those ``config.simulators`` names, then
         every installed pipeline's, found through the entry points); a bad ``pipeline_knobs`` table is a ValueError
         naming it. ``wires``: the APIs it speaks (default: every installed kind's). ``stages``: what a run's generic
-        stages' answers parse into (:func:`~punchline.workers.fake.stage_answers.stage_answers`)."""
+        stages' answers parse into (:func:`~punchline.workers.fake.stage_answers.stage_answers`). ``per_key``: count
+        every key's calls and attempts (a test's server; a run's keeps only what its knobs read:
+        :mod:`~punchline.workers.fake.state`)."""
         config = config or FakeConfig()
         found = find_simulators(config.simulators) if simulators is None else simulators
-        self._state = ServerState(config, found, find_wires() if wires is None else wires, stages)
+        self._state = ServerState(config, found, find_wires() if wires is None else wires, stages, per_key=per_key)
         self._address = (host, port)
         self._httpd: FakeHTTPServer | None = None
         self._thread: threading.Thread | None = None

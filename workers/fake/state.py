@@ -4,6 +4,12 @@ Why a module of its own: the HTTP handler (:mod:`punchline.workers.fake.handler`
 (:mod:`punchline.workers.fake.batches`) both answer from this state, and the determinism rules of
 :mod:`punchline.workers.fake.server` (faults decided by a hash, :func:`punchline.workers.fake.draws.unit`;
 attempts counted per key and offset) live here, behind one lock.
+
+**Memory.** A server made for tests counts every key's calls and attempts for its whole life (``stats().calls``
+says how often each request was made). A run's simulator (``per_key=False``) serves a run of any size in the
+driver, so it keeps neither for a key it need not (issue 42: 0.4 KB a unit): no per-key call counts, and attempt
+numbers only while a knob reads them (:func:`attempts_matter`: ``fail_first_attempts``, a fault rate, a latency
+range). Without those knobs every attempt is answered as the first, so the answers are the same.
 """
 
 from __future__ import annotations
@@ -63,8 +69,11 @@ class ServerState:
         simulators: Sequence[Simulator],
         wires: KindWires,
         stages: Sequence[StageAnswers] = (),
+        *,
+        per_key: bool = True,
     ) -> None:
         self.lock = threading.Lock()
+        self.per_key = per_key  # count calls and attempts of every key (see the module doc)
         self.stop_event = threading.Event()
         self.defaults = config
         self.config = config
@@ -146,7 +155,8 @@ class ServerState:
         cfg = self.config
         with self.lock:
             self.total += 1
-            self.calls[key] += 1
+            if self.per_key:
+                self.calls[key] += 1
             self.by_model[model] += 1
             if cfg.requests_per_minute and cfg.rate_limit_window_s > 0:
                 now = time.monotonic()
@@ -166,6 +176,8 @@ class ServerState:
                     self.faults["rate_limited"] += 1
                     return -1, new_tat - now - burst * interval
                 self.tat = new_tat
+            if not self.per_key and not attempts_matter(cfg):
+                return 0, None
             attempt = self.attempts[(key, offset)]
             self.attempts[(key, offset)] += 1
             return attempt, None
@@ -182,6 +194,19 @@ class ServerState:
             billed = self.tokens_by_model.setdefault(model, [0, 0])
             billed[0] += input_tokens
             billed[1] += output_tokens
+
+
+def attempts_matter(config: FakeConfig) -> bool:
+    """Whether an answer may depend on its attempt number: a knob that fails the first attempts, a fault drawn per
+    attempt, or a latency drawn per attempt (the handler reads the attempt for these alone)."""
+    rates = (
+        config.error_500_rate,
+        config.error_503_rate,
+        config.hang_rate,
+        config.truncated_body_rate,
+        config.malformed_rate,
+    )
+    return config.fail_first_attempts > 0 or any(r > 0 for r in rates) or config.latency_ms_max != config.latency_ms_min
 
 
 def billed_tokens(config: FakeConfig, req: WireRequest, texts: list[str]) -> tuple[int, int]:

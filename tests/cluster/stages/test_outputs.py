@@ -73,3 +73,30 @@ def test_jsonl_round_trips_with_objects_in_place() -> None:
     assert list(first)[:9] == ["id", "question", "score", "input.text", "mixed", "extra", "row_id", "model", "sample"]
     assert first["input.text"] == "in 0" and first["text"] == "answer 0" and first["extra"] is None
     assert list(json.loads(b"".join(jsonl_chunks(rows)).splitlines()[0]))[:2] == ["row_id", "model"]  # no layout
+
+
+def test_a_streamed_layout_types_columns_as_the_values_held_whole() -> None:
+    """A Layout reads its input rows once, a chunk at a time, keeping each column's type summary (issue 42); a
+    column that is not flat is read again from the function that streams the rows: the same types as the list."""
+    inputs = [
+        {"s": f"x{i}", "i": i, "f": i if i % 3 else i + 0.5, "b": i % 2 == 0, "big": 2**62 if i == 2_500 else i}
+        | ({"nested": [i]} if i % 1_000 == 7 else {})
+        | ({"late": None} if i < 2_000 else {"late": "y"})
+        | ({"mixed": "a" if i == 10 else 1} if i in (10, 2_999) else {})
+        for i in range(3_000)
+    ]
+    passes = []
+
+    def stream():
+        passes.append(1)
+        return iter(inputs)
+
+    streamed = Layout(stream)
+    whole = Layout(inputs)
+    assert streamed.inputs == whole.inputs
+    assert len(passes) == 1  # the types are not asked for until a Parquet file is laid out
+    assert streamed.schema == whole.schema
+    assert len(passes) == 2  # once more for the columns that are not flat (nested, mixed)
+    assert str(whole.schema.field("nested").type) == "list<item: int64>"
+    assert str(whole.schema.field("mixed").type) == "string"  # no common type: JSON text
+    assert str(whole.schema.field("f").type) == "double" and str(whole.schema.field("late").type) == "string"

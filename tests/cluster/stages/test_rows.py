@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from punchline.cluster.stages.rows import load_rows
+from punchline.cluster.stages.rows import check_rows, iter_rows, load_rows
 from punchline.data.errors import InputError
 
 ROWS = [
@@ -123,3 +124,41 @@ def test_unknown_format_unreadable_file_and_broken_parquet(tmp_path: Path) -> No
     broken = tmp_path / "r.parquet"
     broken.write_bytes(b"PAR1 not really")
     assert "Parquet" in str(_error(broken))
+
+
+def test_streamed_rows_equal_the_loaded_ones_across_parquet_batches(tmp_path: Path) -> None:
+    """A pass reads a chunk at a time (issue 42): the rows, their order and their places are the whole file's."""
+    rows = [{"id": f"r{i}", "n": i, "tags": [i, i + 1]} for i in range(2_345)]
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=700)
+    streamed = list(iter_rows(path))
+    assert streamed == load_rows(path)
+    assert [r.fields for r in streamed] == rows and streamed[-1].where == "row 2345"
+
+
+@pytest.mark.parametrize(
+    "content,said",
+    [
+        (
+            b'{"id":1}\n{"q":2}\n{"id":1}\n',
+            "record line 2, field 'id': is missing",
+        ),  # the first bad row, before the duplicate
+        (b'{"id":1}\n{"id":1}\n{"q":2}\n', "record line 2, field 'id': duplicate id '1' (first at line 1)"),
+        (b'{"q":1}\n{bad\n', "record line 2: not valid JSON"),  # every record parses before any id is checked
+        (b'{bad\n{"id":1}\n\xff\n', "is not UTF-8 (byte 14)"),  # the file decodes before any record parses
+    ],
+)
+def test_the_check_says_what_loading_the_whole_file_said_first(tmp_path: Path, content: bytes, said: str) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=re.escape(said)):
+        check_rows(path)
+
+
+def test_a_duplicate_among_many_ids_names_its_first_row(tmp_path: Path) -> None:
+    rows = [{"id": f"q{i}"} for i in range(5_000)] + [{"id": "q4321"}]
+    with pytest.raises(
+        InputError, match=re.escape("record line 5001, field 'id': duplicate id 'q4321' (first at line 4322)")
+    ):
+        check_rows(_jsonl(tmp_path / "r.jsonl", rows))
+    check_rows(_jsonl(tmp_path / "ok.jsonl", rows[:-1]))
