@@ -41,9 +41,9 @@ from types import TracebackType
 from urllib.parse import quote
 
 from punchline.data.errors import LedgerUnavailable
-from punchline.schedulers.ledger_access import LOADER_COMMANDS, LOADER_USER, RUN_COMMANDS, command_rule
-from punchline.schedulers.redis_client import LedgerClient, connect, redact_url
-from punchline.schedulers.server_checks import StartingServer, load_scripts_as
+from punchline.data.redaction import redact_url
+from punchline.schedulers.ledger_rules import LOADER_COMMANDS, LOADER_USER, RUN_COMMANDS, command_rule
+from punchline.schedulers.server_info import load_scripts_as, starting_server_id
 from punchline.services.keeper import die_with_parent
 from punchline.services.private_files import (
     check_folder_files,
@@ -307,18 +307,15 @@ class EmbeddedRedis:
         """('', server id) once PING answers and the engine's scripts are loaded, else (why not, '')."""
         assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout_s
-        server = StartingServer(self.url, self._proc.pid)  # the answer must come from *our* process
-        try:
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    return f"exited with {self._proc.returncode}: {self._log_tail()}", ""
-                server_id = server.server_id()
-                if server_id is not None:
-                    return self._load_scripts(), server_id
-                time.sleep(0.02)
-            return f"no PING answer within {self.startup_timeout_s}s: {self._log_tail()}", ""
-        finally:
-            server.close()
+        url = self.url
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return f"exited with {self._proc.returncode}: {self._log_tail()}", ""
+            server_id = starting_server_id(url, self._proc.pid)  # the answer must come from *our* process
+            if server_id is not None:
+                return self._load_scripts(), server_id
+            time.sleep(0.02)
+        return f"no PING answer within {self.startup_timeout_s}s: {self._log_tail()}", ""
 
     def _load_scripts(self) -> str:
         """Load the engine's scripts as this start's loader: '' once done, else why not (and the server is stopped:
@@ -376,9 +373,6 @@ class EmbeddedRedis:
     def _atexit_stop(self) -> None:
         with contextlib.suppress(Exception):
             self.stop(timeout_s=3.0)
-
-    def client(self, *, decode_responses: bool = False) -> LedgerClient:
-        return connect(self.url, decode_responses=decode_responses)
 
     def __enter__(self) -> EmbeddedRedis:
         return self.start()

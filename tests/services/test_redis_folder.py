@@ -8,7 +8,8 @@ import sys
 import threading
 from pathlib import Path
 
-from punchline.schedulers.server_info import server_info
+from punchline.schedulers.redis_client import connect
+from punchline.schedulers.server_info import load_scripts_as, server_info, starting_server_id
 from punchline.services.redis_folder import find_running, recorded_pid, serves_dir, stop_running
 from punchline.services.redis_server import EmbeddedRedis
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_server_info_reads_the_server_it_reaches(redis_server: EmbeddedRedis) -> None:
     info = server_info(redis_server.url)
     assert info is not None and int(info["process_id"]) == redis_server.pid
-    assert info["run_id"] == redis_server.client().info("server")["run_id"]
+    assert info["run_id"] == connect(redis_server.url).info("server")["run_id"]
 
 
 def test_server_info_is_none_for_a_wrong_password_a_dead_port_or_another_protocol(
@@ -53,3 +54,16 @@ def test_the_keeper_imports_no_logging_stack() -> None:
     probe = "import sys, punchline.services.redis_keeper; print(sorted({'structlog', 'ray'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_start_asks_the_server_it_started_and_loads_scripts_only_as_a_user_that_may(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path).start()  # a ledger: its default user (the run's) may not load a script
+    try:
+        assert starting_server_id(server.url, server.pid or 0) == server_info(server.url)["run_id"]  # type: ignore[index]
+        assert starting_server_id(server.url, (server.pid or 0) + 1) is None  # another process on the port
+        assert starting_server_id(server.url.replace(server.password, "not-it"), server.pid or 0) is None
+        assert load_scripts_as(server.url).startswith("NOPERM")  # the run's user
+        assert load_scripts_as(server.url.replace(server.password, "not-it")).startswith("WRONGPASS")
+        assert load_scripts_as("redis://127.0.0.1:1/0").startswith("ConnectionRefusedError")
+    finally:
+        server.stop()
