@@ -4,14 +4,14 @@ loaded as the start's loader.
 
 Why not redis-py: the runs folder's keeper (``services/redis_keeper.py``, a process of its own beside every local
 run) holds these conversations. It asks ``INFO server`` once every two seconds; and it starts the server (and starts
-it again after a crash), so it asks whether the server answers and loads its scripts. Through redis-py it paid a
-quarter of a CPU second a run to import redis, OpenTelemetry (which redis-py loads when it is installed) and
-structlog, and it kept them in memory for the whole run (36 MB of RSS, against 18 MB without). Each conversation here
-is a handful of commands sent at once on one socket (``AUTH``, then ``INFO``/``PING`` or the ``SCRIPT LOAD`` of
-every script), and costs a millisecond.
+it again after a crash), so it asks whether the server answers and loads its scripts. Through redis-py it paid
+0.1 s more CPU to import redis, OpenTelemetry (which redis-py loads when it is installed) and structlog, and it
+kept them in memory for the whole run (38 MB of RSS through a demo run, against 25 MB without). Each conversation
+here is a handful of commands sent at once on one socket (``AUTH``, then ``INFO``/``PING`` or the ``SCRIPT LOAD``
+of every script), and costs a millisecond.
 
 Why this rather than a short-lived ``python -m`` child holding redis-py for the start: that child would pay the
-interpreter's start and redis-py's import (about 0.3 s of CPU) at every start of the server, a restart too, and the
+interpreter's start and redis-py's import (about 0.2 s of CPU) at every start of the server, a restart too, and the
 loader's password would have to travel to it; here the password never leaves the keeper's memory. It lives in
 ``schedulers/``, with the engine's other Redis conversations, so that the runs folder's modules
 (``services/redis_folder.py``, ``services/redis_server.py``) manage processes and files and speak no protocol; what it
