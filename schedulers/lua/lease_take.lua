@@ -14,11 +14,15 @@
 local n = #KEYS - 8
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local base = tonumber(ARGV[18]) - 1
+-- under a rate limit a lease is taken for ahead_ms more than ttl_ms: the wait for its slot, up to ahead_ms, needs
+-- no PEXPIRE of its own (a lease a little longer is never less safe; the holder's heartbeat renews it to ttl_ms)
+local pad = 0
+for a = 3, 6 do if tonumber(ARGV[a]) > 0 then pad = tonumber(ARGV[17]) end end
 local out = {}
 local granted = {}
 for i = 1, n do
   local key = KEYS[8 + i]
-  local old = redis.call('SET', key, owner .. '|' .. string.format('%d', base + i), 'NX', 'PX', ttl, 'GET')
+  local old = redis.call('SET', key, owner .. '|' .. string.format('%d', base + i), 'NX', 'PX', ttl + pad, 'GET')
   if not old then
     granted[#granted + 1] = i
     out[3 * i - 2], out[3 * i - 1], out[3 * i] = 1, base + i, 0
@@ -65,10 +69,8 @@ for j, i in ipairs(fit) do
     drop(i, 4, tonumber(ARGV[17]))
   else
     held = held + tonumber(ARGV[18 + 3 * i])
-    if wait > 0 then
-      redis.call('PEXPIRE', KEYS[8 + i], ttl + wait)
-      out[3 * i] = wait
-    end
+    if wait > pad then redis.call('PEXPIRE', KEYS[8 + i], ttl + wait) end
+    if wait > 0 then out[3 * i] = wait end
   end
 end
 if cap >= 0 and held > 0 then budget_hold(5, ARGV[14], held, now, tonumber(ARGV[16])) end
