@@ -30,7 +30,7 @@ from punchline.data.errors import ProviderError  # noqa: E402
 from punchline.data.provider_settings import ProviderSettings  # noqa: E402
 from punchline.pipelines.puns.data.completions import greedy_request  # noqa: E402
 from punchline.schedulers.rate_limit import RedisRateLimiter  # noqa: E402
-from punchline.schedulers.redis_client import connect  # noqa: E402
+from punchline.schedulers.server.redis_client import connect  # noqa: E402
 from punchline.services.redis_server import EmbeddedRedis  # noqa: E402
 from punchline.workers.calls.retry import AttemptEvent, RetryPolicy, call_with_retries  # noqa: E402
 from punchline.workers.fake.server import FakeConfig, FakeProviderServer  # noqa: E402

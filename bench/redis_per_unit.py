@@ -35,7 +35,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from punchline.schedulers.ledger_access import engine_scripts  # noqa: E402
+from punchline.schedulers.server.ledger_access import engine_scripts  # noqa: E402
 from punchline.services.redis_binary import find_redis_server  # noqa: E402
 
 CONFIG = """[run]

@@ -28,7 +28,7 @@ from punchline.cluster.run_config import resolve_path as resolve_path
 from punchline.data.errors import ConfigError
 from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.storage.jsonio import validation_location
-from punchline.schedulers.redis_client import check_url, control_characters, redact_url
+from punchline.schedulers.server.redis_client import check_url, control_characters, redact_url
 from punchline.workers.fake.checks import check_simulator
 from punchline.workers.providers.registry import check_kind
 

@@ -2,7 +2,7 @@
 
 The ground floor's one spelling of what a secret looks like in free text, so every floor redacts the same way:
 the CLI's last-resort error line (without importing the logging or Redis stack), the logs' processor
-(``workers/logs.py``), the ledger's URLs (``schedulers/redis_client.py``) and the run record's config.
+(``workers/logs.py``), the ledger's URLs (``schedulers/server/redis_client.py``) and the run record's config.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from punchline.data.requests import ProviderRequest
 from punchline.data.units import ShardUsage
 from punchline.schedulers import lua
 from punchline.schedulers.keys import NAMESPACE, BudgetKeys
-from punchline.schedulers.redis_client import redis_errors
+from punchline.schedulers.server.redis_client import redis_errors
 
 # The budget as a Lua library (schedulers/lua/budget.lua), also run inside the lease scripts, and the
 # budget's own scripts (schedulers/lua/budget_*.lua say their KEYS and ARGV).

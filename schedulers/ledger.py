@@ -36,7 +36,7 @@ from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import ShardUsage
 from punchline.schedulers import keys as redis_keys
 from punchline.schedulers.keys import NAMESPACE, StageKeys
-from punchline.schedulers.redis_client import SCRIPTS_MISSING, ScriptsNotLoaded
+from punchline.schedulers.server.redis_client import SCRIPTS_MISSING, ScriptsNotLoaded
 
 LEDGER_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)  # waiting out a Redis outage
 _INIT_CHUNK = 10_000  # shards per ZADD when (re)building a queue
@@ -140,7 +140,7 @@ class Ledger:
         held = self.maybe_held(run_id, stage)
         pipe = self.r.pipeline(transaction=True)
         for key in (k.todo, k.leased, k.holders, k.failed):
-            pipe.pexpire(key, 0)  # removes it at once: the run's user may not DEL (schedulers/ledger_access.py)
+            pipe.pexpire(key, 0)  # removes it at once: the run's user may not DEL (schedulers/server/ledger_access.py)
         chunk: dict[str, int] = {}
         for shard in pending:
             chunk[str(shard)] = DEFERRED + shard if shard in held else shard

@@ -48,7 +48,7 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.schedulers import lua
 from punchline.schedulers.keys import RateKeys
-from punchline.schedulers.redis_client import redis_errors
+from punchline.schedulers.server.redis_client import redis_errors
 
 # The GCRA cells as a Lua library (schedulers/lua/gcra.lua), also run inside the lease scripts, and the
 # limiter's own scripts (schedulers/lua/rate_*.lua say their KEYS and ARGV).

@@ -23,7 +23,7 @@ from typing import Any
 from punchline.data.errors import InputError, LedgerUnavailable
 from punchline.schedulers import keys as redis_keys
 from punchline.schedulers import lua
-from punchline.schedulers.redis_client import redis_errors
+from punchline.schedulers.server.redis_client import redis_errors
 
 # schedulers/lua/run_claim_*.lua: renew the claim (taking it again when it lapsed), release it if ours
 _RENEW = lua.script("run_claim_renew")

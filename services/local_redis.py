@@ -49,8 +49,8 @@ from urllib.parse import urlsplit
 import structlog
 
 from punchline.data.errors import LedgerFailed, LedgerUnavailable
-from punchline.schedulers.redis_client import redact_url
-from punchline.schedulers.server_info import server_info
+from punchline.schedulers.server.redis_client import redact_url
+from punchline.schedulers.server.server_info import server_info
 from punchline.services.keeper import ClientFile, FolderHold, folder_lock, live_clients
 from punchline.services.private_files import check_folder_files, private_dir
 from punchline.services.redis_folder import embedded_identity, find_running, lock_record, stop_running

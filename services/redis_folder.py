@@ -4,9 +4,9 @@ that answers is the process that record names, and stopping it.
 Why a module of its own, without a Redis client library: the runs folder's keeper
 (``services/redis_keeper.py``, a process of its own beside every local run) needs only these, once every two
 seconds, and importing redis-py cost it a quarter of a CPU second a run. What it asks the server (``AUTH`` and ``INFO
-server`` over a bare socket) is :mod:`punchline.schedulers.server_info`, where the engine's Redis conversations are.
-The embedded server (``services/redis_server.py``) writes the record and uses these to find and stop a
-running server too.
+server`` over a bare socket) is :mod:`punchline.schedulers.server.server_info`, where the engine's Redis conversations
+are. The embedded server (``services/redis_server.py``) writes the record and uses these to find and stop a running
+server too.
 
 The record (``redis.lock``, JSON) is written by the server's starter while it holds the file's lock; a server
 counts as running only while someone holds that lock *and* the server at the recorded URL reports the recorded
@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.redaction import REDACTED
-from punchline.schedulers.server_info import server_info
+from punchline.schedulers.server.server_info import server_info
 from punchline.services.private_files import open_private, read_password, read_private
 
 LOCK_FILE = "redis.lock"  # the server's record, locked while its starter lives

@@ -15,8 +15,8 @@ Its loop is the shared keeper's (``services/keeper.py``); what it keeps is :clas
 its own, beside the drivers' side (``services/local_redis.py``), so that it imports no logging stack and no Redis
 client: one runs beside every local run, for the whole run. It starts the server and loads the engine's scripts into
 it as the server's loader (:mod:`~punchline.services.redis_server`), over a bare socket
-(:mod:`punchline.schedulers.server_info`): with redis-py imported for that, it held 38 MB of RSS all run long (and
-paid 0.1 s more CPU to import it); without, 25 MB (``tests/services/test_keeper_imports.py`` keeps it so).
+(:mod:`punchline.schedulers.server.server_info`): with redis-py imported for that, it held 38 MB of RSS all run long
+(and paid 0.1 s more CPU to import it); without, 25 MB (``tests/services/test_keeper_imports.py`` keeps it so).
 """
 
 from __future__ import annotations

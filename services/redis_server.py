@@ -14,7 +14,7 @@ such as ``CONFIG SET dir``, a known way to write files as the server's user, and
 swaps, moves, deletes or lists data, ``SWAPDB``, ``FUNCTION FLUSH``, ``DEL`` and ``SCAN`` included, is refused,
 and so are ``EVAL`` and ``SCRIPT LOAD``: a client runs only the engine's scripts, which a second user, ``loader``,
 loads at every start with a password made for that start and kept nowhere; see
-:mod:`punchline.schedulers.ledger_access`), and writes its AOF, log and
+:mod:`punchline.schedulers.server.ledger_access`), and writes its AOF, log and
 config with mode 0600 in a 0700 folder. We stop it with SIGTERM
 (a clean shutdown), after checking that the pid still belongs to the server we started.
 
@@ -42,8 +42,8 @@ from urllib.parse import quote
 
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.redaction import redact_url
-from punchline.schedulers.ledger_rules import LOADER_COMMANDS, LOADER_USER, RUN_COMMANDS, command_rule
-from punchline.schedulers.server_info import load_scripts_as, starting_server_id
+from punchline.schedulers.server.ledger_rules import LOADER_COMMANDS, LOADER_USER, RUN_COMMANDS, command_rule
+from punchline.schedulers.server.server_info import load_scripts_as, starting_server_id
 from punchline.services.keeper import die_with_parent
 from punchline.services.private_files import (
     check_folder_files,
@@ -67,7 +67,7 @@ __all__ = [
     "serves_dir",
 ]
 
-# The run's commands live with the engine that sends them (schedulers/ledger_access.py, where a user's own Redis
+# The run's commands live with the engine that sends them (schedulers/server/ledger_access.py, where a user's own Redis
 # gets its ACL lines from too); the embedded server's default user is the run's user.
 LEDGER_COMMANDS = RUN_COMMANDS
 # a server that guards nothing (a test suite's, a benchmark's) also lets its tests wipe it, look around, delete

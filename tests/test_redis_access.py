@@ -1,7 +1,7 @@
 """Redis is spoken to from ``schedulers/`` only: no module outside it imports a Redis client library or speaks
 the protocol itself; the rest of the engine calls a ``schedulers`` module that says what it does.
 
-Why: what may be sent to the ledger is an allow-list (``schedulers/ledger_access.py``), its keys are spelled in
+Why: what may be sent to the ledger is an allow-list (``schedulers/server/ledger_access.py``), its keys are spelled in
 one module (``schedulers/keys.py``) and its scripts in ``schedulers/lua/``; a command sent from elsewhere is one
 nobody reviewing those would see. The layers above hold a client only to hand it to this layer's classes, and
 name its type and errors by this layer's names (``redis_client.LedgerClient``, ``ClientError``). Read from the
@@ -85,7 +85,7 @@ def test_schedulers_is_where_redis_is_spoken_to() -> None:
     """The check finds what it looks for where it is allowed: the layer's client, its scripts, the keeper's socket."""
     mine = {module: redis_talk(path) for module, path in modules() if module.startswith(f"{LAYER}.")}
     assert any(what.startswith("import redis") for talk in mine.values() for _, what in talk)
-    assert any(what.startswith("RESP") for _, what in mine[f"{LAYER}.server_info"])
+    assert any(what.startswith("RESP") for _, what in mine[f"{LAYER}.server.server_info"])
     assert any(what == ".register_script" for _, what in mine[f"{LAYER}.run_claim"])
 
 

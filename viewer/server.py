@@ -37,7 +37,7 @@ from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore, validate_key
 from punchline.data.units import ModelUsage
 from punchline.schedulers.keys import NAMESPACE
-from punchline.schedulers.redis_client import ClientError
+from punchline.schedulers.server.redis_client import ClientError
 from punchline.viewer import artifacts, pages
 from punchline.viewer.pipeline_results import RunPipeline, render_sections
 from punchline.viewer.queries import RunMeta, Samples, SamplesQuery, model_rows, redacted_config, stage_rows

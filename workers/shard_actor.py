@@ -15,7 +15,7 @@ from punchline.data.stores.sentinel import ensure_sees
 from punchline.data.units import (
     StagePlan,
 )
-from punchline.schedulers.redis_client import connect_async, resolve_url
+from punchline.schedulers.server.redis_client import connect_async, resolve_url
 from punchline.workers.driver_watch import DriverWatch, Lifeguard
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import build_processor

@@ -48,7 +48,7 @@ from punchline.schedulers.inflight import RunWideSlots
 from punchline.schedulers.keys import NAMESPACE, StageKeys
 from punchline.schedulers.leases import BudgetTerms, Claim, Leases
 from punchline.schedulers.rate_limit import RateLimitSettings, RedisRateLimiter
-from punchline.schedulers.redis_client import connect, connect_async, resolve_url
+from punchline.schedulers.server.redis_client import connect, connect_async, resolve_url
 from punchline.workers.calls.call_stats import CallStats
 from punchline.workers.calls.retry import AttemptEvent, RetryPolicy, call_with_retries
 from punchline.workers.driver_watch import DriverGone, DriverWatch

@@ -29,7 +29,7 @@ from punchline.data.errors import ConfigError, PluginError
 from punchline.data.settings import RUNS_DIR_HELP, overlay, runs_dir
 from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores import open_store
-from punchline.schedulers.redis_client import redact_url
+from punchline.schedulers.server.redis_client import redact_url
 
 
 def port(text: str) -> int:

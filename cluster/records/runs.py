@@ -20,7 +20,7 @@ from punchline.data.stores import open_store
 from punchline.schedulers.batches import BatchRecord, read_records, with_batch_costs
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import Ledger, StageCounters
-from punchline.schedulers.redis_client import ClientError, LedgerClient, connect, resolve_url
+from punchline.schedulers.server.redis_client import ClientError, LedgerClient, connect, resolve_url
 
 #: the state ``runs`` shows for a run whose driver is gone (killed, or its Redis with it)
 INTERRUPTED = "interrupted (resume with --run-id)"

@@ -16,7 +16,7 @@ from punchline.data.units import RunState
 from punchline.schedulers.batches import BatchRecord
 from punchline.schedulers.budget import Budget, UsageRow
 from punchline.schedulers.ledger import StageCounters
-from punchline.schedulers.redis_client import ClientError
+from punchline.schedulers.server.redis_client import ClientError
 
 
 class StatusView(msgspec.Struct, kw_only=True):

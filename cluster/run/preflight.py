@@ -48,8 +48,8 @@ from punchline.data.errors import (
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.settings import START_WAIT_S as START_WAIT
 from punchline.data.store import Store
-from punchline.schedulers.redis_client import ENV_URL, check_url, redact_url
-from punchline.schedulers.server_checks import Pinger
+from punchline.schedulers.server.redis_client import ENV_URL, check_url, redact_url
+from punchline.schedulers.server.server_checks import Pinger
 from punchline.services.local_redis import redis_dir
 from punchline.services.redis_folder import embedded_identity
 from punchline.workers.providers import kind_of

@@ -42,7 +42,7 @@ from punchline.data.errors import ConfigError, LedgerUnavailable
 from punchline.data.storage.response_cache import CACHE_PREFIX
 from punchline.data.storage.run_layout import LOG, RECORD, SPOOL
 from punchline.data.stores.local import TMP_DIR
-from punchline.schedulers.redis_client import control_characters
+from punchline.schedulers.server.redis_client import control_characters
 from punchline.services.private_files import check_folder_files
 
 

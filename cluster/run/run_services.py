@@ -44,9 +44,9 @@ from punchline.data.storage.response_spool import ResponseSpool
 from punchline.data.storage.run_layout import LOG, RECORD, SPOOL, RunLayout
 from punchline.data.store import Store
 from punchline.schedulers.ledger import Ledger
-from punchline.schedulers.ledger_access import check_loaded
-from punchline.schedulers.redis_client import connect, credentials_in_userinfo
 from punchline.schedulers.run_claim import RunClaim
+from punchline.schedulers.server.ledger_access import check_loaded
+from punchline.schedulers.server.redis_client import connect, credentials_in_userinfo
 from punchline.services.local_ray import LocalRay, notice
 from punchline.services.local_redis import LocalRedis
 from punchline.services.ray_settings import RaySettings

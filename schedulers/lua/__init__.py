@@ -10,7 +10,7 @@ definitions: ``gcra.lua``, the rate limiter's cells; ``budget.lua``, a run's cos
 round trip. Nothing here talks to Redis: each module registers the scripts it runs on its own client.
 
 No script deletes a key with ``DEL``: Redis checks a script's calls against the ACL of the user who runs it, and
-the run's user may not delete (:mod:`punchline.schedulers.ledger_access`). A script removes a key with ``PEXPIRE
+the run's user may not delete (:mod:`punchline.schedulers.server.ledger_access`). A script removes a key with ``PEXPIRE
 key 0`` instead: an expiry that is not in the future deletes the key at once (the AOF records it as an ``UNLINK``,
 which a replay does not check against any ACL).
 The server holds them because its loader loaded them (every start of the embedded server does), not because a

@@ -22,7 +22,7 @@ from punchline.data import settings
 from punchline.data.errors import ConfigError
 from punchline.data.stores.s3 import S3Settings
 from punchline.schedulers.rate_limit import RateLimitSettings
-from punchline.schedulers.redis_client import RedisSettings
+from punchline.schedulers.server.redis_client import RedisSettings
 from punchline.services.ray_settings import RaySettings
 
 PACKAGE = Path(punchline.__file__).parent

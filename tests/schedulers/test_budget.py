@@ -22,7 +22,7 @@ from punchline.schedulers.budget import (
     input_tokens_bound,
     text_tokens_bound,
 )
-from punchline.schedulers.redis_client import connect
+from punchline.schedulers.server.redis_client import connect
 from punchline.services.redis_server import free_port
 from punchline.workers.providers import wire_calls
 

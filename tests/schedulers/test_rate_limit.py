@@ -16,7 +16,7 @@ from redis.retry import Retry
 from punchline.data.errors import LedgerUnavailable, RetryableProviderError
 from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRateLimiter
-from punchline.schedulers.redis_client import connect
+from punchline.schedulers.server.redis_client import connect
 from punchline.services.redis_server import free_port
 from punchline.workers.calls.retry import RetryPolicy, call_with_retries
 from punchline.workers.fake import FakeProviderServer

@@ -2,7 +2,7 @@
 ``services/ray_keeper.py``) live for a whole run beside it, one each: they import no Redis client, no logging stack,
 no Ray, no telemetry. With redis-py imported (to start the ledger's server and load its scripts) the ledger's keeper
 held 38 MB of RSS (25 MB without) all run long; what it says to the server goes over a bare socket
-(``schedulers/server_info.py``). Each keeper is imported in a fresh interpreter, as ``python -m`` starts it.
+(``schedulers/server/server_info.py``). Each keeper is imported in a fresh interpreter, as ``python -m`` starts it.
 """
 
 from __future__ import annotations

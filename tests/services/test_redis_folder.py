@@ -8,8 +8,8 @@ import sys
 import threading
 from pathlib import Path
 
-from punchline.schedulers.redis_client import connect
-from punchline.schedulers.server_info import load_scripts_as, server_info, starting_server_id
+from punchline.schedulers.server.redis_client import connect
+from punchline.schedulers.server.server_info import load_scripts_as, server_info, starting_server_id
 from punchline.services.redis_folder import find_running, recorded_pid, serves_dir, stop_running
 from punchline.services.redis_server import EmbeddedRedis
 

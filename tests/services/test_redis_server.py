@@ -27,9 +27,10 @@ from punchline.schedulers.inflight import RunWideSlots
 from punchline.schedulers.keys import StageKeys
 from punchline.schedulers.leases import BudgetTerms, Claim, Grant, Leases
 from punchline.schedulers.ledger import Ledger, request_key
-from punchline.schedulers.ledger_access import command_rule, engine_scripts, missing_scripts
 from punchline.schedulers.rate_limit import Limits, RedisRateLimiter
-from punchline.schedulers.redis_client import (
+from punchline.schedulers.run_claim import RunClaim
+from punchline.schedulers.server.ledger_access import command_rule, engine_scripts, missing_scripts
+from punchline.schedulers.server.redis_client import (
     LedgerRedis,
     RedisSettings,
     ScriptsNotLoaded,
@@ -38,7 +39,6 @@ from punchline.schedulers.redis_client import (
     redact_url,
     redis_errors,
 )
-from punchline.schedulers.run_claim import RunClaim
 from punchline.services.local_redis import LocalRedis, redis_dir
 from punchline.services.redis_server import (
     LEDGER_COMMANDS,

@@ -28,7 +28,7 @@ from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
 from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.schedulers.ledger import Ledger
-from punchline.schedulers.redis_client import connect, connect_async
+from punchline.schedulers.server.redis_client import connect, connect_async
 from punchline.services.redis_server import EmbeddedRedis
 from punchline.workers import driver_watch
 from punchline.workers.driver_watch import DriverWatch, Lifeguard, driver_claim_key

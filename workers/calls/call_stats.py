@@ -26,7 +26,7 @@ from punchline.data.errors import LedgerUnavailable
 from punchline.data.units import LATENCY_BUCKETS_S, latency_bucket
 from punchline.schedulers import call_figures
 from punchline.schedulers import keys as redis_keys
-from punchline.schedulers.redis_client import ClientError
+from punchline.schedulers.server.redis_client import ClientError
 
 log = structlog.get_logger("punchline.worker")
 PUBLISH_S = 1.0  # how often a worker writes its figures

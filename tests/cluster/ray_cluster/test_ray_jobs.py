@@ -334,7 +334,7 @@ def test_a_credential_in_any_form_never_goes_into_a_job(flag: str, url: str, cap
 
 
 def test_urls_without_secrets_go_through_and_redaction_covers_every_form() -> None:
-    from punchline.schedulers.redis_client import credentials_in_userinfo, redact_url
+    from punchline.schedulers.server.redis_client import credentials_in_userinfo, redact_url
     from punchline.workers.logs import redact_text
 
     refuse_secrets(SubmitOptions(redis_url="rediss://redis:6380/0?ssl_ca_certs=/ca.pem&ssl_keyfile=/k.pem"))

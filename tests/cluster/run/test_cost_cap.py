@@ -23,7 +23,7 @@ from punchline.cluster.run.planner import plan_run
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.schedulers.budget import Budget
-from punchline.schedulers.redis_client import connect
+from punchline.schedulers.server.redis_client import connect
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.run.test_faults import ROOT
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from punchline.schedulers.ledger_access import missing_scripts
-from punchline.schedulers.redis_client import connect
+from punchline.schedulers.server.ledger_access import missing_scripts
+from punchline.schedulers.server.redis_client import connect
 from punchline.services.local_redis import redis_dir
 from punchline.services.redis_server import EmbeddedRedis
 from punchline.workers.fake.server import FakeProviderServer

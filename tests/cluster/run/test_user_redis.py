@@ -15,7 +15,7 @@ import redis
 
 from punchline.cluster.cli.main import main
 from punchline.schedulers import lua
-from punchline.schedulers.ledger_access import LOADER_USER, RUN_USER, missing_scripts, setuser_lines
+from punchline.schedulers.server.ledger_access import LOADER_USER, RUN_USER, missing_scripts, setuser_lines
 from punchline.services.redis_server import find_redis_server, free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -81,14 +81,14 @@ def test_plan_and_run_refuse_a_user_redis_without_its_scripts_until_the_loader_l
     run_url = _url(user_redis, RUN_USER, "run-pw")
     assert main(["plan", str(cfg), "--redis-url", run_url]) == 2
     err = capsys.readouterr().err
-    assert "scripts are not loaded" in err and "python -m punchline.schedulers.ledger_access load" in err
+    assert "scripts are not loaded" in err and "python -m punchline.schedulers.server.ledger_access load" in err
     assert "run-pw" not in err
     here = ["--runs-dir", str(cfg.parent / "runs"), "--store", str(cfg.parent / "store"), "--no-progress"]
     assert main(["run", str(cfg), "--redis-url", run_url, *here]) == 2  # the same line, before anything starts
     assert "scripts are not loaded" in capsys.readouterr().err
 
     loaded = subprocess.run(
-        [sys.executable, "-m", "punchline.schedulers.ledger_access", "load"],
+        [sys.executable, "-m", "punchline.schedulers.server.ledger_access", "load"],
         input=_url(user_redis, LOADER_USER, "load-pw") + "\n",
         capture_output=True,
         text=True,

@@ -43,7 +43,7 @@ ClientError = redis.RedisError  # any error of the client, a reply error too: wh
 
 class ScriptsNotLoaded(redis.exceptions.ConnectionError):
     """A script the engine runs is not on the server, and this client may not load it (a run's user may only run
-    what the loader loaded: :mod:`punchline.schedulers.ledger_access`). A connection error, as redis-py's own
+    what the loader loaded: :mod:`punchline.schedulers.server.ledger_access`). A connection error, as redis-py's own
     ``BusyLoadingError`` is: the server is not ready yet (the embedded ledger loads its scripts right after a
     restart), so every caller waits it out as an outage, and one that cannot wait any longer says why."""
 

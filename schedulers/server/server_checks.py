@@ -1,6 +1,6 @@
 """What the engine asks a Redis before it is used as a ledger: a user's server answers PING (whether a server just
-started answers and is ours, and the loading of its scripts, are :mod:`punchline.schedulers.server_info`'s: the keeper
-that starts it imports no client library).
+started answers and is ours, and the loading of its scripts, are :mod:`punchline.schedulers.server.server_info`'s: the
+keeper that starts it imports no client library).
 
 Why here and not beside whoever asks: the embedded server's process (starting ``valkey-server``, its config,
 its keeper) is the runs folder's (``services/redis_server.py``) and the checks before a run are the
@@ -14,7 +14,7 @@ import redis
 import redis.exceptions
 
 from punchline.data.errors import ServiceRejected
-from punchline.schedulers.redis_client import ENV_URL, RedisSettings, connect, redis_errors
+from punchline.schedulers.server.redis_client import ENV_URL, RedisSettings, connect, redis_errors
 
 
 class Pinger:

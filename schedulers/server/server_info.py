@@ -15,7 +15,7 @@ interpreter's start and redis-py's import (about 0.2 s of CPU) at every start of
 loader's password would have to travel to it; here the password never leaves the keeper's memory. It lives in
 ``schedulers/``, with the engine's other Redis conversations, so that the runs folder's modules
 (``services/redis_folder.py``, ``services/redis_server.py``) manage processes and files and speak no protocol; what it
-sends is the engine's own vocabulary (:mod:`punchline.schedulers.ledger_rules`: the scripts' texts).
+sends is the engine's own vocabulary (:mod:`punchline.schedulers.server.ledger_rules`: the scripts' texts).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from punchline.schedulers.ledger_rules import engine_scripts
+from punchline.schedulers.server.ledger_rules import engine_scripts
 
 ANSWER_TIMEOUT_S = 1.0  # one question to a server that is starting: it answers at once or is not ready yet
 LOAD_TIMEOUT_S = 5.0  # loading every script: a few milliseconds, on a machine busy with a run's start
@@ -138,7 +138,7 @@ def _info_fields(reply: bytes | ReplyError) -> dict[str, str]:
 
 
 def load_scripts_as(url: str) -> str:
-    """Load the engine's scripts (:func:`~punchline.schedulers.ledger_rules.engine_scripts`) on the server at
+    """Load the engine's scripts (:func:`~punchline.schedulers.server.ledger_rules.engine_scripts`) on the server at
     ``url``, its loader user's URL: '' once the server holds every one (it answered each with the script's SHA-1),
     else why not."""
     texts = list(engine_scripts().values())

@@ -1,11 +1,11 @@
 """The ledger's access rules as data, with no Redis client: the commands a run's user may send, the loader user
 who alone loads the engine's scripts, and the scripts' texts. Why they are what they are is
-:mod:`punchline.schedulers.ledger_access`'s story (which re-exports them, and speaks to a Redis with them).
+:mod:`punchline.schedulers.server.ledger_access`'s story (which re-exports them, and speaks to a Redis with them).
 
 Why a module of their own: the runs folder's keeper (``services/redis_keeper.py``, a process beside every local
 run) writes the embedded server's config (its users' ACL lines) and loads these scripts at each start over a
-bare socket (:mod:`punchline.schedulers.server_info`); importing them from ``ledger_access`` imported redis-py, and
-the keeper stayed at 38 MB of RSS for a whole run for it (25 MB without).
+bare socket (:mod:`punchline.schedulers.server.server_info`); importing them from ``ledger_access`` imported redis-py,
+and the keeper stayed at 38 MB of RSS for a whole run for it (25 MB without).
 """
 
 from __future__ import annotations

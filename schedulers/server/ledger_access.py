@@ -19,7 +19,7 @@ scripts with keys it chooses. It cannot list the ledger's keys, run code of its 
 
 A user's own Redis (``--redis-url``) is not ours to configure: :func:`setuser_lines` are the ``ACL SETUSER`` lines
 ``docs/deploy.md`` shows (a test holds the two to the same text), and ``python -m
-punchline.schedulers.ledger_access load`` loads the scripts as that Redis's loader user, its URL read from stdin.
+punchline.schedulers.server.ledger_access load`` loads the scripts as that Redis's loader user, its URL read from stdin.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import redis
 import redis.exceptions
 
 from punchline.data.errors import ConfigError
-from punchline.schedulers.ledger_rules import (  # the rules as data, without redis-py (the keeper's)
+from punchline.schedulers.server.ledger_rules import (  # the rules as data, without redis-py (the keeper's)
     LOADER_COMMANDS,
     LOADER_USER,
     RUN_COMMANDS,
@@ -41,7 +41,7 @@ from punchline.schedulers.ledger_rules import (  # the rules as data, without re
     engine_scripts,
     setuser_lines,
 )
-from punchline.schedulers.redis_client import ENV_URL, SCRIPTS_MISSING, connect, redact_url, redis_errors
+from punchline.schedulers.server.redis_client import ENV_URL, SCRIPTS_MISSING, connect, redact_url, redis_errors
 
 __all__ = [
     "LOADER_COMMANDS",
@@ -87,7 +87,8 @@ def check_loaded(client: redis.Redis, url: str) -> None:
             raise ConfigError(
                 f"{SCRIPTS_MISSING} ({len(missing)} missing on {redact_url(url)}, among them {missing[0]}), and "
                 f"this user may not load them: load them as the {LOADER_USER!r} user: echo "
-                f"redis://{LOADER_USER}:PASSWORD@HOST:PORT/0 | python -m punchline.schedulers.ledger_access load "
+                f"redis://{LOADER_USER}:PASSWORD@HOST:PORT/0 | "
+                "python -m punchline.schedulers.server.ledger_access load "
                 "(docs/deploy.md)",
                 field=ENV_URL,
             ) from None
@@ -109,7 +110,7 @@ def main(argv: Sequence[str]) -> int:
             client.close()
         print(f"{n} scripts loaded on {redact_url(url)}")
         return 0
-    print("usage: python -m punchline.schedulers.ledger_access acl | load  (load reads the URL from stdin)")
+    print("usage: python -m punchline.schedulers.server.ledger_access acl | load  (load reads the URL from stdin)")
     return 2
 
 
