@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import ray
 
 from punchline.cluster.run.driver import run
+from punchline.data.simulator import FakeConfig, sample_file
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.workers.fake.server import FakeProviderServer
@@ -42,6 +44,24 @@ def wait_for_driver(cond: Any, tmp_path: Path, run_id: str, stderr_path: Path, t
 
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def fake(shared_puns: Path) -> Iterator[FakeProviderServer]:
+    """A fake provider of each test's own (the session's is shared with every file a pytest worker ran before):
+    these tests hang batch calls and kill drivers inside them, and count what the fake saw; in a full suite under
+    load the shared one was seen to answer no batch create at all (the create timed out, its ``hanging`` stayed 0),
+    which a fresh server rules out. Its answer key is the session fake's (the 205 jokes and the sample)."""
+    paths = [str(shared_puns / "puns_205.json")]
+    sample = sample_file("puns_sample.json")
+    if sample:
+        paths.append(sample)
+    server = FakeProviderServer(FakeConfig(pipeline_knobs={"puns": {"answer_key": paths}}))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 ONLINE: dict[str, Any] = dict(
