@@ -17,6 +17,10 @@ from typing import Any
 
 import msgspec
 
+#: the usual names of a row's reference answer, most likely first: the column the simulator grades against when a
+#: stage names none (``cluster/stages/simulate.py``), and what the viewer marks as a unit's reference
+#: (``viewer/references.py``, which marks a few more names: marking is only shown, never graded)
+REFERENCE_COLUMNS = ("answer", "reference", "expected", "label", "gold", "target")
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)\n?```", re.S)
 
 

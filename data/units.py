@@ -65,6 +65,29 @@ def latency_bucket(latency_s: float) -> int:
     return bisect.bisect_left(LATENCY_BUCKETS_S, latency_s)
 
 
+def _histogram(counts: list[int]) -> list[int]:
+    return counts or [0] * (len(LATENCY_BUCKETS_S) + 1)
+
+
+def count_latency(counts: list[int], latency_s: float) -> list[int]:
+    """``counts`` (made when empty: a row that answered nothing keeps no histogram) with one answer counted in its
+    latency bucket. With :func:`add_latency_counts`, the one place the shards' usage and the workers' call figures
+    count latencies."""
+    counts = _histogram(counts)
+    counts[latency_bucket(latency_s)] += 1
+    return counts
+
+
+def add_latency_counts(into: list[int], other: list[int]) -> list[int]:
+    """``into`` with another histogram's answered units added, bucket by bucket (unchanged when ``other`` is empty)."""
+    if not other:
+        return into
+    into = _histogram(into)
+    for i, n in enumerate(other[: len(into)]):
+        into[i] += n
+    return into
+
+
 class ModelUsage(msgspec.Struct, kw_only=True):
     """What one model's calls of a shard cost, how long its answered units waited for their answer and how
     often they were retried (the last four are zero in shards written before they were kept)."""
@@ -79,9 +102,7 @@ class ModelUsage(msgspec.Struct, kw_only=True):
     latency_counts: list[int] = []  # answered units per LATENCY_BUCKETS_S bucket (+ one above the last bound)
 
     def add_latency(self, latency_s: float) -> None:
-        if not self.latency_counts:
-            self.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
-        self.latency_counts[latency_bucket(latency_s)] += 1
+        self.latency_counts = count_latency(self.latency_counts, latency_s)
         self.latency_sum_s += latency_s
 
     def add(self, other: ModelUsage) -> None:
@@ -92,11 +113,7 @@ class ModelUsage(msgspec.Struct, kw_only=True):
         self.retries += other.retries
         self.rate_limited += other.rate_limited
         self.latency_sum_s += other.latency_sum_s
-        if other.latency_counts:
-            if not self.latency_counts:
-                self.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
-            for i, n in enumerate(other.latency_counts[: len(self.latency_counts)]):
-                self.latency_counts[i] += n
+        self.latency_counts = add_latency_counts(self.latency_counts, other.latency_counts)
 
 
 class ShardUsage(msgspec.Struct, kw_only=True):

@@ -7,8 +7,3 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (the module that register
         "a local web page: runs, a run's progress and artifacts, every unit's answers",
     ),
 }
-
-
-def summary(name: str) -> str:
-    """The one-line help of command ``name``."""
-    return COMMANDS[name][1]

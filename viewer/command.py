@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from punchline.cluster.cli.commands import Subcommands
+from punchline.cluster.cli.commands import Subcommands, summary
 from punchline.cluster.records.run_record import check_run_id
 from punchline.data.errors import InputError
 from punchline.data.settings import RUNS_DIR_HELP, runs_dir
-from punchline.viewer.cli import summary
 from punchline.viewer.server import LOOPBACK, ViewServer, ViewSettings, new_token
 
 

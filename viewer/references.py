@@ -4,8 +4,8 @@ The generic stages (``cluster/stages/``: the ``prompts`` pipeline, a plug-in's `
 reference of their own: a row is a dict of fields, and what the answer is graded against is whichever field the judge's
 template reads (``Reference: {{ row.answer }}``). Their units do not carry the row either (a request carries the
 rendered prompt), but the run's ``outputs.jsonl`` does: one line per row x model x sample, in row order, the row's
-own columns first, before ``row_id`` (``cluster/stages/outputs.py``, whose names this module spells again: the viewer
-sits beside the pipelines and imports none of their data code). A unit id ``<stage>/r<row>/...`` names its row by
+own columns first, before ``row_id`` (``cluster/stages/outputs.py``, whose names this module imports: the generic
+stages are the engine's, not a pipeline's). A unit id ``<stage>/r<row>/...`` names its row by
 position. So the viewer shows a unit's row from that file: the fields before ``row_id``, with those the run's config
 reads as ``row.<name>`` and the usual names of a reference (``answer``, ``reference``, ``expected``, ...) marked.
 
@@ -26,17 +26,15 @@ from typing import Any
 
 import msgspec
 
+from punchline.cluster.stages.outputs import OUTPUTS_JSONL, ROW_ID
+from punchline.data.answer_format import REFERENCE_COLUMNS
 from punchline.data.errors import PunchlineError
 from punchline.data.storage.jsonio import atomic_write_bytes
 from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.stores.local import LocalStore
 
-OUTPUTS = "outputs.jsonl"  # the generic stages' output file (cluster/stages/generate.py: OUTPUTS_JSONL)
-ROW_ID = "row_id"  # its first column after the input row's own (cluster/stages/outputs.py: OutputRow)
-REFERENCE_NAMES = frozenset(
-    {"answer", "reference", "expected", "expected_answer", "gold", "label", "target", "solution", "correct_answer"}
-)
+REFERENCE_NAMES = frozenset(REFERENCE_COLUMNS) | {"expected_answer", "solution", "correct_answer"}
 NEAR_TOP = 5_000  # a row the pass reaches in moments: a page of it waits for the pass (half a second at most)
 _UNIT_ROW = re.compile(r"^[^/]+/r(\d+)(?:/|$)")
 _ROW_READ = re.compile(r"\brow\.([A-Za-z_]\w*)")
@@ -75,13 +73,13 @@ class RowInputs:
         self._started = False
         self._lock = threading.Lock()
         if isinstance(store, LocalStore):
-            path = (store.root / RunLayout(run_id).artifact(OUTPUTS)).resolve()
+            path = (store.root / RunLayout(run_id).artifact(OUTPUTS_JSONL)).resolve()
             if path.is_relative_to(store.root.resolve()) and path.is_file():
                 self.path = path
             else:
-                self.note = f"no {OUTPUTS} (yet): a unit's input row is shown once the run has written it"
+                self.note = f"no {OUTPUTS_JSONL} (yet): a unit's input row is shown once the run has written it"
         else:
-            self.note = f"a unit's input row is read from {OUTPUTS} in a local store only"
+            self.note = f"a unit's input row is read from {OUTPUTS_JSONL} in a local store only"
 
     def row(self, unit_id: str) -> tuple[list[tuple[str, str, bool]], str]:
         """The unit's row as (field, value as text, is a reference) in column order, or why not (a note)."""
@@ -95,13 +93,13 @@ class RowInputs:
             time.sleep(0.01)
             waited += 1
         if k >= len(self._starts):
-            return [], "" if self._done else f"finding row {k} in {OUTPUTS} (a pass over it, once)"
+            return [], "" if self._done else f"finding row {k} in {OUTPUTS_JSONL} (a pass over it, once)"
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self._starts[k])
                 fields = _line.decode(fh.readline())
         except (OSError, msgspec.DecodeError) as exc:
-            return [], f"{OUTPUTS}: row {k} is not readable ({str(exc)[:100]})"
+            return [], f"{OUTPUTS_JSONL}: row {k} is not readable ({str(exc)[:100]})"
         out = []
         for name, value in fields.items():
             if name == ROW_ID:
@@ -153,7 +151,7 @@ class RowInputs:
                             last = rid
                     at += len(line)
         except OSError as exc:
-            self.note = f"{OUTPUTS} is not readable: {exc.strerror}"
+            self.note = f"{OUTPUTS_JSONL} is not readable: {exc.strerror}"
             return
         finally:
             self._done = True

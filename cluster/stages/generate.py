@@ -33,7 +33,16 @@ import structlog
 from punchline.cluster.config import RunConfig, resolve_path
 from punchline.cluster.pipeline import Stage, StageContext
 from punchline.cluster.stages.compiled import CompiledPrompts
-from punchline.cluster.stages.outputs import Layout, OutputRow, jsonl_chunks, parquet_chunks, read_jsonl
+from punchline.cluster.stages.outputs import (
+    ANSWERS_JSONL,
+    OUTPUTS_JSONL,
+    OUTPUTS_PARQUET,
+    Layout,
+    OutputRow,
+    jsonl_chunks,
+    parquet_chunks,
+    read_jsonl,
+)
 from punchline.cluster.stages.rows import Row, check_rows, iter_rows, load_rows
 from punchline.cluster.stages.settings import ParseSettings, PromptsSettings, sampling_for
 from punchline.cluster.stages.simulate import (
@@ -54,9 +63,6 @@ from punchline.data.storage.run_layout import RunLayout
 from punchline.data.store import Store
 from punchline.data.units import UnitResult, UnitSpec
 
-OUTPUTS_JSONL = "outputs.jsonl"
-OUTPUTS_PARQUET = "outputs.parquet"
-ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
 #: a stage none of whose answers parsed says so once it has at least this many: below it a study is a smoke test
 #: whose rows its author reads anyway; from it, if the model parses a third of its answers, 0 of 20 is a chance of
 #: less than 1 in 3,000, so the parse (or the prompt) is wrong, not the luck

@@ -34,6 +34,12 @@ if TYPE_CHECKING:  # pyarrow is imported when a Parquet file is written (a secon
     import pyarrow as pa
 
 
+OUTPUTS_JSONL = "outputs.jsonl"
+OUTPUTS_PARQUET = "outputs.parquet"
+ANSWERS_JSONL = "answers.jsonl"  # generate's rows, for the judge
+ROW_ID = "row_id"  # an output row's first column after its input row's own (the viewer finds a unit's row by it)
+
+
 class OutputRow(msgspec.Struct, kw_only=True, omit_defaults=False):
     row_id: str
     model: str

@@ -9,8 +9,8 @@ prompt with the judged answer left out, so the simulator finds the answer in a j
 judged stage does and grades it against the row's reference.
 
 A row's reference is the column ``[prompts] reference`` names (a ``Generate(..., reference="answer")``), else a
-column named like a parsed field, else one of :data:`REFERENCE_COLUMNS`: the simulator is a stand-in, so a good
-guess that makes a study's offline numbers plausible beats none.
+column named like a parsed field, else one of :data:`~punchline.data.answer_format.REFERENCE_COLUMNS`: the simulator is
+a stand-in, so a good guess that makes a study's offline numbers plausible beats none.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from typing import Any
 from punchline.cluster.stages.parse import Parser
 from punchline.cluster.stages.rows import Row
 from punchline.cluster.stages.settings import ParseSettings, PromptsSettings
-from punchline.data.answer_format import ANSWER_MARK, AnswerParse, JudgedPrompt, StageAnswers
+from punchline.data.answer_format import ANSWER_MARK, REFERENCE_COLUMNS, AnswerParse, JudgedPrompt, StageAnswers
 from punchline.data.requests import Message
 
-#: columns taken as the rows' reference when a stage names none (and no column is named like a parsed field)
-REFERENCE_COLUMNS = ("answer", "reference", "expected", "label", "gold", "target")
 POOL_SIZE = 50  # distinct references kept as wrong answers for a parse that admits any text
 
 

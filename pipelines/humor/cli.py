@@ -7,8 +7,3 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (the module that register
         "Humor benchmark (MERA): validate data, score answers, run a model",
     ),
 }
-
-
-def summary(name: str) -> str:
-    """The one-line help of command ``name``."""
-    return COMMANDS[name][1]

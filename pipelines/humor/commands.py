@@ -10,10 +10,10 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from punchline.cluster.cli.commands import summary
 from punchline.cluster.cli.shared import Subcommands, add_run_command, run_config
 from punchline.data.errors import ConfigError
 from punchline.data.settings import RUNS_DIR_HELP
-from punchline.pipelines.humor.cli import summary
 from punchline.pipelines.humor.data.judge import DEFAULT_THRESHOLD
 from punchline.pipelines.humor.data.loaders import load_items
 from punchline.pipelines.humor.data.report import HumorReport, headlines, score_files

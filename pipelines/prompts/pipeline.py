@@ -13,14 +13,13 @@ from punchline.cluster.pipeline import AnswerParser, Stage, StageContext
 from punchline.cluster.result_sections import Cell, ResultSection, ResultsView
 from punchline.cluster.stages.compiled import CompiledPrompts
 from punchline.cluster.stages.generate import (
-    OUTPUTS_JSONL,
     check_inputs,
     judge_upper_bound,
     model_counts,
     stages,
     summary_lines,
 )
-from punchline.cluster.stages.outputs import read_jsonl
+from punchline.cluster.stages.outputs import OUTPUTS_JSONL, read_jsonl
 from punchline.cluster.stages.parse import Parser
 from punchline.cluster.stages.settings import PromptsSettings, model_ref
 from punchline.data.provider_settings import Mode

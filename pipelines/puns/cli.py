@@ -11,8 +11,3 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (the module that register
         "load upstream checkpoints (completions, verdicts, cloze answers) into the response cache",
     ),
 }
-
-
-def summary(name: str) -> str:
-    """The one-line help of command ``name``."""
-    return COMMANDS[name][1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from punchline.cluster.cli.commands import summary
 from punchline.cluster.cli.shared import (
     Subcommands,
     add_run_options,
@@ -19,7 +20,6 @@ from punchline.cluster.cli.shared import (
     run_options,
 )
 from punchline.data.errors import InputError
-from punchline.pipelines.puns.cli import summary
 from punchline.pipelines.puns.data import puns_io
 from punchline.pipelines.puns.data.cloze_report import to_markdown
 from punchline.pipelines.puns.data.offline import cloze_file, cloze_report_files, rank_file

@@ -34,6 +34,7 @@ from punchline.cluster.config import RunConfig
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.pipeline_base import default_provider, model_provider
 from punchline.cluster.stages import generate as builtin
+from punchline.cluster.stages import outputs
 from punchline.cluster.stages.compiled import CompiledPrompts
 from punchline.cluster.stages.settings import JudgeSettings, PromptsSettings
 from punchline.data.answer_format import StageAnswers
@@ -204,7 +205,7 @@ class _Composed:
         return {f"{_TABLE}.": f"{self.name}."}
 
     def _names(self) -> dict[str, str]:
-        return {builtin.OUTPUTS_JSONL: f"{self.name}.jsonl", builtin.OUTPUTS_PARQUET: f"{self.name}.parquet"}
+        return {outputs.OUTPUTS_JSONL: f"{self.name}.jsonl", outputs.OUTPUTS_PARQUET: f"{self.name}.parquet"}
 
     def config(self, cfg: RunConfig) -> RunConfig:
         """The run's config with this stage's table decoded as the built-in's settings (checked as the stage was
@@ -437,7 +438,7 @@ class Judge(_Composed):
         return {f"{_TABLE}.judge.": f"{self.name}.", f"{_TABLE}.": f"{self.of.name}."}
 
     def _names(self) -> dict[str, str]:
-        return {**super()._names(), builtin.ANSWERS_JSONL: f"{self.of.name}.jsonl"}
+        return {**super()._names(), outputs.ANSWERS_JSONL: f"{self.of.name}.jsonl"}
 
     def estimate(self, cfg: RunConfig) -> list[UnitSpec]:
         """For ``punchline plan`` before any answer exists: one request per row x model x sample, each over

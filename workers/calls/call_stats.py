@@ -23,7 +23,7 @@ import msgspec
 import structlog
 
 from punchline.data.errors import LedgerUnavailable
-from punchline.data.units import LATENCY_BUCKETS_S, latency_bucket
+from punchline.data.units import add_latency_counts, count_latency
 from punchline.schedulers import call_figures
 from punchline.schedulers import keys as redis_keys
 from punchline.schedulers.server.redis_client import ClientError
@@ -65,11 +65,7 @@ class CallRow(msgspec.Struct, kw_only=True):
         self.rate_limited += other.rate_limited
         self.retries += other.retries
         self.latency_sum_s += other.latency_sum_s
-        if other.latency_counts:
-            if not self.latency_counts:
-                self.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
-            for i, n in enumerate(other.latency_counts[: len(self.latency_counts)]):
-                self.latency_counts[i] += n
+        self.latency_counts = add_latency_counts(self.latency_counts, other.latency_counts)
 
 
 class _Figures(msgspec.Struct, kw_only=True):
@@ -123,9 +119,7 @@ class CallStats:
 
     def answered(self, scope: Scope, latency_s: float) -> None:
         row = self._row(scope)
-        if not row.latency_counts:
-            row.latency_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
-        row.latency_counts[latency_bucket(latency_s)] += 1
+        row.latency_counts = count_latency(row.latency_counts, latency_s)
         row.latency_sum_s += latency_s
 
     def blob(self, now_s: float | None = None) -> bytes:

@@ -73,5 +73,6 @@ def module_path(module: str) -> str:
 
 
 def summary(name: str) -> str:
-    """The one-line help of command ``name`` (what its module passes as ``help=``)."""
-    return INDEX[name].help
+    """The one-line help of command ``name`` (what its module passes as ``help=``): the engine's and an entry
+    point's commands alike, so a family's line is spelled once, where ``--help`` reads it."""
+    return index()[name].help

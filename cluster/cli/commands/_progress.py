@@ -128,7 +128,25 @@ NOTICES: dict[str, Callable[[Event], str]] = {
 }
 
 
-class Phase:
+class _Listening:
+    """What listens to this process's log events while it is shown: ``start`` adds :meth:`on_event`, ``stop`` removes
+    it (twice is harmless). The bars' phase line, its warnings and the plain notices are each one."""
+
+    _unlisten: Callable[[], None] | None = None
+
+    def on_event(self, event: Event) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._unlisten = add_listener(self.on_event)
+
+    def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+
+
+class Phase(_Listening):
     """What the run is doing now and since when; renders as one line with the seconds it has lasted."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -189,12 +207,11 @@ class Phase:
         return text
 
 
-class Warnings:
+class Warnings(_Listening):
     """The :data:`WARNINGS` a run logged, in order, each once: what the run's summary says again at its end."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self._unlisten: Callable[[], None] | None = None
 
     def on_event(self, event: Event) -> None:
         describe = WARNINGS.get(str(event.get("event", "")))
@@ -206,14 +223,6 @@ class Warnings:
             line = str(event.get("event"))
         if line not in self.lines:
             self.lines.append(line)
-
-    def start(self) -> None:
-        self._unlisten = add_listener(self.on_event)
-
-    def stop(self) -> None:
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
 
 
 class Bars:
@@ -232,16 +241,13 @@ class Bars:
         self.tasks: dict[str, TaskID] = {}
         self.phase = Phase()
         self.live = Live(Group(self.phase, self.progress), console=console, refresh_per_second=4)
-        self._unlisten: Callable[[], None] | None = None
 
     def start(self) -> None:
-        self._unlisten = add_listener(self.phase.on_event)
+        self.phase.start()
         self.live.start()
 
     def stop(self) -> None:
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
+        self.phase.stop()
         self.live.stop()
 
     def __call__(self, stage: str, c: StageCounters) -> None:
@@ -255,23 +261,14 @@ class Bars:
             self.phase.progressed(stage)
 
 
-class Notices:
+class Notices(_Listening):
     """The events of :data:`NOTICES` as plain lines on stderr, for a run shown without bars (``--no-progress``):
     a CI log then says what the run waits on and how to end the wait, as the bars' line would."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self._unlisten: Callable[[], None] | None = None
 
     def on_event(self, event: Event) -> None:
         describe = NOTICES.get(str(event.get("event", "")))
         if describe is not None:
             self.console.print(f"punchline: {describe(event)}", markup=False, highlight=False, soft_wrap=True)
-
-    def start(self) -> None:
-        self._unlisten = add_listener(self.on_event)
-
-    def stop(self) -> None:
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None

@@ -19,13 +19,13 @@ import pytest
 import ray
 
 from punchline.cluster.run.driver import run
-from punchline.data.simulator import FakeConfig, sample_file
 from punchline.data.stores.local import LocalStore
 from punchline.schedulers.batches import read_records
 from punchline.workers.fake.server import FakeProviderServer
 from tests.cluster.run.executors.test_batches import billed_parts
 from tests.cluster.run.test_faults import ROOT, opts, wait_for
 from tests.fixtures.engine import driver_argv, engine_config
+from tests.fixtures.provider import started_fake
 
 
 def driver_stuck(tmp_path: Path, run_id: str, stderr_path: Path) -> str:
@@ -52,16 +52,7 @@ def fake(shared_puns: Path) -> Iterator[FakeProviderServer]:
     these tests hang batch calls and kill drivers inside them, and count what the fake saw; in a full suite under
     load the shared one was seen to answer no batch create at all (the create timed out, its ``hanging`` stayed 0),
     which a fresh server rules out. Its answer key is the session fake's (the 205 jokes and the sample)."""
-    paths = [str(shared_puns / "puns_205.json")]
-    sample = sample_file("puns_sample.json")
-    if sample:
-        paths.append(sample)
-    server = FakeProviderServer(FakeConfig(pipeline_knobs={"puns": {"answer_key": paths}}))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from started_fake(shared_puns)
 
 
 ONLINE: dict[str, Any] = dict(
