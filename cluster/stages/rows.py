@@ -224,10 +224,17 @@ def _parquet(p: Path, file: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
     number = 0
     try:
-        with _open(p) as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(batch_size=PARQUET_BATCH):
-                for r in batch.to_pylist():
-                    number += 1
-                    yield f"row {number}", r
+        with _open(p) as fh, pq.ParquetFile(fh) as reader:
+            # one thread, and the batches' generator closed with this one: a reader left suspended (a caller that
+            # stops early) holds no Arrow thread into the interpreter's exit, where tearing one down aborts the
+            # process ("terminate called without an active exception", apache/arrow#34314)
+            batches = reader.iter_batches(batch_size=PARQUET_BATCH, use_threads=False)
+            try:
+                for batch in batches:
+                    for r in batch.to_pylist():
+                        number += 1
+                        yield f"row {number}", r
+            finally:
+                batches.close()
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"not a readable Parquet file: {exc}", file=file) from None
