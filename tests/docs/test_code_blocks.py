@@ -57,6 +57,7 @@ def _env(home: Path) -> dict[str, str]:
         PATH=f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
         PUNCHLINE_LOCAL_RAY_LINGER_S="5",  # a local Ray head a page started goes soon after the page's last run
         NO_MKDOCS_2_WARNING="1",
+        PYTHONFAULTHANDLER="1",  # a block that aborts (a native library's SIGABRT) shows its threads' stacks
     )
     env.pop("VIRTUAL_ENV", None)
     return env
