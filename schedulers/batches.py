@@ -70,6 +70,7 @@ from punchline.schedulers import lua
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.keys import NAMESPACE
 from punchline.schedulers.ledger import StageCounters
+from punchline.schedulers.server.redis_client import is_cluster
 
 log = structlog.get_logger("punchline.batches")
 
@@ -223,6 +224,19 @@ def run_owners(run_id: str) -> str:
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(BatchRecord)
+
+
+def _by_group(keys: Sequence[str], cluster: bool) -> list[tuple[str | None, list[str]]]:
+    """The request keys of one script call each: all of them with the one fence on a single Redis; on a Redis
+    Cluster (a script's keys in one slot) each request group's with that group's fence."""
+    if not cluster:
+        return [(None, list(keys))]
+    groups: dict[str, list[str]] = {}
+    for k in keys:
+        groups.setdefault(redis_keys.request_group(k), []).append(k)
+    return list(groups.items())
+
+
 _parts_decoder = msgspec.json.Decoder(HeldParts)
 
 
@@ -236,6 +250,7 @@ class BatchRecords:
         self.ns = namespace
         self._take = client.register_script(_TAKE)
         self._release = client.register_script(_RELEASE)
+        self.cluster = is_cluster(client)
 
     def _redis(self, fn: Any, **kwargs: Any) -> Any:
         try:
@@ -250,23 +265,25 @@ class BatchRecords:
         by anyone else (an online worker, another run) is left alone: its answer will appear in the cache.
         A lease whose owner starts with ``adopt`` (this run's other batches) is taken over."""
         held: list[str] = []
-        for i in range(0, len(keys), 500):
-            chunk = list(keys[i : i + 500])
-            res = self._redis(
-                self._take,
-                keys=[*[redis_keys.request(self.ns, k) for k in chunk], redis_keys.fence(self.ns)],
-                args=[owner, lease_ms, adopt],
-            )
-            held += [k for k, ok in zip(chunk, res, strict=True) if ok]
+        for group, part in _by_group(keys, self.cluster):
+            for i in range(0, len(part), 500):
+                chunk = list(part[i : i + 500])
+                res = self._redis(
+                    self._take,
+                    keys=[*[redis_keys.request(self.ns, k) for k in chunk], redis_keys.fence(self.ns, group)],
+                    args=[owner, lease_ms, adopt],
+                )
+                held += [k for k, ok in zip(chunk, res, strict=True) if ok]
         return held
 
     def release(self, owner: str, keys: Sequence[str], packs: Mapping[str, str | None] | None = None) -> None:
         """Release the batch's leases; a key whose answer is in a pack (``packs``) leaves a done marker."""
-        for i in range(0, len(keys), 500):
-            part = keys[i : i + 500]
-            chunk = [redis_keys.request(self.ns, k) for k in part]
-            marks = [(packs or {}).get(k) or "" for k in part]
-            self._redis(self._release, keys=chunk, args=[owner, MARKER_MS, *marks])
+        for _, whole in _by_group(keys, self.cluster):
+            for i in range(0, len(whole), 500):
+                part = whole[i : i + 500]
+                chunk = [redis_keys.request(self.ns, k) for k in part]
+                marks = [(packs or {}).get(k) or "" for k in part]
+                self._redis(self._release, keys=chunk, args=[owner, MARKER_MS, *marks])
 
     # --- records -----------------------------------------------------------------------------------
 

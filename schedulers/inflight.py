@@ -47,6 +47,7 @@ from punchline.schedulers import keys as redis_keys
 from punchline.schedulers import lua
 from punchline.schedulers.keys import NAMESPACE
 from punchline.schedulers.ledger import ledger_errors
+from punchline.schedulers.server.redis_client import is_cluster
 
 log = structlog.get_logger("punchline.inflight")
 
@@ -122,6 +123,7 @@ class RunWideSlots:
         self._take = client.register_script(_TAKE)
         self._give = client.register_script(_GIVE)
         self._renew = client.register_script(_RENEW)
+        self.cluster = is_cluster(client)
         self._scopes: dict[tuple[str, str], _Scope | None] = {}
         self._serial = itertools.count(1)
         self._flushing: asyncio.Task[None] | None = None
@@ -239,6 +241,8 @@ class RunWideSlots:
                 with ledger_errors():
                     if len(groups) == 1:  # one script call (a pipeline asks SCRIPT EXISTS first)
                         await self._give(keys=groups[0][0], args=groups[0][1])
+                    elif self.cluster:  # one call per provider (slot), sent together (see renew)
+                        await asyncio.gather(*(self._give(keys=keys, args=tokens) for keys, tokens in groups))
                     else:
                         pipe = self.r.pipeline(transaction=False)
                         for keys, tokens in groups:
@@ -262,11 +266,18 @@ class RunWideSlots:
         groups = [(s, sorted(s.held)) for s in self._scopes.values() if s is not None and s.held]
         if not groups:
             return 0
-        pipe = self.r.pipeline(transaction=False)
-        for scope, tokens in groups:
-            await self._renew(keys=list(scope.bound.keys), args=[self.ttl_ms, *tokens], client=pipe)
-        with ledger_errors():
-            results: Sequence[Any] = await pipe.execute()
+        results: Sequence[Any]
+        if self.cluster:  # a script call alone loads it on a master that lacks it (a replica just promoted)
+            with ledger_errors():
+                results = await asyncio.gather(
+                    *(self._renew(keys=list(s.bound.keys), args=[self.ttl_ms, *tokens]) for s, tokens in groups)
+                )
+        else:
+            pipe = self.r.pipeline(transaction=False)
+            for scope, tokens in groups:
+                await self._renew(keys=list(scope.bound.keys), args=[self.ttl_ms, *tokens], client=pipe)
+            with ledger_errors():
+                results = await pipe.execute()
         lost = 0
         for (scope, tokens), renewed in zip(groups, results, strict=True):
             # a token given back while the renewal ran is not lost

@@ -8,6 +8,14 @@ anywhere else in the engine.
 
 Every key starts with a namespace (:data:`NAMESPACE` unless a caller passes its own), so two engines can
 share a Redis. This module is the ground floor for keys: it imports the standard library only.
+
+**Hash tags: every script's keys in one slot.** A Redis Cluster runs a script only when all its keys hash to one
+slot, and the slot of a key with ``{...}`` in it is the slot of what the braces hold. So each family carries the
+tag of what its scripts touch together: a run's keys (its stages' queues, its fence, budget, usage and call
+figures) ``{run:<id>}``; a provider's rate cells and in-flight bounds ``{<provider>}``; a request lease
+``{<first character of its hash>}`` (:data:`REQUEST_GROUPS` groups, so a take or renewal of many requests is one
+script call per group on a cluster). On a single Redis the braces change nothing but the names. What a rename
+costs is in ``docs/architecture.md`` (*A ledger on a Redis Cluster*): the ledger is a cache of leases.
 """
 
 from __future__ import annotations
@@ -18,18 +26,36 @@ from dataclasses import dataclass
 NAMESPACE = "pl"
 
 
+# how many characters of a request's hash make its slot group: one hex digit, 16 groups
+REQUEST_TAG_CHARS = 1
+REQUEST_GROUPS = 16
+
+
+def request_group(key: str) -> str:
+    """The slot group of a request (by its content hash): the requests of one group share a hash tag."""
+    return key[:REQUEST_TAG_CHARS]
+
+
 def request(namespace: str, key: str) -> str:
     """The lease of one provider request, global (shared by every run using this ledger); ``key`` is the
     request's content hash. A string: ``owner|token`` while held, ``=<pack>`` for a short while after its
     answer was committed (the done marker). Written by the lease scripts (``schedulers/leases.py``, and
     ``schedulers/batches.py`` for the requests a provider batch holds)."""
-    return f"{namespace}:req:{key}"
+    return f"{namespace}:req:{{{request_group(key)}}}:{key}"
 
 
-def fence(namespace: str) -> str:
-    """The one counter that hands out every fencing token (request and shard leases), so a token is never
-    reused, even after its lease is gone. A string (``INCR``), written by the lease and claim scripts."""
-    return f"{namespace}:fence"
+def fence(namespace: str, group: str | None = None) -> str:
+    """A counter that hands out fencing tokens, so a token is never reused for a key, even after its lease is
+    gone. A string (``INCR``). Without ``group``: the one counter of every request lease on a single Redis; with
+    one: that request group's own (on a cluster, where a script may touch one slot only: a lease's token is only
+    ever compared with its own key's, so one counter per group never reuses a token for a key). A run's shard
+    leases take theirs from the run's fence (:attr:`StageKeys.fence`)."""
+    return f"{namespace}:fence" if group is None else f"{namespace}:req:{{{group}}}:fence"
+
+
+def run_base(namespace: str, run_id: str) -> str:
+    """What every key of one run starts with: its hash tag ``{run:<id>}`` puts them all in one slot."""
+    return f"{namespace}:{{run:{run_id}}}"
 
 
 @dataclass(frozen=True)
@@ -43,7 +69,13 @@ class StageKeys:
 
     @property
     def base(self) -> str:
-        return f"{self.namespace}:run:{self.run_id}:stage:{self.stage}"
+        return f"{run_base(self.namespace, self.run_id)}:stage:{self.stage}"
+
+    @property
+    def fence(self) -> str:
+        """String (``INCR``): the run's fence, the tokens of its shard leases (in the run's slot, as the claim
+        script needs)."""
+        return f"{run_base(self.namespace, self.run_id)}:fence"
 
     @property
     def todo(self) -> str:
@@ -87,7 +119,7 @@ class BudgetKeys:
 
     @property
     def base(self) -> str:
-        return f"{self.namespace}:budget:{self.run_id}"
+        return f"{run_base(self.namespace, self.run_id)}:budget"
 
     @property
     def spent(self) -> str:
@@ -126,7 +158,7 @@ class RateKeys:
 
     @property
     def base(self) -> str:
-        return f"{self.namespace}:rl:{self.provider}"
+        return f"{self.namespace}:rl:{{{self.provider}}}"
 
     @property
     def requests(self) -> str:
@@ -160,21 +192,21 @@ class RateKeys:
 
 
 # What the lease scripts get in place of a rate scope when nothing limits the call: never written (the
-# script's rates are all zero), the braces keep them in one slot should the ledger ever be a cluster.
+# script's rates are all zero), the braces keep them in one slot (on a cluster they are never sent).
 UNLIMITED_RATE = ("{none}:req", "{none}:tok", "{none}:state", "{none}:mreq", "{none}:mtok")
 
 
 def inflight(namespace: str, provider: str, model: str | None = None) -> str:
     """The run-wide bound on a provider's calls in flight (with ``model``: that model's own bound). A sorted
     set of holder tokens scored by when they expire (ms), written by :mod:`punchline.schedulers.inflight`."""
-    base = f"{namespace}:inflight:{provider}"
+    base = f"{namespace}:inflight:{{{provider}}}"
     return base if model is None else f"{base}:m:{model}"
 
 
 def calls(namespace: str, run_id: str) -> str:
     """Sorted set: the keys of a run's workers' call figures, scored by when each was last written (by the
     workers, :mod:`punchline.workers.calls.call_stats`)."""
-    return f"{namespace}:run:{run_id}:calls"
+    return f"{run_base(namespace, run_id)}:calls"
 
 
 def worker_calls(namespace: str, run_id: str, worker_id: str) -> str:

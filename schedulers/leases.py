@@ -20,10 +20,20 @@ commit or renewal compares the lease's whole value ``owner|token`` for equality,
 
 A commit carries ``owner|token`` and is rejected if anyone has taken the lease since (the holder was
 presumed dead and replaced), so a zombie can never release a successor's lease.
+
+On a Redis Cluster a script may touch one slot only, and a group's request leases (slot groups by hash:
+:func:`~punchline.schedulers.keys.request_group`), its provider's rate cells and its run's budget are in different
+slots: there the take is the leases' ``SET NX`` (pipelined, their tokens from each group's own fence), then the
+rate slots (``lua/rate_reserve_group.lua``), then the cost holds (``lua/budget_hold_group.lua``), then the leases
+of the units that got no slot or hold are released; a commit settles the budget and refunds the rate first, then
+marks the leases per slot group (``lua/lease_mark.lua``). The guarantee rests on the lease alone (no call without
+it, no commit without its token), and each step is taken before the call and given back after it, so a crash
+between two steps holds something a little longer (a lease until ``lease_ms``, a hold until its TTL), never pays.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +49,7 @@ from punchline.schedulers import lua
 from punchline.schedulers.keys import NAMESPACE, UNLIMITED_RATE, BudgetKeys, StageKeys
 from punchline.schedulers.ledger import ledger_errors, unavailable
 from punchline.schedulers.rate_limit import RateScope
+from punchline.schedulers.server.redis_client import is_cluster
 
 # The scripts (schedulers/lua/<name>.lua: their KEYS, ARGV and replies); take and settle include the rate
 # limiter's and the budget's, so a group's leases, rate slots and costs are one round trip.
@@ -50,6 +61,12 @@ _CLAIM = lua.script("shard_claim")
 _RENEW_SHARDS = lua.script("shard_renew")
 _COMMIT_SHARD = lua.script("shard_commit")
 _RELEASE_SHARD = lua.script("shard_release")
+# a Redis Cluster's steps (see the module's docstring)
+_RATE_GROUP = lua.script("rate_reserve_group")
+_BUDGET_GROUP = lua.script("budget_hold_group")
+_MARK = lua.script("lease_mark")
+_RATE_REFUND = lua.script("rate_refund")
+_BUDGET_SETTLE = lua.script("budget_settle")
 
 
 class Grant(msgspec.Struct, frozen=True):
@@ -155,8 +172,10 @@ class Leases:
         self.budget = budget
         self._budget = BudgetKeys(namespace, budget.run_id)
         self._budget_keys = self._budget.scripted
-        self._fence = redis_keys.fence(namespace)
-        self._next_token = self._block_end = 0  # the request leases' tokens this client took from the fence
+        self.cluster = is_cluster(client)
+        # the request leases' tokens this client took from a fence: (next, end) per fence (one on a single Redis,
+        # one per request group on a cluster)
+        self._blocks: dict[str | None, tuple[int, int]] = {}
         self._ifeq: bool | None = None  # whether the server knows SET ... IFEQ (None: not asked yet)
         self._take = client.register_script(_TAKE)
         self._settle = client.register_script(_SETTLE)
@@ -166,6 +185,11 @@ class Leases:
         self._renew_shards = client.register_script(_RENEW_SHARDS)
         self._commit_shard = client.register_script(_COMMIT_SHARD)
         self._release_shard = client.register_script(_RELEASE_SHARD)
+        self._rate_group = client.register_script(_RATE_GROUP)
+        self._budget_group = client.register_script(_BUDGET_GROUP)
+        self._mark = client.register_script(_MARK)
+        self._rate_refund = client.register_script(_RATE_REFUND)
+        self._budget_settle = client.register_script(_BUDGET_SETTLE)
 
     async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with ledger_errors():
@@ -202,9 +226,11 @@ class Leases:
         leases are plain ``SET NX`` commands, pipelined (no script to run: a third of the server's time)."""
         if not takes:
             return []
+        if self.cluster:
+            return await self._take_cluster(owner, lease_ms, takes, rate)
         first = await self._tokens(len(takes))
         if rate is None and self.budget.cap_usd is None:
-            return await self._take_plain(owner, lease_ms, takes, first)
+            return await self._take_plain(owner, lease_ms, takes, list(range(first, first + len(takes))))
         capped = self.budget.cap_usd is not None
         args: list[Any] = [
             owner,
@@ -243,27 +269,27 @@ class Leases:
                 out.append(NotYet(max(int(value), 1)))
         return out
 
-    async def _tokens(self, n: int) -> int:
-        """The first of ``n`` fresh tokens for request leases, from this client's block (a new block of
-        :data:`TOKEN_BLOCK` from the fence when it has fewer left: one ``INCRBY`` per that many leases)."""
-        if self._block_end - self._next_token < n:
+    async def _tokens(self, n: int, group: str | None = None) -> int:
+        """The first of ``n`` fresh tokens for request leases, from this client's block of ``group``'s fence (a
+        new block of :data:`TOKEN_BLOCK` from the fence when it has fewer left: one ``INCRBY`` per that many)."""
+        nxt, end = self._blocks.get(group, (0, 0))
+        if end - nxt < n:
             size = max(n, TOKEN_BLOCK)
             with ledger_errors():
-                end = int(await self.r.incrby(self._fence, size))
-            first = end - size + 1
-            self._next_token, self._block_end = first + n, end + 1
+                last = int(await self.r.incrby(redis_keys.fence(self.ns, group), size))
+            first = last - size + 1
+            self._blocks[group] = (first + n, last + 1)
             return first
-        first = self._next_token
-        self._next_token += n
-        return first
+        self._blocks[group] = (nxt + n, end)
+        return nxt
 
-    async def _take_plain(self, owner: str, lease_ms: int, takes: Sequence[Take], first: int) -> list[Taken]:
+    async def _take_plain(self, owner: str, lease_ms: int, takes: Sequence[Take], tokens: Sequence[int]) -> list[Taken]:
         """The leases alone: one ``SET NX GET`` each (what it held, if anything: a done marker, or another's
         lease, whose time left one ``PTTL`` more tells)."""
         keys = [redis_keys.request(self.ns, t.key) for t in takes]
         pipe = self.r.pipeline(transaction=False)
-        for i, key in enumerate(keys):
-            pipe.set(key, f"{owner}|{first + i}", nx=True, px=lease_ms, get=True)
+        for key, token in zip(keys, tokens, strict=True):
+            pipe.set(key, f"{owner}|{token}", nx=True, px=lease_ms, get=True)
         with ledger_errors():
             olds = await pipe.execute()
         held = [i for i, old in enumerate(olds) if old is not None and not _text(old).startswith("=")]
@@ -277,11 +303,74 @@ class Leases:
         out: list[Taken] = []
         for i, (t, old) in enumerate(zip(takes, olds, strict=True)):
             if old is None:
-                out.append(Grant(t.key, owner, first + i))
+                out.append(Grant(t.key, owner, tokens[i]))
             elif i in left:
                 out.append(Held(max(int(left[i]), 1)))
             else:
                 out.append(Answered(_text(old)[1:]))
+        return out
+
+    async def _take_cluster(
+        self, owner: str, lease_ms: int, takes: Sequence[Take], rate: RateScope | None
+    ) -> list[Taken]:
+        """:meth:`acquire_many` on a Redis Cluster: the leases (tokens from each request group's fence), then the
+        rate slots, then the cost holds, one call each; the leases of the units that got neither are released."""
+        tokens = [0] * len(takes)
+        for group, indexes in _by_group([t.key for t in takes]).items():
+            first = await self._tokens(len(indexes), group)
+            for j, i in enumerate(indexes):
+                tokens[i] = first + j
+        # under a rate limit a lease is taken for TAKE_AHEAD_MS more (lease_take's pad: its slot's wait)
+        pad = TAKE_AHEAD_MS if rate is not None else 0
+        out = await self._take_plain(owner, lease_ms + pad, takes, tokens)
+        granted = [i for i, got in enumerate(out) if isinstance(got, Grant)]
+        if not granted or (rate is None and self.budget.cap_usd is None):
+            return out
+        drop: list[int] = []
+        waits: dict[int, int] = {}
+        if rate is not None:
+            args: list[Any] = [*rate.args(0, 0), TAKE_AHEAD_MS]
+            for i in granted:
+                args += [takes[i].requests, takes[i].tokens]
+            res = await self._run(self._rate_group, rate.keys, args)
+            for i, wait in zip(granted, res, strict=True):
+                if int(wait) < 0:
+                    out[i] = NotYet(TAKE_AHEAD_MS)
+                    drop.append(i)
+                else:
+                    waits[i] = int(wait)
+            granted = [i for i in granted if i in waits]
+        if self.budget.cap_usd is not None and granted:
+            args = [self.budget.holder, repr(self._cap), self.budget.ttl_ms]
+            args += [repr(takes[i].estimate_usd) for i in granted]
+            fits = await self._run(self._budget_group, self._budget_keys, args)
+            over = [i for i, fit in zip(granted, fits, strict=True) if not int(fit)]
+            for i in over:
+                out[i] = OverBudget()
+                drop.append(i)
+            if over and rate is not None:  # their rate tokens go back (their request slots are spent)
+                unused = sum(max(0, takes[i].tokens) for i in over)
+                await self._run(self._rate_refund, rate.keys, [*rate.args(0, 0), unused])
+            granted = [i for i in granted if i not in over]
+        for i in granted:
+            got = out[i]
+            assert isinstance(got, Grant)
+            est = takes[i].estimate_usd if self.budget.cap_usd is not None else 0.0
+            out[i] = Grant(got.key, owner, got.token, wait_s=max(0, waits.get(i, 0)) / 1000, reserved_usd=est)
+        longer = [i for i in granted if waits.get(i, 0) > pad]
+        if longer:
+            pipe = self.r.pipeline(transaction=False)
+            for i in longer:
+                pipe.pexpire(redis_keys.request(self.ns, takes[i].key), lease_ms + waits[i])
+            with ledger_errors():
+                await pipe.execute()
+        if drop:
+            await asyncio.gather(
+                *(
+                    self._run(self._release, [redis_keys.request(self.ns, takes[i].key)], [f"{owner}|{tokens[i]}"])
+                    for i in drop
+                )
+            )
         return out
 
     async def commit(
@@ -302,6 +391,8 @@ class Leases:
         """Commit many request leases (the answers of a group commit): one script call per rate scope among them,
         or, with no rate limit and no cost cap (nothing to settle) and a server that knows ``SET ... IFEQ``
         (Valkey 8.1, Redis 8.4), one such command per lease, pipelined."""
+        if self.cluster:
+            return await self._settle_cluster(settles)
         if (
             self.budget.cap_usd is None
             and self._ifeq is not False
@@ -336,6 +427,46 @@ class Leases:
             raise errors[0]
         self._ifeq = True
         return [r is not None for r in res]
+
+    async def _settle_cluster(self, settles: Sequence[Settle]) -> list[bool]:
+        """:meth:`commit_many` on a Redis Cluster: the budget settled and the rate tokens given back first (a crash
+        after them leaves leases that lapse, and their next holders find the answers in the cache: nothing is paid
+        or counted twice), then the leases marked done, fenced, one call per slot group."""
+        if self.budget.cap_usd is not None:
+            reserved = sum(st.grant.reserved_usd for st in settles)
+            actual = sum(st.actual_usd for st in settles)
+            if reserved or actual:
+                await self._run(
+                    self._budget_settle,
+                    self._budget_keys,
+                    [self.budget.holder, repr(reserved), repr(actual), self.budget.ttl_ms],
+                )
+        scopes: dict[int, list[Settle]] = {}
+        for st in settles:
+            if st.rate is not None and st.unused_tokens > 0:
+                scopes.setdefault(id(st.rate), []).append(st)
+        for group in scopes.values():
+            rate = group[0].rate
+            assert rate is not None
+            unused = sum(max(0, st.unused_tokens) for st in group)
+            await self._run(self._rate_refund, rate.keys, [*rate.args(0, 0), unused])
+        if self._ifeq is not False and all(st.pack for st in settles):
+            plain = await self._settle_plain(settles)
+            if plain is not None:
+                return plain
+        out = [False] * len(settles)
+        groups = _by_group([st.grant.key for st in settles])
+
+        async def mark(indexes: list[int]) -> None:
+            args: list[Any] = [MARKER_MS]
+            for i in indexes:
+                args += [settles[i].grant.holder, settles[i].pack]
+            keys = [redis_keys.request(self.ns, settles[i].grant.key) for i in indexes]
+            for i, ok in zip(indexes, await self._run(self._mark, keys, args), strict=True):
+                out[i] = bool(ok)
+
+        await asyncio.gather(*(mark(indexes) for indexes in groups.values()))
+        return out
 
     async def _settle_group(self, settles: Sequence[Settle]) -> list[bool]:
         rate = settles[0].rate
@@ -374,7 +505,7 @@ class Leases:
     async def claim(self, keys: StageKeys, owner: str, lease_ms: int) -> Claim | NoClaim | int:
         """A :class:`Claim`, a :class:`NoClaim`, or the ms to wait (> 0) until a held lease expires."""
         res = await self._run(
-            self._claim, [keys.todo, keys.leased, keys.holders, keys.meta, self._fence], [owner, lease_ms]
+            self._claim, [keys.todo, keys.leased, keys.holders, keys.meta, keys.fence], [owner, lease_ms]
         )
         if res[0] == 1:
             return Claim(int(res[1]), owner, int(res[2]))
@@ -413,6 +544,8 @@ class Leases:
         self, lease_ms: int, *, requests: Sequence[Grant] = (), shards: Mapping[StageKeys, Sequence[Claim]] = {}
     ) -> tuple[list[Grant], list[Claim]]:
         """Extend every lease a worker holds in one round trip; returns the ones it has lost."""
+        if self.cluster:
+            return await self._renew_cluster(lease_ms, requests, shards)
         pipe = self.r.pipeline(transaction=False)
         if requests:
             await self._renew_requests(
@@ -439,6 +572,44 @@ class Leases:
         for (_, claims), oks in zip(groups, results[idx:], strict=True):
             lost_shards += [c for c, ok in zip(claims, oks, strict=True) if not ok]
         return lost_requests, lost_shards
+
+    async def _renew_cluster(
+        self, lease_ms: int, requests: Sequence[Grant], shards: Mapping[StageKeys, Sequence[Claim]]
+    ) -> tuple[list[Grant], list[Claim]]:
+        """:meth:`renew` on a Redis Cluster: one script call per request group and per stage, sent together (not
+        pipelined: a script call alone loads the script on a master that lacks it, a replica just promoted)."""
+        lost_requests: list[Grant] = []
+        lost_shards: list[Claim] = []
+
+        async def renew_requests(grants: list[Grant]) -> None:
+            oks = await self._run(
+                self._renew_requests,
+                [redis_keys.request(self.ns, g.key) for g in grants],
+                [lease_ms, *[g.holder for g in grants]],
+            )
+            lost_requests.extend(g for g, ok in zip(grants, oks, strict=True) if not ok)
+
+        async def renew_shards(k: StageKeys, claims: list[Claim]) -> None:
+            pairs: list[Any] = []
+            for c in claims:
+                pairs += [c.shard, c.holder]
+            oks = await self._run(self._renew_shards, [k.leased, k.holders], [lease_ms, *pairs])
+            lost_shards.extend(c for c, ok in zip(claims, oks, strict=True) if not ok)
+
+        groups = _by_group([g.key for g in requests])
+        await asyncio.gather(
+            *(renew_requests([requests[i] for i in indexes]) for indexes in groups.values()),
+            *(renew_shards(k, list(c)) for k, c in shards.items() if c),
+        )
+        return lost_requests, lost_shards
+
+
+def _by_group(keys: Sequence[str]) -> dict[str, list[int]]:
+    """The indexes of ``keys`` (request hashes) by slot group, in order."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(redis_keys.request_group(key), []).append(i)
+    return groups
 
 
 def _text(value: Any) -> str:

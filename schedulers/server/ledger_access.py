@@ -41,7 +41,14 @@ from punchline.schedulers.server.ledger_rules import (  # the rules as data, wit
     engine_scripts,
     setuser_lines,
 )
-from punchline.schedulers.server.redis_client import ENV_URL, SCRIPTS_MISSING, connect, redact_url, redis_errors
+from punchline.schedulers.server.redis_client import (
+    ENV_URL,
+    SCRIPTS_MISSING,
+    connect,
+    is_cluster,
+    redact_url,
+    redis_errors,
+)
 
 __all__ = [
     "LOADER_COMMANDS",
@@ -60,6 +67,10 @@ __all__ = [
 def load_scripts(client: redis.Redis) -> int:
     """Load every engine script (as a user that may: the loader); returns how many."""
     scripts = engine_scripts()
+    if is_cluster(client):  # a cluster's SCRIPT LOAD goes to every master, one script at a time
+        for text in scripts.values():
+            client.script_load(text)
+        return len(scripts)
     pipe = client.pipeline(transaction=False)
     for text in scripts.values():
         pipe.script_load(text)

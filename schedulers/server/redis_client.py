@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 import redis.exceptions
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
@@ -65,6 +67,26 @@ class LedgerRedis(redis.Redis):
 
 class AsyncLedgerRedis(redis.asyncio.Redis):
     """:class:`LedgerRedis` for an event loop."""
+
+    async def script_load(self, script: Any) -> str:
+        try:
+            return str(await super().script_load(script))
+        except redis.exceptions.NoPermissionError as exc:
+            raise _not_loaded(exc) from None
+
+
+class LedgerRedisCluster(redis.cluster.RedisCluster):
+    """:class:`LedgerRedis` for a Redis Cluster (``SCRIPT LOAD`` goes to every master)."""
+
+    def script_load(self, script: Any) -> str:
+        try:
+            return str(super().script_load(script))
+        except redis.exceptions.NoPermissionError as exc:
+            raise _not_loaded(exc) from None
+
+
+class AsyncLedgerRedisCluster(redis.asyncio.cluster.RedisCluster):
+    """:class:`LedgerRedisCluster` for an event loop."""
 
     async def script_load(self, script: Any) -> str:
         try:
@@ -131,14 +153,68 @@ class RedisSettings(msgspec.Struct, frozen=True, kw_only=True):
         return cls.from_dsn(url) if url else cls()
 
 
+# what each URL's server answered to ``INFO cluster`` (a server that answered: its mode does not change under a URL)
+_CLUSTER_MODE: dict[str, bool] = {}
+
+
+def cluster_mode(url: str | RedisSettings) -> bool:
+    """Whether the server at ``url`` is a node of a Redis Cluster (``INFO cluster``: ``cluster_enabled:1``), so the
+    engine speaks to it with redis-py's ``RedisCluster``: a user gives the plain URL of any node. Asked once per URL
+    and process; a server that does not answer is taken for a single one (the caller's next command meets the
+    same outage, and the next connect asks again)."""
+    settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
+    if settings.url.startswith("unix:"):
+        return False
+    known = _CLUSTER_MODE.get(settings.url)
+    if known is not None:
+        return known
+    probe = redis.Redis.from_url(
+        settings.url, socket_timeout=settings.socket_timeout_s, socket_connect_timeout=settings.connect_timeout_s
+    )
+    try:
+        enabled = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        probe.close()
+    _CLUSTER_MODE[settings.url] = enabled
+    return enabled
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` (synchronous or asynchronous) speaks to a Redis Cluster: then a script's keys must share a
+    slot, and the modules of this layer send one call per slot group where a single Redis takes one."""
+    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+
+
+def _cluster_url(url: str) -> str:
+    """A node's URL as ``RedisCluster.from_url`` takes it: a cluster has database 0 only, so no path."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="")) if parts.path in ("/0", "/") else url
+
+
 def connect(url: str | RedisSettings, *, decode_responses: bool = False) -> redis.Redis:
-    """A client with bounded timeouts, a few quick retries and periodic health checks.
+    """A client with bounded timeouts, a few quick retries and periodic health checks: a ``RedisCluster`` when
+    the URL names a node of a cluster (:func:`cluster_mode`), which the layers above use through the same calls
+    (typed as a ``redis.Redis``: the commands they send are the ones both have).
 
     Connection errors surface as redis-py exceptions; wrap calls in ``redis_errors()`` to get
     ``LedgerUnavailable`` instead.
     """
     settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), settings.retries)
+    if cluster_mode(settings):
+        return cast(
+            redis.Redis,
+            LedgerRedisCluster.from_url(
+                _cluster_url(settings.url),
+                socket_timeout=settings.socket_timeout_s,
+                socket_connect_timeout=settings.connect_timeout_s,
+                health_check_interval=settings.health_check_interval_s,
+                retry=retry,
+                decode_responses=decode_responses,
+            ),
+        )
     client: redis.Redis = LedgerRedis.from_url(
         settings.url,
         socket_timeout=settings.socket_timeout_s,
@@ -153,6 +229,16 @@ def connect(url: str | RedisSettings, *, decode_responses: bool = False) -> redi
 def connect_async(url: str | RedisSettings) -> redis.asyncio.Redis:
     """The same client for an event loop (a worker's unit path): no thread hop per call."""
     settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
+    if cluster_mode(settings):
+        return cast(
+            redis.asyncio.Redis,
+            AsyncLedgerRedisCluster.from_url(
+                _cluster_url(settings.url),
+                socket_timeout=settings.socket_timeout_s,
+                socket_connect_timeout=settings.connect_timeout_s,
+                health_check_interval=settings.health_check_interval_s,
+            ),
+        )
     return AsyncLedgerRedis.from_url(
         settings.url,
         socket_timeout=settings.socket_timeout_s,
