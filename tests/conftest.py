@@ -10,6 +10,7 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.redis",
+    "tests.fixtures.valkey_cluster",
     "tests.fixtures.s3",
     "tests.fixtures.provider",
     "tests.fixtures.ray",
