@@ -76,35 +76,37 @@ def test_the_scan_sees_a_stray_key(tmp_path: Path) -> None:
     assert [text for _, text in _literals(bad) if KEY_SHAPED.search(text)] == [":run:", ":calls"]
 
 
-def test_keys_are_spelled_as_before() -> None:
-    """The strings every family produced before they moved here (a ledger written by an older version
-    must still be read)."""
+def test_keys_are_spelled_with_the_hash_tags_a_cluster_needs() -> None:
+    """The strings every family produces. Renamed in session 16 for a Redis Cluster (issue 42, item 3): the keys
+    one script takes together share a hash tag, so they hash to one slot (a run's, a provider's, a request
+    group's); a resume under the new names rebuilds the queue from the store (docs/architecture.md)."""
     stage = StageKeys("pl", "r1", "s")
-    assert stage.todo == "pl:run:r1:stage:s:todo"
-    assert (stage.leased, stage.holders, stage.meta, stage.counters, stage.failed) == (
-        "pl:run:r1:stage:s:leased",
-        "pl:run:r1:stage:s:holders",
-        "pl:run:r1:stage:s:meta",
-        "pl:run:r1:stage:s:counters",
-        "pl:run:r1:stage:s:failed",
+    assert stage.todo == "pl:{run:r1}:stage:s:todo"
+    assert (stage.leased, stage.holders, stage.meta, stage.counters, stage.failed, stage.fence) == (
+        "pl:{run:r1}:stage:s:leased",
+        "pl:{run:r1}:stage:s:holders",
+        "pl:{run:r1}:stage:s:meta",
+        "pl:{run:r1}:stage:s:counters",
+        "pl:{run:r1}:stage:s:failed",
+        "pl:{run:r1}:fence",
     )
-    assert request_key("pl", "abc") == "pl:req:abc"
-    assert fence_key("ns") == "ns:fence"
-    assert budget_keys("r1") == ["pl:budget:r1:spent", "pl:budget:r1:reserved", "pl:budget:r1:alive"]
-    assert usage_key("r1", "x") == "x:budget:r1:usage"
-    assert run_key("pl", "r1") == "pl:run:r1:calls"
-    assert worker_key("pl", "r1", "w7") == "pl:run:r1:calls:w7"
-    assert driver_claim_key("r1") == claim_key("r1") == "pl:run:r1:driver"
+    assert request_key("pl", "abc") == "pl:req:{a}:abc"
+    assert fence_key("ns") == "ns:fence" and fence_key("ns", "a") == "ns:req:{a}:fence"
+    assert budget_keys("r1") == ["pl:{run:r1}:budget:spent", "pl:{run:r1}:budget:reserved", "pl:{run:r1}:budget:alive"]
+    assert usage_key("r1", "x") == "x:{run:r1}:budget:usage"
+    assert run_key("pl", "r1") == "pl:{run:r1}:calls"
+    assert worker_key("pl", "r1", "w7") == "pl:{run:r1}:calls:w7"
+    assert driver_claim_key("r1") == claim_key("r1") == "pl:run:r1:driver"  # one key alone: unchanged
     scope = RateScope("pl", "openai", "gpt", Limits(requests_per_minute=60), RateLimitSettings())
     assert scope.keys == [
-        "pl:rl:openai:req",
-        "pl:rl:openai:tok",
-        "pl:rl:openai:state",
-        "pl:rl:openai:m:gpt:req",
-        "pl:rl:openai:m:gpt:tok",
+        "pl:rl:{openai}:req",
+        "pl:rl:{openai}:tok",
+        "pl:rl:{openai}:state",
+        "pl:rl:{openai}:m:gpt:req",
+        "pl:rl:{openai}:m:gpt:tok",
     ]
     provider = ProviderSettings(max_concurrency=4, models={"g": ModelSettings(id="gpt", max_concurrency=2)})
-    assert bounds_of(provider, "openai", "gpt").keys == ("pl:inflight:openai", "pl:inflight:openai:m:gpt")
+    assert bounds_of(provider, "openai", "gpt").keys == ("pl:inflight:{openai}", "pl:inflight:{openai}:m:gpt")
 
 
 def test_stage_keys_are_values() -> None:

@@ -17,6 +17,8 @@ import redis
 import redis.asyncio
 
 from punchline.schedulers.budget import Budget
+from punchline.schedulers.keys import fence as fence_key
+from punchline.schedulers.keys import request as request_key
 from punchline.schedulers.lease_groups import LeaseGroups
 from punchline.schedulers.leases import (
     TAKE_AHEAD_MS,
@@ -76,9 +78,11 @@ def test_a_group_take_under_a_rate_limit_takes_only_the_slots_due_soon(redis_cli
     assert got[:10] == granted  # a prefix, in order
     for i, g in enumerate(granted):  # what each would have waited alone, asked one after the other
         assert abs(g.wait_s * 1000 - i * interval_ms) <= 2 + 0.02 * i * interval_ms, (i, g.wait_s)
-        assert redis_client.pttl(f"pl:req:r{i}") > 5_000 + g.wait_s * 1000 - 500  # the lease covers its wait
+        assert (
+            redis_client.pttl(request_key("pl", f"r{i}")) > 5_000 + g.wait_s * 1000 - 500
+        )  # the lease covers its wait
     assert all(isinstance(x, NotYet) and x.wait_ms > 0 for x in got[10:])
-    assert not any(redis_client.exists(f"pl:req:r{i}") for i in range(10, 15))  # nothing held for them
+    assert not any(redis_client.exists(request_key("pl", f"r{i}")) for i in range(10, 15))  # nothing held for them
     assert isinstance(after, Grant) and after.wait_s * 1000 >= 10 * interval_ms - 50  # behind the ten, not fifteen
 
 
@@ -122,7 +126,7 @@ def test_a_group_take_holds_the_budget_of_what_fits_and_its_commit_releases_the_
     got = run(go, redis_client)
     # as each would have been answered alone, in order: a unit over the cap does not stop a cheaper one after it
     assert [type(x) for x in got] == [Grant, Grant, OverBudget, Grant, OverBudget]
-    assert not redis_client.exists("pl:req:b2") and not redis_client.exists("pl:req:b4")
+    assert not redis_client.exists(request_key("pl", "b2")) and not redis_client.exists(request_key("pl", "b4"))
     b = Budget(redis_client, "r", 1.0)
     assert b.spent_usd() == pytest.approx(0.15)
     assert b.reserved_usd() == pytest.approx(0.0)  # the unused part of the holds went back with the commit
@@ -144,12 +148,12 @@ def test_a_group_lease_with_a_stale_fence_cannot_commit(redis_client: redis.Redi
         await asyncio.sleep(0.3)
         new = grants(await fresh.acquire_many("f", 5_000, [Take(f"s{i}", estimate_usd=0.1) for i in range(4)]))
         assert len(new) == 4
-        values = [redis_client.get(f"pl:req:s{i}") for i in range(4)]
+        values = [redis_client.get(request_key("pl", f"s{i}")) for i in range(4)]
         assert await zombie.commit_many([Settle(g, actual_usd=0.1, pack=PACK) for g in old]) == [False] * 4
-        assert [redis_client.get(f"pl:req:s{i}") for i in range(4)] == values  # untouched
-        assert redis_client.pttl("pl:req:s0") > 3_000
+        assert [redis_client.get(request_key("pl", f"s{i}")) for i in range(4)] == values  # untouched
+        assert redis_client.pttl(request_key("pl", "s0")) > 3_000
         assert await fresh.commit_many([Settle(g, actual_usd=0.1, pack=PACK) for g in new]) == [True] * 4
-        assert all(redis_client.get(f"pl:req:s{i}") == f"={PACK}".encode() for i in range(4))
+        assert all(redis_client.get(request_key("pl", f"s{i}")) == f"={PACK}".encode() for i in range(4))
 
     run(go, redis_client)
 
@@ -196,12 +200,12 @@ def test_tokens_come_in_blocks_and_are_never_handed_out_twice(redis_client: redi
 
     tokens = run(go, redis_client)
     assert len(tokens) == 4_200 == len(set(tokens))
-    assert int(redis_client.get("pl:fence") or 0) <= 6 * TOKEN_BLOCK  # one INCRBY per block, not per lease
+    assert int(redis_client.get(fence_key("pl")) or 0) <= 6 * TOKEN_BLOCK  # one INCRBY per block, not per lease
 
 
 def test_units_asking_together_share_one_call_and_each_gets_its_own_answer(redis_client: redis.Redis) -> None:
-    redis_client.set("pl:req:taken", "someone|1", px=5_000)
-    redis_client.set("pl:req:done", f"={PACK}", px=5_000)
+    redis_client.set(request_key("pl", "taken"), "someone|1", px=5_000)
+    redis_client.set(request_key("pl", "done"), f"={PACK}", px=5_000)
 
     async def go(client: redis.asyncio.Redis) -> tuple[list[Any], int]:
         groups = LeaseGroups(leases_of(client))

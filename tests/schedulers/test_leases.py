@@ -16,6 +16,7 @@ import redis.asyncio
 from punchline.data.errors import LedgerUnavailable
 from punchline.data.storage.response_cache import MARKER_MS
 from punchline.schedulers.budget import Budget
+from punchline.schedulers.keys import request as request_key
 from punchline.schedulers.leases import (
     Answered,
     BudgetTerms,
@@ -166,7 +167,7 @@ def test_the_lease_takes_the_provider_wide_rate_slot(redis_client: redis.Redis) 
     # the slots are 100 ms apart across both models, whatever the time between the acquires (a loaded machine)
     for (early_lo, early_hi, _), (late_lo, late_hi, _) in itertools.pairwise(slots):
         assert late_lo - early_hi - 0.003 <= 0.1 <= late_hi - early_lo + 0.003, (slots,)  # waits are in whole ms
-    assert redis_client.exists("pl:rl:p:req") and not redis_client.exists("pl:rl:p:m:model-a:req")
+    assert redis_client.exists("pl:rl:{p}:req") and not redis_client.exists("pl:rl:{p}:m:model-a:req")
 
 
 def test_a_models_own_limit_is_a_separate_cell(redis_client: redis.Redis) -> None:
@@ -196,7 +197,7 @@ def test_the_lease_reserves_the_cost_under_a_cap(redis_client: redis.Redis) -> N
             assert isinstance(g, Grant)
             grants.append(g)
         assert isinstance(await leases.acquire("c3", "w", 5_000, estimate_usd=0.3), OverBudget)
-        assert not redis_client.exists("pl:req:c3")  # refused: no lease taken
+        assert not redis_client.exists(request_key("pl", "c3"))  # refused: no lease taken
         assert await leases.commit(grants[0], actual_usd=0.05)  # cheaper than estimated
         await leases.release(grants[1])  # failed: nothing spent
         assert isinstance(await leases.acquire("c3", "w", 5_000, estimate_usd=0.3), Grant)
@@ -214,7 +215,7 @@ def test_without_a_cap_nothing_is_written_for_the_budget(redis_client: redis.Red
         assert await leases.commit(g, actual_usd=1.0)
 
     run(go, redis_client)
-    assert redis_client.keys("pl:budget:*") == []
+    assert redis_client.keys("pl:{run:*}:budget:*") == []
 
 
 def test_heartbeat_renews_everything_in_one_round_trip(redis_client: redis.Redis) -> None:
@@ -267,8 +268,8 @@ def test_a_commit_with_its_pack_leaves_a_short_done_marker(redis_client: redis.R
         assert got == Answered("_cache/packs/0001-ab-000001.pack")
         lost, _ = await leases.renew(5_000, requests=[g])
         assert lost == [g]  # the marker is nobody's lease
-        assert 0 < redis_client.pttl("pl:req:k9") <= MARKER_MS
-        redis_client.pexpire("pl:req:k9", 1)  # as if MARKER_MS had passed
+        assert 0 < redis_client.pttl(request_key("pl", "k9")) <= MARKER_MS
+        redis_client.pexpire(request_key("pl", "k9"), 1)  # as if MARKER_MS had passed
         await asyncio.sleep(0.05)
         assert isinstance(await leases.acquire("k9", "w2", 5_000), Grant)
 
