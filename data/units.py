@@ -337,7 +337,11 @@ class ShardResults(Mapping[str, UnitResult]):
         self._units_total = units_total
         self._keep = keep_shards
         self._cache: OrderedDict[int, dict[str, UnitResult]] = OrderedDict()
-        self._usage: dict[int, ShardUsage] = {}
+        # the usage of shards 0 .. _usage_next - 1, added in index order (the same sum, to the last bit, as one pass
+        # over every shard), and of the shards read ahead of that: no usage kept per shard once it is summed
+        self._usage_total = ShardUsage()
+        self._usage_next = 0
+        self._usage_ahead: dict[int, ShardUsage] = {}
 
     def _shard(self, index: int) -> dict[str, UnitResult]:
         hit = self._cache.get(index)
@@ -345,7 +349,11 @@ class ShardResults(Mapping[str, UnitResult]):
             self._cache.move_to_end(index)
             return hit
         output = self._load(index)
-        self._usage[index] = output.usage or ShardUsage()
+        if index >= self._usage_next:
+            self._usage_ahead.setdefault(index, output.usage or ShardUsage())
+            while self._usage_next in self._usage_ahead:
+                self._usage_total.add(self._usage_ahead.pop(self._usage_next))
+                self._usage_next += 1
         loaded = {r.unit_id: r for r in output.results}
         self._cache[index] = loaded
         if len(self._cache) > self._keep:
@@ -371,9 +379,8 @@ class ShardResults(Mapping[str, UnitResult]):
 
     def usage(self) -> ShardUsage:
         """What the stage's shards did and cost, as their files record it."""
-        total = ShardUsage()
-        for index in range(len(self._first_ids)):
-            if index not in self._usage:
+        for index in range(self._usage_next, len(self._first_ids)):
+            if index >= self._usage_next and index not in self._usage_ahead:
                 self._shard(index)
-            total.add(self._usage[index])
-        return total
+        assert self._usage_next == len(self._first_ids)
+        return self._usage_total

@@ -266,7 +266,12 @@ def read_jsonl(raw: bytes) -> Iterator[OutputRow]:
             yield _DECODER.decode(line)
 
 
-ROW_GROUP = 20_000  # rows per Parquet row group: what the writer holds in memory at once
+ROW_GROUP = 20_000  # rows per Parquet row group: what the writer holds in memory at once, as Arrow columns
+# rows turned into Arrow columns at a time: the Python objects of a row group (its rows, their columns as lists) are
+# several times its Arrow columns' size, so a row group is built from slices of this many (the writer writes the same
+# bytes whatever the chunks of a row group's columns: tests/cluster/stages/test_streaming_reduce.py); a multiple of
+# pyarrow's write batch (1,024 rows) all the same
+TABLE_SLICE = 2_048
 
 
 def parquet_chunks(rows: Rows, layout: Layout | None = None, row_group: int = ROW_GROUP) -> Iterator[bytes]:
@@ -277,10 +282,23 @@ def parquet_chunks(rows: Rows, layout: Layout | None = None, row_group: int = RO
     import pyarrow.parquet as pq  # lazy: a second to import; only Parquet output needs it
 
     with pq.ParquetWriter(sink, layout.schema, compression="zstd") as writer:
-        while batch := list(islice(it, row_group)):
-            writer.write_table(layout.table(batch))
+        while group := _row_group(layout, it, row_group):
+            writer.write_table(group, row_group_size=row_group)
+            del group  # its columns are freed before the next row group's are built
             yield _drain(sink)
     yield _drain(sink)
+
+
+def _row_group(layout: Layout, rows: Iterator[tuple[OutputRow, Mapping[str, Any]]], size: int) -> pa.Table | None:
+    """The next ``size`` rows as one table, built :data:`TABLE_SLICE` rows at a time (None: no rows left)."""
+    slices: list[pa.Table] = []
+    left = size
+    while left > 0 and (batch := list(islice(rows, min(TABLE_SLICE, left)))):
+        slices.append(layout.table(batch))
+        left -= len(batch)
+    if not slices:
+        return None
+    return slices[0] if len(slices) == 1 else _arrow().concat_tables(slices)
 
 
 def _drain(sink: io.BytesIO) -> bytes:

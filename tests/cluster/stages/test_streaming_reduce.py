@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 from punchline.cluster.config import load_config
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.stages.generate import GenerateStage, Job
-from punchline.cluster.stages.outputs import OutputRow, parquet_chunks, read_jsonl
+from punchline.cluster.stages.outputs import TABLE_SLICE, OutputRow, parquet_chunks, read_jsonl
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores.local import LocalStore
-from punchline.data.units import ShardOutput, ShardResults, UnitResult, UnitSpec
+from punchline.data.units import ShardOutput, ShardResults, ShardUsage, UnitResult, UnitSpec
 
 ROWS = 53
 SHARD = 7
@@ -110,3 +110,48 @@ def test_a_multi_shard_reduce_writes_what_one_piece_would(tmp_path: Path) -> Non
     assert pq.read_table(io.BytesIO(parquet)).equals(one_piece)
     assert msgspec.json.decode(jsonl.splitlines()[0])["level"] == 0  # input columns first, under their names
     assert isinstance(rows[0], OutputRow)
+
+
+def test_a_row_group_built_in_slices_is_the_bytes_of_one_built_whole(tmp_path: Path) -> None:
+    """A row group's Arrow columns are built ``TABLE_SLICE`` rows at a time (its rows' Python objects are several
+    times their columns' size); the file is the one a row group built in one piece gives, byte for byte."""
+    data = tmp_path / "rows.jsonl"
+    rows_total = 2 * TABLE_SLICE + 300  # three slices, the last one short
+    with data.open("w") as f:
+        for i in range(rows_total):
+            f.write(json.dumps({"id": f"q{i:05d}", "question": f"what is {i}?", "level": i % 4}) + "\n")
+    (tmp_path / "c.toml").write_text(CONFIG.format(data=data))
+    cfg = load_config(tmp_path / "c.toml")
+    job = Job(cfg)
+    layout = job.layout()
+    pairs = [
+        (OutputRow(row_id=r.id, model="a", sample=0, text=f"answer {i}" * (i % 7), input_tokens=i), r.fields)
+        for i, r in enumerate(job.rows)
+    ]
+    sliced = b"".join(parquet_chunks(pairs, layout, row_group=len(pairs)))
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, layout.schema, compression="zstd") as writer:
+        writer.write_table(layout.table(pairs))
+    assert sliced == sink.getvalue()
+    assert pq.ParquetFile(io.BytesIO(sliced)).metadata.num_row_groups == 1
+
+
+def test_a_stage_s_usage_is_summed_once_per_shard_in_shard_order_whatever_the_reads() -> None:
+    """``ShardResults.usage`` keeps no usage per shard once summed: shards read out of order, twice (evicted and
+    read again) or never before ``usage`` give the sum of one pass in shard order, to the last bit."""
+    costs = [0.1, 0.2, 0.3, 1e-17, 0.7, 1e16, 0.05]
+    shards = []
+    for index, cost in enumerate(costs):
+        usage = ShardUsage(units_ok=index + 1)
+        usage.add_call("m", 10, 1, cost)
+        unit = UnitResult(unit_id=f"u{index}", key="")
+        shards.append(ShardOutput(stage="s", shard=index, results=[unit], usage=usage))
+    expected = ShardUsage()
+    for s in shards:
+        assert s.usage is not None
+        expected.add(s.usage)
+    results = ShardResults(lambda i: shards[i], [f"u{i}" for i in range(len(shards))], len(shards), keep_shards=1)
+    for unit_id in ("u3", "u1", "u3", "u0", "u5"):  # out of order, u3 read twice (evicted between)
+        assert results[unit_id].unit_id == unit_id
+    assert results.usage() == expected
+    assert results.usage().models["m"].cost_usd == expected.models["m"].cost_usd
