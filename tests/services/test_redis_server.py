@@ -348,6 +348,12 @@ def test_every_engine_script_runs_as_the_run_s_user(
             assert isinstance(third, Grant)
             await bare.release(third)  # lease_release: PEXPIRE 0, not DEL
             assert await client.exists(request_key(ns, "k3")) == 0
+            split = Leases(client, budget=BudgetTerms(run_id=run_id, cap_usd=1.0, holder="w2"), namespace=ns)
+            split.cluster = True  # a Redis Cluster's steps, one script each (on one server: the same commands)
+            split._ifeq = False  # the commit's lease_mark, as on a server without SET ... IFEQ
+            fourth = await split.acquire("k4", "w2", 10_000, rate=rate, tokens=10, estimate_usd=0.01)
+            assert isinstance(fourth, Grant)
+            assert await split.commit(fourth, rate=rate, unused_tokens=5, actual_usd=0.005, pack="p4")
             keys = StageKeys(ns, run_id, "s")
             claim = await leases.claim(keys, "w1", 10_000)
             assert isinstance(claim, Claim)
