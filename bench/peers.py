@@ -19,7 +19,9 @@ Rounds are interleaved (loop, punchline at each latency, then again), every roun
   is not counted;
 * **steady calls/s** (the provider's own count, between 10 % and 90 % of the calls);
 * **whole-run calls/s** (first call to last, the ramp included), and at > 0 ms its ratio to C / latency;
-* **peak RSS** of the whole tree (the most, summed over its processes at one sampling, every 0.25 s);
+* **peak RSS** of the whole tree (the most, summed over its processes at one sampling, every 0.25 s), and the
+  same in **PSS** (a page shared by n processes counts 1/n in each: a forked worker's pages that it still shares
+  with the driver count once, as in the machine's memory; RSS counts them in both);
 * the most calls the provider held at once (the bound: 16), and the wall time of the process.
 
 curator and inspect_ai are run only when importable (they are not dependencies of punchline); a line says
@@ -149,6 +151,8 @@ class TreeMeter:
         self.parent: dict[tuple[int, float], int] = {}  # each process's parent pid when first seen
         self.name: dict[tuple[int, float], str] = {}  # each process's command line, shortened (--by-process)
         self.peak_rss = 0
+        self.peak_pss = 0  # the same sum in PSS: a page shared by n processes counts 1/n in each (a fork's pages)
+        self.rss_of: dict[tuple[int, float], int] = {}  # each process's own peak RSS (--by-process)
         self.children_before = self._children_cpu()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
@@ -175,7 +179,7 @@ class TreeMeter:
     def _poll(self) -> None:
         ps = self.psutil
         while True:
-            rss = 0
+            rss = pss = 0
             for p in self._procs():
                 with contextlib.suppress(ps.Error):
                     key = (p.pid, p.create_time())
@@ -184,8 +188,12 @@ class TreeMeter:
                     self.parent.setdefault(key, p.ppid())
                     if key not in self.name:
                         self.name[key] = short_cmdline(p.cmdline())
-                    rss += p.memory_info().rss
+                    mem = p.memory_full_info()  # smaps_rollup: its PSS too
+                    rss += mem.rss
+                    pss += mem.pss
+                    self.rss_of[key] = max(self.rss_of.get(key, 0), mem.rss)
             self.peak_rss = max(self.peak_rss, rss)
+            self.peak_pss = max(self.peak_pss, pss)
             if self.stop.wait(0.25):
                 return
 
@@ -224,7 +232,12 @@ def short_cmdline(argv: list[str]) -> str:
 def by_process(meter: TreeMeter, calls: int) -> list[str]:
     """Where the tree's CPU went: each process's CPU ms per call, largest first (what ``--by-process`` prints)."""
     rows = sorted(meter.cpu.items(), key=lambda kv: -kv[1])
-    return [f"      {v * 1000 / calls:6.3f} ms/call  {meter.name.get(k, '?')} (pid {k[0]})" for k, v in rows if v > 0]
+    return [
+        f"      {v * 1000 / calls:6.3f} ms/call  {meter.rss_of.get(k, 0) / 2**20:5.0f} MB RSS  "
+        f"{meter.name.get(k, '?')} (pid {k[0]})"
+        for k, v in rows
+        if v > 0
+    ]
 
 
 def leftovers(meter: TreeMeter) -> None:
@@ -259,6 +272,7 @@ def measure(
     wall_s = time.monotonic() - started
     clock.finish()
     cpu_s, rss_mb = meter.finish()
+    pss_mb = meter.peak_pss / 2**20
     leftovers(meter)
     if show_processes:
         print("\n".join(by_process(meter, calls)), flush=True)
@@ -277,6 +291,7 @@ def measure(
         "whole": whole,
         "vs_ceiling": whole / (C / (latency_ms / 1000)) if latency_ms else 0.0,
         "rss_mb": rss_mb,
+        "pss_mb": pss_mb,
         "peak": float(stats.peak_in_flight),
         "wall_s": wall_s,
         "calls": float(stats.total_calls),
@@ -330,7 +345,8 @@ def main() -> None:
                             f"round {r + 1} {latency:4.0f} ms {name:9}: {m['cpu_ms']:6.2f} CPU ms/call, steady "
                             f"{m['steady']:6.1f} calls/s, whole run {m['whole']:6.1f} calls/s"
                             + (f" ({m['vs_ceiling']:.2f} of C/latency)" if latency else "")
-                            + f", peak RSS {m['rss_mb']:6.0f} MB, most in flight {m['peak']:.0f}, "
+                            + f", peak RSS {m['rss_mb']:6.0f} MB (PSS {m['pss_mb']:4.0f}), "
+                            f"most in flight {m['peak']:.0f}, "
                             f"wall {m['wall_s']:5.1f} s",
                             flush=True,
                         )
@@ -347,7 +363,8 @@ def main() -> None:
             f"{latency:4.0f} ms, punchline / loop: CPU per call {ours['cpu_ms'] / loop['cpu_ms']:.2f} "
             f"({ours['cpu_ms']:.2f} vs {loop['cpu_ms']:.2f} ms), steady rate {ours['steady'] / loop['steady']:.2f} "
             f"({ours['steady']:.1f} vs {loop['steady']:.1f}/s), whole-run rate {ours['whole'] / loop['whole']:.2f}, "
-            f"peak RSS {ours['rss_mb']:.0f} vs {loop['rss_mb']:.0f} MB, most in flight {ours['peak']:.0f} vs "
+            f"peak RSS {ours['rss_mb']:.0f} vs {loop['rss_mb']:.0f} MB (PSS {ours['pss_mb']:.0f} vs "
+            f"{loop['pss_mb']:.0f}), most in flight {ours['peak']:.0f} vs "
             f"{loop['peak']:.0f}"
         )
         if latency:

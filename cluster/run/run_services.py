@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import shutil
 import socket
@@ -38,6 +39,7 @@ from punchline.cluster.run.preflight import check_providers, check_redis
 from punchline.cluster.run.store_guard import StoreGuard, redis_identity
 from punchline.data.errors import InfraError, LedgerFailed
 from punchline.data.redaction import redact_url
+from punchline.data.simulator import FakeConfig
 from punchline.data.storage.jsonio import atomic_write_bytes, overwrite_in_place
 from punchline.data.storage.response_cache import ResponseCache
 from punchline.data.storage.response_spool import ResponseSpool
@@ -50,8 +52,6 @@ from punchline.schedulers.server.redis_client import connect, credentials_in_use
 from punchline.services.local_ray import LocalRay, notice
 from punchline.services.local_redis import LocalRedis
 from punchline.services.ray_settings import RaySettings
-from punchline.workers.fake.server import FakeConfig, FakeProviderServer
-from punchline.workers.fake.stage_answers import stage_answers
 from punchline.workers.logs import configure_logging
 from punchline.workers.shard_worker import WorkerConfig
 
@@ -166,6 +166,10 @@ def _password_file(url: str) -> Iterator[str | None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# loaded by name, when a provider is simulated: a run against real endpoints carries none of the simulator's modules
+SIMULATOR = "punchline.workers.fake.for_run"
+
+
 @contextlib.contextmanager
 def open_simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | None]:
     """Start the offline simulated provider if any provider's base_url says ``simulated``, listening on
@@ -176,9 +180,8 @@ def open_simulator(cfg: RunConfig, host: str = "127.0.0.1") -> Iterator[str | No
         return
     pipeline = pipeline_of(cfg)
     sim_cfg = pipeline.simulator_knobs(cfg, cfg.simulator or FakeConfig())
-    stages = stage_answers(sim_cfg, pipeline.stages(cfg), cfg, cfg.source)  # what its generic stages' answers parse
-    server = FakeProviderServer(sim_cfg, host=host, stages=stages, per_key=False)  # a run's: no per-key counts
-    server.start()
+    start = importlib.import_module(SIMULATOR).start_simulator
+    server = start(sim_cfg, pipeline.stages(cfg), cfg, cfg.source, host=host)
     try:
         for name in sim:
             p = cfg.providers[name]

@@ -11,7 +11,6 @@ import msgspec
 from punchline.data.errors import ConfigError
 from punchline.data.simulator import FakeConfig
 from punchline.data.storage.jsonio import validation_location
-from punchline.workers.fake.server import load_knobs
 from punchline.workers.fake.simulators import decode_knobs, find_simulators
 
 
@@ -36,6 +35,11 @@ def check_simulator(sim: FakeConfig, file: str | None, *, prefix: str = "simulat
         except ValueError as exc:
             where, _, detail = str(exc).partition(": ")
             raise ConfigError(detail, file=file, field=f"{prefix}{where}") from None
+
+
+def load_knobs(path: str | Path) -> FakeConfig:
+    """A ``FakeConfig`` from a TOML file (top-level keys are the knobs)."""
+    return msgspec.toml.decode(Path(path).read_bytes(), type=FakeConfig)
 
 
 def server_config(knobs: str | None, *, answer_keys: list[str] | None = None) -> FakeConfig:

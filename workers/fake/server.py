@@ -36,7 +36,6 @@ from __future__ import annotations
 import threading
 import urllib.request
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -63,7 +62,6 @@ __all__ = [
     "completion",
     "fetch_batch_stats",
     "fetch_stats",
-    "load_knobs",
     "request_wire_key",
     "reset_remote",
     "wire_key",
@@ -213,8 +211,3 @@ def fetch_batch_stats(url: str, *, timeout_s: float = 5.0) -> BatchStats:
     """``GET /batch-stats`` of a fake provider running elsewhere."""
     with urllib.request.urlopen(f"{url.rstrip('/')}/batch-stats", timeout=timeout_s) as resp:
         return msgspec.json.decode(resp.read(), type=BatchStats)
-
-
-def load_knobs(path: str | Path) -> FakeConfig:
-    """A ``FakeConfig`` from a TOML file (top-level keys are the knobs)."""
-    return msgspec.toml.decode(Path(path).read_bytes(), type=FakeConfig)
