@@ -38,6 +38,7 @@ from collections.abc import Iterable
 import msgspec
 
 from punchline.data.requests import ProviderRequest, ProviderResponse
+from punchline.data.storage.slot_index import SlotIndex
 from punchline.data.store import Store
 
 CACHE_PREFIX = "_cache/"
@@ -89,7 +90,7 @@ class ResponseCache:
         self._refresh_lock = threading.Lock()
         self._names: list[str] = []  # pack names by id
         self._ids: dict[str, int] = {}
-        self._index: dict[int, int] = {}  # _slot(key) -> pack id
+        self._index = SlotIndex()  # _slot(key) -> pack id (compact: it holds every answer indexed)
         self._decoded: OrderedDict[int, dict[str, bytes]] = OrderedDict()
         self._keep = keep_packs
         self._refreshed_at = float("-inf")  # time.monotonic() when the last listing started
@@ -139,7 +140,7 @@ class ResponseCache:
                 slot = _slot(key)
                 have = self._index.get(slot)
                 if have is None or name < self._names[have]:  # the pack that sorts first wins
-                    self._index[slot] = pid
+                    self._index.set(slot, pid)
             self._remember(pid, dict(zip(pack.keys, pack.entries, strict=True)))
 
     def _remember(self, pid: int, entries: dict[str, bytes]) -> None:
