@@ -19,6 +19,7 @@ config's ``[prompts] seed`` changed (new requests, every one called) after that 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -30,6 +31,7 @@ from pathlib import Path
 PUNCHLINE = str(Path(sys.executable).with_name("punchline"))
 WALL = re.compile(r"^wall time: about ([0-9.]+) s", re.M)
 PARTS = re.compile(r"^wall time: about [0-9.]+ s \(([0-9.]+ s) calls, ([0-9.]+ s) start", re.M)
+TO_SEND = re.compile(r"; ([0-9]+) requests to send( at most)?")
 LOAD = re.compile(r"x[0-9.]+ for the machine's load now \([^)]*\)")
 
 
@@ -37,10 +39,15 @@ def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+SHOW_PLAN = False  # --show-plan: print each plan's table and line
+
+
 def plan_and_run(folder: Path, config: str, env: dict[str, str]) -> tuple[float, float, str]:
     out = subprocess.run(
         [PUNCHLINE, "plan", f"configs/{config}.toml"], cwd=folder, env=env, capture_output=True, text=True, check=True
     ).stdout
+    if SHOW_PLAN:
+        print(out, flush=True)
     found = WALL.search(out)
     if found is None:
         raise SystemExit(f"no wall-time line in plan's output:\n{out}")
@@ -49,9 +56,23 @@ def plan_and_run(folder: Path, config: str, env: dict[str, str]) -> tuple[float,
                    capture_output=True, check=True)  # fmt: skip
     said = LOAD.search(out)
     parts = PARTS.search(out)
-    shown = " ".join(filter(None, [f"[{parts.group(1)} calls + {parts.group(2)} fixed]" if parts else "",
+    to_send = TO_SEND.search(out)
+    sent = (
+        ""
+        if to_send is None
+        else f"[{(to_send.group(2) and '≤ ') or ''}{to_send.group(1)} to send, {sent_by_latest(folder)} sent]"
+    )
+    shown = " ".join(filter(None, [f"[{parts.group(1)} calls + {parts.group(2)} fixed]" if parts else "", sent,
                                    said.group(0) if said else ""]))  # fmt: skip
     return float(found.group(1)), time.monotonic() - started, shown
+
+
+def sent_by_latest(folder: Path) -> int:
+    """The requests the folder's latest run sent: its stages' units less those the cache (or another unit of the
+    same key) answered, from its record."""
+    records = [json.loads(path.read_bytes()) for path in (folder / "runs").glob("*/run.json")]
+    latest = max(records, key=lambda rec: rec["created_at"])
+    return sum(c["units_total"] - c["cache_hits"] for c in latest["counters"].values())
 
 
 def http_rounds(config: str, latency_ms: float) -> list[float]:
@@ -89,7 +110,10 @@ def main() -> None:
     ap.add_argument("--busy", default="0,2,4", help="busy loops beside the runs, one count per round")
     ap.add_argument("--configs", default="prompts_demo,demo")
     ap.add_argument("--http-latency-ms", type=float, help="against the fake provider over HTTP, answers this late")
+    ap.add_argument("--show-plan", action="store_true", help="print each plan's table (requests to send per stage)")
     args = ap.parse_args()
+    global SHOW_PLAN
+    SHOW_PLAN = args.show_plan
     print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     if args.http_latency_ms is not None:
         misses = [m for config in args.configs.split(",") for m in http_rounds(config, args.http_latency_ms)]

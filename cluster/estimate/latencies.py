@@ -90,14 +90,14 @@ def _latest_runs(root: Path) -> list[tuple[str, Path, list[str], list[ProviderSe
             continue
         if "://" in rec.services.store_url:
             continue
-        providers = _providers(rec.config_toml)
+        providers = run_providers(rec.config_toml)
         if providers:
             found.append((rec.created_at, rec.run_id, Path(rec.services.store_url), rec.stages, providers))
     found.sort(key=lambda run: run[0], reverse=True)
     return [(run_id, store, stages, providers) for _, run_id, store, stages, providers in found[:RUNS_READ]]
 
 
-def _providers(config_toml: str) -> list[ProviderSettings]:
+def run_providers(config_toml: str) -> list[ProviderSettings]:
     """The ``[providers.*]`` tables of a run's config (none when it no longer decodes)."""
     try:
         tables = tomllib.loads(config_toml).get("providers", {})

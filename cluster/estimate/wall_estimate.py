@@ -36,8 +36,8 @@ from punchline.data.storage.response_cache import CACHE_PREFIX, ResponseCache
 from punchline.data.storage.run_layout import RECORD, RunLayout
 from punchline.data.stores.local import LocalStore
 
-#: what the plan asks of the response cache: whether it holds a request's answer
-CacheLookup = Callable[[ProviderRequest], bool]
+#: what the plan asks of the response cache: whether it holds a request's answer (the request, and its key)
+CacheLookup = Callable[[ProviderRequest, str], bool]
 
 
 class StageEstimate(Protocol):
@@ -59,6 +59,10 @@ class StageEstimate(Protocol):
     def providers(self) -> int: ...
     @property
     def timed_by(self) -> list[str]: ...
+    @property
+    def to_send(self) -> int: ...
+    @property
+    def sent_bound(self) -> bool: ...
 
 
 START_S = 0.4  # the driver's start to its first stage's plan: preflight, the embedded ledger, the run's claim
@@ -85,7 +89,7 @@ class MeasuredRun(msgspec.Struct, kw_only=True):
     reduces_s: dict[str, float] = {}  # each stage's reduce (median) in the runs that called: fresh runs
     cached_reduces_s: dict[str, float] = {}  # and in those that called nothing: reruns (their figures copied)
     figure_stages: list[str] = []  # the stages whose reduce wrote figures in the latest fresh run
-    paces_s: dict[str, float] = {}  # per stage: seconds of its calls per unit, from a run that called most of them
+    paces_s: dict[str, float] = {}  # per stage: seconds of its calls per unit called, from a run that called many
     warmup_s: float | None = None  # the first worker's ready to the warm-up's end, when a fork waited for it
     ray_joined: bool = False
     runnable: float | None = None  # other tasks runnable at their starts (median; machine_load.py), None: unknown
@@ -105,6 +109,9 @@ class WallEstimate(msgspec.Struct, kw_only=True):
     measured_runs: int = 0  # of how many runs they are the medians
     requests: int = 0
     cached_requests: int = 0  # of ``requests``, answered by the response cache already
+    to_send: int = 0  # what the run will send: identical requests once, the cached ones not
+    sent_bound: bool = False  # ``to_send`` counts a stage's every unit: an upper bound (no earlier run said)
+    stages_calls_s: dict[str, float] = {}  # per stage with calls, the time of its calls (part of ``calls_s``)
     timed_by: list[str] = []  # what timed the calls: "simulator", "measured" (here), "default" (per kind)
 
     def describe(self) -> str:
@@ -122,6 +129,9 @@ class WallEstimate(msgspec.Struct, kw_only=True):
             if self.cached_requests
             else ""
         )
+        sent = f"; {self.to_send} requests to send"
+        if self.sent_bound:  # a stage whose prompts depend on earlier answers, none of its runs here to go by
+            sent += " at most (a stage's units counted as its requests: the time is an upper bound)"
         timing = ""
         if "default" in self.timed_by:
             timing = "; real endpoints' calls at their kind's default latency (none measured here yet)"
@@ -130,7 +140,7 @@ class WallEstimate(msgspec.Struct, kw_only=True):
         return (
             f"wall time: about {_secs(self.total_s)} ({_secs(self.calls_s)} calls, {_secs(self.fixed_s)} start, "
             f"plans, reduces and report{ray}{load}: {where}); the rate limits alone, every request called: at least "
-            f"{_secs(self.least_s)}{cache}{timing}"
+            f"{_secs(self.least_s)}{cache}{sent}{timing}"
         )
 
 
@@ -146,10 +156,11 @@ def estimate_wall(
     ``runnable_now``: other tasks runnable on the machine now (``machine_load.sample_runnable``); the fixed costs,
     CPU time, are stretched by its slowdown against the one their runs had (None: as measured)."""
     by_stage = {e.stage: e for e in estimates}
-    rerun = all(e.cached_requests >= e.requests for e in estimates)  # every answer cached: nothing is called
+    rerun = all(not e.to_send for e in estimates)  # every answer cached: nothing is called
     measured = measure(runs_dir, cfg.run.pipeline, rerun=rerun)
     fixed = measured.start_s if measured is not None else START_S
     calls_s = 0.0
+    stages_calls_s: dict[str, float] = {}
     since_first_worker: float | None = None  # the time from the first worker's start to the next fork
     long_stage = False
     for name in [s.name for s in pipeline_of(cfg).stages(cfg)]:
@@ -170,6 +181,8 @@ def estimate_wall(
             since_first_worker = calls if calls > 0 else float("inf")
         fixed += own
         calls_s += calls
+        if e is not None:
+            stages_calls_s[name] = calls
         long_stage = long_stage or (e is not None and _needs_ray(e, calls))
     ray_s = RAY_S if long_stage and not (measured is not None and measured.ray_joined) else 0.0
     then = measured.runnable if measured is not None else None
@@ -187,6 +200,9 @@ def estimate_wall(
         measured_runs=measured.runs if measured is not None else 0,
         requests=sum(e.requests for e in estimates),
         cached_requests=sum(e.cached_requests for e in estimates),
+        to_send=sum(e.to_send for e in estimates),
+        sent_bound=any(e.sent_bound and e.to_send for e in estimates),
+        stages_calls_s=stages_calls_s,
         timed_by=sorted({source for e in estimates for source in e.timed_by}),
     )
 
@@ -217,13 +233,13 @@ def _needs_ray(estimate: StageEstimate, calls_s: float) -> bool:
 
 def _calls_s(estimate: StageEstimate | None, pace_s: float | None) -> float:
     """A stage's calls: the rate limits' and the concurrency's bound, or the pace an earlier run of it kept
-    per unit (the worker's own time per call included), over the units the cache does not answer."""
+    per unit it sent (the worker's own time per call included), over the units whose requests it sends."""
     if estimate is None:
         return 0.0
     if pace_s is None or not estimate.requests:
         return estimate.calls_s
-    uncached_units = estimate.units * (1 - estimate.cached_requests / estimate.requests)
-    return max(estimate.calls_s, pace_s * uncached_units)
+    sent_units = estimate.units * estimate.to_send / estimate.requests
+    return max(estimate.calls_s, pace_s * sent_units)
 
 
 def store_of(cfg: RunConfig, runs_dir: str) -> str:
@@ -241,8 +257,7 @@ def cache_lookup(store_url: str) -> CacheLookup | None:
     cache = ResponseCache(LocalStore(store_url))
     cache.refresh()
 
-    def cached(request: ProviderRequest) -> bool:
-        key = request.key()
+    def cached(request: ProviderRequest, key: str) -> bool:
         return cache.pack_of(key) is not None or (Path(store_url) / cache.path(key)).is_file()
 
     return cached
@@ -267,7 +282,8 @@ _decode_event = msgspec.json.Decoder(_Event)
 _STAGE_EVENTS = ("plan_start", "stage_start", "reduce_start", "reduce_done")
 _WORKER_EVENTS = ("fork_warmup_settling", "local_worker_starting", "local_worker_ready")
 _READ = tuple(f'"{e}"'.encode() for e in ("run_start", "run_end", "start_phases", *_STAGE_EVENTS, *_WORKER_EVENTS))
-PACE_MIN_UNITS = 20  # a stage's pace is taken from a run that called at least this many of its units (and most)
+PACE_MIN_UNITS = 20  # a stage's pace is taken from a run that called at least this many of its units
+PACE_MIN_SHARE = 0.25  # and at least this share of them (identical requests are one: a judge calls fewer)
 
 
 class _Stage(msgspec.Struct, kw_only=True):
@@ -310,7 +326,7 @@ def measure(runs_dir: str | Path, pipeline: str, *, rerun: bool = False) -> Meas
     for _, session, _ in sessions:
         for name, st in session.stages.items():
             if _paced(st):
-                paces.setdefault(name, st.calls_span_s / st.units)
+                paces.setdefault(name, st.calls_span_s / st.called)
     latest_fresh = fresh[0] if fresh else None
     return MeasuredRun(
         run_id=alike[0][0],
@@ -350,7 +366,7 @@ def _medians(runs: Iterable[dict[str, float]]) -> dict[str, float]:
 
 def _paced(stage: _Stage) -> bool:
     """Whether the run called enough of the stage's units for its calls' span to say their pace."""
-    return stage.called >= max(PACE_MIN_UNITS, stage.units / 2)
+    return stage.called >= max(PACE_MIN_UNITS, stage.units * PACE_MIN_SHARE)
 
 
 FIGURES = (".png", ".svg", ".pdf")  # a reduce's artifacts that are figures (kept for a rerun: _cache/figures/)

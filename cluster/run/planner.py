@@ -22,6 +22,8 @@ import msgspec
 
 from punchline.cluster.config import RunConfig
 from punchline.cluster.estimate.call_time import Latencies, SlotTime, simulated, unit_s
+from punchline.cluster.estimate.latencies import endpoint
+from punchline.cluster.estimate.request_ratios import Ratios, ratio_for
 from punchline.cluster.estimate.wall_estimate import CacheLookup
 from punchline.cluster.pipeline import StageContext, pipeline_code
 from punchline.cluster.registry import pipeline_of
@@ -34,6 +36,10 @@ from punchline.data.units import UnitSpec
 from punchline.schedulers.budget import estimate_request_cost
 from punchline.schedulers.rate_limit import estimate_tokens
 from punchline.workers.providers import kind_of, wire_calls
+
+HASHED = "prompts hashed"  # an exact stage's requests, each keyed as the engine keys it: identical ones counted once
+EVERY_UNIT = "every unit"  # an exact stage not hashed (``run``'s own checks): each unit a request
+NO_RATIO = "every unit, an upper bound (no earlier run here sent this stage's requests)"
 
 
 class StageEstimate(msgspec.Struct, kw_only=True):
@@ -58,6 +64,13 @@ class StageEstimate(msgspec.Struct, kw_only=True):
     # what timed its calls (call_time.py): "simulator" knobs, latencies "measured" in this runs folder, or the
     # "default" per provider kind
     timed_by: list[str] = []
+    # the requests the run will send: identical requests are one (``distinct_requests`` of ``requests``), and of
+    # those the cache answers ``cached_requests``; ``sent_from`` says how they were counted (:data:`HASHED`, an
+    # earlier run's ratio, or every unit: an upper bound, ``sent_bound``)
+    distinct_requests: int = 0
+    to_send: int = 0
+    sent_from: str = ""
+    sent_bound: bool = False
 
 
 def _check_batch_api(cfg: RunConfig, stage: str, provider: str, settings: ProviderSettings) -> None:
@@ -127,16 +140,20 @@ def _estimate(
     note: str = "",
     cached: CacheLookup | None = None,
     latencies: Latencies | None = None,
+    seen: set[int] | None = None,
 ) -> StageEstimate:
     """Requests, tokens, dollars and the least wall time the rate limits allow (limits are per provider,
-    all models together, plus any model's own); the expected time of its calls, of the uncached ones."""
+    all models together, plus any model's own); the expected time of its calls, of the uncached ones.
+    ``seen``: the hashes of the keys of the requests planned so far in the run (updated): a request whose key
+    is in it is not sent again (the engine's lease on the key makes its copies wait for its one answer), so it
+    is neither timed nor counted under the rate limits; None: each unit is taken as a request of its own."""
     as_run = stage_providers(cfg.providers, cfg.stage_mode(stage))  # a stage's own mode over its providers'
     modes: set[str] = set()
     mode_usd = 0.0
 
     every = _Load()
-    fresh, uncached = _Calls(), _Calls()  # every request called; only those the cache does not answer
-    tin = tout = n_units = hits = 0
+    fresh, uncached = _Calls(), _Calls()  # every distinct request called; only those the cache does not answer
+    tin = tout = n_units = hits = requests = distinct = 0
     timed_by: set[str] = set()
     usd = batch_usd = 0.0
     for u in units:
@@ -153,8 +170,16 @@ def _estimate(
             _check_batch_api(cfg, stage, u.request.provider, settings)
         modes.add(mode)
         mode_usd += c * settings.batch_price_factor if mode == "batch" else c
+        requests += calls
+        key = u.request.key() if seen is not None or cached is not None else ""
+        if seen is not None:
+            hashed = hash(key)  # an int, not the 40-character key: 10^6 of them in a set stay small
+            if hashed in seen:
+                continue
+            seen.add(hashed)
+        distinct += calls
         every.add(u.request.provider, u.request.model, calls, paced)
-        hit = cached is not None and cached(u.request)
+        hit = cached is not None and cached(u.request, key)
         hits += calls if hit else 0
         for timed in (fresh,) if hit else (fresh, uncached):
             if mode == "batch":  # a batch's time is the provider's, not the slots': the simulator's knob says it
@@ -167,7 +192,7 @@ def _estimate(
                 timed_by.add(source)
     return StageEstimate(
         stage=stage,
-        requests=sum(every.model_req.values()),
+        requests=requests,
         exact=exact,
         input_tokens=tin,
         output_tokens=tout,
@@ -183,6 +208,10 @@ def _estimate(
         cached_requests=hits,
         providers=len(fresh.load.req),
         timed_by=sorted(timed_by),
+        distinct_requests=distinct,
+        to_send=distinct - hits,
+        sent_from=HASHED if seen is not None else EVERY_UNIT,
+        sent_bound=not exact,
     )
 
 
@@ -215,25 +244,34 @@ def check_model(cfg: RunConfig, stage: str, provider: str, model: str) -> None:
 
 
 def plan_run(
-    cfg: RunConfig, cached: CacheLookup | None = None, latencies: Latencies | None = None
+    cfg: RunConfig,
+    cached: CacheLookup | None = None,
+    latencies: Latencies | None = None,
+    *,
+    ratios: Ratios | None = None,
+    distinct: bool = False,
 ) -> list[StageEstimate]:
     """Every stage with calls, expanded; ``cached``: the response cache, asked about each exact request;
-    ``latencies``: the real endpoints' measured in this runs folder (``estimate/latencies.py``)."""
+    ``latencies``: the real endpoints' measured in this runs folder (``estimate/latencies.py``); ``ratios``: the
+    requests earlier runs here sent per unit of each stage (``estimate/request_ratios.py``), for the stages whose
+    prompts depend on earlier answers; ``distinct``: hash every exact request (as the engine keys it) to count
+    identical ones once (``plan`` does; ``run``'s checks need no count, and skip the hashing)."""
     out: list[StageEstimate] = []
-    asked = answered = 0  # requests of the exact stages so far, and how many the cache answers
+    asked = answered = 0  # distinct requests of the exact stages so far, and how many the cache answers
+    seen: set[int] | None = set() if distinct else None
     with tempfile.TemporaryDirectory() as tmp:
         ctx = StageContext(cfg, "plan", LocalStore(tmp))
         for stage in pipeline_of(cfg).stages(cfg):
             try:
                 with pipeline_code(cfg.run.pipeline, stage, "plan", passing=(FileNotFoundError,)):
                     estimate = _estimate(
-                        cfg, stage.name, stage.plan(ctx), exact=True, cached=cached, latencies=latencies
+                        cfg, stage.name, stage.plan(ctx), exact=True, cached=cached, latencies=latencies, seen=seen
                     )
             except FileNotFoundError:
-                bound = _upper_bound(cfg, stage.name, latencies)
+                bound = _upper_bound(cfg, stage.name, latencies, ratios)
                 out.append(_as_cached(bound, answered / asked if asked else 0.0))
                 continue
-            asked, answered = asked + estimate.requests, answered + estimate.cached_requests
+            asked, answered = asked + estimate.distinct_requests, answered + estimate.cached_requests
             if estimate.requests:
                 out.append(estimate)
     return out
@@ -242,19 +280,48 @@ def plan_run(
 def _as_cached(estimate: StageEstimate, share: float) -> StageEstimate:
     """An upper-bound stage whose earlier stages' answers are ``share`` cached: as much of its own is taken
     to be (a rerun's earlier answers are the same, so its later requests are too)."""
-    if not share:
+    if not share or not estimate.requests:
         return estimate
+    hits = round(estimate.distinct_requests * share)
     return msgspec.structs.replace(
-        estimate, cached_requests=round(estimate.requests * share), calls_s=estimate.all_calls_s * (1 - share)
+        estimate,
+        cached_requests=hits,
+        to_send=estimate.distinct_requests - hits,
+        calls_s=estimate.calls_s * (1 - share),
     )
 
 
-def _upper_bound(cfg: RunConfig, stage: str, latencies: Latencies | None = None) -> StageEstimate:
-    """Units of a stage that needs earlier results: the most the pipeline says it can have."""
+def _sent_as_before(
+    cfg: RunConfig, estimate: StageEstimate, units: list[UnitSpec], ratios: Ratios | None
+) -> StageEstimate:
+    """An upper-bound stage's requests to send: its units times the share an earlier run of the stage sent (to
+    the same endpoints), or all of them (an upper bound) when no run here sent any."""
+    called = {endpoint(cfg.provider(u.request.provider), u.request.model) for u in units}
+    before = ratio_for(ratios, estimate.stage, called)
+    if before is None:
+        return msgspec.structs.replace(estimate, sent_from=NO_RATIO, sent_bound=True)
+    share = min(1.0, before.ratio)
+    distinct = round(estimate.requests * share)
+    return msgspec.structs.replace(
+        estimate,
+        distinct_requests=distinct,
+        to_send=distinct,
+        calls_s=estimate.all_calls_s * share,
+        sent_from=f"run {before.run_id} ({before.sent} sent of {before.units} units)",
+        sent_bound=False,
+    )
+
+
+def _upper_bound(
+    cfg: RunConfig, stage: str, latencies: Latencies | None = None, ratios: Ratios | None = None
+) -> StageEstimate:
+    """Units of a stage that needs earlier results: the most the pipeline says it can have; the requests it will
+    send, as an earlier run of it sent them."""
     units = list(pipeline_of(cfg).estimate(cfg, stage))
     if units:
         note = "upper bound: depends on earlier results"
-        return _estimate(cfg, stage, units, exact=False, note=note, latencies=latencies)
+        bound = _estimate(cfg, stage, units, exact=False, note=note, latencies=latencies)
+        return _sent_as_before(cfg, bound, units, ratios)
     return StageEstimate(
         stage=stage,
         requests=0,

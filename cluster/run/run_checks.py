@@ -32,6 +32,8 @@ from pathlib import Path
 
 from punchline.cluster.config import SIMULATED, RunConfig, check_service_urls
 from punchline.cluster.estimate.call_time import Latencies
+from punchline.cluster.estimate.request_ratios import Ratios
+from punchline.cluster.estimate.wall_estimate import CacheLookup
 from punchline.cluster.ray_cluster.ray_runtime import check_address
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.planner import StageEstimate, plan_run
@@ -208,9 +210,16 @@ def cap_warning(cfg: RunConfig, estimates: list[StageEstimate], cap_usd: float |
     )
 
 
-def check_run(cfg: RunConfig, latencies: Latencies | None = None) -> list[StageEstimate]:
+def check_run(
+    cfg: RunConfig,
+    latencies: Latencies | None = None,
+    cached: CacheLookup | None = None,
+    ratios: Ratios | None = None,
+    distinct: bool = False,
+) -> list[StageEstimate]:
     """Steps 3 and 4 (``plan``'s checks): the inputs, the settings against them, every stage's units (each model
     configured and priced: ``planner.check_model``). Returns the plan, its calls timed by ``latencies`` (the ones
-    the runs folder measured), so ``plan`` does not expand it twice."""
+    the runs folder measured) and its requests counted as ``plan`` asks (``planner.plan_run``), so ``plan`` does
+    not expand it twice."""
     pipeline_of(cfg).check_inputs(cfg)
-    return plan_run(cfg, latencies=latencies)
+    return plan_run(cfg, cached, latencies, ratios=ratios, distinct=distinct)

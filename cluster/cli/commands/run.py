@@ -22,10 +22,11 @@ from punchline.cluster.cli.shared import (
 from punchline.cluster.config import load_config
 from punchline.cluster.estimate.latencies import measured_latencies
 from punchline.cluster.estimate.machine_load import sample_runnable
+from punchline.cluster.estimate.request_ratios import request_ratios
 from punchline.cluster.estimate.wall_estimate import cache_lookup, estimate_wall, store_of
 from punchline.cluster.records.retry_failed import drop_failed
 from punchline.cluster.run.driver import RunOptions
-from punchline.cluster.run.planner import StageEstimate, plan_run
+from punchline.cluster.run.planner import HASHED, StageEstimate
 from punchline.cluster.run.run_checks import cap_warning, check_environment, check_run
 from punchline.cluster.run.run_services import check_ledger
 from punchline.data.redaction import redact_url
@@ -94,13 +95,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     runs = runs_dir(args.runs_dir)
     latencies = measured_latencies(runs)  # the real endpoints' calls as this runs folder timed them
-    estimates = check_run(cfg, latencies)  # the checks `run` makes before anything starts
+    ratios = request_ratios(runs, cfg.run.pipeline)  # the requests earlier runs sent per unit of each stage
+    cached = cache_lookup(store_of(cfg, runs))  # each exact request looked up in the response cache
+    # the checks `run` makes before anything starts, and the plan: every exact request hashed (identical ones once)
+    estimates = check_run(cfg, latencies, cached, ratios, distinct=True)
     redis_url = overlay(RunOptions.from_env(), redis_url=args.redis_url).redis_url or cfg.run.redis_url
     if redis_url:  # the run's order: the flag, PUNCHLINE_REDIS_URL, [run] redis_url
         check_ledger(redis_url)
-    cached = cache_lookup(store_of(cfg, runs))
-    if cached is not None:  # the same plan, each request looked up in the response cache
-        estimates = plan_run(cfg, cached, latencies)
     wall = estimate_wall(cfg, estimates, runs, sample_runnable())
     warning = cap_warning(cfg, estimates)
     if warning is not None:  # on stderr, so --json stays one document
@@ -110,28 +111,46 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     # one cost column: the price of the mode the config sends each stage's requests in
     table = Table(
-        "stage", "requests", "input tokens", "output tokens", plan_cost_title(estimates), "least wall time", "note"
+        "stage",
+        "units",
+        "requests",
+        "to send",
+        "input tokens",
+        "output tokens",
+        plan_cost_title(estimates),
+        "least wall time",
+        "calls time",
+        "note",
     )
     for e in estimates:
+        bound = "" if e.exact else "≤ "
+        sent_bound = "≤ " if e.sent_bound else ("~" if not e.exact else "")
+        calls_s = wall.stages_calls_s.get(e.stage, 0.0)
         table.add_row(
             e.stage,
-            ("" if e.exact else "≤ ") + str(e.requests),
+            bound + str(e.units),
+            bound + str(e.requests),
+            sent_bound + str(e.to_send),
             str(e.input_tokens),
             str(e.output_tokens),
             f"{e.mode_cost_usd:.4f}",
             f"{e.min_wall_s:.0f}s",
-            "; ".join(filter(None, [e.note or ("" if e.mode == "online" else e.mode), _cached(e)])),
+            ("≤ " if e.sent_bound else "") + f"{calls_s:.1f}s",
+            "; ".join(filter(None, [e.note or ("" if e.mode == "online" else e.mode), _cached(e), _sent(e)])),
         )
     table.add_row(
         "total",
+        str(sum(e.units for e in estimates)),
         str(sum(e.requests for e in estimates)),
+        ("≤ " if wall.sent_bound else "") + str(wall.to_send),
         str(sum(e.input_tokens for e in estimates)),
         str(sum(e.output_tokens for e in estimates)),
         f"{sum(e.mode_cost_usd for e in estimates):.4f}",
         f"{sum(e.min_wall_s for e in estimates):.0f}s",
+        ("≤ " if wall.sent_bound else "") + f"{wall.calls_s:.1f}s",
         "",
     )
-    Console(width=max(Console().width, 110)).print(table)
+    Console(width=max(Console().width, 150)).print(table)
     print(wall.describe())
     if redis_url:
         print(f"ledger: {redact_url(redis_url)} answers and holds the engine's scripts")
@@ -140,3 +159,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _cached(e: StageEstimate) -> str:
     return f"{e.cached_requests} cached" if e.cached_requests else ""
+
+
+def _sent(e: StageEstimate) -> str:
+    """How the requests to send were counted: identical prompts once, an earlier run's share, or every unit."""
+    if e.sent_from == HASHED:
+        same = e.requests - e.distinct_requests
+        return f"{same} identical requests sent once" if same else ""
+    if e.sent_bound:
+        return f"to send: {e.sent_from}"
+    return f"to send: as {e.sent_from}" if e.sent_from else ""

@@ -70,9 +70,11 @@ def test_latency_over_the_concurrency_bounds_a_stage_without_rate_limits(tmp_pat
 
 def test_requests_the_cache_answers_are_not_called(tmp_path: Path) -> None:
     cfg = _demo(tmp_path)
-    cached = plan_run(cfg, cached=lambda request: True)
+    cached = plan_run(cfg, cached=lambda request, key: True)
     assert all(e.cached_requests == e.requests and e.calls_s == 0 for e in cached)
-    half = {e.stage: e for e in plan_run(cfg, cached=lambda request: request.model.endswith("405B-Instruct-Turbo"))}
+    half = {
+        e.stage: e for e in plan_run(cfg, cached=lambda request, key: request.model.endswith("405B-Instruct-Turbo"))
+    }
     collect = half["collect"]
     assert collect.cached_requests == 630 // 5 and collect.calls_s == pytest.approx(504 / 100)
     # an upper-bound stage takes the cached share of the exact ones before it
@@ -166,7 +168,7 @@ def test_an_earlier_run_in_the_runs_folder_times_the_fixed_costs_and_the_calls(t
     assert wall.total_s == pytest.approx(calls + fixed)
 
     # everything cached: no calls, no warm-up (no worker calls); rank's reduce copies its figure, the others redo
-    cached = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request: True), runs)
+    cached = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request, key: True), runs)
     assert cached.calls_s == 0 and cached.cached_requests == cached.requests > 0
     own = 0.6 + 0.7 + 0.65 + 0.1 + w.PLAIN_STAGE_S + 0.6 + w.PROCESS_S
     assert cached.total_s == pytest.approx(own + 0.1 + 0.05 + w.CACHED_REDUCE_S + 1.5)
@@ -187,7 +189,7 @@ def test_the_latest_run_gives_the_fixed_costs_an_earlier_one_the_paces(tmp_path:
     assert measured.stages_s["collect"] == pytest.approx(0.7 + 8.0)
     assert measured.paces_s["collect"] == pytest.approx(8.0 / 630)
     assert measured.cached_reduces_s["evaluate"] == pytest.approx(1.5) == measured.reduces_s["evaluate"]
-    rerun = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request: True), runs)
+    rerun = w.estimate_wall(cfg, plan_run(cfg, cached=lambda request, key: True), runs)
     fresh = w.estimate_wall(cfg, plan_run(cfg), runs)
     assert rerun.measured_in == "demo-2" and fresh.measured_in == "demo-1"  # each from the runs like it
     own = 0.6 + (0.7 + 8.0) + (0.35 + 0.3) + 0.1 + w.PLAIN_STAGE_S + (0.6 + 1.0) + w.PROCESS_S
@@ -247,7 +249,7 @@ def test_the_cache_lookup_reads_the_runs_folders_packs(tmp_path: Path, capsys) -
     requests = [u.request for u in collect.plan(StageContext(cfg, "plan", LocalStore(tmp_path / "scratch")))]
     ResponseCache(LocalStore(runs)).put(requests[0], ProviderResponse(texts=["a pun"]))
     cached = w.cache_lookup(w.store_of(cfg, str(runs)))
-    assert cached is not None and cached(requests[0]) and not cached(requests[1])
+    assert cached is not None and cached(requests[0], requests[0].key()) and not cached(requests[1], requests[1].key())
     assert main(["plan", str(tmp_path / "demo.toml"), "--runs-dir", str(runs)]) == 0
     out = capsys.readouterr().out
     assert "1 cached" in out and f"1 of {sum(e.requests for e in plan_run(cfg))} requests answered" in out

@@ -1,0 +1,109 @@
+"""How many requests a stage whose prompts depend on earlier answers sent per unit: what ``plan`` counts it by.
+
+Why: such a stage's units are known only as an upper bound before the run (the pipeline's ``estimate``: every
+answer judged, say), and its requests are fewer. Identical requests are one request: the engine keys each by its
+content hash (``ProviderRequest.key``), a unit whose key another unit holds waits for that one's answer, and the
+response cache answers what an earlier run asked. A judge that grades three samples agreeing on the answer sends
+one request, not three; timing all of them planned a run against a 250 ms endpoint at 2.6-3.5 times its length.
+
+A finished run's record keeps each stage's units and how many the cache (or another unit of the same key) answered,
+so ``units - cache_hits`` of them were sent. The latest finished run of the same pipeline whose stage sent any gives
+the ratio sent / units, taken for the stage to come when it called the same endpoints (the model's answers make
+the prompts: another model, or the simulator, would agree with itself more or less often). Its stage's manifest
+names the models its calls went to; the run's config says where each was. A run whose earlier stages were partly
+answered by the cache sent fewer than a fresh one would: the ratio is then low, and says so (its run is named).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Set
+from pathlib import Path
+
+import msgspec
+
+from punchline.cluster.estimate.latencies import Endpoint, endpoint, run_providers
+from punchline.cluster.records.run_record import RunRecord, load_record
+from punchline.data.errors import InputError
+from punchline.data.provider_settings import ProviderSettings
+from punchline.data.storage.run_layout import RECORD, RunLayout
+from punchline.data.units import StageManifest
+
+RUNS_READ = 5  # the latest finished runs of the pipeline looked at
+
+
+class RequestRatio(msgspec.Struct, frozen=True, kw_only=True):
+    """A stage of an earlier run: ``sent`` requests for its ``units`` units, to ``endpoints`` (None: unknown, a
+    remote store's manifest is not read)."""
+
+    run_id: str
+    units: int
+    sent: int
+    endpoints: frozenset[Endpoint] | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.sent / self.units if self.units else 1.0
+
+    def fits(self, endpoints: Set[Endpoint]) -> bool:
+        """Whether it called the endpoints the stage to come calls (all of them)."""
+        return self.endpoints is None or endpoints <= self.endpoints
+
+
+#: per stage, the earlier runs' ratios, latest first
+Ratios = dict[str, list[RequestRatio]]
+
+_manifest = msgspec.json.Decoder(StageManifest)
+
+
+def request_ratios(runs_dir: str | Path, pipeline: str) -> Ratios:
+    """Each stage's ratio of requests sent to units in the :data:`RUNS_READ` latest finished runs of ``pipeline``
+    under ``runs_dir`` that sent any of its requests, latest first."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        return {}
+    found: list[RunRecord] = []
+    for path in root.glob(f"*/{RECORD}"):
+        try:
+            rec = load_record(path.read_bytes(), str(path))
+        except (InputError, OSError):
+            continue
+        if rec.state == "finished" and rec.pipeline == pipeline and rec.finished_at:
+            found.append(rec)
+    found.sort(key=lambda rec: rec.finished_at or 0.0, reverse=True)
+    out: Ratios = {}
+    for rec in found[:RUNS_READ]:
+        providers: list[ProviderSettings] | None = None
+        for stage, counters in rec.counters.items():
+            sent = counters.units_total - counters.cache_hits
+            if counters.units_total <= 0 or sent <= 0:
+                continue
+            if providers is None:
+                providers = run_providers(rec.config_toml)
+            called = _called_endpoints(rec.services.store_url, rec.run_id, stage, providers)
+            ratio = RequestRatio(run_id=rec.run_id, units=counters.units_total, sent=sent, endpoints=called)
+            out.setdefault(stage, []).append(ratio)
+    return out
+
+
+def _called_endpoints(
+    store_url: str, run_id: str, stage: str, providers: list[ProviderSettings]
+) -> frozenset[Endpoint] | None:
+    """The endpoints a finished stage's calls went to: its manifest's models, where the run's config put them."""
+    if "://" in store_url:
+        return None
+    with contextlib.suppress(OSError, msgspec.DecodeError):
+        manifest = _manifest.decode((Path(store_url) / RunLayout(run_id).manifest(stage)).read_bytes())
+        if manifest.usage is not None:
+            return frozenset(
+                endpoint(settings, model_id)
+                for model_id in manifest.usage.models
+                for settings in providers
+                if any(m.id == model_id for m in settings.models.values())
+            )
+    return None
+
+
+def ratio_for(ratios: Ratios | None, stage: str, endpoints: Set[Endpoint]) -> RequestRatio | None:
+    """The latest earlier run's ratio for ``stage`` that called the same endpoints (None: no such run)."""
+    return next((r for r in (ratios or {}).get(stage, []) if r.fits(endpoints)), None)
