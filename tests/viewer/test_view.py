@@ -23,6 +23,7 @@ from punchline.cluster.records.metrics import from_ledger, render
 from punchline.data.stores import open_store
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import plan_page_key, shard_key
+from punchline.schedulers import keys
 from punchline.schedulers.batches import BatchRecord, record_path
 from punchline.schedulers.ledger import Ledger
 from punchline.viewer.server import ViewServer, ViewSettings
@@ -299,11 +300,13 @@ def test_the_drivers_metrics_carry_the_workers_figures(redis_client: redis.Redis
     with stats.calling(scope):
         stats.throttled(scope)
         stats.retried(scope)
-        redis_client.set("pl:run:r-live:calls:w1", stats.blob())  # published mid-call: one in flight
-        redis_client.zadd("pl:run:r-live:calls", {"pl:run:r-live:calls:w1": 1.0})
+        w1 = keys.worker_calls("pl", "r-live", "w1")
+        redis_client.set(w1, stats.blob())  # published mid-call: one in flight
+        redis_client.zadd(keys.calls("pl", "r-live"), {w1: 1.0})
     stats.answered(scope, 0.3)
-    redis_client.set("pl:run:r-live:calls:w2", stats.blob())  # a second worker, done
-    redis_client.zadd("pl:run:r-live:calls", {"pl:run:r-live:calls:w2": 1.0})
+    w2 = keys.worker_calls("pl", "r-live", "w2")
+    redis_client.set(w2, stats.blob())  # a second worker, done
+    redis_client.zadd(keys.calls("pl", "r-live"), {w2: 1.0})
     text = render([from_ledger("r-live", "prompts", ["generate"], Ledger(redis_client), None)])
     labels = 'run="r-live",stage="generate",provider="together",model="m-8b"'
     assert f"punchline_provider_calls_in_flight{{{labels}}} 1" in text

@@ -13,10 +13,16 @@ import redis
 
 from punchline.data.units import LATENCY_BUCKETS_S, ModelUsage, ShardOutput, ShardUsage, UnitSpec, shard_key
 from punchline.pipelines.puns.data.completions import greedy_request
+from punchline.schedulers import keys
 from punchline.workers.calls import call_stats
 from punchline.workers.calls.call_stats import CallStats
 from punchline.workers.fake.server import FakeProviderServer
 from tests.workers.test_shard_worker import _run
+
+
+def _run_id(calls_key: str) -> str:
+    """The run id in a run's call-figures key (``keys.calls``: the run's hash tag holds it)."""
+    return calls_key.split("{run:", 1)[1].split("}", 1)[0]
 
 
 def test_units_record_latency_and_retries_and_the_worker_publishes_429s_and_calls_in_flight(
@@ -32,7 +38,7 @@ def test_units_record_latency_and_retries_and_the_worker_publishes_429s_and_call
 
     def sample() -> None:
         if not run_ids:  # the run id is the one the plan's pages were written under
-            run_ids.extend(k.decode().split(":")[2] for k in redis_client.scan_iter(match="pl:run:w-*:calls"))
+            run_ids.extend(_run_id(k.decode()) for k in redis_client.scan_iter(match=keys.calls("pl", "w-*")))
         if run_ids:
             in_flight.append(sum(r.in_flight for r in call_stats.read(redis_client, "pl", run_ids[0])))
 
@@ -62,8 +68,9 @@ def test_a_worker_gone_quiet_counts_no_calls_in_flight_but_keeps_its_429s(redis_
     ctx = stats.calling(scope)
     ctx.__enter__()
     stats.throttled(scope)
-    redis_client.set("pl:run:r-quiet:calls:w9", stats.blob(time.time()))
-    redis_client.zadd("pl:run:r-quiet:calls", {"pl:run:r-quiet:calls:w9": 1.0})
+    worker = keys.worker_calls("pl", "r-quiet", "w9")
+    redis_client.set(worker, stats.blob(time.time()))
+    redis_client.zadd(keys.calls("pl", "r-quiet"), {worker: 1.0})
     now = time.time()
     assert [(r.in_flight, r.rate_limited) for r in call_stats.read(redis_client, "pl", "r-quiet", now)] == [(1, 1)]
     later = now + call_stats.STALE_S + 1

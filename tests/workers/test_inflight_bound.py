@@ -17,6 +17,7 @@ from punchline.data.provider_settings import ModelSettings, ProviderSettings
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, StagePlan, UnitSpec, cut, encode_page, plan_page_key, shard_key
 from punchline.pipelines.puns.data.completions import greedy_request
+from punchline.schedulers import keys
 from punchline.schedulers.inflight import RunWideSlots, Ticket
 from punchline.schedulers.leases import BudgetTerms, Leases
 from punchline.schedulers.ledger import Ledger
@@ -108,7 +109,7 @@ def test_two_workers_together_never_exceed_the_providers_bound(
     outputs = [decoder.decode(store.get(shard_key(plan.run_id, "s", i)) or b"") for i in range(plan.shards_total)]
     assert sorted(r.unit_id for o in outputs for r in o.results if r.response is not None) == [u.unit_id for u in units]
     # every place was given back: nothing of the bound stays in Redis once the calls are done
-    assert redis_client.zcard("pl:inflight:p") == 0
+    assert redis_client.zcard(keys.inflight("pl", "p")) == 0
 
 
 @pytest.mark.slow
@@ -149,7 +150,7 @@ def test_a_crashed_holders_places_lapse_and_a_live_holders_do_not(redis_client: 
                 await asyncio.sleep(0.15)
                 assert await a.renew() == 0
                 assert not waiting.done()
-            assert redis_client.zcard("pl:inflight:p") == 2
+            assert redis_client.zcard(keys.inflight("pl", "p")) == 2
             got = await asyncio.wait_for(waiting, timeout=30)  # A is gone: no renewal, no give
             assert isinstance(got, Ticket) and got.token.startswith("B#")
             assert await a.renew() == 2  # A's heartbeat, were it alive, would hear it lost both
@@ -182,13 +183,13 @@ def test_a_place_given_back_goes_to_the_next_waiter(redis_client: redis.Redis) -
             a.give(handed)
             got = await asyncio.wait_for(other, timeout=10)
             assert got is not None and got.token.startswith("B#")
-            assert redis_client.zrange("pl:inflight:p", 0, -1) == [got.token.encode()]
+            assert redis_client.zrange(keys.inflight("pl", "p"), 0, -1) == [got.token.encode()]
             b.give(got)
             for _ in range(200):  # the give-back's round trip
-                if redis_client.zcard("pl:inflight:p") == 0:
+                if redis_client.zcard(keys.inflight("pl", "p")) == 0:
                     break
                 await asyncio.sleep(0.05)
-            assert redis_client.zcard("pl:inflight:p") == 0
+            assert redis_client.zcard(keys.inflight("pl", "p")) == 0
             assert a.held() == b.held() == 0
         finally:
             await ca.aclose()

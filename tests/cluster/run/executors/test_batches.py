@@ -23,6 +23,7 @@ from punchline.data.storage.response_cache import ResponseCache
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import UnitSpec
 from punchline.pipelines.puns.data.completions import sample_request
+from punchline.schedulers import keys
 from punchline.schedulers.batches import (
     BatchRecord,
     BatchRecords,
@@ -46,7 +47,7 @@ FAST = BatchOptions(poll_min_s=0.01, poll_max_s=0.05, lease_ms=5_000, max_rounds
 
 def live_leases(client: Any) -> list[bytes]:
     """Request keys still leased: a released batch leaves only done markers (``=<pack>``, gone in seconds)."""
-    return [k for k in client.keys("pl:req:*") if not (client.get(k) or b"=").startswith(b"=")]
+    return [k for k in client.keys(keys.request("pl", "*")) if not (client.get(k) or b"=").startswith(b"=")]
 
 
 def _settings(fake: FakeProviderServer, kind: str, **kw: object) -> ProviderSettings:
