@@ -52,6 +52,13 @@ class StageContext:
             raise FileNotFoundError(f"artifact {name} of run {self.run_id} is missing from {self.store.url}")
         return raw
 
+    def read_artifact_chunks(self, name: str) -> Iterator[bytes]:
+        """The artifact a piece at a time (one too large to hold: a 10^6-row JSONL)."""
+        chunks = self.store.get_chunks(self.artifact_key(name))
+        if chunks is None:
+            raise FileNotFoundError(f"artifact {name} of run {self.run_id} is missing from {self.store.url}")
+        return chunks
+
 
 class Stage(Protocol):
     """One step of a pipeline. Optional: ``warm_imports``, a tuple of the slow modules its ``reduce`` imports

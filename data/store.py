@@ -35,6 +35,13 @@ class Store(abc.ABC):
     def get(self, key: str) -> bytes | None:
         """The bytes at ``key``, or None if absent."""
 
+    def get_chunks(self, key: str) -> Iterator[bytes] | None:
+        """The bytes at ``key`` a piece at a time, or None if absent: for artifacts too large to hold (a reduce reads
+        a 10^6-row JSONL back). A backend that can stream (the local folder) never holds the whole value; the
+        default reads it whole."""
+        data = self.get(key)
+        return None if data is None else iter((data,))
+
     @abc.abstractmethod
     def exists(self, key: str) -> bool: ...
 

@@ -41,7 +41,7 @@ from punchline.cluster.stages.outputs import (
     OutputRow,
     jsonl_chunks,
     parquet_chunks,
-    read_jsonl,
+    read_jsonl_chunks,
 )
 from punchline.cluster.stages.rows import Row, check_rows, iter_rows, load_rows
 from punchline.cluster.stages.settings import ParseSettings, PromptsSettings, sampling_for
@@ -318,7 +318,7 @@ class JudgeStage:
         ri, row = -1, None
         models = {entry: mi for mi, (entry, _, _) in enumerate(job.compiled.models)}
         compiled = job.compiled
-        for out in read_jsonl(ctx.read_artifact(ANSWERS_JSONL)):
+        for out in read_jsonl_chunks(ctx.read_artifact_chunks(ANSWERS_JSONL)):  # streamed: the run's answers
             while row is None or row.id != out.row_id:  # the answers are in row order: the rows are walked along
                 ri, row = next(rows, (ri, None))
                 if row is None:
@@ -480,12 +480,12 @@ def model_counts(settings: PromptsSettings, rows: Iterable[OutputRow]) -> list[M
 
 def summary_lines(cfg: RunConfig, store: Store, run_id: str) -> list[str]:
     """Per model: samples answered, the share that parsed, and the judge's verdicts (its first parsed field)."""
-    raw = store.get(RunLayout(run_id).artifact(OUTPUTS_JSONL))
-    if raw is None:
+    chunks = store.get_chunks(RunLayout(run_id).artifact(OUTPUTS_JSONL))  # streamed: a 10^6-row file is not held
+    if chunks is None:
         return []
     settings = settings_of(cfg)
     out = []
-    for c in model_counts(settings, read_jsonl(raw)):
+    for c in model_counts(settings, read_jsonl_chunks(chunks)):
         line = f"**{c.model}**: {c.answered}/{c.samples} samples answered"
         if settings.parse is not None and c.answered:
             line += f", {c.parsed / c.answered:.0%} parsed"

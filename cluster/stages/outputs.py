@@ -266,6 +266,17 @@ def read_jsonl(raw: bytes) -> Iterator[OutputRow]:
             yield _DECODER.decode(line)
 
 
+def read_jsonl_chunks(chunks: Iterable[bytes]) -> Iterator[OutputRow]:
+    """The rows of an output file read a piece at a time (:meth:`~punchline.data.store.Store.get_chunks`): the same
+    rows as :func:`read_jsonl` of the whole, holding one piece and its lines, not the file."""
+    rest = b""
+    for chunk in chunks:
+        lines, newline, rest = (rest + chunk).rpartition(b"\n")
+        if newline:
+            yield from read_jsonl(lines)
+    yield from read_jsonl(rest)
+
+
 ROW_GROUP = 20_000  # rows per Parquet row group: what the writer holds in memory at once, as Arrow columns
 # rows turned into Arrow columns at a time: the Python objects of a row group (its rows, their columns as lists) are
 # several times its Arrow columns' size, so a row group is built from slices of this many (the writer writes the same

@@ -16,11 +16,13 @@ import os
 import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from punchline.data.errors import InputError, StoreError
 from punchline.data.store import Store
 
 TMP_DIR = ".tmp"
+READ_PIECE = 1 << 20  # bytes a streamed read (get_chunks) holds at once
 
 
 def validate_key(key: str) -> str:
@@ -165,6 +167,27 @@ class LocalStore(Store):
             return None
         except OSError as exc:
             raise StoreError(f"{self.url}: cannot read {key!r}: {exc}") from exc
+
+    def get_chunks(self, key: str) -> Iterator[bytes] | None:
+        path = self._path(key)
+        try:
+            f = path.open("rb")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as exc:
+            raise StoreError(f"{self.url}: cannot read {key!r}: {exc}") from exc
+        return self._pieces(key, f)
+
+    def _pieces(self, key: str, f: BinaryIO) -> Iterator[bytes]:
+        with f:
+            while True:
+                try:
+                    piece = f.read(READ_PIECE)
+                except OSError as exc:
+                    raise StoreError(f"{self.url}: cannot read {key!r}: {exc}") from exc
+                if not piece:
+                    return
+                yield piece
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

@@ -83,6 +83,14 @@ class TestStoreContract:
         assert store.get("art/big.json") == b"".join(chunks)
         assert list(store.list("art/")) == ["art/big.json"]
 
+    def test_get_chunks_reads_the_value_in_pieces(self, store: Store) -> None:
+        data = bytes(range(256)) * 9000  # 2.3 MB: more than one piece of the local store's
+        store.put("art/big.bin", data)
+        pieces = store.get_chunks("art/big.bin")
+        assert pieces is not None
+        assert b"".join(pieces) == data
+        assert store.get_chunks("art/none.bin") is None
+
     def test_binary_data(self, store: Store) -> None:
         blob = bytes(range(256)) * 1000 + b"\x00\xff"
         store.put("bin/blob", blob)

@@ -14,7 +14,14 @@ import pyarrow.parquet as pq
 from punchline.cluster.config import load_config
 from punchline.cluster.pipeline import StageContext
 from punchline.cluster.stages.generate import GenerateStage, Job
-from punchline.cluster.stages.outputs import TABLE_SLICE, OutputRow, parquet_chunks, read_jsonl
+from punchline.cluster.stages.outputs import (
+    TABLE_SLICE,
+    OutputRow,
+    jsonl_chunks,
+    parquet_chunks,
+    read_jsonl,
+    read_jsonl_chunks,
+)
 from punchline.data.requests import ProviderResponse
 from punchline.data.stores.local import LocalStore
 from punchline.data.units import ShardOutput, ShardResults, ShardUsage, UnitResult, UnitSpec
@@ -155,3 +162,15 @@ def test_a_stage_s_usage_is_summed_once_per_shard_in_shard_order_whatever_the_re
         assert results[unit_id].unit_id == unit_id
     assert results.usage() == expected
     assert results.usage().models["m"].cost_usd == expected.models["m"].cost_usd
+
+
+def test_a_jsonl_read_in_pieces_gives_the_rows_of_the_whole() -> None:
+    """``read_jsonl_chunks`` (the judge's answers, the run's summary: a 10^6-row file is not held) cuts pieces at any
+    byte, a line across two or three pieces, a last line without its newline."""
+    rows = [OutputRow(row_id=f"r{i}", model="m", sample=0, text="é\r" * (i % 5) or None) for i in range(40)]
+    raw = b"".join(jsonl_chunks((r, {}) for r in rows)) + b"\n"
+    raw = raw[:-2]  # no newline after the last line
+    whole = list(read_jsonl(raw))
+    assert whole == rows
+    for size in (1, 7, 64, len(raw)):
+        assert list(read_jsonl_chunks(raw[i : i + size] for i in range(0, len(raw), size))) == whole
