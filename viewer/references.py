@@ -5,9 +5,12 @@ reference of their own: a row is a dict of fields, and what the answer is graded
 template reads (``Reference: {{ row.answer }}``). Their units do not carry the row either (a request carries the
 rendered prompt), but the run's ``outputs.jsonl`` does: one line per row x model x sample, in row order, the row's
 own columns first, before ``row_id`` (``cluster/stages/outputs.py``, whose names this module imports: the generic
-stages are the engine's, not a pipeline's). A unit id ``<stage>/r<row>/...`` names its row by
-position. So the viewer shows a unit's row from that file: the fields before ``row_id``, with those the run's config
-reads as ``row.<name>`` and the usual names of a reference (``answer``, ``reference``, ``expected``, ...) marked.
+stages are the engine's, not a pipeline's). A plug-in's ``Generate``/``Judge`` writes it under the stage's name
+instead (``<stage>.jsonl``, ``punchline/plugin/stages.py``): a unit of stage ``s`` reads ``s.jsonl`` when the run
+has one whose first line holds a ``row_id``, else ``outputs.jsonl``. A unit id ``<stage>/r<row>/...`` names its row
+by position. So the viewer shows a unit's row from that file: the fields before ``row_id``, with those the run's
+config names as the reference (``reference = "<column>"`` in any of its tables, as ``[prompts] reference``) or reads
+as ``row.<name>``, and the usual names of a reference (``answer``, ``reference``, ``expected``, ...) marked.
 
 Finding row ``k`` in a file of millions of lines is a table of where each row's lines start, built in one streaming
 pass (a line at a time, only its ``row_id`` decoded), in the background, usable for the rows it has reached while it
@@ -20,6 +23,7 @@ import contextlib
 import re
 import threading
 import time
+import tomllib
 from array import array
 from pathlib import Path
 from typing import Any
@@ -56,14 +60,62 @@ _line = msgspec.json.Decoder(dict[str, Any])
 
 
 def reference_names(config_toml: str) -> frozenset[str]:
-    """The fields a run's config reads as ``row.<name>`` (a judge's reference), with the usual names."""
-    return REFERENCE_NAMES | frozenset(_ROW_READ.findall(config_toml))
+    """The fields a run's config names as the rows' reference (``reference = "<column>"`` in any table:
+    ``[prompts] reference``) or reads as ``row.<name>`` (a judge's reference), with the usual names."""
+    named: set[str] = set()
+    with contextlib.suppress(tomllib.TOMLDecodeError):
+        tables = [tomllib.loads(config_toml)]
+        while tables:
+            table = tables.pop()
+            reference = table.get("reference")
+            if isinstance(reference, str):
+                named.add(reference)
+            tables += [value for value in table.values() if isinstance(value, dict)]
+    return REFERENCE_NAMES | frozenset(_ROW_READ.findall(config_toml)) | frozenset(named)
 
 
 class RowInputs:
-    """The input rows of one run's units, read from its ``outputs.jsonl`` (see the module's docstring)."""
+    """The input rows of one run's units, read from its generic stages' output file (see the module's
+    docstring): ``<stage>.jsonl`` (a plug-in's stage), else ``outputs.jsonl``; each file indexed once."""
 
     def __init__(self, store: Store, run_id: str, cache_dir: Path | None, marked: frozenset[str]) -> None:
+        self.store, self.run_id, self.cache_dir, self.marked = store, run_id, cache_dir, marked
+        self._files: dict[str, _RowFile] = {}
+        self._lock = threading.Lock()
+
+    def row(self, unit_id: str) -> tuple[list[tuple[str, str, bool]], str]:
+        """The unit's row as (field, value as text, is a reference) in column order, or why not (a note)."""
+        stage = unit_id.split("/", 1)[0]
+        with self._lock:
+            rows = self._files.get(stage)
+            if rows is None:
+                name = f"{stage}.jsonl" if self._has_rows(f"{stage}.jsonl") else OUTPUTS_JSONL
+                rows = next((f for f in self._files.values() if f.name == name), None)
+                if rows is None:
+                    rows = _RowFile(self.store, self.run_id, name, self.cache_dir, self.marked)
+                self._files[stage] = rows
+        return rows.row(unit_id)
+
+    def _has_rows(self, name: str) -> bool:
+        """Whether the run has an artifact ``name`` of output rows (its first line holds a ``row_id``)."""
+        if name == OUTPUTS_JSONL or not isinstance(self.store, LocalStore):
+            return False
+        path = (self.store.root / RunLayout(self.run_id).artifact(name)).resolve()
+        if not path.is_relative_to(self.store.root.resolve()):
+            return False
+        try:
+            with open(path, "rb") as fh:
+                first = _line.decode(fh.readline())
+        except (OSError, msgspec.DecodeError):
+            return False
+        return ROW_ID in first
+
+
+class _RowFile:
+    """The input rows in one output file (``outputs.jsonl`` or a plug-in stage's ``<stage>.jsonl``)."""
+
+    def __init__(self, store: Store, run_id: str, name: str, cache_dir: Path | None, marked: frozenset[str]) -> None:
+        self.name = name
         self.marked = marked
         self.cache_dir = cache_dir
         self.path: Path | None = None
@@ -73,13 +125,13 @@ class RowInputs:
         self._started = False
         self._lock = threading.Lock()
         if isinstance(store, LocalStore):
-            path = (store.root / RunLayout(run_id).artifact(OUTPUTS_JSONL)).resolve()
+            path = (store.root / RunLayout(run_id).artifact(name)).resolve()
             if path.is_relative_to(store.root.resolve()) and path.is_file():
                 self.path = path
             else:
-                self.note = f"no {OUTPUTS_JSONL} (yet): a unit's input row is shown once the run has written it"
+                self.note = f"no {name} (yet): a unit's input row is shown once the run has written it"
         else:
-            self.note = f"a unit's input row is read from {OUTPUTS_JSONL} in a local store only"
+            self.note = f"a unit's input row is read from {name} in a local store only"
 
     def row(self, unit_id: str) -> tuple[list[tuple[str, str, bool]], str]:
         """The unit's row as (field, value as text, is a reference) in column order, or why not (a note)."""
@@ -93,13 +145,13 @@ class RowInputs:
             time.sleep(0.01)
             waited += 1
         if k >= len(self._starts):
-            return [], "" if self._done else f"finding row {k} in {OUTPUTS_JSONL} (a pass over it, once)"
+            return [], "" if self._done else f"finding row {k} in {self.name} (a pass over it, once)"
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self._starts[k])
                 fields = _line.decode(fh.readline())
         except (OSError, msgspec.DecodeError) as exc:
-            return [], f"{OUTPUTS_JSONL}: row {k} is not readable ({str(exc)[:100]})"
+            return [], f"{self.name}: row {k} is not readable ({str(exc)[:100]})"
         out = []
         for name, value in fields.items():
             if name == ROW_ID:
@@ -117,7 +169,7 @@ class RowInputs:
             threading.Thread(target=self._build, name="punchline-view-rows", daemon=True).start()
 
     def _kept_path(self) -> Path | None:
-        return self.cache_dir / "outputs.rows" if self.cache_dir is not None else None
+        return self.cache_dir / f"{self.name.removesuffix('.jsonl')}.rows" if self.cache_dir is not None else None
 
     def _load(self) -> bool:
         kept = self._kept_path()
@@ -151,7 +203,7 @@ class RowInputs:
                             last = rid
                     at += len(line)
         except OSError as exc:
-            self.note = f"{OUTPUTS_JSONL} is not readable: {exc.strerror}"
+            self.note = f"{self.name} is not readable: {exc.strerror}"
             return
         finally:
             self._done = True
