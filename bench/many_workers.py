@@ -22,13 +22,15 @@ Per K it prints:
   cores than processes this includes the time the worker waited for a core);
 * a probe's claim and lease take round trips, p50/p99: one more process, not niced (the workers run at ``--nice``
   10, so the server and the probe get a core first, as the ledger would on a machine of its own), asking
-  ``--probe-hz`` times a second on the same queue (a shard it gets goes straight back): the ledger's latency
+  ``--probe-hz`` times a second on the same queue (a shard it gets goes straight back), after a ``PING`` (what
+  any round trip costs on this machine at that moment, the server doing nothing): the ledger's latency
   as a client sees it (network, the server's queue of others' commands, the script) without a worker's wait for
   a core; its few commands are in the per-unit figures;
 * the same calls' execution time on the server, p50/p99, from ``SLOWLOG`` (every command logged:
   ``slowlog-log-slower-than 0``; the logging itself costs the server a little, the same at every K; ``--no-slowlog``
   leaves it off for clean CPU figures), per script by its SHA;
-* Redis commands and microseconds per unit (``INFO commandstats``) and the server process's CPU per unit (``INFO
+* Redis commands and microseconds per unit (``INFO commandstats``), its reads and writes per unit (``INFO stats``:
+  how well the commands come batched) and the server process's CPU per unit (``INFO
   cpu``: user + sys, networking included), all reset before the K's run (``CONFIG RESETSTAT``; the CPU as a
   difference);
 * the workers' own CPU per unit (after their start);
@@ -308,7 +310,11 @@ async def probe_main(args: argparse.Namespace) -> dict[str, Any]:
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
     n = 0
+    ping_ms: list[float] = []
     while True:
+        started = time.perf_counter()
+        await client.ping()  # the round trip of a command that costs the server nothing: the machine's share
+        ping_ms.append((time.perf_counter() - started) * 1000)
         got = await leases.claim(keys, "probe", LEASE_MS)
         if got is NoClaim.DRAINED:
             break
@@ -320,7 +326,12 @@ async def probe_main(args: argparse.Namespace) -> dict[str, Any]:
             await leases.commit_many([Settle(grant, pack="probe")])
         await asyncio.sleep(1 / args.probe_hz)
     await client.aclose()
-    return {"claim_ms": leases.claim_ms, "take_ms": leases.take_ms, "claim_answers": dict(leases.claim_answers)}
+    return {
+        "claim_ms": leases.claim_ms,
+        "take_ms": leases.take_ms,
+        "ping_ms": ping_ms,
+        "claim_answers": dict(leases.claim_answers),
+    }
 
 
 # --- the benchmark ------------------------------------------------------------------------------------------------
@@ -420,11 +431,12 @@ def run_k(port: int, k: int, args: argparse.Namespace) -> dict[str, Any]:
         if p.returncode != 0:
             raise SystemExit(f"a worker failed (exit {p.returncode})")
         reports.append(json.loads(out))
-    probe = reports.pop() if args.probe_hz else {"claim_ms": [], "take_ms": [], "claim_answers": {}}
+    probe = reports.pop() if args.probe_hz else {"claim_ms": [], "take_ms": [], "ping_ms": [], "claim_answers": {}}
     wall_s = time.monotonic() - started
     client.config_set("slowlog-log-slower-than", -1)
     cpu_s = server_cpu_s(client) - cpu_before
     stats = client.info("commandstats")
+    net = client.info("stats")  # reset with the rest: the server's reads and writes (each a syscall) since
     slow = slowlog_by_name(client) if args.slowlog else {}
     client.execute_command("SLOWLOG", "RESET")
     counters = Ledger(client).counters(run_id, STAGE)
@@ -454,6 +466,8 @@ def run_k(port: int, k: int, args: argparse.Namespace) -> dict[str, Any]:
         "probe_claim_p99_ms": pct(probe["claim_ms"], 0.99),
         "probe_take_p50_ms": pct(probe["take_ms"], 0.5),
         "probe_take_p99_ms": pct(probe["take_ms"], 0.99),
+        "probe_ping_p50_ms": pct(probe["ping_ms"], 0.5),
+        "probe_ping_p99_ms": pct(probe["ping_ms"], 0.99),
         "probe_claims": len(probe["claim_ms"]),
         "srv_claim_p50_us": pct(slow.get("shard_claim", []), 0.5),
         "srv_claim_p99_us": pct(slow.get("shard_claim", []), 0.99),
@@ -467,6 +481,8 @@ def run_k(port: int, k: int, args: argparse.Namespace) -> dict[str, Any]:
         "usec_per_unit": usec / units,
         "cpu_us_per_unit": cpu_s * 1e6 / units,
         "redis_busy": cpu_s / wall_s,
+        "reads_per_unit": int(net.get("total_reads_processed", 0)) / units,
+        "writes_per_unit": int(net.get("total_writes_processed", 0)) / units,
         "by_command": {n.removeprefix("cmdstat_"): (int(s["calls"]), int(s["usec"])) for n, s in stats.items()},
         "slowlog": {n: (len(v), pct(v, 0.5), pct(v, 0.99)) for n, v in slow.items()},
         "granted_twice": sum(1 for n in granted.values() if n > 1),
@@ -549,6 +565,8 @@ def main() -> int:
         ("claim p99 ms (client)", ".2f", "claim_p99_ms"),
         ("take p50 ms (client)", ".2f", "take_p50_ms"),
         ("take p99 ms (client)", ".2f", "take_p99_ms"),
+        ("PING p50 ms (probe)", ".2f", "probe_ping_p50_ms"),
+        ("PING p99 ms (probe)", ".2f", "probe_ping_p99_ms"),
         ("claim p50 ms (probe)", ".2f", "probe_claim_p50_ms"),
         ("claim p99 ms (probe)", ".2f", "probe_claim_p99_ms"),
         ("take p50 ms (probe)", ".2f", "probe_take_p50_ms"),
@@ -563,6 +581,8 @@ def main() -> int:
         ("Redis cmd us/unit", ".2f", "usec_per_unit"),
         ("Redis CPU us/unit", ".2f", "cpu_us_per_unit"),
         ("Redis busy (CPU/wall)", ".2f", "redis_busy"),
+        ("Redis reads/unit", ".3f", "reads_per_unit"),
+        ("Redis writes/unit", ".3f", "writes_per_unit"),
         ("workers' CPU us/unit", ".1f", "workers_cpu_us_per_unit"),
         ("leases granted twice", "d", "granted_twice"),
         ("answers committed twice", "d", "committed_twice"),
