@@ -7,11 +7,12 @@ response cache answers what an earlier run asked. A judge that grades three samp
 one request, not three; timing all of them planned a run against a 250 ms endpoint at 2.6-3.5 times its length.
 
 A finished run's record keeps each stage's units and how many the cache (or another unit of the same key) answered,
-so ``units - cache_hits`` of them were sent. The latest finished run of the same pipeline whose stage sent any gives
-the ratio sent / units, taken for the stage to come when it called the same endpoints (the model's answers make
-the prompts: another model, or the simulator, would agree with itself more or less often). Its stage's manifest
-names the models its calls went to; the run's config says where each was. A run whose earlier stages were partly
-answered by the cache sent fewer than a fresh one would: the ratio is then low, and says so (its run is named).
+so ``units - cache_hits`` of them were sent: the ratio sent / units. It is taken for the stage to come from the
+latest finished runs of the same pipeline whose stage sent any to the same endpoints (the model's answers make the
+prompts: another model, or the simulator, agrees with itself more or less often); its stage's manifest names the
+models its calls went to, the run's config says where each was. Of those runs, the highest ratio: a run whose
+requests an earlier one's cache partly answered sent fewer than the same stage over new rows would, and an estimate
+below the run is the worse miss (the plan names the run it took).
 """
 
 from __future__ import annotations
@@ -105,5 +106,7 @@ def _called_endpoints(
 
 
 def ratio_for(ratios: Ratios | None, stage: str, endpoints: Set[Endpoint]) -> RequestRatio | None:
-    """The latest earlier run's ratio for ``stage`` that called the same endpoints (None: no such run)."""
-    return next((r for r in (ratios or {}).get(stage, []) if r.fits(endpoints)), None)
+    """The highest ratio for ``stage`` of the earlier runs that called the same endpoints (the latest of equals;
+    None: no such run)."""
+    fitting = [r for r in (ratios or {}).get(stage, []) if r.fits(endpoints)]
+    return max(fitting, key=lambda r: r.ratio) if fitting else None

@@ -8,6 +8,12 @@ the latencies this runs folder measured for a real endpoint, or a default per pr
 response cache does not answer are called, when the plan is given the cache (``cached``); an upper-bound
 stage's requests are synthetic, so it takes the cached share of the exact stages before it (the same
 earlier answers give the same later requests). ``cluster/estimate/wall_estimate.py`` adds the run's fixed costs.
+
+Only the requests the run will send are timed (``to_send``): identical requests are one (the engine keys each by its
+content hash, and a unit whose key another holds waits for that one's answer), so ``plan`` hashes every exact
+request as the engine does and counts each key once; an upper-bound stage's requests are unknown, so it is counted
+at the share of its units an earlier run here sent (``estimate/request_ratios.py``), else by every unit (an upper
+bound, ``sent_bound``). ``run``'s own checks skip the hashing (a few seconds at 10^6 units, for no use there).
 """
 
 from __future__ import annotations

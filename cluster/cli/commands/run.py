@@ -52,7 +52,9 @@ def register(sub: Subcommands) -> None:
         "--max-cost-usd holds before a call or batch), input tokens (each UTF-8 byte of a message one token, plus "
         "the chat template's), output tokens (max_tokens per choice) and dollars from the configured prices; "
         "the least wall time the configured rate limits allow, and the run's wall time: "
-        "its calls (only those the response cache does not answer) and its fixed costs (start, plans, "
+        "its calls (only the requests it will send: identical requests once, not those the response cache "
+        "answers; a stage whose prompts depend on earlier answers at the share an earlier run here sent, else "
+        "every unit, an upper bound) and its fixed costs (start, plans, "
         "reduces), as the runs folder's latest finished runs of the pipeline measured them, stretched by how "
         "busy the machine is now against then (tasks runnable besides, from /proc/loadavg).",
     )

@@ -115,9 +115,15 @@ def test_a_dependent_stage_is_counted_by_the_share_an_earlier_run_of_it_sent(tmp
     assert judge.requests == 432 and judge.to_send == judge.distinct_requests == 108 and not judge.sent_bound
     assert "prompts-1" in judge.sent_from and "108 sent of 432 units" in judge.sent_from
     assert judge.calls_s == pytest.approx(bound.calls_s / 4)
-    # a later run that sent none of the judge's requests (all cached) says nothing of the share
+    # a later run that sent none of the judge's requests (all cached) says nothing of the share; one that sent
+    # fewer (an earlier run's cache answered some) is not taken over the higher share
     _recorded(runs, path, "prompts-2", sent=0, at=300.0)
     assert [r.run_id for r in request_ratios(runs, "prompts")["judge"]] == ["prompts-1"]
+    _recorded(runs, path, "prompts-3", sent=27, at=400.0)
+    ratios = request_ratios(runs, "prompts")
+    assert [r.run_id for r in ratios["judge"]] == ["prompts-3", "prompts-1"]
+    judge = next(e for e in plan_run(cfg, ratios=ratios, distinct=True) if e.stage == "judge")
+    assert judge.to_send == 108 and "prompts-1" in judge.sent_from
     # another pipeline's runs are not read
     assert request_ratios(runs, "puns") == {}
 
