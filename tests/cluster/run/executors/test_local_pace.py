@@ -107,3 +107,26 @@ def test_process_cpu_s_reads_a_busy_and_an_idle_process() -> None:
         busy.wait()
         idle.wait()
     assert process_cpu_s(busy.pid) is None  # gone
+
+
+def test_a_yes_holds_while_the_stage_is_long_and_not_once_it_is_short() -> None:
+    """A share that crosses the bound and falls back below it: the head the yes started is still joined (a share
+    hovering at the bound started a head and never used it); a stage about to end gains nothing from joining."""
+    clock = Clock()
+    pace = LocalPace(1234, window=16, capacity=16, cores=2, clock=clock, cpu_s=lambda _pid: clock.cpu)
+    pace.see(0, 1000)
+    for cpu_per_s in (0.97, 0.97, 0.97, 0.97):  # busy: past the pace window at 0.97 of a core
+        clock.now += 1.0
+        clock.cpu += cpu_per_s
+        pace.see(int(clock.now - 100.0), 1000)
+    assert pace.ray_helps()
+    for _ in range(20):  # then mostly idle: its share over the watch falls below the bound
+        clock.now += 1.0
+        clock.cpu += 0.2
+        pace.see(int(clock.now - 100.0), 1000)
+    share = pace.cpu_share()
+    assert share is not None and share < CPU_BOUND_SHARE
+    assert pace.ray_helps()
+    assert not watched(cpu_per_s=0.4, shards_per_s=1.0, total=1000).ray_helps()  # the same share from the start: no
+    pace.see(996, 1000)  # 4 shards left: a second or so alone
+    assert not pace.ray_helps()
