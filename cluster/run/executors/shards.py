@@ -47,6 +47,7 @@ FIRST_POLL_S = 0.05
 # second, and the doubling above had the driver see it 0.2 s late (a look at the ledger costs a millisecond)
 LOCAL_POLL_S = 0.1
 LOCAL_READY_WAIT_S = 15.0  # how long Ray's start waits for the driver's own worker to be ready to call
+LAST_STOP_WAIT_S = 5.0  # the last calling stage's reduce waits this long for its drained local worker to end
 
 
 class _Slot(msgspec.Struct):
@@ -314,7 +315,10 @@ class ShardExecutor:
                 self.close()
                 raise
             if self.local is not None and self.local.stage == stage_name:  # every shard is committed: it ends
-                self.local.ask_stop()  # while the stage is reduced (the next stage's start_local reaps it)
+                if self._calls_after(stage_name):
+                    self.local.ask_stop()  # while the stage is reduced (the next stage's start_local reaps it)
+                else:  # no worker comes after it: gone before the reduce loads its writers (pyarrow's 40 MB
+                    self.local.stop(LAST_STOP_WAIT_S)  # would sit beside the child's at the run's peak)
         if self.progress:
             self.progress(stage_name, patiently(self.ledger.counters, run_id, stage_name))
         return self._results(plan, first_ids)
