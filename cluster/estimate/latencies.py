@@ -24,10 +24,9 @@ from pathlib import Path
 import msgspec
 
 from punchline.cluster.config import SIMULATED
-from punchline.cluster.records.run_record import load_record
-from punchline.data.errors import InputError
+from punchline.cluster.records.run_record import readable_records
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.storage.run_layout import RECORD, RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.units import ModelUsage, StageManifest
 
 RUNS_READ = 5  # the latest runs (by start) whose stages' latencies are pooled
@@ -81,13 +80,7 @@ def measured_latencies(runs_dir: str | Path) -> dict[Endpoint, Latency]:
 def _latest_runs(root: Path) -> list[tuple[str, Path, list[str], list[ProviderSettings]]]:
     """The latest runs with a local store: their id, store, stages and providers (as their config said)."""
     found: list[tuple[float, str, Path, list[str], list[ProviderSettings]]] = []
-    if not root.is_dir():
-        return []
-    for path in root.glob(f"*/{RECORD}"):
-        try:
-            rec = load_record(path.read_bytes(), str(path))
-        except (InputError, OSError):
-            continue
+    for rec in readable_records(root):
         if "://" in rec.services.store_url:
             continue
         providers = run_providers(rec.config_toml)

@@ -24,10 +24,9 @@ from pathlib import Path
 import msgspec
 
 from punchline.cluster.estimate.latencies import Endpoint, endpoint, run_providers
-from punchline.cluster.records.run_record import RunRecord, load_record
-from punchline.data.errors import InputError
+from punchline.cluster.records.run_record import readable_records
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.storage.run_layout import RECORD, RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.units import StageManifest
 
 RUNS_READ = 5  # the latest finished runs of the pipeline looked at
@@ -60,17 +59,11 @@ _manifest = msgspec.json.Decoder(StageManifest)
 def request_ratios(runs_dir: str | Path, pipeline: str) -> Ratios:
     """Each stage's ratio of requests sent to units in the :data:`RUNS_READ` latest finished runs of ``pipeline``
     under ``runs_dir`` that sent any of its requests, latest first."""
-    root = Path(runs_dir)
-    if not root.is_dir():
-        return {}
-    found: list[RunRecord] = []
-    for path in root.glob(f"*/{RECORD}"):
-        try:
-            rec = load_record(path.read_bytes(), str(path))
-        except (InputError, OSError):
-            continue
-        if rec.state == "finished" and rec.pipeline == pipeline and rec.finished_at:
-            found.append(rec)
+    found = [
+        rec
+        for rec in readable_records(Path(runs_dir))
+        if rec.state == "finished" and rec.pipeline == pipeline and rec.finished_at
+    ]
     found.sort(key=lambda rec: rec.finished_at or 0.0, reverse=True)
     out: Ratios = {}
     for rec in found[:RUNS_READ]:

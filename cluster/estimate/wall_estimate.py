@@ -26,14 +26,13 @@ import msgspec
 from punchline.cluster.config import RunConfig
 from punchline.cluster.estimate.machine_load import slowdown
 from punchline.cluster.ray_cluster.shared_store import config_store
-from punchline.cluster.records.run_record import load_record
+from punchline.cluster.records.run_record import readable_records
 from punchline.cluster.registry import pipeline_of
 from punchline.cluster.run.executors.local_pace import LOCAL_ALONE_S
-from punchline.data.errors import InputError
 from punchline.data.requests import ProviderRequest
 from punchline.data.settings import STORE
 from punchline.data.storage.response_cache import CACHE_PREFIX, ResponseCache
-from punchline.data.storage.run_layout import RECORD, RunLayout
+from punchline.data.storage.run_layout import RunLayout
 from punchline.data.stores.local import LocalStore
 
 #: what the plan asks of the response cache: whether it holds a request's answer (the request, and its key)
@@ -393,13 +392,7 @@ def _finished_runs(root: Path, pipeline: str) -> Iterator[tuple[str, dict[str, t
     """Finished runs of the pipeline, latest first, with each stage's units and how many it called, and their
     store."""
     found: list[tuple[float, str, dict[str, tuple[int, int]], str]] = []
-    if not root.is_dir():
-        return
-    for path in root.glob(f"*/{RECORD}"):
-        try:
-            rec = load_record(path.read_bytes(), str(path))
-        except (InputError, OSError):
-            continue
+    for rec in readable_records(root):
         if rec.state == "finished" and rec.pipeline == pipeline and rec.finished_at:
             units = {s: (c.units_total, max(0, c.units_total - c.cache_hits)) for s, c in rec.counters.items()}
             found.append((rec.finished_at, rec.run_id, units, rec.services.store_url))

@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 
 from punchline.data.errors import ConfigError, InputError
 from punchline.data.storage.jsonio import decode_bytes
+from punchline.data.storage.run_layout import RECORD
 from punchline.data.units import RunState
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters
@@ -76,3 +79,15 @@ def load_record(raw: bytes, where: str) -> RunRecord:
         return decode_bytes(raw, RunRecord, source=where)
     except InputError as exc:
         raise InputError(f"not a readable run record ({exc.detail})", file=where, field=exc.field) from None
+
+
+def readable_records(runs_dir: Path) -> Iterator[RunRecord]:
+    """The record of every run under a runs folder that can be read, in no order; an unreadable one is skipped
+    (what reads them here estimates from earlier runs: a truncated record is one run fewer, not an error)."""
+    if not runs_dir.is_dir():
+        return
+    for path in runs_dir.glob(f"*/{RECORD}"):
+        try:
+            yield load_record(path.read_bytes(), str(path))
+        except (InputError, OSError):
+            continue
