@@ -137,13 +137,13 @@ class Fake:
         self.base_url = f"{self.url}/v1"
 
     def stats(self, *, brief: bool = False) -> Any:
-        from punchline.workers.fake import fetch_stats
+        from punchline.workers.fake.server import fetch_stats
 
         return fetch_stats(self.url, brief=brief)
 
     def reset(self) -> None:
         """Zero its counters (the calls, the peak in flight) between two measured runs."""
-        from punchline.workers.fake import reset_remote
+        from punchline.workers.fake.server import reset_remote
 
         reset_remote(self.url)
 

@@ -51,7 +51,6 @@ import contextlib
 import hashlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -66,6 +65,8 @@ import redis.asyncio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from scratch_valkey import start_valkey  # noqa: E402  (the bench folder's own)
 
 from punchline.schedulers.claims import claim_shards  # noqa: E402
 from punchline.schedulers.keys import StageKeys  # noqa: E402
@@ -84,7 +85,6 @@ from punchline.schedulers.leases import (  # noqa: E402
 from punchline.schedulers.ledger import Ledger  # noqa: E402
 from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RateScope  # noqa: E402
 from punchline.schedulers.server.ledger_access import engine_scripts  # noqa: E402
-from punchline.services.redis_binary import find_redis_server  # noqa: E402
 
 STAGE = "generate"
 LEASE_MS = 30_000
@@ -337,31 +337,6 @@ async def probe_main(args: argparse.Namespace) -> dict[str, Any]:
 # --- the benchmark ------------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(folder), "--maxclients", "10000"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            return proc, port
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("valkey-server did not start")
-
-
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -541,7 +516,7 @@ def main() -> int:
     ks = [int(k) for k in args.workers.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {k: [] for k in ks}
     with tempfile.TemporaryDirectory(prefix="many-workers-") as tmp:
-        proc, port = start_server(Path(tmp))
+        proc, port = start_valkey(Path(tmp), "--maxclients", "10000")
         try:
             for rep in range(args.repeat):  # interleaved: a busy spell of the machine falls on every K alike
                 for k in ks:

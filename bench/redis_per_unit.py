@@ -35,8 +35,9 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scratch_valkey import start_valkey  # noqa: E402  (the bench folder's own)
+
 from punchline.schedulers.server.ledger_access import engine_scripts  # noqa: E402
-from punchline.services.redis_binary import find_redis_server  # noqa: E402
 
 CONFIG = """[run]
 pipeline = "prompts"
@@ -66,31 +67,6 @@ n = 1
 max_tokens = 16
 prompt = "Question {{{{ id }}}}: {{{{ question }}}}"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            return proc, port
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("valkey-server did not start")
 
 
 class Monitor:
@@ -164,7 +140,7 @@ def main() -> int:
             for i in range(args.rows):
                 f.write(json.dumps({"id": f"r{i}", "question": f"What is {i} plus {i}?"}) + "\n")
         (folder / "home").mkdir()
-        proc, port = start_server(folder)
+        proc, port = start_valkey(folder)
         try:
             client = redis.Redis(port=port, decode_responses=True)
             client.config_resetstat()

@@ -31,9 +31,7 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,6 +41,7 @@ from typing import Any
 
 import psutil
 import redis
+from scratch_valkey import start_valkey  # the bench folder's own
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"
@@ -83,31 +82,6 @@ def write_inputs(folder: Path, units: int) -> Path:
     config = folder / "scale.toml"
     config.write_text(CONFIG.format(data=rows))
     return config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_ledger(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    sys.path.insert(0, str(ROOT))
-    from punchline.services.redis_binary import find_redis_server
-
-    port = free_port()
-    argv = [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    argv += ["--dir", str(folder), "--protected-mode", "no"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(100):
-        try:
-            client.ping()
-            return proc, url
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    raise SystemExit("valkey-server did not answer")
 
 
 def role(proc: psutil.Process, driver: int, ledger: int) -> str:
@@ -243,7 +217,8 @@ def measure(units: int, work: Path) -> dict[str, Any]:
     token = os.urandom(6).hex()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PUNCHLINE_", "RAY_"))}
     env.update(HOME=str(home), PATH=f"{BIN}:{env.get('PATH', '')}", **{MARK: token})
-    ledger, url = start_ledger(folder)
+    ledger, port = start_valkey(folder, "--protected-mode", "no")
+    url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
     try:
         client.config_resetstat()

@@ -19,7 +19,7 @@ from punchline.schedulers.rate_limit import Limits, RateLimitSettings, RedisRate
 from punchline.schedulers.server.redis_client import connect
 from punchline.services.redis_server import free_port
 from punchline.workers.calls.retry import RetryPolicy, call_with_retries
-from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider
 
 

@@ -18,8 +18,7 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest, ProviderResponse
 from punchline.pipelines.puns.data.completions import sample_request
 from punchline.workers.batch_provider import merge_parts, parts
-from punchline.workers.fake import FakeProviderServer
-from punchline.workers.fake.server import fetch_batch_stats
+from punchline.workers.fake.server import FakeProviderServer, fetch_batch_stats
 from punchline.workers.providers import make_batch_provider, make_provider
 
 KINDS = ["openai", "anthropic"]

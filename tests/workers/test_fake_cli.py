@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from punchline.workers.fake import fetch_stats
+from punchline.workers.fake.server import fetch_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 

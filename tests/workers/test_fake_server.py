@@ -19,8 +19,8 @@ from punchline.pipelines.humor.data.judge import JUDGE_MARKER
 from punchline.pipelines.humor.simulate import HUMOR_CLASSES
 from punchline.pipelines.puns.data.completions import greedy_request, sample_request, truncate_before_blank
 from punchline.pipelines.puns.simulate import JokeBook
-from punchline.workers.fake import FakeProviderServer, fetch_stats, request_wire_key
 from punchline.workers.fake.answers import GENERIC_WORDS
+from punchline.workers.fake.server import FakeProviderServer, fetch_stats, request_wire_key
 from punchline.workers.fake.simulators import find_simulators
 from punchline.workers.providers import make_provider
 from tests.fixtures.simulated import ask

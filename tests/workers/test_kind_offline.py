@@ -17,7 +17,7 @@ import pytest
 
 from punchline.data.errors import FatalProviderError
 from punchline.plugin import Message, ProviderRequest
-from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider
 from tests.fixtures.kinds import install_kind
 

@@ -13,7 +13,7 @@ import pytest
 from punchline.data.errors import ConfigError, FatalProviderError, ProviderError, RetryableProviderError
 from punchline.data.provider_settings import ProviderSettings
 from punchline.pipelines.puns.data.completions import greedy_request
-from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider, parse_retry_after, wire_calls
 
 KINDS = ["openai", "anthropic"]

@@ -20,7 +20,7 @@ from punchline.data.errors import FatalProviderError, ProviderError, RetryablePr
 from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderRequest
 from punchline.pipelines.puns.data.completions import greedy_request
-from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_provider, wire_calls
 from tests.cluster.run.test_faults import opts
 

@@ -14,7 +14,7 @@ from punchline.data.provider_settings import ProviderSettings
 from punchline.data.requests import ProviderResponse
 from punchline.pipelines.puns.data.completions import greedy_request
 from punchline.workers.calls.retry import AttemptEvent, RetryPolicy, call_with_retries
-from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import MalformedResponse, make_provider
 from tests.fixtures.kinds import install_kind
 

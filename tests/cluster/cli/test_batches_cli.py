@@ -18,7 +18,7 @@ from punchline.pipelines.puns.data.completions import sample_request
 from punchline.schedulers.batches import BatchRecord, cancel_requested, declared_foreign, record_path
 from punchline.schedulers.budget import UsageRow
 from punchline.schedulers.ledger import StageCounters
-from punchline.workers.fake import FakeProviderServer
+from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_batch_provider
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"

@@ -36,8 +36,8 @@ from punchline.schedulers.batches import (
 from punchline.schedulers.budget import Budget, estimate_request_cost
 from punchline.schedulers.ledger import request_key
 from punchline.workers.batch_provider import part_id, parts
-from punchline.workers.fake import FakeProviderServer
 from punchline.workers.fake.batches import BatchStats
+from punchline.workers.fake.server import FakeProviderServer
 from punchline.workers.providers import make_batch_provider, wire_calls
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo"
