@@ -193,6 +193,14 @@ def _cluster_url(url: str) -> str:
     return urlunsplit(parts._replace(path="")) if parts.path in ("/0", "/") else url
 
 
+def _timeouts(settings: RedisSettings) -> dict[str, Any]:
+    return {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.connect_timeout_s,
+        "health_check_interval": settings.health_check_interval_s,
+    }
+
+
 def connect(url: str | RedisSettings, *, decode_responses: bool = False) -> redis.Redis:
     """A client with bounded timeouts, a few quick retries and periodic health checks: a ``RedisCluster`` when
     the URL names a node of a cluster (:func:`cluster_mode`), which the layers above use through the same calls
@@ -202,27 +210,12 @@ def connect(url: str | RedisSettings, *, decode_responses: bool = False) -> redi
     ``LedgerUnavailable`` instead.
     """
     settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
-    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), settings.retries)
+    options = _timeouts(settings)
+    options.update(retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), settings.retries))
+    options.update(decode_responses=decode_responses)
     if cluster_mode(settings):
-        return cast(
-            redis.Redis,
-            LedgerRedisCluster.from_url(
-                _cluster_url(settings.url),
-                socket_timeout=settings.socket_timeout_s,
-                socket_connect_timeout=settings.connect_timeout_s,
-                health_check_interval=settings.health_check_interval_s,
-                retry=retry,
-                decode_responses=decode_responses,
-            ),
-        )
-    client: redis.Redis = LedgerRedis.from_url(
-        settings.url,
-        socket_timeout=settings.socket_timeout_s,
-        socket_connect_timeout=settings.connect_timeout_s,
-        health_check_interval=settings.health_check_interval_s,
-        retry=retry,
-        decode_responses=decode_responses,
-    )
+        return cast(redis.Redis, LedgerRedisCluster.from_url(_cluster_url(settings.url), **options))
+    client: redis.Redis = LedgerRedis.from_url(settings.url, **options)
     return client
 
 
@@ -230,21 +223,10 @@ def connect_async(url: str | RedisSettings) -> redis.asyncio.Redis:
     """The same client for an event loop (a worker's unit path): no thread hop per call."""
     settings = url if isinstance(url, RedisSettings) else RedisSettings.from_dsn(url)
     if cluster_mode(settings):
-        return cast(
-            redis.asyncio.Redis,
-            AsyncLedgerRedisCluster.from_url(
-                _cluster_url(settings.url),
-                socket_timeout=settings.socket_timeout_s,
-                socket_connect_timeout=settings.connect_timeout_s,
-                health_check_interval=settings.health_check_interval_s,
-            ),
-        )
-    return AsyncLedgerRedis.from_url(
-        settings.url,
-        socket_timeout=settings.socket_timeout_s,
-        socket_connect_timeout=settings.connect_timeout_s,
-        health_check_interval=settings.health_check_interval_s,
-    )
+        cluster = AsyncLedgerRedisCluster.from_url(_cluster_url(settings.url), **_timeouts(settings))
+        return cast(redis.asyncio.Redis, cluster)
+    client: redis.asyncio.Redis = AsyncLedgerRedis.from_url(settings.url, **_timeouts(settings))
+    return client
 
 
 _UNAVAILABLE = (
