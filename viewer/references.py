@@ -98,10 +98,8 @@ class RowInputs:
 
     def _has_rows(self, name: str) -> bool:
         """Whether the run has an artifact ``name`` of output rows (its first line holds a ``row_id``)."""
-        if name == OUTPUTS_JSONL or not isinstance(self.store, LocalStore):
-            return False
-        path = (self.store.root / RunLayout(self.run_id).artifact(name)).resolve()
-        if not path.is_relative_to(self.store.root.resolve()):
+        path = _local_artifact(self.store, self.run_id, name)
+        if name == OUTPUTS_JSONL or path is None:
             return False
         try:
             with open(path, "rb") as fh:
@@ -109,6 +107,15 @@ class RowInputs:
         except (OSError, msgspec.DecodeError):
             return False
         return ROW_ID in first
+
+
+def _local_artifact(store: Store, run_id: str, name: str) -> Path | None:
+    """Where a run's artifact ``name`` is in a local store (None: not a local store, or a name that leads out of
+    it)."""
+    if not isinstance(store, LocalStore):
+        return None
+    path = (store.root / RunLayout(run_id).artifact(name)).resolve()
+    return path if path.is_relative_to(store.root.resolve()) else None
 
 
 class _RowFile:
@@ -125,8 +132,8 @@ class _RowFile:
         self._started = False
         self._lock = threading.Lock()
         if isinstance(store, LocalStore):
-            path = (store.root / RunLayout(run_id).artifact(name)).resolve()
-            if path.is_relative_to(store.root.resolve()) and path.is_file():
+            path = _local_artifact(store, run_id, name)
+            if path is not None and path.is_file():
                 self.path = path
             else:
                 self.note = f"no {name} (yet): a unit's input row is shown once the run has written it"
