@@ -57,7 +57,7 @@ def measured_latencies(runs_dir: str | Path) -> dict[Endpoint, Latency]:
     latest: dict[Endpoint, str] = {}
     for run_id, store, stages, providers in _latest_runs(Path(runs_dir)):
         for stage in stages:
-            usage = _stage_usage(store, run_id, stage)
+            usage = stage_usage(store, run_id, stage)
             for model_id, used in usage.items():
                 answered = sum(used.latency_counts)
                 if not answered:
@@ -99,9 +99,9 @@ def run_providers(config_toml: str) -> list[ProviderSettings]:
         return []
 
 
-def _stage_usage(store: Path, run_id: str, stage: str) -> dict[str, ModelUsage]:
-    """A finished stage's usage per model id, from its manifest (empty: not finished, or written before it was
-    kept)."""
+def stage_usage(store: Path, run_id: str, stage: str) -> dict[str, ModelUsage]:
+    """A finished stage's usage per model id, from its manifest in a local store (empty: not finished, or written
+    before it was kept)."""
     with contextlib.suppress(OSError, msgspec.DecodeError):
         manifest = _manifest.decode((store / RunLayout(run_id).manifest(stage)).read_bytes())
         if manifest.usage is not None:

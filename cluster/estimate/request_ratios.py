@@ -17,17 +17,14 @@ below the run is the worse miss (the plan names the run it took).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Set
 from pathlib import Path
 
 import msgspec
 
-from punchline.cluster.estimate.latencies import Endpoint, endpoint, run_providers
+from punchline.cluster.estimate.latencies import Endpoint, endpoint, run_providers, stage_usage
 from punchline.cluster.records.run_record import readable_records
 from punchline.data.provider_settings import ProviderSettings
-from punchline.data.storage.run_layout import RunLayout
-from punchline.data.units import StageManifest
 
 RUNS_READ = 5  # the latest finished runs of the pipeline looked at
 
@@ -52,8 +49,6 @@ class RequestRatio(msgspec.Struct, frozen=True, kw_only=True):
 
 #: per stage, the earlier runs' ratios, latest first
 Ratios = dict[str, list[RequestRatio]]
-
-_manifest = msgspec.json.Decoder(StageManifest)
 
 
 def request_ratios(runs_dir: str | Path, pipeline: str) -> Ratios:
@@ -86,16 +81,15 @@ def _called_endpoints(
     """The endpoints a finished stage's calls went to: its manifest's models, where the run's config put them."""
     if "://" in store_url:
         return None
-    with contextlib.suppress(OSError, msgspec.DecodeError):
-        manifest = _manifest.decode((Path(store_url) / RunLayout(run_id).manifest(stage)).read_bytes())
-        if manifest.usage is not None:
-            return frozenset(
-                endpoint(settings, model_id)
-                for model_id in manifest.usage.models
-                for settings in providers
-                if any(m.id == model_id for m in settings.models.values())
-            )
-    return None
+    usage = stage_usage(Path(store_url), run_id, stage)
+    if not usage:
+        return None
+    return frozenset(
+        endpoint(settings, model_id)
+        for model_id in usage
+        for settings in providers
+        if any(m.id == model_id for m in settings.models.values())
+    )
 
 
 def ratio_for(ratios: Ratios | None, stage: str, endpoints: Set[Endpoint]) -> RequestRatio | None:
